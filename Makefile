@@ -1,0 +1,101 @@
+# One source, two builds (README.md, "How the two builds relate"):
+#   GPU build: nvcc, the CUDA runtime, cuBLAS, NCCL, MPI.
+#   CPU build: g++ on the same .cu files; cpu/ supplies the CUDA runtime, kernel
+#              launch, cuBLAS (OpenBLAS) and NCCL (MPI). Never links libcudart.
+# `make` picks the GPU build when nvidia-smi sees a GPU; GPU=1 / GPU=0 force either.
+#   make            build every program that exists (./train once train/ has it)
+#   make test       build and run every test; ends with "N passed, M failed"
+#                   (FILTER='LayerNorm.*' runs one family)
+#   make cuda       compile and link the GPU build, even without a GPU
+#   make bench      build the CPU build's micro-benchmarks into build/cpu/tools/
+#   make ptxas-report  registers and spills per kernel for sm_90
+
+GPU ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
+CUDA ?= /usr/local/cuda
+NVCC ?= $(CUDA)/bin/nvcc
+CXX := g++
+MPI_INCLUDE := $(shell pkg-config --cflags-only-I mpich 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/mpich)
+MPI_LIBS := -lmpich
+MPIRUN ?= mpirun
+FILTER ?= *
+
+WARNINGS := -Wall -Wextra -Wno-unused-parameter
+CPU_FLAGS := -std=c++20 -O2 -g -fno-strict-aliasing $(WARNINGS) -MMD -MP \
+             -Icpu/include -I. -isystem $(CUDA)/include $(MPI_INCLUDE)
+CPU_LIBS := -rdynamic -lboost_context -lopenblas $(MPI_LIBS) -lpthread -ldl
+GPU_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+GPU_FLAGS := -std=c++20 -O2 -g $(GPU_ARCH) -Xcompiler -Wall,-Wno-unused-parameter -MMD -MP -I. $(MPI_INCLUDE)
+GPU_LIBS := -lcublas -lnccl $(MPI_LIBS)
+GTEST_LIBS := -lgtest -lpthread
+
+# Project sources (the same for both builds) and the CPU build's runtime.
+LIB_SRCS := $(wildcard kernels/*.cu model/*.cu pipeline/*.cu comm/*.cu)
+TRAIN_SRCS := $(wildcard train/*.cu)
+CPU_RUNTIME_SRCS := $(wildcard cpu/*.cpp)
+# Tests: tests/*_test.cu run in one process in either build, tests/mpi/*_test.cu under
+# mpirun -np 4 in either build, tests/cpu/*_test.cu test cpu/ itself (CPU build only).
+TEST_SRCS := $(wildcard tests/*_test.cu)
+MPI_TEST_SRCS := $(wildcard tests/mpi/*_test.cu)
+CPU_TEST_SRCS := $(wildcard tests/cpu/*_test.cu)
+TEST_SUPPORT_SRCS := $(filter-out tests/gtest_main.cu tests/mpi_gtest_main.cu,$(wildcard tests/*.cu)) \
+                     $(filter-out %_test.cu,$(wildcard tests/mpi/*.cu))
+
+ifeq ($(GPU),1)
+  BUILD := build/gpu
+  RUNTIME_OBJS :=
+else
+  BUILD := build/cpu
+  RUNTIME_OBJS := $(CPU_RUNTIME_SRCS:%.cpp=build/cpu/%.o)
+endif
+
+objs = $(patsubst %.cu,$(2)/%.o,$(1))
+LIB_OBJS = $(call objs,$(LIB_SRCS),$(BUILD))
+TEST_BINS := $(BUILD)/tests/unit_tests $(if $(MPI_TEST_SRCS),$(BUILD)/tests/mpi_tests) \
+             $(if $(and $(CPU_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_tests)
+
+.PHONY: all test cuda bench ptxas-report clean
+all: $(if $(TRAIN_SRCS),train)
+
+train: $(call objs,$(TRAIN_SRCS),$(BUILD)) $(LIB_OBJS) $(RUNTIME_OBJS)
+	$(if $(filter 1,$(GPU)),$(NVCC) $(GPU_ARCH) -o $@ $^ $(GPU_LIBS),$(CXX) -o $@ $^ $(CPU_LIBS))
+
+# ---- compile rules ----
+build/cpu/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPU_FLAGS) -x c++ -c $< -o $@
+build/cpu/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPU_FLAGS) -c $< -o $@
+build/gpu/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(GPU_FLAGS) -x cu -c $< -o $@
+
+# ---- tests ----
+$(BUILD)/tests/unit_tests: $(call objs,$(TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/gtest_main.cu,$(BUILD)) $(LIB_OBJS) $(RUNTIME_OBJS)
+	$(if $(filter 1,$(GPU)),$(NVCC) $(GPU_ARCH) -o $@ $^ $(GPU_LIBS) $(GTEST_LIBS),$(CXX) -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS))
+$(BUILD)/tests/mpi_tests: $(call objs,$(MPI_TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/mpi_gtest_main.cu,$(BUILD)) $(LIB_OBJS) $(RUNTIME_OBJS)
+	$(if $(filter 1,$(GPU)),$(NVCC) $(GPU_ARCH) -o $@ $^ $(GPU_LIBS) $(GTEST_LIBS),$(CXX) -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS))
+build/cpu/tests/cpu_tests: $(call objs,$(CPU_TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/gtest_main.cu,build/cpu) $(call objs,$(LIB_SRCS),build/cpu) $(CPU_RUNTIME_SRCS:%.cpp=build/cpu/%.o)
+	$(CXX) -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS)
+
+test: $(TEST_BINS) $(if $(TRAIN_SRCS),train)
+	@MPIRUN="$(MPIRUN)" FILTER='$(FILTER)' tools/run_tests.sh $(TEST_BINS)
+
+# ---- the GPU build without a GPU: compile and link everything ----
+cuda:
+	$(MAKE) GPU=1 $(if $(TRAIN_SRCS),train) build/gpu/tests/unit_tests $(if $(MPI_TEST_SRCS),build/gpu/tests/mpi_tests)
+
+ptxas-report:
+	@for f in $(LIB_SRCS); do $(NVCC) $(GPU_FLAGS) -gencode arch=compute_90,code=sm_90 -Xptxas -v -x cu -c $$f -o /dev/null 2>&1; done \
+	  | tools/ptxas_summary.sh
+
+# ---- benchmarks (CPU build) ----
+BENCH_SRCS := $(wildcard tools/*_bench.cu)
+bench: $(BENCH_SRCS:tools/%.cu=build/cpu/tools/%)
+build/cpu/tools/%: build/cpu/tools/%.o $(call objs,$(LIB_SRCS),build/cpu) $(CPU_RUNTIME_SRCS:%.cpp=build/cpu/%.o)
+	$(CXX) -o $@ $^ $(CPU_LIBS)
+
+clean:
+	rm -rf build train
+
+-include $(shell find build -name '*.d' 2>/dev/null)

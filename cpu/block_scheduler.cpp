@@ -1,0 +1,390 @@
+// Runs one CUDA block on the CPU: every thread of the block is a fiber (Boost.Context
+// fcontext, a few ns per switch), all on the calling OS thread.
+//
+// Threads that never synchronise cost no fiber of their own: a "runner" fiber calls
+// the kernel for one thread after another. When the thread it is running blocks
+// (__syncthreads, a shuffle, a vote), the runner's fiber becomes that thread's
+// fiber, and the threads not yet started get a new runner. So a kernel without
+// synchronisation runs as a plain loop, and one that synchronises everywhere ends
+// up with one fiber per thread.
+//
+// Threads run in an order (natural, reversed or shuffled: cpu/settings.h) until
+// they block; a barrier or warp collective that completes releases its waiters to a
+// FIFO run queue. When nothing can run and threads are left, the block is
+// deadlocked: a barrier or collective that some thread never reaches; it is reported
+// naming the kernel and the launch fails, instead of hanging.
+#include "cpu/block_scheduler.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <boost/context/detail/fcontext.hpp>
+#include <cstdio>
+#include <sstream>
+#include <stdexcept>
+
+namespace fc = boost::context::detail;
+
+namespace cpu {
+namespace {
+
+enum class State : uint8_t { unstarted, running, ready, blocked, done };
+enum class Wait : uint8_t { none, barrier, warp };
+enum class Collective : uint8_t { shuffle_index, shuffle_up, shuffle_down, shuffle_xor, vote, syncwarp };
+
+const char* collective_name(Collective c) {
+  switch (c) {
+    case Collective::shuffle_index: return "__shfl_sync";
+    case Collective::shuffle_up: return "__shfl_up_sync";
+    case Collective::shuffle_down: return "__shfl_down_sync";
+    case Collective::shuffle_xor: return "__shfl_xor_sync";
+    case Collective::vote: return "__ballot_sync/__any_sync/__all_sync";
+    case Collective::syncwarp: return "__syncwarp";
+  }
+  return "?";
+}
+
+struct Stack {
+  void* memory = nullptr;  // lowest address, a guard page
+  size_t bytes = 0;
+  void* top() const { return static_cast<char*>(memory) + bytes; }
+};
+
+struct Thread {
+  fc::fcontext_t context = nullptr;  // where it resumes, while suspended
+  int stack = -1;
+  State state = State::unstarted;
+  Wait wait = Wait::none;
+  bool suspended_once = false;  // it owns the fiber it started on
+  Collective collective{};
+  unsigned mask = 0;
+  int operand = 0, width = 32;
+  uint64_t bits = 0;    // what it brings to a collective
+  uint64_t result = 0;  // what the collective or barrier gives it back
+};
+
+// Sent with the last jump of a fiber whose function has returned.
+char fiber_finished_token;
+
+struct Block {
+  // the launch
+  KernelBody body = nullptr;
+  const void* call = nullptr;
+  const char* kernel_name = "";
+  dim3 block_dim;
+  int n = 0;
+  // scheduling
+  std::vector<Thread> threads;
+  std::vector<int> order;  // start order of threads
+  std::vector<int> lane_order;  // order in which a warp's released lanes are queued
+  std::vector<int> queue;  // FIFO of ready threads
+  size_t queue_head = 0;
+  int next_unstarted = 0;
+  int done = 0;
+  int current = -1;
+  fc::fcontext_t scheduler = nullptr;
+  // barrier and warp collectives in progress
+  int barrier_arrived = 0, barrier_true = 0;
+  std::vector<unsigned> warp_arrived;
+  // fiber stacks, reused across blocks and launches
+  std::vector<Stack> stacks;
+  std::vector<int> free_stacks;
+  size_t stack_bytes = 0;
+  std::string error;
+
+  void set_thread_index(int id) {
+    current = id;
+    threadIdx.x = id % block_dim.x;
+    threadIdx.y = (id / block_dim.x) % block_dim.y;
+    threadIdx.z = id / (block_dim.x * block_dim.y);
+  }
+};
+
+thread_local Block* current_block = nullptr;
+
+int take_stack(Block& b) {
+  if (b.free_stacks.empty()) {
+    const size_t page = 4096;
+    Stack s;
+    s.bytes = b.stack_bytes + page;
+    s.memory = mmap(nullptr, s.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (s.memory == MAP_FAILED) throw std::runtime_error("cpu: cannot map a fiber stack");
+    mprotect(s.memory, page, PROT_NONE);  // an overflow faults instead of corrupting
+    b.stacks.push_back(s);
+    return int(b.stacks.size()) - 1;
+  }
+  int s = b.free_stacks.back();
+  b.free_stacks.pop_back();
+  return s;
+}
+
+// From inside a fiber: give control back to the scheduler until released.
+void suspend(Block& b) {
+  b.threads[b.current].state = State::blocked;
+  b.threads[b.current].suspended_once = true;
+  fc::transfer_t t = fc::jump_fcontext(b.scheduler, nullptr);
+  b.scheduler = t.fctx;
+}
+
+[[noreturn]] void fail_in_fiber(Block& b, const std::string& what) {
+  b.error = what;
+  fc::jump_fcontext(b.scheduler, &fiber_finished_token);
+  __builtin_unreachable();  // the scheduler abandons this fiber
+}
+
+void release(Block& b, int id, uint64_t result) {
+  Thread& t = b.threads[id];
+  t.result = result;
+  t.wait = Wait::none;
+  if (id == b.current) {
+    t.state = State::running;
+    return;
+  }
+  t.state = State::ready;
+  b.queue.push_back(id);
+}
+
+void runner(fc::transfer_t from) {
+  Block& b = *static_cast<Block*>(from.data);
+  b.scheduler = from.fctx;
+  while (b.next_unstarted < b.n) {
+    int id = b.order.empty() ? b.next_unstarted : b.order[b.next_unstarted];
+    ++b.next_unstarted;
+    b.set_thread_index(id);
+    b.threads[id].state = State::running;
+    b.body(b.call);
+    b.threads[id].state = State::done;
+    ++b.done;
+    if (b.threads[id].suspended_once) break;  // this fiber is id's; a new runner takes the rest
+  }
+  fc::jump_fcontext(b.scheduler, &fiber_finished_token);
+}
+
+std::string lanes_text(unsigned lanes) {
+  std::ostringstream s;
+  const char* sep = "";
+  for (int l = 0; l < 32; ++l)
+    if (lanes >> l & 1u) s << sep << l, sep = ",";
+  return s.str();
+}
+
+std::string deadlock_report(const Block& b) {
+  int at_barrier = 0, finished = 0;
+  for (const Thread& t : b.threads) at_barrier += t.wait == Wait::barrier, finished += t.state == State::done;
+  std::ostringstream s;
+  for (int id = 0; id < b.n; ++id) {
+    const Thread& t = b.threads[id];
+    if (t.wait != Wait::warp) continue;
+    int warp = id / 32, first = warp * 32;
+    unsigned missing = 0;
+    for (int l = 0; l < 32; ++l)
+      if ((t.mask >> l & 1u) && (first + l >= b.n || b.threads[first + l].wait != Wait::warp)) missing |= 1u << l;
+    s << collective_name(t.collective) << " in warp " << warp << " (lane " << id % 32 << ", mask 0x" << std::hex
+      << t.mask << std::dec << ") waits for lanes " << lanes_text(missing)
+      << " that finished, wait at __syncthreads or do not exist";
+    return s.str();
+  }
+  s << "__syncthreads reached by " << at_barrier << " of " << b.n << " threads (" << finished
+    << " finished without reaching it)";
+  return s.str();
+}
+
+}  // namespace
+
+struct BlockRunner::Impl {
+  Block block;
+};
+
+BlockRunner::BlockRunner(size_t stack_bytes) : impl_(new Impl) { impl_->block.stack_bytes = stack_bytes; }
+
+BlockRunner::~BlockRunner() {
+  for (Stack& s : impl_->block.stacks) munmap(s.memory, s.bytes);
+}
+
+bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
+  Block& b = impl_->block;
+  b.body = launch.body;
+  b.call = launch.call;
+  b.kernel_name = launch.kernel_name;
+  b.block_dim = launch.block_dim;
+  b.n = int(launch.block_dim.x * launch.block_dim.y * launch.block_dim.z);
+  b.threads.assign(b.n, Thread{});
+  b.order.clear();
+  b.lane_order.clear();
+  if (launch.order == ThreadOrder::reverse || launch.order == ThreadOrder::shuffle) {
+    b.order.resize(b.n);
+    b.lane_order.resize(32);
+    for (int i = 0; i < b.n; ++i) b.order[i] = b.n - 1 - i;
+    for (int i = 0; i < 32; ++i) b.lane_order[i] = 31 - i;
+    if (launch.order == ThreadOrder::shuffle) {
+      std::mt19937_64 rng(launch.seed);
+      std::shuffle(b.order.begin(), b.order.end(), rng);
+      std::shuffle(b.lane_order.begin(), b.lane_order.end(), rng);
+    }
+  }
+  b.queue.clear();
+  b.queue_head = 0;
+  b.next_unstarted = 0;
+  b.done = 0;
+  b.current = -1;
+  b.barrier_arrived = b.barrier_true = 0;
+  b.warp_arrived.assign((b.n + 31) / 32, 0u);
+  b.error.clear();
+  b.free_stacks.clear();
+  for (int s = int(b.stacks.size()) - 1; s >= 0; --s) b.free_stacks.push_back(s);
+
+  current_block = &b;
+  int runner_stack = -1;
+  while (b.done < b.n) {
+    int stack;
+    fc::transfer_t t;
+    if (b.queue_head < b.queue.size()) {
+      int id = b.queue[b.queue_head++];
+      b.set_thread_index(id);
+      b.threads[id].state = State::running;
+      stack = b.threads[id].stack;
+      t = fc::jump_fcontext(b.threads[id].context, &b);
+    } else if (b.next_unstarted < b.n) {
+      runner_stack = take_stack(b);
+      stack = runner_stack;
+      const Stack& s = b.stacks[stack];
+      t = fc::jump_fcontext(fc::make_fcontext(s.top(), s.bytes - 4096, runner), &b);
+    } else {
+      b.error = deadlock_report(b);
+      break;
+    }
+    if (!b.error.empty()) break;
+    if (t.data == &fiber_finished_token) {
+      b.free_stacks.push_back(stack);
+    } else {  // b.current blocked; if it ran on the runner, that fiber is now its own
+      Thread& th = b.threads[b.current];
+      th.context = t.fctx;
+      th.stack = stack;
+    }
+  }
+  current_block = nullptr;
+  if (b.error.empty()) return true;
+  error = "kernel " + std::string(b.kernel_name) + ", block (" + std::to_string(launch.block_index.x) + "," +
+          std::to_string(launch.block_index.y) + "," + std::to_string(launch.block_index.z) + "): " + b.error;
+  return false;
+}
+
+namespace {
+
+Block& block_of_caller(const char* what) {
+  if (!current_block) {
+    std::fprintf(stderr, "cpu: %s called outside a kernel\n", what);
+    std::abort();
+  }
+  return *current_block;
+}
+
+int block_barrier(int predicate) {
+  Block& b = block_of_caller("__syncthreads");
+  const int id = b.current;
+  ++b.barrier_arrived;
+  b.barrier_true += predicate != 0;
+  b.threads[id].wait = Wait::barrier;
+  if (b.barrier_arrived == b.n) {
+    const uint64_t count = uint64_t(b.barrier_true);
+    b.barrier_arrived = b.barrier_true = 0;
+    for (int k = 0; k < b.n; ++k) {
+      int other = b.order.empty() ? k : b.order[k];
+      if (b.threads[other].wait == Wait::barrier) release(b, other, count);
+    }
+    return int(count);
+  }
+  suspend(b);
+  return int(b.threads[id].result);
+}
+
+// Gives each lane of a completed collective its result.
+void complete_collective(Block& b, int warp, unsigned mask) {
+  const int first = warp * 32;
+  const Thread& leader = b.threads[first + __builtin_ctz(mask)];
+  uint64_t ballot = 0;
+  for (int l = 0; l < 32; ++l) {
+    if (!(mask >> l & 1u)) continue;
+    const Thread& t = b.threads[first + l];
+    if (t.collective != leader.collective || t.mask != mask)
+      fail_in_fiber(b, std::string("warp ") + std::to_string(warp) + ": lanes of mask 0x" +
+                           [&] { std::ostringstream s; s << std::hex << mask; return s.str(); }() +
+                           " meet in different collectives (" + collective_name(t.collective) + " with mask " +
+                           std::to_string(t.mask) + " vs " + collective_name(leader.collective) + ")");
+    if (t.bits) ballot |= 1ull << l;
+  }
+  for (int k = 0; k < 32; ++k) {
+    int l = b.lane_order.empty() ? k : b.lane_order[k];
+    if (!(mask >> l & 1u)) continue;
+    const Thread& t = b.threads[first + l];
+    uint64_t result = ballot;
+    if (leader.collective != Collective::vote && leader.collective != Collective::syncwarp) {
+      const int w = t.width, segment = l & ~(w - 1);
+      int src = l;
+      switch (t.collective) {
+        case Collective::shuffle_index: src = segment + (t.operand & (w - 1)); break;
+        case Collective::shuffle_up: src = (l - segment) >= t.operand ? l - t.operand : l; break;
+        case Collective::shuffle_down: src = (l - segment) + t.operand < w ? l + t.operand : l; break;
+        case Collective::shuffle_xor: src = l ^ t.operand; src = src < segment + w ? src : l; break;
+        default: break;
+      }
+      // A source lane outside the mask gives an undefined value in CUDA; here, the caller's own.
+      result = (mask >> src & 1u) ? b.threads[first + src].bits : t.bits;
+    }
+    release(b, first + l, result);
+  }
+  b.warp_arrived[warp] &= ~mask;
+}
+
+uint64_t warp_collective(Collective kind, unsigned mask, uint64_t bits, int operand, int width) {
+  Block& b = block_of_caller(collective_name(kind));
+  const int id = b.current, warp = id / 32, lane = id % 32;
+  if (!(mask >> lane & 1u))
+    fail_in_fiber(b, std::string(collective_name(kind)) + " called by lane " + std::to_string(lane) +
+                         " of warp " + std::to_string(warp) + " whose mask does not include it");
+  if (width < 1 || width > 32 || (width & (width - 1)))
+    fail_in_fiber(b, std::string(collective_name(kind)) + " with width " + std::to_string(width) +
+                         " (must be a power of 2, at most 32)");
+  Thread& t = b.threads[id];
+  t.collective = kind;
+  t.mask = mask;
+  t.bits = bits;
+  t.operand = operand;
+  t.width = width;
+  t.wait = Wait::warp;
+  b.warp_arrived[warp] |= 1u << lane;
+  if ((b.warp_arrived[warp] & mask) == mask) {
+    complete_collective(b, warp, mask);
+    return t.result;
+  }
+  suspend(b);
+  return b.threads[id].result;
+}
+
+}  // namespace
+
+thread_local unsigned char* dynamic_shared_memory = nullptr;
+
+uint64_t warp_shuffle(Shuffle kind, unsigned mask, uint64_t bits, int operand, int width) {
+  static constexpr Collective kinds[] = {Collective::shuffle_index, Collective::shuffle_up, Collective::shuffle_down,
+                                         Collective::shuffle_xor};
+  return warp_collective(kinds[int(kind)], mask, bits, operand, width);
+}
+
+}  // namespace cpu
+
+void __syncthreads() { cpu::block_barrier(1); }
+int __syncthreads_count(int predicate) { return cpu::block_barrier(predicate); }
+int __syncthreads_and(int predicate) { return cpu::block_barrier(predicate) == int(blockDim.x * blockDim.y * blockDim.z); }
+int __syncthreads_or(int predicate) { return cpu::block_barrier(predicate) != 0; }
+void __syncwarp(unsigned mask) { cpu::warp_collective(cpu::Collective::syncwarp, mask, 0, 0, 32); }
+unsigned __ballot_sync(unsigned mask, int predicate) {
+  return unsigned(cpu::warp_collective(cpu::Collective::vote, mask, predicate != 0, 0, 32));
+}
+int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
+int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
+unsigned __activemask() {
+  cpu::Block& b = cpu::block_of_caller("__activemask");
+  const int first = b.current / 32 * 32, lanes = std::min(32, b.n - first);
+  return lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
+}

@@ -1,0 +1,53 @@
+// Reads the CPU build's settings (cpu/settings.h) from the environment once.
+#include "cpu/settings.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace cpu {
+namespace {
+
+long long read_number(const char* name, long long fallback, long long least) {
+  const char* text = std::getenv(name);
+  if (!text || !*text) return fallback;
+  char* end = nullptr;
+  long long value = std::strtoll(text, &end, 10);
+  if (*end || value < least) {
+    std::fprintf(stderr, "cpu: %s=%s is not a whole number >= %lld\n", name, text, least);
+    std::exit(EXIT_FAILURE);
+  }
+  return value;
+}
+
+Settings read_settings() {
+  Settings s;
+  if (const char* order = std::getenv("CUDA_CPU_THREAD_ORDER"); order && *order) {
+    if (!std::strcmp(order, "natural")) s.thread_order = ThreadOrder::natural;
+    else if (!std::strcmp(order, "reverse")) s.thread_order = ThreadOrder::reverse;
+    else if (!std::strcmp(order, "shuffle")) s.thread_order = ThreadOrder::shuffle;
+    else {
+      std::fprintf(stderr, "cpu: CUDA_CPU_THREAD_ORDER=%s: expected natural, reverse or shuffle\n", order);
+      std::exit(EXIT_FAILURE);
+    }
+  }
+  s.seed = uint64_t(read_number("CUDA_CPU_SEED", 1, 0));
+  s.block_threads = int(read_number("CUDA_CPU_BLOCK_THREADS", 1, 1));
+  s.stack_bytes = size_t(read_number("CUDA_CPU_STACK_KB", 64, 16)) << 10;
+  s.blas_threads = int(read_number("CUDA_CPU_BLAS_THREADS", 1, 1));
+  const long long ram = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
+  s.device_bytes = size_t(read_number("CUDA_CPU_DEVICE_MB", ram >> 20, 1)) << 20;
+  return s;
+}
+
+}  // namespace
+
+Settings& settings() {
+  static Settings s = read_settings();
+  return s;
+}
+
+}  // namespace cpu

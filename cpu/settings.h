@@ -1,0 +1,31 @@
+// Settings of the CPU build, read once from the environment; tests may change them.
+//   CUDA_CPU_THREAD_ORDER  natural | reverse | shuffle: the order in which a block's
+//                          threads (and a grid's blocks) run between synchronisation
+//                          points. reverse and shuffle expose a missing __syncthreads;
+//                          they also poison dynamic shared memory (NaN bytes) per block.
+//   CUDA_CPU_SEED          seed of the shuffled order (default 1); each launch derives its own.
+//   CUDA_CPU_BLOCK_THREADS OS threads that run blocks of one launch at once (default 1).
+//   CUDA_CPU_STACK_KB      stack of each fiber (default 64).
+//   CUDA_CPU_BLAS_THREADS  OpenBLAS threads per process (default 1).
+//   CUDA_CPU_DEVICE_MB     the memory the device reports (default: the machine's RAM).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace cpu {
+
+enum class ThreadOrder { natural, reverse, shuffle };
+
+struct Settings {
+  ThreadOrder thread_order = ThreadOrder::natural;
+  uint64_t seed = 1;
+  int block_threads = 1;
+  size_t stack_bytes = 64 << 10;
+  int blas_threads = 1;
+  size_t device_bytes = 0;
+};
+
+// The process's settings, read from the environment on first use.
+Settings& settings();
+
+}  // namespace cpu

@@ -1,0 +1,48 @@
+// main() of the multi-rank test binary (run under mpirun): every rank runs every
+// test; a test passes only if it passed on all ranks. Rank 0 prints the verdicts and
+// the line "tests: N passed, M failed"; other ranks print only their failures.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace {
+
+class AllRanksVerdict : public testing::EmptyTestEventListener {
+ public:
+  explicit AllRanksVerdict(int rank) : rank_(rank) {}
+  void OnTestEnd(const testing::TestInfo& info) override {
+    int failed_here = info.result()->Failed() ? 1 : 0, failed_anywhere = 0;
+    MPI_Allreduce(&failed_here, &failed_anywhere, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    const std::string name = std::string(info.test_suite_name()) + "." + info.name();
+    if (failed_anywhere) ++failed_;
+    else ++passed_;
+    if (rank_ == 0) std::printf("[ %s ] %s (all ranks)\n", failed_anywhere ? "FAILED" : "    OK", name.c_str());
+    if (failed_here) std::printf("rank %d: %s failed\n", rank_, name.c_str());
+  }
+  int passed_ = 0, failed_ = 0;
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  testing::InitGoogleTest(&argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
+  if (rank != 0) delete listeners.Release(listeners.default_result_printer());
+  auto* verdict = new AllRanksVerdict(rank);
+  listeners.Append(verdict);
+  RUN_ALL_TESTS();
+  const int passed = verdict->passed_, failed = verdict->failed_;
+  if (rank == 0) std::printf("tests: %d passed, %d failed\n", passed, failed);
+  std::fflush(stdout);
+  MPI_Finalize();
+  return failed ? 1 : 0;
+}
