@@ -37,8 +37,7 @@ CPU_RUNTIME_SRCS := $(wildcard cpu/*.cpp)
 TEST_SRCS := $(wildcard tests/*_test.cu)
 MPI_TEST_SRCS := $(wildcard tests/mpi/*_test.cu)
 CPU_TEST_SRCS := $(wildcard tests/cpu/*_test.cu)
-TEST_SUPPORT_SRCS := $(filter-out tests/gtest_main.cu tests/mpi_gtest_main.cu,$(wildcard tests/*.cu)) \
-                     $(filter-out %_test.cu,$(wildcard tests/mpi/*.cu))
+TEST_SUPPORT_SRCS := $(filter-out %_test.cu tests/gtest_main.cu tests/mpi_gtest_main.cu,$(wildcard tests/*.cu))
 
 ifeq ($(GPU),1)
   BUILD := build/gpu

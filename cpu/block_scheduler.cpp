@@ -70,7 +70,6 @@ struct Block {
   // the launch
   KernelBody body = nullptr;
   const void* call = nullptr;
-  const char* kernel_name = "";
   dim3 block_dim;
   int n = 0;
   // scheduling
@@ -205,7 +204,6 @@ bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   Block& b = impl_->block;
   b.body = launch.body;
   b.call = launch.call;
-  b.kernel_name = launch.kernel_name;
   b.block_dim = launch.block_dim;
   b.n = int(launch.block_dim.x * launch.block_dim.y * launch.block_dim.z);
   b.threads.assign(b.n, Thread{});
@@ -264,7 +262,7 @@ bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   }
   current_block = nullptr;
   if (b.error.empty()) return true;
-  error = "kernel " + std::string(b.kernel_name) + ", block (" + std::to_string(launch.block_index.x) + "," +
+  error = "block (" + std::to_string(launch.block_index.x) + "," +
           std::to_string(launch.block_index.y) + "," + std::to_string(launch.block_index.z) + "): " + b.error;
   return false;
 }

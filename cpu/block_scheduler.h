@@ -15,7 +15,6 @@ namespace cpu {
 struct BlockLaunch {
   KernelBody body;
   const void* call;
-  const char* kernel_name;
   dim3 block_dim;
   uint3 block_index;  // for messages; blockIdx itself is set by the caller
   ThreadOrder order;

@@ -1,9 +1,6 @@
 // Kernel launch for the CPU build: checks the configuration as CUDA does, then runs
 // the grid's blocks, on the calling thread or spread over CUDA_CPU_BLOCK_THREADS OS
 // threads. Launches are synchronous: when launch() returns, the kernel has run.
-#include <dlfcn.h>
-#include <cxxabi.h>
-
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -21,6 +18,7 @@
 
 #include "cpu/block_scheduler.h"
 #include "cpu/runtime_state.h"
+#include "cpu/symbol_name.h"
 
 namespace cpu {
 namespace {
@@ -31,25 +29,11 @@ constexpr size_t optin_shared_limit = 227 << 10;   // sharedMemPerBlockOptin of 
 std::mutex attribute_mutex;
 std::map<const void*, size_t> shared_limits;  // kernels that opted in to more
 
-std::string kernel_name(const void* kernel) {
-  Dl_info info{};
-  if (dladdr(kernel, &info) && info.dli_sname) {
-    int status = 0;
-    char* demangled = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-    std::string name = status == 0 ? demangled : info.dli_sname;
-    std::free(demangled);
-    return name;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, "%p", kernel);
-  return text;
-}
-
 // Everything a worker needs to run blocks of one launch.
 struct Grid {
   KernelBody body;
   const void* call;
-  std::string name;
+  const void* kernel;
   dim3 grid, block;
   size_t shared_bytes;
   ThreadOrder order;
@@ -77,7 +61,7 @@ void run_blocks(Grid& g) {
     blockIdx.y = unsigned(linear / g.grid.x % g.grid.y);
     blockIdx.z = unsigned(linear / (uint64_t(g.grid.x) * g.grid.y));
     if (g.order != ThreadOrder::natural) std::memset(shared.data(), 0xff, g.shared_bytes);  // NaN
-    BlockLaunch b{g.body, g.call, g.name.c_str(), g.block, blockIdx, g.order, g.seed ^ (linear * 0x9e3779b97f4a7c15ull)};
+    BlockLaunch b{g.body, g.call, g.block, blockIdx, g.order, g.seed ^ (linear * 0x9e3779b97f4a7c15ull)};
     if (!runner.run(b, error)) {
       std::lock_guard<std::mutex> lock(g.error_mutex);
       if (!g.failed.exchange(true)) g.error = error;
@@ -161,7 +145,7 @@ void launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared_byte
   Grid g;
   g.body = body;
   g.call = call;
-  g.name = kernel_name(kernel);
+  g.kernel = kernel;
   g.grid = grid;
   g.block = block;
   g.shared_bytes = shared_bytes;
@@ -184,7 +168,7 @@ void launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared_byte
     pool.run(g, threads);
   }
   if (g.failed) {
-    std::fprintf(stderr, "cpu: %s\n", g.error.c_str());
+    std::fprintf(stderr, "cpu: kernel %s, %s\n", symbol_name(kernel).c_str(), g.error.c_str());
     set_sticky_error(cudaErrorLaunchFailure);
   }
 }

@@ -1,0 +1,147 @@
+// The CPU build as a test harness for kernels: reordered threads expose a missing
+// __syncthreads, poisoned dynamic shared memory exposes a read before write, and a
+// barrier or warp collective that some thread never reaches is reported naming the
+// kernel instead of hanging. Also: launch-configuration errors as CUDA gives them.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "cpu/launch_kernel.h"
+#include "cpu/settings.h"
+#include "kernels/launch.cuh"
+#include "tests/device_buffer.h"
+
+namespace {
+
+// Restores the settings a test changes.
+class WithSettings : public testing::Test {
+ protected:
+  void TearDown() override { cpu::settings() = saved_; }
+  cpu::Settings saved_ = cpu::settings();
+};
+using Scheduler = WithSettings;
+
+// Thread t reads what thread t-1 wrote to shared memory; the __syncthreads between
+// the write and the read is missing unless `synchronise`.
+__global__ void read_left_neighbour(float* out, const float* in, bool synchronise) {
+  DYNAMIC_SHARED(float, tile);
+  const int t = threadIdx.x;
+  tile[t] = in[t];
+  if (synchronise) __syncthreads();
+  out[t] = t > 0 ? tile[t - 1] : 0.0f;
+}
+
+std::vector<float> run_left_neighbour(cpu::ThreadOrder order, bool synchronise) {
+  cpu::settings().thread_order = order;
+  const int n = 64;
+  std::vector<float> in(n);
+  for (int i = 0; i < n; ++i) in[i] = float(i + 1);
+  DeviceBuffer<float> d_in(in), d_out(n);
+  launch(read_left_neighbour, dim3(1), dim3(n), n * sizeof(float), nullptr, d_out.data(), d_in.data(), synchronise);
+  return d_out.to_host();
+}
+
+std::vector<float> left_neighbour_expected() {
+  std::vector<float> expect(64);
+  for (int i = 1; i < 64; ++i) expect[i] = float(i);
+  return expect;
+}
+
+TEST_F(Scheduler, NaturalOrderHidesAMissingSyncthreads) {
+  EXPECT_EQ(run_left_neighbour(cpu::ThreadOrder::natural, false), left_neighbour_expected());
+}
+
+TEST_F(Scheduler, ReversedAndShuffledOrdersExposeAMissingSyncthreads) {
+  EXPECT_NE(run_left_neighbour(cpu::ThreadOrder::reverse, false), left_neighbour_expected());
+  EXPECT_NE(run_left_neighbour(cpu::ThreadOrder::shuffle, false), left_neighbour_expected());
+}
+
+TEST_F(Scheduler, WithItsSyncthreadsTheKernelIsRightInEveryOrder) {
+  for (auto order : {cpu::ThreadOrder::natural, cpu::ThreadOrder::reverse, cpu::ThreadOrder::shuffle})
+    EXPECT_EQ(run_left_neighbour(order, true), left_neighbour_expected());
+}
+
+__global__ void read_shared_before_write(float* out) {
+  DYNAMIC_SHARED(float, tile);
+  out[threadIdx.x] = tile[threadIdx.x];
+}
+
+TEST_F(Scheduler, DynamicSharedMemoryIsPoisonedWhenTheOrderIsNotNatural) {
+  cpu::settings().thread_order = cpu::ThreadOrder::shuffle;
+  DeviceBuffer<float> out(32);
+  launch(read_shared_before_write, dim3(3), dim3(32), 32 * sizeof(float), nullptr, out.data());
+  for (float x : out.to_host()) EXPECT_TRUE(std::isnan(x));
+}
+
+__global__ void half_the_block_leaves_before_the_barrier(int* out) {
+  if (threadIdx.x >= 16) return;
+  __syncthreads();
+  out[threadIdx.x] = 1;
+}
+
+TEST_F(Scheduler, ASyncthreadsReachedByPartOfTheBlockIsReportedNotHung) {
+  DeviceBuffer<int> out(32);
+  EXPECT_DEATH(launch(half_the_block_leaves_before_the_barrier, dim3(2), dim3(32), 0, nullptr, out.data()),
+               "kernel .*half_the_block_leaves_before_the_barrier.*__syncthreads reached by 16 of 32 threads "
+               "\\(16 finished");
+}
+
+__global__ void shuffle_with_absent_lanes(float* out) {
+  out[threadIdx.x] = __shfl_down_sync(0xffffffffu, float(threadIdx.x), 1);
+}
+
+TEST_F(Scheduler, AWarpMaskNamingLanesThatDoNotExistIsReported) {
+  DeviceBuffer<float> out(48);  // warp 1 has lanes 0-15 only
+  EXPECT_DEATH(launch(shuffle_with_absent_lanes, dim3(1), dim3(48), 0, nullptr, out.data()),
+               "shuffle_with_absent_lanes.*__shfl_down_sync in warp 1 .*waits for lanes 16,17,.*,31");
+}
+
+__global__ void lanes_leave_before_the_shuffle(float* out) {
+  if (threadIdx.x % 32 >= 8) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+
+TEST_F(Scheduler, AWarpCollectiveWaitingForLanesThatExitedIsReported) {
+  DeviceBuffer<float> out(32);
+  EXPECT_DEATH(launch(lanes_leave_before_the_shuffle, dim3(1), dim3(32), 0, nullptr, out.data()),
+               "lanes_leave_before_the_shuffle.*__shfl_xor_sync in warp 0.*waits for lanes 8,9,");
+}
+
+__global__ void lane_outside_its_own_mask(int* out) { out[threadIdx.x] = __shfl_sync(0x1u, 5, 0); }
+
+TEST_F(Scheduler, ALaneCallingWithAMaskWithoutItselfIsReported) {
+  DeviceBuffer<int> out(32);
+  EXPECT_DEATH(launch(lane_outside_its_own_mask, dim3(1), dim3(32), 0, nullptr, out.data()),
+               "whose mask does not include it");
+}
+
+__global__ void empty_kernel() {}
+
+// Calls the CPU build's launch directly, so that the error can be read instead of exiting.
+cudaError_t try_launch(dim3 grid, dim3 block, size_t shared_bytes) {
+  cpu::launch_kernel(reinterpret_cast<const void*>(&empty_kernel), grid, block, shared_bytes, nullptr,
+                     [](const void*) { empty_kernel(); }, nullptr);
+  return cudaGetLastError();
+}
+
+TEST_F(Scheduler, InvalidConfigurationsGiveCudasErrors) {
+  EXPECT_EQ(try_launch(dim3(1), dim3(1024), 0), cudaSuccess);
+  EXPECT_EQ(try_launch(dim3(1), dim3(1025), 0), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(try_launch(dim3(1), dim3(32, 32, 2), 0), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(try_launch(dim3(1), dim3(1, 1, 65), 0), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(try_launch(dim3(0), dim3(32), 0), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(try_launch(dim3(1, 65536), dim3(32), 0), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(try_launch(dim3(1), dim3(32), 48 << 10), cudaSuccess);
+  EXPECT_EQ(try_launch(dim3(1), dim3(32), (48 << 10) + 1), cudaErrorInvalidValue);
+}
+
+TEST_F(Scheduler, OptingInRaisesTheDynamicSharedMemoryLimit) {
+  EXPECT_EQ(cudaFuncSetAttribute(reinterpret_cast<const void*>(&empty_kernel),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, 100 << 10),
+            cudaSuccess);
+  EXPECT_EQ(try_launch(dim3(1), dim3(32), 100 << 10), cudaSuccess);
+  EXPECT_EQ(try_launch(dim3(1), dim3(32), (100 << 10) + 1), cudaErrorInvalidValue);
+}
+
+}  // namespace
