@@ -8,11 +8,13 @@
 // synchronisation runs as a plain loop, and one that synchronises everywhere ends
 // up with one fiber per thread.
 //
-// Threads run in an order (natural, reversed or shuffled: cpu/settings.h) until
-// they block; a barrier or warp collective that completes releases its waiters to a
-// FIFO run queue. When nothing can run and threads are left, the block is
-// deadlocked: a barrier or collective that some thread never reaches; it is reported
-// naming the kernel and the launch fails, instead of hanging.
+// Threads start in an order (natural, reversed or shuffled: cpu/settings.h) and run
+// until they block; a barrier or warp collective that completes releases its
+// waiters to a FIFO run queue. A fiber that blocks or ends switches straight to the
+// next ready thread (or starts a runner for threads not yet started): one context
+// switch per wait. When nothing can run and threads are left, the block is
+// deadlocked (a barrier or collective that some thread never reaches): control goes
+// back to BlockRunner::run, which reports it naming the kernel instead of hanging.
 #include "cpu/block_scheduler.h"
 
 #include <sys/mman.h>
@@ -28,7 +30,6 @@ namespace fc = boost::context::detail;
 namespace cpu {
 namespace {
 
-enum class State : uint8_t { unstarted, running, ready, blocked, done };
 enum class Wait : uint8_t { none, barrier, warp };
 enum class Collective : uint8_t { shuffle_index, shuffle_up, shuffle_down, shuffle_xor, vote, syncwarp };
 
@@ -52,19 +53,13 @@ struct Stack {
 
 struct Thread {
   fc::fcontext_t context = nullptr;  // where it resumes, while suspended
-  int stack = -1;
-  State state = State::unstarted;
   Wait wait = Wait::none;
-  bool suspended_once = false;  // it owns the fiber it started on
   Collective collective{};
   unsigned mask = 0;
   int operand = 0, width = 32;
   uint64_t bits = 0;    // what it brings to a collective
   uint64_t result = 0;  // what the collective or barrier gives it back
 };
-
-// Sent with the last jump of a fiber whose function has returned.
-char fiber_finished_token;
 
 struct Block {
   // the launch
@@ -79,9 +74,10 @@ struct Block {
   std::vector<int> queue;  // FIFO of ready threads
   size_t queue_head = 0;
   int next_unstarted = 0;
-  int done = 0;
   int current = -1;
-  fc::fcontext_t scheduler = nullptr;
+  fc::fcontext_t scheduler = nullptr;  // BlockRunner::run, waiting for the block to end
+  fc::fcontext_t discard = nullptr;    // where a finished fiber's context is "saved"
+  int new_runner_stack = -1;
   // barrier and warp collectives in progress
   int barrier_arrived = 0, barrier_true = 0;
   std::vector<unsigned> warp_arrived;
@@ -93,6 +89,11 @@ struct Block {
 
   void set_thread_index(int id) {
     current = id;
+    if (block_dim.y == 1 && block_dim.z == 1) {  // the common case, without divisions
+      threadIdx.x = unsigned(id);
+      threadIdx.y = threadIdx.z = 0;
+      return;
+    }
     threadIdx.x = id % block_dim.x;
     threadIdx.y = (id / block_dim.x) % block_dim.y;
     threadIdx.z = id / (block_dim.x * block_dim.y);
@@ -117,17 +118,37 @@ int take_stack(Block& b) {
   return s;
 }
 
-// From inside a fiber: give control back to the scheduler until released.
+void runner(fc::transfer_t from);
+
+// Leaves the running fiber for the next ready thread, else a new runner for the
+// threads not yet started, else the scheduler (all done, or deadlocked). The
+// fiber's context is saved in *save. Whoever is resumed stores the context of the
+// fiber it came from where that fiber asked (the transfer's data).
+void switch_to_next(Block& b, fc::fcontext_t* save) {
+  fc::fcontext_t target;
+  if (b.queue_head < b.queue.size()) {
+    const int id = b.queue[b.queue_head++];
+    b.set_thread_index(id);
+    target = b.threads[id].context;
+  } else if (b.next_unstarted < b.n) {
+    b.new_runner_stack = take_stack(b);
+    const Stack& s = b.stacks[b.new_runner_stack];
+    target = fc::make_fcontext(s.top(), s.bytes - 4096, runner);
+  } else {
+    target = b.scheduler;
+  }
+  fc::transfer_t t = fc::jump_fcontext(target, save);
+  *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
+}
+
+// From inside a fiber: wait until released.
 void suspend(Block& b) {
-  b.threads[b.current].state = State::blocked;
-  b.threads[b.current].suspended_once = true;
-  fc::transfer_t t = fc::jump_fcontext(b.scheduler, nullptr);
-  b.scheduler = t.fctx;
+  switch_to_next(b, &b.threads[b.current].context);
 }
 
 [[noreturn]] void fail_in_fiber(Block& b, const std::string& what) {
   b.error = what;
-  fc::jump_fcontext(b.scheduler, &fiber_finished_token);
+  fc::jump_fcontext(b.scheduler, &b.discard);
   __builtin_unreachable();  // the scheduler abandons this fiber
 }
 
@@ -135,28 +156,26 @@ void release(Block& b, int id, uint64_t result) {
   Thread& t = b.threads[id];
   t.result = result;
   t.wait = Wait::none;
-  if (id == b.current) {
-    t.state = State::running;
-    return;
-  }
-  t.state = State::ready;
-  b.queue.push_back(id);
+  if (id != b.current) b.queue.push_back(id);
 }
 
+// A fiber that starts threads one after another until none are left unstarted.
+// When the thread it runs blocks, the fiber stays with that thread; once the
+// thread ends, the fiber goes on starting threads.
 void runner(fc::transfer_t from) {
-  Block& b = *static_cast<Block*>(from.data);
-  b.scheduler = from.fctx;
+  *static_cast<fc::fcontext_t*>(from.data) = from.fctx;
+  Block& b = *current_block;
+  const int my_stack = b.new_runner_stack;
   while (b.next_unstarted < b.n) {
-    int id = b.order.empty() ? b.next_unstarted : b.order[b.next_unstarted];
+    const int id = b.order.empty() ? b.next_unstarted : b.order[b.next_unstarted];
     ++b.next_unstarted;
     b.set_thread_index(id);
-    b.threads[id].state = State::running;
     b.body(b.call);
-    b.threads[id].state = State::done;
-    ++b.done;
-    if (b.threads[id].suspended_once) break;  // this fiber is id's; a new runner takes the rest
   }
-  fc::jump_fcontext(b.scheduler, &fiber_finished_token);
+  // No thread is left to start, so switch_to_next starts no runner on this stack.
+  b.free_stacks.push_back(my_stack);
+  switch_to_next(b, &b.discard);
+  __builtin_unreachable();
 }
 
 std::string lanes_text(unsigned lanes) {
@@ -168,8 +187,10 @@ std::string lanes_text(unsigned lanes) {
 }
 
 std::string deadlock_report(const Block& b) {
+  // Every thread has started (the runners start them all before control comes
+  // back); those not waiting have finished.
   int at_barrier = 0, finished = 0;
-  for (const Thread& t : b.threads) at_barrier += t.wait == Wait::barrier, finished += t.state == State::done;
+  for (const Thread& t : b.threads) at_barrier += t.wait == Wait::barrier, finished += t.wait == Wait::none;
   std::ostringstream s;
   for (int id = 0; id < b.n; ++id) {
     const Thread& t = b.threads[id];
@@ -206,7 +227,7 @@ bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   b.call = launch.call;
   b.block_dim = launch.block_dim;
   b.n = int(launch.block_dim.x * launch.block_dim.y * launch.block_dim.z);
-  b.threads.assign(b.n, Thread{});
+  if (int(b.threads.size()) != b.n || !b.error.empty()) b.threads.assign(b.n, Thread{});  // else all are Wait::none
   b.order.clear();
   b.lane_order.clear();
   if (launch.order == ThreadOrder::reverse || launch.order == ThreadOrder::shuffle) {
@@ -223,7 +244,6 @@ bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   b.queue.clear();
   b.queue_head = 0;
   b.next_unstarted = 0;
-  b.done = 0;
   b.current = -1;
   b.barrier_arrived = b.barrier_true = 0;
   b.warp_arrived.assign((b.n + 31) / 32, 0u);
@@ -232,34 +252,12 @@ bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   for (int s = int(b.stacks.size()) - 1; s >= 0; --s) b.free_stacks.push_back(s);
 
   current_block = &b;
-  int runner_stack = -1;
-  while (b.done < b.n) {
-    int stack;
-    fc::transfer_t t;
-    if (b.queue_head < b.queue.size()) {
-      int id = b.queue[b.queue_head++];
-      b.set_thread_index(id);
-      b.threads[id].state = State::running;
-      stack = b.threads[id].stack;
-      t = fc::jump_fcontext(b.threads[id].context, &b);
-    } else if (b.next_unstarted < b.n) {
-      runner_stack = take_stack(b);
-      stack = runner_stack;
-      const Stack& s = b.stacks[stack];
-      t = fc::jump_fcontext(fc::make_fcontext(s.top(), s.bytes - 4096, runner), &b);
-    } else {
-      b.error = deadlock_report(b);
-      break;
-    }
-    if (!b.error.empty()) break;
-    if (t.data == &fiber_finished_token) {
-      b.free_stacks.push_back(stack);
-    } else {  // b.current blocked; if it ran on the runner, that fiber is now its own
-      Thread& th = b.threads[b.current];
-      th.context = t.fctx;
-      th.stack = stack;
-    }
-  }
+  b.new_runner_stack = take_stack(b);
+  const Stack& first = b.stacks[b.new_runner_stack];
+  fc::transfer_t t = fc::jump_fcontext(fc::make_fcontext(first.top(), first.bytes - 4096, runner), &b.scheduler);
+  *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
+  const bool waiting = b.barrier_arrived > 0 || std::any_of(b.warp_arrived.begin(), b.warp_arrived.end(), [](unsigned w) { return w != 0; });
+  if (b.error.empty() && waiting) b.error = deadlock_report(b);
   current_block = nullptr;
   if (b.error.empty()) return true;
   error = "block (" + std::to_string(launch.block_index.x) + "," +

@@ -17,6 +17,8 @@ namespace {
 // Restores the settings a test changes.
 class WithSettings : public testing::Test {
  protected:
+  // Death tests re-execute the binary: safe with the OS threads that OpenBLAS starts.
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
   void TearDown() override { cpu::settings() = saved_; }
   cpu::Settings saved_ = cpu::settings();
 };

@@ -1,0 +1,150 @@
+// Micro-benchmark of the CPU build's kernel execution (a program, not a test):
+//   1. ns per fiber switch: Boost.Context's jump_fcontext ping-pong, and our scheduler's
+//      cost per thread per __syncthreads;
+//   2. a warp-per-row layernorm-style kernel over 4096 x 768 floats against a plain
+//      C++ loop doing the same arithmetic;
+//   3. an elementwise kernel without synchronisation against a plain loop.
+// Ratios are measured in one run. Usage: build/cpu/tools/fiber_bench (make bench).
+#include <boost/context/detail/fcontext.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "kernels/launch.cuh"
+
+namespace fc = boost::context::detail;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Runs f `repeats` times and returns the best time of one run, in seconds.
+template <typename F>
+double best_of(int repeats, F f) {
+  double best = 1e30;
+  for (int r = 0; r < repeats; ++r) {
+    auto start = Clock::now();
+    f();
+    best = std::min(best, seconds_since(start));
+  }
+  return best;
+}
+
+void ping_pong(fc::transfer_t t) {
+  for (;;) t = fc::jump_fcontext(t.fctx, nullptr);
+}
+
+double ns_per_raw_switch() {
+  static char stack[64 << 10];
+  fc::fcontext_t fiber = fc::make_fcontext(stack + sizeof stack, sizeof stack, ping_pong);
+  const long switches = 20'000'000;
+  double s = best_of(3, [&] {
+    for (long i = 0; i < switches / 2; ++i) fiber = fc::jump_fcontext(fiber, nullptr).fctx;
+  });
+  return s / switches * 1e9;
+}
+
+__global__ void barriers(int rounds, int* sink) {
+  int x = threadIdx.x;
+  for (int r = 0; r < rounds; ++r) {
+    x += r;
+    __syncthreads();
+  }
+  if (x == -1) *sink = x;
+}
+
+__global__ void layernorm_warp_per_row(float* out, const float* in, const float* weight, const float* bias,
+                                       int rows, int C) {
+  const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= rows) return;  // whole warps leave together: no collective waits for them
+  const float* x = in + size_t(row) * C;
+  float sum = 0.0f;
+  for (int c = lane; c < C; c += 32) sum += x[c];
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  const float mean = sum / C;
+  float var = 0.0f;
+  for (int c = lane; c < C; c += 32) var += (x[c] - mean) * (x[c] - mean);
+  for (int o = 16; o > 0; o /= 2) var += __shfl_xor_sync(0xffffffffu, var, o);
+  const float rstd = rsqrtf(var / C + 1e-5f);
+  for (int c = lane; c < C; c += 32) out[size_t(row) * C + c] = (x[c] - mean) * rstd * weight[c] + bias[c];
+}
+
+void layernorm_loop(float* out, const float* in, const float* weight, const float* bias, int rows, int C) {
+  for (int row = 0; row < rows; ++row) {
+    const float* x = in + size_t(row) * C;
+    float sum = 0.0f;
+    for (int c = 0; c < C; ++c) sum += x[c];
+    const float mean = sum / C;
+    float var = 0.0f;
+    for (int c = 0; c < C; ++c) var += (x[c] - mean) * (x[c] - mean);
+    const float rstd = 1.0f / std::sqrt(var / C + 1e-5f);
+    for (int c = 0; c < C; ++c) out[size_t(row) * C + c] = (x[c] - mean) * rstd * weight[c] + bias[c];
+  }
+}
+
+__global__ void scale_shift(float* out, const float* in, size_t n) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] * 1.5f + 0.25f;
+}
+
+void scale_shift_loop(float* out, const float* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = in[i] * 1.5f + 0.25f;
+}
+
+__device__ __host__ inline float gelu(float x) {
+  const float k = 0.7978845608f;  // sqrt(2 / pi)
+  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+__global__ void gelu_kernel(float* out, const float* in, size_t n) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = gelu(in[i]);
+}
+
+void gelu_loop(float* out, const float* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = gelu(in[i]);
+}
+
+}  // namespace
+
+int main() {
+  const int rows = 4096, C = 768;
+  const size_t n = size_t(rows) * C;
+  std::vector<float> host(n), weight(C, 1.1f), bias(C, 0.1f), out_loop(n);
+  for (size_t i = 0; i < n; ++i) host[i] = float(i % 101) * 0.01f;
+  float *d_in, *d_out, *d_w, *d_b;
+  int* sink;
+  CUDA_CHECK(cudaMalloc(&d_in, n * 4));
+  CUDA_CHECK(cudaMalloc(&d_out, n * 4));
+  CUDA_CHECK(cudaMalloc(&d_w, C * 4));
+  CUDA_CHECK(cudaMalloc(&d_b, C * 4));
+  CUDA_CHECK(cudaMalloc(&sink, 4));
+  CUDA_CHECK(cudaMemcpy(d_in, host.data(), n * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d_w, weight.data(), C * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d_b, bias.data(), C * 4, cudaMemcpyHostToDevice));
+
+  std::printf("fiber switch (Boost.Context jump_fcontext ping-pong): %.1f ns\n", ns_per_raw_switch());
+  const int threads = 256, rounds = 2000;
+  double s = best_of(3, [&] { launch(barriers, dim3(1), dim3(threads), 0, nullptr, rounds, sink); });
+  std::printf("__syncthreads, per thread per barrier (%d threads): %.1f ns\n", threads, s / (double(rounds) * threads) * 1e9);
+
+  const double kernel = best_of(5, [&] {
+    launch(layernorm_warp_per_row, dim3(rows / 8), dim3(256), 0, nullptr, d_out, d_in, d_w, d_b, rows, C);
+  });
+  const double loop = best_of(5, [&] { layernorm_loop(out_loop.data(), host.data(), weight.data(), bias.data(), rows, C); });
+  std::printf("layernorm warp-per-row %d x %d: kernel %.2f ms, plain loop %.2f ms, ratio %.2fx\n", rows, C,
+              kernel * 1e3, loop * 1e3, kernel / loop);
+
+  const double kernel2 = best_of(5, [&] { launch(scale_shift, dim3(unsigned((n + 255) / 256)), dim3(256), 0, nullptr, d_out, d_in, n); });
+  const double loop2 = best_of(5, [&] { scale_shift_loop(out_loop.data(), host.data(), n); });
+  std::printf("elementwise x*1.5+0.25, no synchronisation, %zu floats: kernel %.2f ms, plain loop %.2f ms, ratio %.2fx\n", n,
+              kernel2 * 1e3, loop2 * 1e3, kernel2 / loop2);
+  const double kernel3 = best_of(5, [&] { launch(gelu_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, nullptr, d_out, d_in, n); });
+  const double loop3 = best_of(5, [&] { gelu_loop(out_loop.data(), host.data(), n); });
+  std::printf("elementwise GELU, no synchronisation, %zu floats: kernel %.2f ms, plain loop %.2f ms, ratio %.2fx\n", n,
+              kernel3 * 1e3, loop3 * 1e3, kernel3 / loop3);
+  return 0;
+}
