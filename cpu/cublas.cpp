@@ -1,0 +1,324 @@
+// cuBLAS on the CPU, over OpenBLAS: the handle (stream, math and pointer modes), status
+// strings, and the GEMMs the project calls (Sgemm, Dgemm, their strided batches, and
+// GemmEx / GemmStridedBatchedEx for fp32, bf16 and fp64), with cuBLAS's column-major
+// semantics and argument checks. Any other use aborts with its name (cpu::unsupported).
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "cpu/runtime_state.h"
+#include "cpu/settings.h"
+
+// cuBLAS's header only declares the handle's type; each implementation defines it.
+struct cublasContext {
+  cudaStream_t stream = nullptr;  // recorded only: work here has finished when a call returns
+  cublasMath_t math_mode = CUBLAS_DEFAULT_MATH;
+  // fp32 copies of bf16 operands, kept so that repeated GEMMs do not allocate.
+  std::vector<float> a_fp32, b_fp32, c_fp32;
+};
+
+namespace {
+
+// One GEMM as cuBLAS describes it, column-major:
+// C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C, with op(X) = X or X^T.
+struct Shape {
+  cublasOperation_t transa, transb;
+  int m, n, k;
+  int lda, ldb, ldc;
+};
+// Rows and columns of A and B as stored, before op.
+int rows_a(const Shape& s) { return s.transa == CUBLAS_OP_N ? s.m : s.k; }
+int cols_a(const Shape& s) { return s.transa == CUBLAS_OP_N ? s.k : s.m; }
+int rows_b(const Shape& s) { return s.transb == CUBLAS_OP_N ? s.k : s.n; }
+int cols_b(const Shape& s) { return s.transb == CUBLAS_OP_N ? s.n : s.k; }
+
+bool is_op(cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; }
+
+// cuBLAS's checks of a GEMM call: the handle, the arguments, then an earlier failed
+// kernel (which, as on a GPU, fails all later work).
+cublasStatus_t check_gemm(cublasHandle_t handle, const Shape& s, const void* alpha, const void* beta,
+                          const void* C, int batch_count) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!is_op(s.transa) || !is_op(s.transb) || s.m < 0 || s.n < 0 || s.k < 0 || batch_count < 0 ||
+      s.lda < std::max(1, rows_a(s)) || s.ldb < std::max(1, rows_b(s)) || s.ldc < std::max(1, s.m) ||
+      alpha == nullptr || beta == nullptr || (C == nullptr && s.m > 0 && s.n > 0))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (cpu::sticky_error() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// For real matrices the conjugate transpose is the transpose.
+CBLAS_TRANSPOSE to_cblas(cublasOperation_t op) { return op == CUBLAS_OP_N ? CblasNoTrans : CblasTrans; }
+
+// BLAS semantics, which cuBLAS shares: beta == 0 sets C without reading it.
+void blas_gemm(const Shape& s, float alpha, const float* A, const float* B, float beta, float* C) {
+  cblas_sgemm(CblasColMajor, to_cblas(s.transa), to_cblas(s.transb), s.m, s.n, s.k, alpha, A, s.lda, B, s.ldb,
+              beta, C, s.ldc);
+}
+void blas_gemm(const Shape& s, double alpha, const double* A, const double* B, double beta, double* C) {
+  cblas_dgemm(CblasColMajor, to_cblas(s.transa), to_cblas(s.transb), s.m, s.n, s.k, alpha, A, s.lda, B, s.ldb,
+              beta, C, s.ldc);
+}
+
+// batch_count GEMMs; matrix i of each operand starts i * stride elements after the first.
+template <typename T>
+void gemm_batched(const Shape& s, T alpha, const T* A, long long stride_a, const T* B, long long stride_b, T beta,
+                  T* C, long long stride_c, int batch_count) {
+  for (long long i = 0; i < batch_count; ++i)
+    blas_gemm(s, alpha, A + i * stride_a, B + i * stride_b, beta, C + i * stride_c);
+}
+
+// Copies the (rows, cols) bf16 matrix at `in` (leading dimension ld) into `out` as fp32,
+// packed (leading dimension rows).
+void widen(const __nv_bfloat16* in, int rows, int cols, int ld, std::vector<float>& out) {
+  out.resize(size_t(rows) * cols);
+  for (size_t j = 0; j < size_t(cols); ++j)
+    for (size_t i = 0; i < size_t(rows); ++i) out[j * rows + i] = __bfloat162float(in[j * ld + i]);
+}
+// The reverse of widen, rounding to nearest even.
+void narrow(const std::vector<float>& in, int rows, int cols, __nv_bfloat16* out, int ld) {
+  for (size_t j = 0; j < size_t(cols); ++j)
+    for (size_t i = 0; i < size_t(rows); ++i) out[j * ld + i] = __float2bfloat16(in[j * rows + i]);
+}
+
+// bf16 A and B, C in bf16 or fp32: the inputs are widened to fp32 (exactly), the GEMM
+// runs in fp32, and a bf16 C is rounded once at the end, as cuBLAS with CUBLAS_COMPUTE_32F.
+void gemm_batched_bf16(cublasContext& handle, const Shape& s, float alpha, const __nv_bfloat16* A,
+                       long long stride_a, const __nv_bfloat16* B, long long stride_b, float beta, void* C,
+                       cudaDataType c_type, long long stride_c, int batch_count) {
+  Shape packed = s;
+  packed.lda = std::max(1, rows_a(s));
+  packed.ldb = std::max(1, rows_b(s));
+  for (long long i = 0; i < batch_count; ++i) {
+    widen(A + i * stride_a, rows_a(s), cols_a(s), s.lda, handle.a_fp32);
+    widen(B + i * stride_b, rows_b(s), cols_b(s), s.ldb, handle.b_fp32);
+    if (c_type == CUDA_R_32F) {
+      blas_gemm(packed, alpha, handle.a_fp32.data(), handle.b_fp32.data(), beta,
+                static_cast<float*>(C) + i * stride_c);
+      continue;
+    }
+    __nv_bfloat16* C_i = static_cast<__nv_bfloat16*>(C) + i * stride_c;
+    Shape packed_c = packed;
+    packed_c.ldc = std::max(1, s.m);
+    handle.c_fp32.resize(size_t(s.m) * s.n);
+    if (beta != 0.0f) widen(C_i, s.m, s.n, s.ldc, handle.c_fp32);
+    blas_gemm(packed_c, alpha, handle.a_fp32.data(), handle.b_fp32.data(), beta, handle.c_fp32.data());
+    narrow(handle.c_fp32, s.m, s.n, C_i, s.ldc);
+  }
+}
+
+std::string type_name(cudaDataType t) {
+  switch (t) {
+    case CUDA_R_16F: return "CUDA_R_16F";
+    case CUDA_R_16BF: return "CUDA_R_16BF";
+    case CUDA_R_32F: return "CUDA_R_32F";
+    case CUDA_R_64F: return "CUDA_R_64F";
+    default: return "cudaDataType " + std::to_string(int(t));
+  }
+}
+std::string compute_name(cublasComputeType_t t) {
+  switch (t) {
+    case CUBLAS_COMPUTE_16F: return "CUBLAS_COMPUTE_16F";
+    case CUBLAS_COMPUTE_32F: return "CUBLAS_COMPUTE_32F";
+    case CUBLAS_COMPUTE_32F_FAST_16F: return "CUBLAS_COMPUTE_32F_FAST_16F";
+    case CUBLAS_COMPUTE_32F_FAST_16BF: return "CUBLAS_COMPUTE_32F_FAST_16BF";
+    case CUBLAS_COMPUTE_32F_FAST_TF32: return "CUBLAS_COMPUTE_32F_FAST_TF32";
+    case CUBLAS_COMPUTE_64F: return "CUBLAS_COMPUTE_64F";
+    default: return "cublasComputeType_t " + std::to_string(int(t));
+  }
+}
+
+// GemmEx and GemmStridedBatchedEx (GemmEx is one batch). The fast fp32 compute types
+// may lower input precision on a GPU; here they compute in plain fp32.
+cublasStatus_t gemm_ex(const char* function, cublasHandle_t handle, const Shape& s, const void* alpha,
+                       const void* A, cudaDataType a_type, long long stride_a, const void* B,
+                       cudaDataType b_type, long long stride_b, const void* beta, void* C, cudaDataType c_type,
+                       long long stride_c, int batch_count, cublasComputeType_t compute,
+                       cublasGemmAlgo_t algo) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (algo != CUBLAS_GEMM_DEFAULT && algo != CUBLAS_GEMM_DEFAULT_TENSOR_OP)
+    cpu::unsupported((std::string(function) + " with algo " + std::to_string(int(algo))).c_str());
+  const bool fp32_compute = compute == CUBLAS_COMPUTE_32F || compute == CUBLAS_COMPUTE_32F_FAST_TF32 ||
+                            compute == CUBLAS_COMPUTE_32F_FAST_16BF;
+  const bool fp32 = a_type == CUDA_R_32F && b_type == CUDA_R_32F && c_type == CUDA_R_32F && fp32_compute;
+  const bool bf16 = a_type == CUDA_R_16BF && b_type == CUDA_R_16BF &&
+                    (c_type == CUDA_R_16BF || c_type == CUDA_R_32F) && compute == CUBLAS_COMPUTE_32F;
+  const bool fp64 = a_type == CUDA_R_64F && b_type == CUDA_R_64F && c_type == CUDA_R_64F &&
+                    compute == CUBLAS_COMPUTE_64F;
+  if (!fp32 && !bf16 && !fp64)
+    cpu::unsupported((std::string(function) + " with Atype " + type_name(a_type) + ", Btype " + type_name(b_type) +
+                      ", Ctype " + type_name(c_type) + ", computeType " + compute_name(compute))
+                         .c_str());
+  const cublasStatus_t status = check_gemm(handle, s, alpha, beta, C, batch_count);
+  if (status != CUBLAS_STATUS_SUCCESS) return status;
+  // alpha and beta have the compute type: float for the fp32 computes, double for fp64.
+  if (fp32) {
+    gemm_batched(s, *static_cast<const float*>(alpha), static_cast<const float*>(A), stride_a,
+                 static_cast<const float*>(B), stride_b, *static_cast<const float*>(beta), static_cast<float*>(C),
+                 stride_c, batch_count);
+  } else if (bf16) {
+    gemm_batched_bf16(*handle, s, *static_cast<const float*>(alpha), static_cast<const __nv_bfloat16*>(A),
+                      stride_a, static_cast<const __nv_bfloat16*>(B), stride_b, *static_cast<const float*>(beta),
+                      C, c_type, stride_c, batch_count);
+  } else {
+    gemm_batched(s, *static_cast<const double*>(alpha), static_cast<const double*>(A), stride_a,
+                 static_cast<const double*>(B), stride_b, *static_cast<const double*>(beta),
+                 static_cast<double*>(C), stride_c, batch_count);
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+// ---- handle ----
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  static const bool blas_threads_set = [] {
+    openblas_set_num_threads(cpu::settings().blas_threads);
+    return true;
+  }();
+  (void)blas_threads_set;
+  *handle = new cublasContext;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetStream_v2(cublasHandle_t handle, cudaStream_t* stream) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (stream == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *stream = handle->stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->math_mode = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t* mode) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (mode == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *mode = handle->math_mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// Only host pointers for alpha and beta: the project passes no scalars in device memory.
+cublasStatus_t cublasSetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t mode) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (mode == CUBLAS_POINTER_MODE_DEVICE) cpu::unsupported("cublasSetPointerMode with CUBLAS_POINTER_MODE_DEVICE");
+  if (mode != CUBLAS_POINTER_MODE_HOST) return CUBLAS_STATUS_INVALID_VALUE;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t* mode) {
+  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (mode == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
+  *mode = CUBLAS_POINTER_MODE_HOST;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// ---- status ----
+
+const char* cublasGetStatusName(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+  }
+  return "CUBLAS_STATUS_UNKNOWN";
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "the operation completed successfully";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "an error was detected when checking the current licensing";
+  }
+  return "an unknown internal error has occurred";
+}
+
+// ---- GEMM ----
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                              int n, int k, const float* alpha, const float* A, int lda, const float* B, int ldb,
+                              const float* beta, float* C, int ldc) {
+  return cublasSgemmStridedBatched(handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+cublasStatus_t cublasDgemm_v2(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m,
+                              int n, int k, const double* alpha, const double* A, int lda, const double* B, int ldb,
+                              const double* beta, double* C, int ldc) {
+  return cublasDgemmStridedBatched(handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const float* alpha, const float* A, int lda,
+                                         long long strideA, const float* B, int ldb, long long strideB,
+                                         const float* beta, float* C, int ldc, long long strideC, int batchCount) {
+  const Shape s{transa, transb, m, n, k, lda, ldb, ldc};
+  const cublasStatus_t status = check_gemm(handle, s, alpha, beta, C, batchCount);
+  if (status != CUBLAS_STATUS_SUCCESS) return status;
+  gemm_batched(s, *alpha, A, strideA, B, strideB, *beta, C, strideC, batchCount);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const double* alpha, const double* A, int lda,
+                                         long long strideA, const double* B, int ldb, long long strideB,
+                                         const double* beta, double* C, int ldc, long long strideC, int batchCount) {
+  const Shape s{transa, transb, m, n, k, lda, ldb, ldc};
+  const cublasStatus_t status = check_gemm(handle, s, alpha, beta, C, batchCount);
+  if (status != CUBLAS_STATUS_SUCCESS) return status;
+  gemm_batched(s, *alpha, A, strideA, B, strideB, *beta, C, strideC, batchCount);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+  return gemm_ex("cublasGemmEx", handle, Shape{transa, transb, m, n, k, lda, ldb, ldc}, alpha, A, Atype, 0, B,
+                 Btype, 0, beta, C, Ctype, 0, 1, computeType, algo);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long strideA, const void* B, cudaDataType Btype, int ldb,
+                                          long long strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                                          long long strideC, int batchCount, cublasComputeType_t computeType,
+                                          cublasGemmAlgo_t algo) {
+  return gemm_ex("cublasGemmStridedBatchedEx", handle, Shape{transa, transb, m, n, k, lda, ldb, ldc}, alpha, A,
+                 Atype, strideA, B, Btype, strideB, beta, C, Ctype, strideC, batchCount, computeType, algo);
+}
