@@ -3,7 +3,7 @@
 #   CPU build: g++ on the same .cu files; cpu/ supplies the CUDA runtime, kernel
 #              launch, cuBLAS (OpenBLAS) and NCCL (MPI). Never links libcudart.
 # `make` picks the GPU build when nvidia-smi sees a GPU; GPU=1 / GPU=0 force either.
-#   make            build every program that exists (./train once train/ has it)
+#   make            build every program that exists: ./train (once train/ has it), the tests
 #   make test       build and run every test; ends with "N passed, M failed"
 #                   (FILTER='LayerNorm.*' runs one family)
 #   make cuda       compile and link the GPU build, even without a GPU
@@ -53,7 +53,7 @@ TEST_BINS := $(BUILD)/tests/unit_tests $(if $(MPI_TEST_SRCS),$(BUILD)/tests/mpi_
              $(if $(and $(CPU_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_tests)
 
 .PHONY: all test cuda bench ptxas-report clean
-all: $(if $(TRAIN_SRCS),train)
+all: $(if $(TRAIN_SRCS),train) $(TEST_BINS)
 
 train: $(call objs,$(TRAIN_SRCS),$(BUILD)) $(LIB_OBJS) $(RUNTIME_OBJS)
 	$(if $(filter 1,$(GPU)),$(NVCC) $(GPU_ARCH) -o $@ $^ $(GPU_LIBS),$(CXX) -o $@ $^ $(CPU_LIBS))
