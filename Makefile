@@ -28,8 +28,10 @@ GPU_FLAGS := -std=c++20 -O2 -g $(GPU_ARCH) -Xcompiler -Wall,-Wno-unused-paramete
 GPU_LIBS := -lcublas -lnccl $(MPI_LIBS)
 GTEST_LIBS := -lgtest -lpthread
 
-# Project sources (the same for both builds) and the CPU build's runtime.
-LIB_SRCS := $(wildcard kernels/*.cu model/*.cu pipeline/*.cu comm/*.cu)
+# Project sources (the same for both builds) and the CPU build's runtime. Host-only
+# code may be .cpp (g++ in both builds, with the build's CUDA headers).
+LIB_SRCS := $(wildcard kernels/*.cu model/*.cu model/*.cpp pipeline/*.cu pipeline/*.cpp comm/*.cu comm/*.cpp \
+              train/*.cpp)
 TRAIN_SRCS := $(wildcard train/*.cu)
 CPU_RUNTIME_SRCS := $(wildcard cpu/*.cpp)
 # Tests: tests/*_test.cu run in one process in either build, tests/mpi/*_test.cu under
@@ -47,7 +49,7 @@ else
   RUNTIME_OBJS := $(CPU_RUNTIME_SRCS:%.cpp=build/cpu/%.o)
 endif
 
-objs = $(patsubst %.cu,$(2)/%.o,$(1))
+objs = $(patsubst %,$(2)/%.o,$(basename $(1)))
 LIB_OBJS = $(call objs,$(LIB_SRCS),$(BUILD))
 TEST_BINS := $(BUILD)/tests/unit_tests $(if $(MPI_TEST_SRCS),$(BUILD)/tests/mpi_tests) \
              $(if $(and $(CPU_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_tests)
@@ -68,6 +70,9 @@ build/cpu/%.o: %.cpp
 build/gpu/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(GPU_FLAGS) -x cu -c $< -o $@
+build/gpu/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 -O2 -g $(WARNINGS) -MMD -MP -I. -isystem $(CUDA)/include $(MPI_INCLUDE) -c $< -o $@
 
 # ---- tests ----
 $(BUILD)/tests/unit_tests: $(call objs,$(TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/gtest_main.cu,$(BUILD)) $(LIB_OBJS) $(RUNTIME_OBJS)
