@@ -1,0 +1,414 @@
+// NCCL on the CPU, over MPI. A communicator is an MPI communicator; every send, receive
+// and collective is a nonblocking MPI call. Calls between ncclGroupStart and the outermost
+// ncclGroupEnd are only queued, then posted all at once and completed together, so a group
+// that cannot deadlock in NCCL cannot deadlock here. Like the rest of the CPU build,
+// everything is synchronous: streams are ignored and an operation has finished when the
+// call (or the outermost ncclGroupEnd) returns. MPI errors abort (MPI_ERRORS_ARE_FATAL).
+#include <cuda_bf16.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cpu/runtime_state.h"
+
+struct ncclComm {
+  MPI_Comm mpi;
+};
+
+namespace {
+
+thread_local std::string last_error;  // what ncclGetLastError returns
+
+ncclResult_t fail(ncclResult_t result, const std::string& message) {
+  last_error = message;
+  return result;
+}
+
+ncclResult_t check_usable(const char* function) {
+  if (cpu::sticky_error() != cudaSuccess)
+    return fail(ncclUnhandledCudaError, std::string(function) + ": a kernel failed earlier");
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized)
+    return fail(ncclInvalidUsage, std::string(function) + ": the CPU build's NCCL runs over MPI; call MPI_Init first");
+  return ncclSuccess;
+}
+
+ncclResult_t check_comm(ncclComm_t comm, const char* function) {
+  if (ncclResult_t r = check_usable(function); r != ncclSuccess) return r;
+  if (comm == nullptr) return fail(ncclInvalidArgument, std::string(function) + ": comm is null");
+  return ncclSuccess;
+}
+
+int comm_size(ncclComm_t comm) {
+  int size = 0;
+  MPI_Comm_size(comm->mpi, &size);
+  return size;
+}
+int comm_rank(ncclComm_t comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm->mpi, &rank);
+  return rank;
+}
+
+ncclResult_t check_rank(int rank, ncclComm_t comm, const char* function, const char* argument) {
+  if (rank >= 0 && rank < comm_size(comm)) return ncclSuccess;
+  return fail(ncclInvalidArgument, std::string(function) + ": " + argument + " " + std::to_string(rank) +
+                                       " is not a rank of a communicator of " + std::to_string(comm_size(comm)));
+}
+
+// MPI counts are ints; the CPU build never moves 2^31 elements in one call.
+int mpi_count(size_t count, const char* function) {
+  if (count > INT_MAX) cpu::unsupported((std::string(function) + " with a count above INT_MAX").c_str());
+  return static_cast<int>(count);
+}
+
+// ---- data types and reductions ----
+
+struct Element {
+  MPI_Datatype mpi;
+  size_t bytes;
+};
+
+Element element(ncclDataType_t type, const char* function) {
+  switch (type) {
+    case ncclFloat32: return {MPI_FLOAT, 4};
+    case ncclFloat64: return {MPI_DOUBLE, 8};
+    case ncclBfloat16: return {MPI_UINT16_T, 2};  // reduced only by the bf16 operations below
+    case ncclInt32: return {MPI_INT32_T, 4};
+    case ncclUint8: return {MPI_UINT8_T, 1};
+    default: break;
+  }
+  cpu::unsupported((std::string(function) + " with datatype " + std::to_string(type) +
+                    " (supported: ncclFloat32, ncclFloat64, ncclBfloat16, ncclInt32, ncclUint8)")
+                       .c_str());
+}
+
+// bf16 reductions work in fp32 and round each partial result to bf16, as NCCL does;
+// the order of the partial results is MPI's.
+void bf16_sum(void* in, void* inout, int* length, MPI_Datatype*) {
+  const __nv_bfloat16* a = static_cast<const __nv_bfloat16*>(in);
+  __nv_bfloat16* b = static_cast<__nv_bfloat16*>(inout);
+  for (int i = 0; i < *length; ++i) b[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+void bf16_max(void* in, void* inout, int* length, MPI_Datatype*) {
+  const __nv_bfloat16* a = static_cast<const __nv_bfloat16*>(in);
+  __nv_bfloat16* b = static_cast<__nv_bfloat16*>(inout);
+  for (int i = 0; i < *length; ++i) b[i] = __float2bfloat16(std::max(__bfloat162float(a[i]), __bfloat162float(b[i])));
+}
+
+MPI_Op reduction(ncclRedOp_t op, ncclDataType_t type, const char* function) {
+  if (type == ncclBfloat16 && (op == ncclSum || op == ncclMax)) {
+    // Created on first use: MPI_Op_create needs MPI_Init, which the program calls.
+    static MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL;
+    if (sum == MPI_OP_NULL) {
+      MPI_Op_create(bf16_sum, /*commute=*/1, &sum);
+      MPI_Op_create(bf16_max, /*commute=*/1, &max);
+    }
+    return op == ncclSum ? sum : max;
+  }
+  if (op == ncclSum) return MPI_SUM;
+  if (op == ncclMax) return MPI_MAX;
+  cpu::unsupported((std::string(function) + " with op " + std::to_string(op) + " (supported: ncclSum, ncclMax)").c_str());
+}
+
+// ---- groups ----
+
+// A queued operation: posts its nonblocking MPI call when the outermost group ends.
+// What it captures (a staging copy, say) lives until the group has completed.
+using Post = std::function<MPI_Request()>;
+
+thread_local int group_depth = 0;
+thread_local std::vector<Post> queued;
+
+// Waits for requests without holding a CPU. MPICH's blocking calls (MPI_Wait, MPI_Allreduce)
+// poll in a loop, so a rank waiting for a slower peer takes a whole core; with more ranks
+// than cores (4 ranks on 2 cores) that starves the very rank it waits for. So: spin for up
+// to 50 us, which catches a peer that is already there, then test (MPI_Testall also drives
+// MPI's progress) between sleeps that double from 1 us up to 1 ms: a waiting rank costs next
+// to no CPU, and a completion is noticed at most about 1 ms late.
+void wait_without_spinning(std::vector<MPI_Request>& requests) {
+  constexpr auto spin_time = std::chrono::microseconds(50);
+  constexpr auto longest_sleep = std::chrono::microseconds(1000);
+  const auto start = std::chrono::steady_clock::now();
+  auto sleep = std::chrono::microseconds(1);
+  for (;;) {
+    int done = 0;
+    MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
+    if (done) return;
+    if (std::chrono::steady_clock::now() - start < spin_time) continue;
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, longest_sleep);
+  }
+}
+
+ncclResult_t run_queued() {
+  std::vector<Post> posts;
+  posts.swap(queued);
+  std::vector<MPI_Request> requests;
+  requests.reserve(posts.size());
+  for (Post& post : posts) requests.push_back(post());
+  wait_without_spinning(requests);
+  return ncclSuccess;
+}
+
+// Outside a group, each call is its own group.
+ncclResult_t submit(Post post) {
+  queued.push_back(std::move(post));
+  return group_depth == 0 ? run_queued() : ncclSuccess;
+}
+
+// Every rank of comm has arrived; lets a blocking MPI call that follows return at once
+// instead of spinning while a peer is still busy.
+void arrive_together(MPI_Comm comm) {
+  std::vector<MPI_Request> barrier(1);
+  MPI_Ibarrier(comm, &barrier[0]);
+  wait_without_spinning(barrier);
+}
+
+}  // namespace
+
+extern "C" {
+
+ncclResult_t ncclGetVersion(int* version) {
+  *version = NCCL_VERSION_CODE;
+  return ncclSuccess;
+}
+
+const char* ncclGetErrorString(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess: return "no error";
+    case ncclUnhandledCudaError: return "unhandled cuda error (a kernel failed earlier)";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInternalError: return "internal error";
+    case ncclInvalidArgument: return "invalid argument (see ncclGetLastError)";
+    case ncclInvalidUsage: return "invalid usage (see ncclGetLastError)";
+    case ncclRemoteError: return "remote process exited or there was a network error";
+    case ncclInProgress: return "NCCL operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+const char* ncclGetLastError(ncclComm_t) { return last_error.c_str(); }
+
+// An id names one communicator: the creator's world rank and a count of the ids it made.
+ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  if (ncclResult_t r = check_usable("ncclGetUniqueId"); r != ncclSuccess) return r;
+  static uint64_t ids_made = 0;
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  std::memset(id, 0, sizeof(*id));
+  std::snprintf(id->internal, sizeof(id->internal), "cpu-nccl rank %d id %llu", world_rank,
+                static_cast<unsigned long long>(ids_made++));
+  return ncclSuccess;
+}
+
+// The ranks that pass the same id form the communicator, ordered by rank. This is one
+// MPI_Comm_split of MPI_COMM_WORLD keyed by the id, so in the CPU build EVERY world rank
+// must call ncclCommInitRank at the same time, each with the id of its own group.
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  if (ncclResult_t r = check_usable("ncclCommInitRank"); r != ncclSuccess) return r;
+  if (nranks < 1 || rank < 0 || rank >= nranks)
+    return fail(ncclInvalidArgument, "ncclCommInitRank: rank " + std::to_string(rank) + " of nranks " +
+                                         std::to_string(nranks) + " is out of range");
+  int world_size = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  std::vector<ncclUniqueId> ids(world_size);  // (world_size) every rank's id
+  std::vector<MPI_Request> gather(1);
+  MPI_Iallgather(&id, sizeof(id), MPI_BYTE, ids.data(), sizeof(id), MPI_BYTE, MPI_COMM_WORLD, &gather[0]);
+  wait_without_spinning(gather);
+  // Distinct ids give distinct colors: the first world rank that holds the same id.
+  int color = 0;
+  while (std::memcmp(&ids[color], &id, sizeof(id)) != 0) ++color;
+  MPI_Comm mpi;
+  MPI_Comm_split(MPI_COMM_WORLD, color, rank, &mpi);
+  int size = 0, mpi_rank = 0;
+  MPI_Comm_size(mpi, &size);
+  MPI_Comm_rank(mpi, &mpi_rank);
+  if (size != nranks || mpi_rank != rank) {
+    MPI_Comm_free(&mpi);
+    return fail(ncclInvalidArgument,
+                "ncclCommInitRank: " + std::to_string(size) + " world ranks passed this id, as ranks that are not 0.." +
+                    std::to_string(nranks - 1) + " each once (this rank passed rank " + std::to_string(rank) +
+                    " of nranks " + std::to_string(nranks) +
+                    "); in the CPU build every world rank must call ncclCommInitRank at once, each with its group's id");
+  }
+  *comm = new ncclComm{mpi};
+  return ncclSuccess;
+}
+
+// config is ignored: the CPU build has nothing to configure.
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t*) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommSplit"); r != ncclSuccess) return r;
+  if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+    return fail(ncclInvalidArgument, "ncclCommSplit: color " + std::to_string(color) + " is negative");
+  arrive_together(comm->mpi);
+  MPI_Comm mpi;
+  MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &mpi);
+  *newcomm = mpi == MPI_COMM_NULL ? nullptr : new ncclComm{mpi};
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (comm == nullptr) return ncclSuccess;
+  MPI_Comm_free(&comm->mpi);
+  delete comm;
+  return ncclSuccess;
+}
+
+// Nothing is ever in flight between calls, so aborting is destroying.
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+
+ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommCount"); r != ncclSuccess) return r;
+  *count = comm_size(comm);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommUserRank"); r != ncclSuccess) return r;
+  *rank = comm_rank(comm);
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupStart() {
+  ++group_depth;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  if (group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+  if (--group_depth > 0) return ncclSuccess;
+  if (ncclResult_t r = check_usable("ncclGroupEnd"); r != ncclSuccess) {
+    queued.clear();
+    return r;
+  }
+  return run_queued();
+}
+
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t) {
+  if (ncclResult_t r = check_comm(comm, "ncclSend"); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_rank(peer, comm, "ncclSend", "peer"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclSend");
+  const int n = mpi_count(count, "ncclSend");
+  return submit([=] {
+    MPI_Request request;
+    MPI_Isend(sendbuff, n, e.mpi, peer, 0, comm->mpi, &request);
+    return request;
+  });
+}
+
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                      cudaStream_t) {
+  if (ncclResult_t r = check_comm(comm, "ncclRecv"); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_rank(peer, comm, "ncclRecv", "peer"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclRecv");
+  const int n = mpi_count(count, "ncclRecv");
+  return submit([=] {
+    MPI_Request request;
+    MPI_Irecv(recvbuff, n, e.mpi, peer, 0, comm->mpi, &request);
+    return request;
+  });
+}
+
+// In place when sendbuff == recvbuff.
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+  if (ncclResult_t r = check_comm(comm, "ncclAllReduce"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclAllReduce");
+  const MPI_Op mpi_op = reduction(op, datatype, "ncclAllReduce");
+  const int n = mpi_count(count, "ncclAllReduce");
+  const void* in = sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff;
+  return submit([=] {
+    MPI_Request request;
+    MPI_Iallreduce(in, recvbuff, n, e.mpi, mpi_op, comm->mpi, &request);
+    return request;
+  });
+}
+
+// sendbuff: (nranks, recvcount); recvbuff: (recvcount), this rank's row of the sum.
+// In place (recvbuff inside sendbuff) works on a staging copy of sendbuff, since MPI
+// forbids overlapping buffers and its own in-place form puts the result elsewhere.
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+  if (ncclResult_t r = check_comm(comm, "ncclReduceScatter"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclReduceScatter");
+  const MPI_Op mpi_op = reduction(op, datatype, "ncclReduceScatter");
+  const int n = mpi_count(recvcount, "ncclReduceScatter");
+  const size_t send_bytes = comm_size(comm) * recvcount * e.bytes;
+  const char* send_begin = static_cast<const char*>(sendbuff);
+  const char* recv_begin = static_cast<const char*>(recvbuff);
+  const bool overlaps = recv_begin < send_begin + send_bytes && send_begin < recv_begin + recvcount * e.bytes;
+  return submit([=, staging = std::make_shared<std::vector<char>>()] {
+    const void* in = sendbuff;
+    if (overlaps) {
+      staging->assign(send_begin, send_begin + send_bytes);
+      in = staging->data();
+    }
+    MPI_Request request;
+    MPI_Ireduce_scatter_block(in, recvbuff, n, e.mpi, mpi_op, comm->mpi, &request);
+    return request;
+  });
+}
+
+// sendbuff: (sendcount); recvbuff: (nranks, sendcount), row r from rank r. In place when
+// sendbuff is this rank's row of recvbuff, which is also MPI's in-place form.
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t) {
+  if (ncclResult_t r = check_comm(comm, "ncclAllGather"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclAllGather");
+  const int n = mpi_count(sendcount, "ncclAllGather");
+  const char* own_row = static_cast<const char*>(recvbuff) + comm_rank(comm) * sendcount * e.bytes;
+  const void* in = sendbuff == own_row ? MPI_IN_PLACE : sendbuff;
+  return submit([=] {
+    MPI_Request request;
+    MPI_Iallgather(in, n, e.mpi, recvbuff, n, e.mpi, comm->mpi, &request);
+    return request;
+  });
+}
+
+// The root's sendbuff is copied to its recvbuff when they differ; MPI broadcasts in place.
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                           ncclComm_t comm, cudaStream_t) {
+  if (ncclResult_t r = check_comm(comm, "ncclBroadcast"); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_rank(root, comm, "ncclBroadcast", "root"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclBroadcast");
+  const int n = mpi_count(count, "ncclBroadcast");
+  const bool copy_first = comm_rank(comm) == root && sendbuff != recvbuff;
+  return submit([=] {
+    if (copy_first) std::memcpy(recvbuff, sendbuff, count * e.bytes);
+    MPI_Request request;
+    MPI_Ibcast(recvbuff, n, e.mpi, root, comm->mpi, &request);
+    return request;
+  });
+}
+
+// recvbuff is used only on root; in place when the root's sendbuff == recvbuff.
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                        int root, ncclComm_t comm, cudaStream_t) {
+  if (ncclResult_t r = check_comm(comm, "ncclReduce"); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_rank(root, comm, "ncclReduce", "root"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclReduce");
+  const MPI_Op mpi_op = reduction(op, datatype, "ncclReduce");
+  const int n = mpi_count(count, "ncclReduce");
+  const void* in = comm_rank(comm) == root && sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff;
+  return submit([=] {
+    MPI_Request request;
+    MPI_Ireduce(in, recvbuff, n, e.mpi, mpi_op, root, comm->mpi, &request);
+    return request;
+  });
+}
+
+}  // extern "C"
