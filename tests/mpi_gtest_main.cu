@@ -39,10 +39,10 @@ int main(int argc, char** argv) {
   if (rank != 0) delete listeners.Release(listeners.default_result_printer());
   auto* verdict = new AllRanksVerdict(rank);
   listeners.Append(verdict);
-  RUN_ALL_TESTS();
+  const int local_status = RUN_ALL_TESTS();
   const int passed = verdict->passed_, failed = verdict->failed_;
   if (rank == 0) std::printf("tests: %d passed, %d failed\n", passed, failed);
   std::fflush(stdout);
   MPI_Finalize();
-  return failed ? 1 : 0;
+  return failed || local_status ? 1 : 0;
 }
