@@ -1,0 +1,26 @@
+// Fully connected layer: out = inp weight^T + bias, its input gradient and its
+// parameter gradients, over N rows (B * T) of C inputs and OC outputs. The products run
+// on cuBLAS (host pointer mode; the handle is bound to the given stream); the bias add
+// and the bias gradient are our kernels. Instantiated for double, float and
+// __nv_bfloat16 (bf16 storage, fp32 accumulation).
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+// out (N, OC) = inp (N, C) weight^T + bias, with weight (OC, C) row-major and bias (OC),
+// or no bias when bias is nullptr. Written (=). Saves nothing: the backward reads inp and weight.
+template <typename T>
+void matmul_forward(cublasHandle_t cublas, T* out, const T* inp, const T* weight, const T* bias, int N, int C,
+                    int OC, cudaStream_t stream);
+
+// dinp (N, C) = dout (N, OC) weight (OC, C). Written (=).
+template <typename T>
+void matmul_backward_input(cublasHandle_t cublas, T* dinp, const T* dout, const T* weight, int N, int C, int OC,
+                           cudaStream_t stream);
+
+// dweight (OC, C) += dout^T (OC, N) inp (N, C), and dbias (OC) += the sum of dout's N rows
+// unless dbias is nullptr. Accumulated (+=) across calls; the bias sum adds in a fixed
+// order, so it is bitwise reproducible.
+template <typename T>
+void matmul_backward_weight(cublasHandle_t cublas, T* dweight, T* dbias, const T* dout, const T* inp, int N, int C,
+                            int OC, cudaStream_t stream);
