@@ -1,0 +1,67 @@
+// The AdamW step (kernels/adamw.cuh): one thread per parameter; the bias corrections
+// depend only on t, so the launcher computes them once in double.
+#include "kernels/adamw.cuh"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "kernels/launch.cuh"
+
+namespace {
+
+constexpr int kAdamWThreads = 512;
+
+__device__ inline float square_root(float x) { return sqrtf(x); }
+__device__ inline double square_root(double x) { return sqrt(x); }
+
+// bias_correction1 = 1 - beta1^t and bias_correction2 = 1 - beta2^t.
+template <typename T>
+__global__ void __launch_bounds__(kAdamWThreads)
+    adamw_kernel(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v, size_t n,
+                 Compute<T> learning_rate, Compute<T> beta1, Compute<T> beta2, Compute<T> bias_correction1,
+                 Compute<T> bias_correction2, Compute<T> eps, Compute<T> weight_decay, Compute<T> grad_scale) {
+  using C = Compute<T>;
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;  // no barriers or shuffles in this kernel
+  const C g = grad_scale * to_compute(grads[i]);
+  const C new_m = beta1 * m[i] + (C(1) - beta1) * g;
+  const C new_v = beta2 * v[i] + (C(1) - beta2) * g * g;
+  m[i] = new_m;
+  v[i] = new_v;
+  const C p = master_params != nullptr ? master_params[i] : to_compute(params[i]);
+  const C m_hat = new_m / bias_correction1;
+  const C v_hat = new_v / bias_correction2;
+  const C new_p = p - learning_rate * (m_hat / (square_root(v_hat) + eps) + weight_decay * p);
+  if (master_params != nullptr) master_params[i] = new_p;
+  params[i] = from_compute<T>(new_p);
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+template <typename T>
+void adamw_update(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v, size_t n,
+                  double learning_rate, double beta1, double beta2, double eps, double weight_decay,
+                  double grad_scale, int t, cudaStream_t stream) {
+  if (t < 1) {
+    std::fprintf(stderr, "adamw_update: the step counter t starts at 1, got %d\n", t);
+    std::exit(EXIT_FAILURE);
+  }
+  if (n == 0) return;
+  using C = Compute<T>;
+  const double bias_correction1 = 1.0 - std::pow(beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(beta2, t);
+  const size_t blocks = (n + kAdamWThreads - 1) / kAdamWThreads;
+  launch(adamw_kernel<T>, dim3(unsigned(blocks)), dim3(kAdamWThreads), 0, stream, params, master_params, grads, m,
+         v, n, C(learning_rate), C(beta1), C(beta2), C(bias_correction1), C(bias_correction2), C(eps),
+         C(weight_decay), C(grad_scale));
+}
+
+template void adamw_update<double>(double*, double*, const double*, double*, double*, size_t, double, double,
+                                   double, double, double, double, int, cudaStream_t);
+template void adamw_update<float>(float*, float*, const float*, float*, float*, size_t, double, double, double,
+                                  double, double, double, int, cudaStream_t);
+template void adamw_update<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, float*, float*, size_t,
+                                          double, double, double, double, double, double, int, cudaStream_t);

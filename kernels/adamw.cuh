@@ -1,0 +1,24 @@
+// The AdamW optimizer step (decoupled weight decay, bias-corrected moments), one
+// parameter tensor or group per call. Instantiated for double (double throughout, for
+// checks), float, and __nv_bfloat16 parameters and gradients with fp32 moments and an
+// optional fp32 master copy of the parameters.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/element.cuh"
+
+// One AdamW step, t = 1, 2, ... counting steps, over n parameters, updated in place (=):
+//   g = grad_scale * grads                (grad_scale: e.g. the clipping factor)
+//   m = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g^2
+//   p = p - learning_rate (m / (1 - beta1^t) / (sqrt(v / (1 - beta2^t)) + eps) + weight_decay p)
+// params (n), grads (n), m and v (n) in Compute<T> (fp32 for float and bf16). When
+// master_params (n, Compute<T>) is not null it holds p and is updated, and params becomes
+// its rounding to T (for bf16: small updates are not lost); else p is read from params.
+// weight_decay applies to this call's parameters only: the caller calls once per group
+// (e.g. 0 for biases and LayerNorm). Saves nothing.
+template <typename T>
+void adamw_update(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v, size_t n,
+                  double learning_rate, double beta1, double beta2, double eps, double weight_decay,
+                  double grad_scale, int t, cudaStream_t stream);

@@ -1,0 +1,29 @@
+// The fused classifier: softmax and cross-entropy over the vocabulary, and the loss's
+// gradient with respect to the logits, in one kernel that overwrites the logits with
+// their gradient (the (B·T, Vp) logits are the largest activation; no second buffer).
+// Instantiated for double, float and __nv_bfloat16 logits (bf16 storage, fp32 arithmetic).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/element.cuh"
+
+// For each of the BT rows of logits (BT, Vp), of which the first V columns are the
+// vocabulary and columns V..Vp-1 padding: losses[row] = -log softmax(logits[row, :V])[target]
+// (=), and logits[row, :] is overwritten (=) by dloss * d losses[row] / d logits[row, :],
+// with 0 in the padding columns (dloss is the caller's scale, typically 1/(B·T) for a mean
+// loss). targets (BT) index the vocabulary. A row whose target is outside [0, V) is skipped
+// (loss 0, gradient 0) and recorded: *bad_target_row (1 int on the device) becomes
+// max(*bad_target_row, row). The caller sets it to -1 first (reset_bad_target_row) and
+// reads it when it likes (read_bad_target_row). Saves nothing.
+template <typename T>
+void classifier_forward_backward(T* logits, Compute<T>* losses, const int* targets, Compute<T> dloss,
+                                 int* bad_target_row, size_t BT, int V, int Vp, cudaStream_t stream);
+
+// *bad_target_row = -1 (no bad target seen), on stream.
+void reset_bad_target_row(int* bad_target_row, cudaStream_t stream);
+
+// Waits for stream and returns *bad_target_row: -1 if every target seen since the reset was
+// in [0, V), else the largest row (of its call) that had a bad target.
+int read_bad_target_row(const int* bad_target_row, cudaStream_t stream);

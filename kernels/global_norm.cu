@@ -1,0 +1,102 @@
+// The global gradient norm and clipping (kernels/global_norm.cuh): a fixed grid of blocks
+// per tensor writes partial sums of squares, one block per tensor sums those, and one
+// block sums the tensors; each reduction has an order fixed by the sizes alone.
+#include "kernels/global_norm.cuh"
+
+#include "kernels/launch.cuh"
+
+namespace {
+
+constexpr int kNormThreads = 512;
+constexpr int kRowSumThreads = 256;
+constexpr int kScaleThreads = 512;
+constexpr unsigned kFullWarp = 0xffffffffu;
+
+// The sum of value over the block, valid in thread 0: a butterfly within each warp, then
+// thread 0 adds the warps' sums in warp order. Once per kernel (its shared memory is not
+// reused, so no closing barrier).
+template <typename S>
+__device__ S block_sum(S value) {
+  __shared__ S warp_sums[32];
+  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(kFullWarp, value, offset);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = value;
+  __syncthreads();
+  S sum = S(0);
+  if (threadIdx.x == 0)
+    for (int w = 0; w < int(blockDim.x / 32); ++w) sum += warp_sums[w];
+  return sum;
+}
+
+// block_sums[blockIdx.x] (gridDim.x) = this block's share of sum x^2 over x (n): thread k of
+// the grid takes elements k, k + gridDim.x blockDim.x, ...
+template <typename T>
+__global__ void __launch_bounds__(kNormThreads)
+    squared_sum_blocks_kernel(Compute<T>* block_sums, const T* x, size_t n) {
+  using C = Compute<T>;
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  C sum = C(0);
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const C value = to_compute(x[i]);
+    sum += value * value;
+  }
+  const C block_total = block_sum(sum);
+  if (threadIdx.x == 0) block_sums[blockIdx.x] = block_total;
+}
+
+// One block per row: out[row] = sum of values[row, :] (count).
+template <typename S>
+__global__ void __launch_bounds__(kRowSumThreads) sum_rows_kernel(S* out, const S* values, size_t count) {
+  const S* row = values + size_t(blockIdx.x) * count;
+  S sum = S(0);
+  for (size_t i = threadIdx.x; i < count; i += blockDim.x) sum += row[i];
+  const S row_total = block_sum(sum);
+  if (threadIdx.x == 0) out[blockIdx.x] = row_total;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kScaleThreads) scale_kernel(T* x, size_t n, Compute<T> factor) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = from_compute<T>(to_compute(x[i]) * factor);
+}
+
+}  // namespace
+
+// ---- launchers ----
+
+template <typename T>
+void global_norm_squared(Compute<T>* tensor_sums, Compute<T>* total, Compute<T>* workspace,
+                         const T* const* tensors, const size_t* sizes, int num_tensors, cudaStream_t stream) {
+  if (num_tensors <= 0) return;
+  for (int i = 0; i < num_tensors; ++i)
+    launch(squared_sum_blocks_kernel<T>, dim3(kGlobalNormBlocks), dim3(kNormThreads), 0, stream,
+           workspace + size_t(i) * kGlobalNormBlocks, tensors[i], sizes[i]);
+  sum_rows_in_fixed_order(tensor_sums, static_cast<const Compute<T>*>(workspace), size_t(num_tensors),
+                          size_t(kGlobalNormBlocks), stream);
+  if (total != nullptr)
+    sum_rows_in_fixed_order(total, static_cast<const Compute<T>*>(tensor_sums), 1, size_t(num_tensors), stream);
+}
+
+template <typename S>
+void sum_rows_in_fixed_order(S* out, const S* values, size_t rows, size_t count, cudaStream_t stream) {
+  if (rows == 0) return;
+  launch(sum_rows_kernel<S>, dim3(unsigned(rows)), dim3(kRowSumThreads), 0, stream, out, values, count);
+}
+
+template <typename T>
+void scale_tensor(T* x, size_t n, double factor, cudaStream_t stream) {
+  if (n == 0) return;
+  const size_t blocks = (n + kScaleThreads - 1) / kScaleThreads;
+  launch(scale_kernel<T>, dim3(unsigned(blocks)), dim3(kScaleThreads), 0, stream, x, n, Compute<T>(factor));
+}
+
+template void global_norm_squared<double>(double*, double*, double*, const double* const*, const size_t*, int,
+                                          cudaStream_t);
+template void global_norm_squared<float>(float*, float*, float*, const float* const*, const size_t*, int,
+                                         cudaStream_t);
+template void global_norm_squared<__nv_bfloat16>(float*, float*, float*, const __nv_bfloat16* const*,
+                                                 const size_t*, int, cudaStream_t);
+template void sum_rows_in_fixed_order<double>(double*, const double*, size_t, size_t, cudaStream_t);
+template void sum_rows_in_fixed_order<float>(float*, const float*, size_t, size_t, cudaStream_t);
+template void scale_tensor<double>(double*, size_t, double, cudaStream_t);
+template void scale_tensor<float>(float*, size_t, double, cudaStream_t);
+template void scale_tensor<__nv_bfloat16>(__nv_bfloat16*, size_t, double, cudaStream_t);

@@ -1,0 +1,158 @@
+// Specification of the AdamW step (kernels/adamw.cuh): ten steps against a plain C++
+// statement of the update rule in double, with and without weight decay, with a gradient
+// scale, for double, float, and bf16 parameters with and without an fp32 master copy.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/adamw.cuh"
+#include "tests/device_buffer.h"
+#include "tests/gradient_check.h"
+
+namespace {
+
+constexpr size_t kCount = 1037;  // not a multiple of the block size
+constexpr int kSteps = 10;
+
+struct Hyperparameters {
+  double learning_rate = 1e-2, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0, grad_scale = 0.5;
+};
+
+// The update rule, element by element, in double.
+void reference_step(std::vector<double>& p, std::vector<double>& m, std::vector<double>& v,
+                    const std::vector<double>& grads, const Hyperparameters& h, int t) {
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double g = h.grad_scale * grads[i];
+    m[i] = h.beta1 * m[i] + (1 - h.beta1) * g;
+    v[i] = h.beta2 * v[i] + (1 - h.beta2) * g * g;
+    const double m_hat = m[i] / (1 - std::pow(h.beta1, t));
+    const double v_hat = v[i] / (1 - std::pow(h.beta2, t));
+    p[i] -= h.learning_rate * (m_hat / (std::sqrt(v_hat) + h.eps) + h.weight_decay * p[i]);
+  }
+}
+
+// The gradients of step t, representable in T.
+template <typename T>
+std::vector<double> step_grads(int t) {
+  return to_double(convert<T>(random_values(kCount, 100 + t)));
+}
+
+// max |a - b| over max |b|: the error against the tensor's scale (moments pass near zero
+// when the gradients change sign, so an element's own magnitude is no measure).
+double error_against_scale(const std::vector<double>& a, const std::vector<double>& b) {
+  double scale = 0.0, worst = 0.0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    scale = std::max(scale, std::fabs(b[i]));
+    worst = std::max(worst, std::fabs(a[i] - b[i]));
+  }
+  return worst / scale;
+}
+
+struct Result {
+  std::vector<double> params, master, m, v;  // master is empty without a master copy
+};
+
+// Ten kernel steps from T-representable initial parameters, and the reference's ten steps.
+template <typename T>
+void run_steps(const Hyperparameters& h, bool with_master, Result& kernel, Result& expected) {
+  const std::vector<double> initial = to_double(convert<T>(random_values(kCount, 1)));
+  DeviceBuffer<T> d_params(convert<T>(initial)), d_grads(kCount);
+  DeviceBuffer<Compute<T>> d_master(convert<Compute<T>>(initial));
+  DeviceBuffer<Compute<T>> d_m(std::vector<Compute<T>>(kCount, 0)), d_v(std::vector<Compute<T>>(kCount, 0));
+  expected = {initial, {}, std::vector<double>(kCount, 0.0), std::vector<double>(kCount, 0.0)};
+  for (int t = 1; t <= kSteps; ++t) {
+    const std::vector<double> grads = step_grads<T>(t);
+    d_grads.upload(convert<T>(grads));
+    adamw_update<T>(d_params.data(), with_master ? d_master.data() : nullptr, d_grads.data(), d_m.data(),
+                    d_v.data(), kCount, h.learning_rate, h.beta1, h.beta2, h.eps, h.weight_decay, h.grad_scale, t,
+                    nullptr);
+    reference_step(expected.params, expected.m, expected.v, grads, h, t);
+    // Without a master copy the parameters live in T between steps.
+    if (!with_master) expected.params = to_double(convert<T>(expected.params));
+  }
+  kernel.params = to_double(d_params.to_host());
+  if (with_master) kernel.master = to_double(d_master.to_host());
+  kernel.m = to_double(d_m.to_host());
+  kernel.v = to_double(d_v.to_host());
+}
+
+const double kWeightDecays[] = {0.0, 0.1};
+
+TEST(AdamW, DoubleMatchesUpdateRule) {
+  // The same operations in the same order: agreement to a few ulp.
+  for (double weight_decay : kWeightDecays) {
+    Hyperparameters h;
+    h.weight_decay = weight_decay;
+    Result kernel, expected;
+    run_steps<double>(h, false, kernel, expected);
+    EXPECT_LE(error_against_scale(kernel.params, expected.params), 1e-14) << "weight decay " << weight_decay;
+    EXPECT_LE(error_against_scale(kernel.m, expected.m), 1e-14);
+    EXPECT_LE(error_against_scale(kernel.v, expected.v), 1e-14);
+  }
+}
+
+TEST(AdamW, FloatMatchesUpdateRule) {
+  // Each step rounds p (|p| <= ~1) to fp32, 2^-24 = 6e-8 of the scale; the update itself
+  // (<= ~3 learning rates) carries a few ulp of its own size. Ten steps stay below 1e-6
+  // of the scale; the moments likewise (fp32 beta and 1 - beta differ from the double
+  // ones by ~2e-7 relative).
+  for (double weight_decay : kWeightDecays) {
+    Hyperparameters h;
+    h.weight_decay = weight_decay;
+    Result kernel, expected;
+    run_steps<float>(h, false, kernel, expected);
+    EXPECT_LE(error_against_scale(kernel.params, expected.params), 1e-6) << "weight decay " << weight_decay;
+    EXPECT_LE(error_against_scale(kernel.m, expected.m), 1e-6);
+    EXPECT_LE(error_against_scale(kernel.v, expected.v), 1e-6);
+  }
+}
+
+TEST(AdamW, Bf16ParamsFollowTheFp32MasterCopy) {
+  for (double weight_decay : kWeightDecays) {
+    Hyperparameters h;
+    h.weight_decay = weight_decay;
+    Result kernel, expected;
+    run_steps<__nv_bfloat16>(h, true, kernel, expected);
+    // The master copy and moments are fp32 arithmetic on the (bf16) gradients, as for float.
+    EXPECT_LE(error_against_scale(kernel.master, expected.params), 1e-6) << "weight decay " << weight_decay;
+    EXPECT_LE(error_against_scale(kernel.m, expected.m), 1e-6);
+    EXPECT_LE(error_against_scale(kernel.v, expected.v), 1e-6);
+    // The bf16 parameters are exactly the master copy rounded to nearest.
+    EXPECT_EQ(kernel.params, to_double(convert<__nv_bfloat16>(kernel.master)));
+  }
+}
+
+TEST(AdamW, Bf16ParamsWithoutMasterCopyRoundEachStep) {
+  // The reference rounds p to bf16 after each step too; the kernel's fp32 p may round the
+  // other way near a rounding boundary, a bf16 ulp (2^-8 relative) that later steps carry:
+  // within the bf16 tolerance 2e-2.
+  Hyperparameters h;
+  h.weight_decay = 0.1;
+  Result kernel, expected;
+  run_steps<__nv_bfloat16>(h, false, kernel, expected);
+  EXPECT_LE(error_against_scale(kernel.params, expected.params), 2e-2);
+  EXPECT_LE(error_against_scale(kernel.m, expected.m), 1e-6);
+  EXPECT_LE(error_against_scale(kernel.v, expected.v), 1e-6);
+}
+
+TEST(AdamW, WeightDecayShrinksOnlyTheGroupThatAsksForIt) {
+  // Zero gradients: the moments stay 0 and only the decay moves p, by the factor
+  // (1 - learning_rate * weight_decay) per step.
+  const std::vector<double> initial = random_values(kCount, 3);
+  const std::vector<double> zeros(kCount, 0.0);
+  DeviceBuffer<double> decayed(initial), kept(initial), grads(zeros), m(kCount), v(kCount);
+  for (DeviceBuffer<double>* moment : {&m, &v}) moment->upload(zeros);
+  const double lr = 1e-2, weight_decay = 0.1;
+  adamw_update<double>(decayed.data(), nullptr, grads.data(), m.data(), v.data(), kCount, lr, 0.9, 0.95, 1e-8,
+                       weight_decay, 1.0, 1, nullptr);
+  adamw_update<double>(kept.data(), nullptr, grads.data(), m.data(), v.data(), kCount, lr, 0.9, 0.95, 1e-8, 0.0,
+                       1.0, 1, nullptr);
+  const std::vector<double> decayed_host = decayed.to_host(), kept_host = kept.to_host();
+  for (size_t i = 0; i < kCount; ++i) {
+    EXPECT_DOUBLE_EQ(decayed_host[i], initial[i] * (1 - lr * weight_decay)) << i;
+    EXPECT_EQ(kept_host[i], initial[i]) << i;
+  }
+}
+
+}  // namespace
