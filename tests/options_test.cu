@@ -1,0 +1,342 @@
+// The train program's options: the defaults of issues 4 and 5, every option parsed in both the
+// "--name value" and "--name=value" forms, one-line errors for every kind of bad input, and a
+// --help that lists every option with its default. Runs in both builds (host code only).
+#include <gtest/gtest.h>
+
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "train/options.h"
+
+namespace {
+
+TrainOptions parse(const std::vector<std::string>& arguments) {
+  std::vector<const char*> argv = {"train"};
+  for (const std::string& argument : arguments) argv.push_back(argument.c_str());
+  return parse_train_options(static_cast<int>(argv.size()), argv.data());
+}
+
+std::string error_of(const std::vector<std::string>& arguments) {
+  try {
+    parse(arguments);
+  } catch (const std::runtime_error& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Options, DefaultsAreTheIssuesDefaults) {
+  const TrainOptions o = parse({});
+
+  EXPECT_EQ(o.train_data, "data/kjv.txt");
+  EXPECT_EQ(o.val_data, "");
+  EXPECT_EQ(o.tokenizer, "");
+  EXPECT_EQ(o.init, "");
+  EXPECT_EQ(o.layers, 4);
+  EXPECT_EQ(o.heads, 4);
+  EXPECT_EQ(o.dim, 128);
+  EXPECT_EQ(o.seq_len, 64);
+  EXPECT_EQ(o.vocab, 0);
+  EXPECT_EQ(o.dtype, "fp32");
+  EXPECT_EQ(o.batch, 8);
+  EXPECT_EQ(o.microbatches, 4);
+  EXPECT_EQ(o.steps, 300);
+  EXPECT_EQ(o.lr, 1e-3f);
+  EXPECT_EQ(o.lr_schedule, "cosine");
+  EXPECT_EQ(o.min_lr, 1e-4f);
+  EXPECT_EQ(o.warmup, 20);
+  EXPECT_EQ(o.weight_decay, 0.1f);
+  EXPECT_EQ(o.beta1, 0.9f);
+  EXPECT_EQ(o.beta2, 0.95f);
+  EXPECT_EQ(o.eps, 1e-8f);
+  EXPECT_EQ(o.grad_clip, 1.0f);
+  EXPECT_EQ(o.val_every, 50);
+  EXPECT_EQ(o.val_batches, 8);
+  EXPECT_EQ(o.sample_every, 100);
+  EXPECT_EQ(o.sample_len, 128);
+  EXPECT_EQ(o.save, "");
+  EXPECT_EQ(o.save_every, 0);
+  EXPECT_EQ(o.resume, "");
+  EXPECT_EQ(o.seed, 1337u);
+  EXPECT_FALSE(o.shuffle);
+  EXPECT_EQ(o.log, "");
+  EXPECT_EQ(o.pp, 0);
+  EXPECT_EQ(o.dp, 1);
+  EXPECT_EQ(o.schedule, "1f1b");
+  EXPECT_EQ(o.virtual_stages, 1);
+  EXPECT_FALSE(o.recompute);
+  EXPECT_TRUE(o.layers_per_stage.empty());
+  EXPECT_FALSE(o.print_schedule);
+  EXPECT_FALSE(o.help);
+  EXPECT_TRUE(o.given.empty());
+}
+
+TEST(Options, EveryOptionParses) {
+  const TrainOptions o = parse({"--train-data",
+                                "d/train_*.bin",
+                                "--val-data",
+                                "d/val_*.bin",
+                                "--tokenizer",
+                                "d/gpt2_tokenizer.bin",
+                                "--save",
+                                "out/model.bin",
+                                "--init",
+                                "gpt2_124M.bin",
+                                "--layers",
+                                "12",
+                                "--heads",
+                                "6",
+                                "--dim",
+                                "384",
+                                "--seq-len",
+                                "256",
+                                "--vocab",
+                                "50257",
+                                "--dtype",
+                                "fp32",
+                                "--batch",
+                                "2",
+                                "--microbatches",
+                                "16",
+                                "--steps",
+                                "5000",
+                                "--lr",
+                                "6e-4",
+                                "--lr-schedule",
+                                "constant",
+                                "--min-lr",
+                                "0",
+                                "--warmup",
+                                "700",
+                                "--weight-decay",
+                                "0",
+                                "--beta1",
+                                "0.8",
+                                "--beta2",
+                                "0.999",
+                                "--eps",
+                                "1e-6",
+                                "--grad-clip",
+                                "0",
+                                "--val-every",
+                                "0",
+                                "--val-batches",
+                                "20",
+                                "--sample-every",
+                                "250",
+                                "--sample-len",
+                                "64",
+                                "--save-every",
+                                "1000",
+                                "--seed",
+                                "18446744073709551615",
+                                "--shuffle",
+                                "--log",
+                                "out/log.jsonl",
+                                "--pp",
+                                "4",
+                                "--dp",
+                                "2",
+                                "--schedule",
+                                "interleaved",
+                                "--virtual-stages",
+                                "2",
+                                "--recompute",
+                                "--layers-per-stage",
+                                "2,4,4,2",
+                                "--print-schedule"});
+
+  EXPECT_EQ(o.train_data, "d/train_*.bin");
+  EXPECT_EQ(o.val_data, "d/val_*.bin");
+  EXPECT_EQ(o.tokenizer, "d/gpt2_tokenizer.bin");
+  EXPECT_EQ(o.save, "out/model.bin");
+  EXPECT_EQ(o.layers, 12);
+  EXPECT_EQ(o.heads, 6);
+  EXPECT_EQ(o.dim, 384);
+  EXPECT_EQ(o.seq_len, 256);
+  EXPECT_EQ(o.vocab, 50257);
+  EXPECT_EQ(o.dtype, "fp32");
+  EXPECT_EQ(o.batch, 2);
+  EXPECT_EQ(o.microbatches, 16);
+  EXPECT_EQ(o.steps, 5000);
+  EXPECT_EQ(o.lr, 6e-4f);
+  EXPECT_EQ(o.lr_schedule, "constant");
+  EXPECT_EQ(o.min_lr, 0.0f);
+  EXPECT_EQ(o.warmup, 700);
+  EXPECT_EQ(o.weight_decay, 0.0f);
+  EXPECT_EQ(o.beta1, 0.8f);
+  EXPECT_EQ(o.beta2, 0.999f);
+  EXPECT_EQ(o.eps, 1e-6f);
+  EXPECT_EQ(o.grad_clip, 0.0f);
+  EXPECT_EQ(o.val_every, 0);
+  EXPECT_EQ(o.val_batches, 20);
+  EXPECT_EQ(o.sample_every, 250);
+  EXPECT_EQ(o.sample_len, 64);
+  EXPECT_EQ(o.save_every, 1000);
+  EXPECT_EQ(o.seed, 18446744073709551615u);
+  EXPECT_TRUE(o.shuffle);
+  EXPECT_EQ(o.log, "out/log.jsonl");
+  EXPECT_EQ(o.pp, 4);
+  EXPECT_EQ(o.dp, 2);
+  EXPECT_EQ(o.schedule, "interleaved");
+  EXPECT_EQ(o.virtual_stages, 2);
+  EXPECT_TRUE(o.recompute);
+  EXPECT_EQ(o.layers_per_stage, (std::vector<int>{2, 4, 4, 2}));
+  EXPECT_TRUE(o.print_schedule);
+  EXPECT_EQ(o.init, "gpt2_124M.bin");
+  EXPECT_EQ(o.given.size(), 38u) << "every option but --resume (it excludes --init) and --help";
+  EXPECT_EQ(o.given.count("layers-per-stage"), 1u);
+}
+
+TEST(Options, ResumeParses) { EXPECT_EQ(parse({"--resume", "out/model.bin"}).resume, "out/model.bin"); }
+
+TEST(Options, KeyEqualsValueFormParsesLikeTwoArguments) {
+  const TrainOptions o = parse({"--layers=6", "--lr=3e-4", "--train-data=a=b.txt", "--schedule=afab"});
+  EXPECT_EQ(o.layers, 6);
+  EXPECT_EQ(o.lr, 3e-4f);
+  EXPECT_EQ(o.train_data, "a=b.txt");
+  EXPECT_EQ(o.schedule, "afab");
+}
+
+TEST(Options, LastValueWinsAndOnlyGivenOptionsAreRecorded) {
+  const TrainOptions o = parse({"--layers", "6", "--layers", "8", "--dim", "128"});
+  EXPECT_EQ(o.layers, 8);
+  EXPECT_EQ(o.given, (std::set<std::string>{"layers", "dim"}));
+}
+
+TEST(Options, HelpIsSetWhateverElseIsOnTheLine) {
+  EXPECT_TRUE(parse({"--help"}).help);
+  EXPECT_TRUE(parse({"--layers", "x", "-h"}).help);
+}
+
+TEST(Options, UnknownOptionIsAnError) {
+  EXPECT_EQ(error_of({"--layer", "4"}), "unknown option --layer (see --help)");
+  EXPECT_EQ(error_of({"--=4"}), "unknown option -- (see --help)");
+}
+
+TEST(Options, ArgumentThatIsNotAnOptionIsAnError) {
+  EXPECT_EQ(error_of({"data/kjv.txt"}), "unexpected argument 'data/kjv.txt' (options start with --; see --help)");
+  EXPECT_EQ(error_of({"-layers", "4"}), "unexpected argument '-layers' (options start with --; see --help)");
+}
+
+TEST(Options, MissingValueIsAnError) {
+  EXPECT_EQ(error_of({"--layers"}), "--layers needs a value (N)");
+  EXPECT_EQ(error_of({"--save", "--shuffle"}), "--save needs a value (FILE)");
+  EXPECT_EQ(error_of({"--save="}), "--save needs a non-empty value");
+}
+
+TEST(Options, SwitchWithAValueIsAnError) { EXPECT_EQ(error_of({"--shuffle=1"}), "--shuffle takes no value"); }
+
+TEST(Options, MalformedNumberIsAnError) {
+  EXPECT_EQ(error_of({"--layers", "4x"}), "--layers: '4x' is not an integer");
+  EXPECT_EQ(error_of({"--batch", "1.5"}), "--batch: '1.5' is not an integer");
+  EXPECT_EQ(error_of({"--steps="}), "--steps: '' is not an integer");
+  EXPECT_EQ(error_of({"--steps", "99999999999"}), "--steps 99999999999 is too large");
+  EXPECT_EQ(error_of({"--seed", "-1"}), "--seed: '-1' is not an integer");
+  EXPECT_EQ(error_of({"--lr", "fast"}), "--lr: 'fast' is not a finite number");
+  EXPECT_EQ(error_of({"--lr", "1e-3 "}), "--lr: '1e-3 ' is not a finite number");
+  EXPECT_EQ(error_of({"--lr", "nan"}), "--lr: 'nan' is not a finite number");
+  EXPECT_EQ(error_of({"--eps", "1e40"}), "--eps: '1e40' is not a finite number");
+  EXPECT_EQ(error_of({"--layers-per-stage", "2,,3"}), "--layers-per-stage: '' is not an integer");
+  EXPECT_EQ(error_of({"--layers-per-stage", "2;3"}), "--layers-per-stage: '2;3' is not an integer");
+}
+
+TEST(Options, OutOfRangeValueIsAnError) {
+  EXPECT_EQ(error_of({"--layers", "0"}), "--layers 0 is out of range (must be at least 1)");
+  EXPECT_EQ(error_of({"--heads", "-2"}), "--heads -2 is out of range (must be at least 1)");
+  EXPECT_EQ(error_of({"--vocab", "-1"}), "--vocab -1 is out of range (must be at least 0)");
+  EXPECT_EQ(error_of({"--steps", "-1"}), "--steps -1 is out of range (must be at least 0)");
+  EXPECT_EQ(error_of({"--lr", "0"}), "--lr 0 is out of range (must be above 0)");
+  EXPECT_EQ(error_of({"--eps", "-1e-8"}), "--eps -1e-8 is out of range (must be above 0)");
+  EXPECT_EQ(error_of({"--beta1", "1"}), "--beta1 1 is out of range (must be in [0, 1))");
+  EXPECT_EQ(error_of({"--beta2", "-0.5"}), "--beta2 -0.5 is out of range (must be in [0, 1))");
+  EXPECT_EQ(error_of({"--grad-clip", "-1"}), "--grad-clip -1 is out of range (must be at least 0)");
+  EXPECT_EQ(error_of({"--weight-decay", "-0.1"}), "--weight-decay -0.1 is out of range (must be at least 0)");
+  EXPECT_EQ(error_of({"--val-batches", "0"}), "--val-batches 0 is out of range (must be at least 1)");
+  EXPECT_EQ(error_of({"--dp", "0"}), "--dp 0 is out of range (must be at least 1)");
+  EXPECT_EQ(error_of({"--pp", "-1"}), "--pp -1 is out of range (must be at least 0)");
+  EXPECT_EQ(error_of({"--virtual-stages", "0"}), "--virtual-stages 0 is out of range (must be at least 1)");
+  EXPECT_EQ(error_of({"--layers-per-stage", "2,0,2"}), "--layers-per-stage 2,0,2 is out of range (must be at least 1)");
+}
+
+TEST(Options, ChoiceOutsideItsListIsAnError) {
+  EXPECT_EQ(error_of({"--lr-schedule", "linear"}), "--lr-schedule linear is not one of cosine|constant");
+  EXPECT_EQ(error_of({"--schedule", "gpipe"}), "--schedule gpipe is not one of afab|1f1b|interleaved");
+  EXPECT_EQ(error_of({"--dtype", "fp16"}), "--dtype fp16 is not one of fp32|bf16");
+}
+
+TEST(Options, Bf16IsRejectedUntilSupported) {
+  EXPECT_EQ(error_of({"--dtype", "bf16"}), "--dtype bf16 is not supported yet (use fp32)");
+}
+
+TEST(Options, InconsistentOptionsAreAnError) {
+  EXPECT_EQ(error_of({"--lr", "1e-5"}), "--min-lr 0.0001 is above --lr 1e-05");
+  EXPECT_EQ(error_of({"--lr", "1e-5", "--lr-schedule", "constant"}), "(no error)");
+  EXPECT_EQ(error_of({"--save-every", "10"}), "--save-every needs --save FILE");
+  EXPECT_EQ(error_of({"--init", "a.bin", "--resume", "b.bin"}),
+            "--init and --resume exclude each other (--resume restores the model)");
+  EXPECT_EQ(error_of({"--virtual-stages", "2"}), "--virtual-stages 2 needs --schedule interleaved");
+}
+
+TEST(Options, HelpListsEveryOptionWithItsDefault) {
+  // Each option's line as it must start and end: "  --name VALUE ... (default: X)".
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"--train-data PATH", "(default: data/kjv.txt)"},
+      {"--val-data PATH", "(default: none)"},
+      {"--tokenizer FILE", "(default: none)"},
+      {"--init FILE", "(default: none)"},
+      {"--layers N", "(default: 4)"},
+      {"--heads N", "(default: 4)"},
+      {"--dim N", "(default: 128)"},
+      {"--seq-len N", "(default: 64)"},
+      {"--vocab N", "(default: 0)"},
+      {"--dtype fp32|bf16", "(default: fp32)"},
+      {"--batch N", "(default: 8)"},
+      {"--microbatches N", "(default: 4)"},
+      {"--steps N", "(default: 300)"},
+      {"--lr X", "(default: 0.001)"},
+      {"--lr-schedule cosine|constant", "(default: cosine)"},
+      {"--min-lr X", "(default: 0.0001)"},
+      {"--warmup N", "(default: 20)"},
+      {"--weight-decay X", "(default: 0.1)"},
+      {"--beta1 X", "(default: 0.9)"},
+      {"--beta2 X", "(default: 0.95)"},
+      {"--eps X", "(default: 1e-08)"},
+      {"--grad-clip X", "(default: 1)"},
+      {"--val-every N", "(default: 50)"},
+      {"--val-batches N", "(default: 8)"},
+      {"--sample-every N", "(default: 100)"},
+      {"--sample-len N", "(default: 128)"},
+      {"--save FILE", "(default: none)"},
+      {"--save-every N", "(default: 0)"},
+      {"--resume FILE", "(default: none)"},
+      {"--seed N", "(default: 1337)"},
+      {"--shuffle", "(default: off)"},
+      {"--log FILE", "(default: none)"},
+      {"--pp N", "(default: 0)"},
+      {"--dp N", "(default: 1)"},
+      {"--schedule afab|1f1b|interleaved", "(default: 1f1b)"},
+      {"--virtual-stages N", "(default: 1)"},
+      {"--recompute", "(default: off)"},
+      {"--layers-per-stage N,N,...", "(default: none)"},
+      {"--print-schedule", "(default: off)"}};
+  std::istringstream help(train_options_help());
+  std::vector<std::string> option_lines;
+  for (std::string line; std::getline(help, line);) {
+    if (line.rfind("  --", 0) == 0) option_lines.push_back(line);
+  }
+
+  ASSERT_EQ(option_lines.size(), expected.size() + 1) << "every option, and --help";
+  for (size_t i = 0; i < expected.size(); i++) {
+    const std::string& line = option_lines[i];
+    EXPECT_EQ(line.rfind("  " + expected[i].first + " ", 0), 0u) << line;
+    EXPECT_EQ(line.substr(line.size() - expected[i].second.size()), expected[i].second) << line;
+  }
+  EXPECT_EQ(option_lines.back().rfind("  --help ", 0), 0u);
+}

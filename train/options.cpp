@@ -1,0 +1,296 @@
+// Parsing and checking the train program's options. One table lists every option: its name, its
+// value, what it means, how it is parsed into TrainOptions and how its default is shown, so that
+// --help and the parser cannot disagree.
+#include "train/options.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <stdexcept>
+#include <string_view>
+
+namespace {
+
+// An allowed range of a number, with the rule as the error message says it.
+struct Bounds {
+  double min;
+  double max;
+  bool min_included;
+  bool max_included;
+  const char* rule;
+};
+constexpr double kNoLimit = 1e300;
+constexpr Bounds kAtLeastZero{0, kNoLimit, true, true, "at least 0"};
+constexpr Bounds kAtLeastOne{1, kNoLimit, true, true, "at least 1"};
+constexpr Bounds kAboveZero{0, kNoLimit, false, true, "above 0"};
+constexpr Bounds kZeroToBelowOne{0, 1, true, false, "in [0, 1)"};
+
+bool within(double value, const Bounds& bounds) {
+  const bool above_min = bounds.min_included ? value >= bounds.min : value > bounds.min;
+  const bool below_max = bounds.max_included ? value <= bounds.max : value < bounds.max;
+  return above_min && below_max;
+}
+
+void check_bounds(const std::string& flag, const std::string& text, double value, const Bounds& bounds) {
+  if (!within(value, bounds))
+    throw std::runtime_error(flag + " " + text + " is out of range (must be " + bounds.rule + ")");
+}
+
+template <typename Integer>
+Integer parse_integer(const std::string& flag, const std::string& text) {
+  Integer value{};
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error == std::errc::result_out_of_range) throw std::runtime_error(flag + " " + text + " is too large");
+  if (error != std::errc() || end != text.data() + text.size() || text.empty()) {
+    throw std::runtime_error(flag + ": '" + text + "' is not an integer");
+  }
+  return value;
+}
+
+float parse_float(const std::string& flag, const std::string& text) {
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || text.empty() || !std::isfinite(value) ||
+      !std::isfinite(static_cast<float>(value))) {
+    throw std::runtime_error(flag + ": '" + text + "' is not a finite number");
+  }
+  return static_cast<float>(value);
+}
+
+std::string show_float(float value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
+}
+
+struct OptionSpec {
+  std::string name;   // without the leading "--"
+  std::string value;  // what the value is, for --help; empty for a switch, which takes none
+  std::string help;
+  std::function<void(TrainOptions&, const std::string& flag, const std::string& value)> set;
+  std::function<std::string(const TrainOptions&)> show;  // the value as --help shows a default
+};
+
+OptionSpec int_option(const char* name, int TrainOptions::*field, Bounds bounds, const char* help) {
+  return {name, "N", help,
+          [field, bounds](TrainOptions& options, const std::string& flag, const std::string& text) {
+            const int value = parse_integer<int>(flag, text);
+            check_bounds(flag, text, value, bounds);
+            options.*field = value;
+          },
+          [field](const TrainOptions& options) { return std::to_string(options.*field); }};
+}
+
+OptionSpec float_option(const char* name, float TrainOptions::*field, Bounds bounds, const char* help) {
+  return {name, "X", help,
+          [field, bounds](TrainOptions& options, const std::string& flag, const std::string& text) {
+            const float value = parse_float(flag, text);
+            check_bounds(flag, text, value, bounds);
+            options.*field = value;
+          },
+          [field](const TrainOptions& options) { return show_float(options.*field); }};
+}
+
+OptionSpec string_option(const char* name, const char* value_name, std::string TrainOptions::*field, const char* help) {
+  return {name, value_name, help,
+          [field](TrainOptions& options, const std::string& flag, const std::string& text) {
+            if (text.empty()) throw std::runtime_error(flag + " needs a non-empty value");
+            options.*field = text;
+          },
+          [field](const TrainOptions& options) { return (options.*field).empty() ? "none" : options.*field; }};
+}
+
+OptionSpec choice_option(const char* name, std::string TrainOptions::*field, std::vector<std::string> choices,
+                         const char* help) {
+  std::string value_name;
+  for (const std::string& choice : choices) value_name += (value_name.empty() ? "" : "|") + choice;
+  return {name, value_name, help,
+          [field, choices, value_name](TrainOptions& options, const std::string& flag, const std::string& text) {
+            for (const std::string& choice : choices) {
+              if (text == choice) {
+                options.*field = text;
+                return;
+              }
+            }
+            throw std::runtime_error(flag + " " + text + " is not one of " + value_name);
+          },
+          [field](const TrainOptions& options) { return options.*field; }};
+}
+
+OptionSpec switch_option(const char* name, bool TrainOptions::*field, const char* help) {
+  return {name, "", help,
+          [field](TrainOptions& options, const std::string&, const std::string&) { options.*field = true; },
+          [field](const TrainOptions& options) { return std::string(options.*field ? "on" : "off"); }};
+}
+
+OptionSpec seed_option() {
+  return {"seed", "N", "seed of the initialisation, the shuffle and the samples",
+          [](TrainOptions& options, const std::string& flag, const std::string& text) {
+            options.seed = parse_integer<uint64_t>(flag, text);
+          },
+          [](const TrainOptions& options) { return std::to_string(options.seed); }};
+}
+
+OptionSpec dtype_option() {
+  OptionSpec spec = choice_option("dtype", &TrainOptions::dtype, {"fp32", "bf16"}, "element type of the model");
+  auto set_choice = spec.set;
+  spec.set = [set_choice](TrainOptions& options, const std::string& flag, const std::string& text) {
+    set_choice(options, flag, text);
+    if (text == "bf16") throw std::runtime_error(flag + " bf16 is not supported yet (use fp32)");
+  };
+  return spec;
+}
+
+// A comma-separated list of positive layer counts, one per pipeline stage: "2,3,3,2".
+OptionSpec layers_per_stage_option() {
+  return {"layers-per-stage", "N,N,...", "layers of each pipeline stage, first to last (none: an even split)",
+          [](TrainOptions& options, const std::string& flag, const std::string& text) {
+            std::vector<int> counts;
+            size_t begin = 0;
+            while (true) {
+              const size_t comma = text.find(',', begin);
+              const std::string item =
+                  text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+              const int count = parse_integer<int>(flag, item);
+              check_bounds(flag, text, count, kAtLeastOne);
+              counts.push_back(count);
+              if (comma == std::string::npos) break;
+              begin = comma + 1;
+            }
+            options.layers_per_stage = counts;
+          },
+          [](const TrainOptions& options) {
+            std::string list;
+            for (int count : options.layers_per_stage) list += (list.empty() ? "" : ",") + std::to_string(count);
+            return list.empty() ? std::string("none") : list;
+          }};
+}
+
+const std::vector<OptionSpec>& option_table() {
+  using O = TrainOptions;
+  static const std::vector<OptionSpec> table = {
+      string_option("train-data", "PATH", &O::train_data,
+                    "text file (one token per byte) or glob of llm.c shards ending in .bin"),
+      string_option("val-data", "PATH", &O::val_data,
+                    "validation data like --train-data (none: the last 5% of --train-data)"),
+      string_option("tokenizer", "FILE", &O::tokenizer, "llm.c tokenizer file to decode samples of shard data"),
+      string_option("init", "FILE", &O::init, "llm.c checkpoint to start from (none: GPT-2 initialisation)"),
+      int_option("layers", &O::layers, kAtLeastOne, "transformer layers L"),
+      int_option("heads", &O::heads, kAtLeastOne, "attention heads NH"),
+      int_option("dim", &O::dim, kAtLeastOne, "channels C"),
+      int_option("seq-len", &O::seq_len, kAtLeastOne, "tokens per sequence T"),
+      int_option("vocab", &O::vocab, kAtLeastZero,
+                 "vocabulary size V (0: --init's, else 256 for text, 50257 for shards)"),
+      dtype_option(),
+      int_option("batch", &O::batch, kAtLeastOne, "sequences per microbatch B"),
+      int_option("microbatches", &O::microbatches, kAtLeastOne, "microbatches per step (gradient accumulation)"),
+      int_option("steps", &O::steps, kAtLeastZero, "optimizer steps"),
+      float_option("lr", &O::lr, kAboveZero, "peak learning rate"),
+      choice_option("lr-schedule", &O::lr_schedule, {"cosine", "constant"}, "decay after the warm-up"),
+      float_option("min-lr", &O::min_lr, kAtLeastZero, "learning rate at the end of the cosine decay"),
+      int_option("warmup", &O::warmup, kAtLeastZero, "steps of linear warm-up"),
+      float_option("weight-decay", &O::weight_decay, kAtLeastZero, "AdamW weight decay (matrices and embeddings)"),
+      float_option("beta1", &O::beta1, kZeroToBelowOne, "AdamW beta1"),
+      float_option("beta2", &O::beta2, kZeroToBelowOne, "AdamW beta2"),
+      float_option("eps", &O::eps, kAboveZero, "AdamW epsilon"),
+      float_option("grad-clip", &O::grad_clip, kAtLeastZero, "largest global gradient norm (0: no clipping)"),
+      int_option("val-every", &O::val_every, kAtLeastZero, "steps between validation losses (0: never)"),
+      int_option("val-batches", &O::val_batches, kAtLeastOne, "microbatches per validation loss"),
+      int_option("sample-every", &O::sample_every, kAtLeastZero, "steps between text samples (0: never)"),
+      int_option("sample-len", &O::sample_len, kAtLeastOne, "tokens per sample"),
+      string_option("save", "FILE", &O::save, "llm.c model file to write, with our state file next to it"),
+      int_option("save-every", &O::save_every, kAtLeastZero, "steps between checkpoints (0: only at the end)"),
+      string_option("resume", "FILE", &O::resume, "model file written by --save to continue from"),
+      seed_option(),
+      switch_option("shuffle", &O::shuffle, "read the training data in a seeded order of chunks"),
+      string_option("log", "FILE", &O::log, "JSON lines, one per step"),
+      int_option("pp", &O::pp, kAtLeastZero, "pipeline stages (0: world size / dp)"),
+      int_option("dp", &O::dp, kAtLeastOne, "data-parallel replicas"),
+      choice_option("schedule", &O::schedule, {"afab", "1f1b", "interleaved"}, "pipeline schedule"),
+      int_option("virtual-stages", &O::virtual_stages, kAtLeastOne, "model chunks per rank (interleaved)"),
+      switch_option("recompute", &O::recompute, "keep only stage inputs; recompute activations before backward"),
+      layers_per_stage_option(),
+      switch_option("print-schedule", &O::print_schedule, "print the schedule's grid, bubble and memory, then exit"),
+      switch_option("help", &O::help, "print this help and exit"),
+  };
+  return table;
+}
+
+const OptionSpec* find_option(std::string_view name) {
+  for (const OptionSpec& spec : option_table()) {
+    if (spec.name == name) return &spec;
+  }
+  return nullptr;
+}
+
+// Checks between options, once all are parsed.
+void check_consistency(const TrainOptions& options) {
+  if (options.lr_schedule == "cosine" && options.min_lr > options.lr) {
+    throw std::runtime_error("--min-lr " + show_float(options.min_lr) + " is above --lr " + show_float(options.lr));
+  }
+  if (options.save_every > 0 && options.save.empty()) throw std::runtime_error("--save-every needs --save FILE");
+  if (!options.init.empty() && !options.resume.empty()) {
+    throw std::runtime_error("--init and --resume exclude each other (--resume restores the model)");
+  }
+  if (options.virtual_stages > 1 && options.schedule != "interleaved") {
+    throw std::runtime_error("--virtual-stages " + std::to_string(options.virtual_stages) +
+                             " needs --schedule interleaved");
+  }
+}
+
+}  // namespace
+
+TrainOptions parse_train_options(int argc, const char* const* argv) {
+  TrainOptions options;
+  for (int i = 1; i < argc; i++) {
+    const std::string_view argument = argv[i];
+    if (argument == "--help" || argument == "-h") {
+      options.help = true;
+      return options;
+    }
+  }
+  for (int i = 1; i < argc; i++) {
+    const std::string argument = argv[i];
+    if (argument.rfind("--", 0) != 0) {
+      throw std::runtime_error("unexpected argument '" + argument + "' (options start with --; see --help)");
+    }
+    const size_t equals = argument.find('=');
+    const std::string name = argument.substr(2, equals == std::string::npos ? std::string::npos : equals - 2);
+    const std::string flag = "--" + name;
+    const OptionSpec* spec = find_option(name);
+    if (spec == nullptr) throw std::runtime_error("unknown option " + flag + " (see --help)");
+    std::string value;
+    if (spec->value.empty()) {
+      if (equals != std::string::npos) throw std::runtime_error(flag + " takes no value");
+    } else if (equals != std::string::npos) {
+      value = argument.substr(equals + 1);
+    } else {
+      // A following option is not taken as the value: "--save --shuffle" forgot the file name.
+      if (i + 1 == argc || std::string_view(argv[i + 1]).rfind("--", 0) == 0) {
+        throw std::runtime_error(flag + " needs a value (" + spec->value + ")");
+      }
+      value = argv[++i];
+    }
+    spec->set(options, flag, value);
+    options.given.insert(name);
+  }
+  check_consistency(options);
+  return options;
+}
+
+std::string train_options_help() {
+  const TrainOptions defaults;
+  std::string text =
+      "usage: train [--option value | --option=value]...\n"
+      "Trains a GPT-2 on --train-data; with mpirun, as a pipeline of --pp stages times --dp replicas.\n\n";
+  for (const OptionSpec& spec : option_table()) {
+    std::string left = "  --" + spec.name + (spec.value.empty() ? "" : " " + spec.value);
+    left.resize(std::max<size_t>(left.size() + 1, 36), ' ');
+    text += left + spec.help;
+    if (spec.name != "help") text += " (default: " + spec.show(defaults) + ")";
+    text += "\n";
+  }
+  return text;
+}

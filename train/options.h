@@ -1,0 +1,66 @@
+// The train program's command line: long GNU-style options (--name value or --name=value) into a
+// TrainOptions with defaults, checked for range, and the --help text that lists each with its default.
+#pragma once
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+struct TrainOptions {
+  // data
+  std::string train_data = "data/kjv.txt";  // text file, or a glob of llm.c shards ending in .bin
+  std::string val_data;                     // empty: the last 5% of train_data
+  std::string tokenizer;                    // llm.c tokenizer file for samples of shard data (optional)
+  // model
+  std::string init;  // llm.c checkpoint to start from (empty: GPT-2 initialisation from seed)
+  int layers = 4;
+  int heads = 4;
+  int dim = 128;
+  int seq_len = 64;
+  int vocab = 0;  // 0: the data's (256 for text, 50257 for shards) or the --init checkpoint's
+  std::string dtype = "fp32";
+  // batch and schedule of the learning rate
+  int batch = 8;         // sequences per microbatch
+  int microbatches = 4;  // microbatches per step (gradient accumulation)
+  int steps = 300;
+  float lr = 1e-3f;
+  std::string lr_schedule = "cosine";  // cosine | constant
+  float min_lr = 1e-4f;                // the floor of the cosine decay
+  int warmup = 20;                     // steps of linear warm-up
+  // AdamW and clipping
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float grad_clip = 1.0f;  // largest global gradient norm; 0: no clipping
+  // validation, samples, checkpoints, logging
+  int val_every = 50;  // 0: never
+  int val_batches = 8;
+  int sample_every = 100;  // 0: never
+  int sample_len = 128;
+  std::string save;    // llm.c model file to write (and its state file next to it); empty: none
+  int save_every = 0;  // 0: only at the end, if save is given
+  std::string resume;  // model file written by --save whose state file to continue from
+  uint64_t seed = 1337;
+  bool shuffle = false;
+  std::string log;  // JSON lines, one per step; empty: none
+  // pipeline and data parallelism (issue 5)
+  int pp = 0;                     // pipeline stages; 0: world size / dp
+  int dp = 1;                     // data-parallel replicas
+  std::string schedule = "1f1b";  // afab | 1f1b | interleaved
+  int virtual_stages = 1;         // model chunks per rank (interleaved)
+  bool recompute = false;
+  std::vector<int> layers_per_stage;  // empty: an even split
+  bool print_schedule = false;
+  bool help = false;
+  // The names of the options given on the command line (e.g. "layers"), so that the trainer can
+  // tell a chosen value from a default, as when comparing with an --init checkpoint.
+  std::set<std::string> given;
+};
+
+// Parses argv[1..argc) and checks each value's range and the options' consistency. Throws
+// std::runtime_error with one line naming the option: unknown, missing or unexpected value,
+// malformed number, out of range. --help sets help and returns without further checks.
+TrainOptions parse_train_options(int argc, const char* const* argv);
+// The --help text: usage, then every option with its value, meaning and default.
+std::string train_options_help();

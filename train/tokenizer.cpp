@@ -1,0 +1,143 @@
+// Decoding tokens for the trainer's samples, and reading llm.c's tokenizer file. See tokenizer.h.
+#include "train/tokenizer.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+
+namespace {
+
+std::string kind_name(TokenizerKind kind) {
+  switch (kind) {
+    case TokenizerKind::bytes:
+      return "byte";
+    case TokenizerKind::ids:
+      return "token-id";
+    case TokenizerKind::pieces:
+      return "file";
+  }
+  return "";
+}
+
+}  // namespace
+
+Tokenizer byte_tokenizer() {
+  Tokenizer tokenizer;
+  tokenizer.kind = TokenizerKind::bytes;
+  tokenizer.vocab_size = kByteVocabSize;
+  return tokenizer;
+}
+
+Tokenizer id_tokenizer(int vocab_size) {
+  Tokenizer tokenizer;
+  tokenizer.kind = TokenizerKind::ids;
+  tokenizer.vocab_size = vocab_size;
+  return tokenizer;
+}
+
+Tokenizer load_tokenizer(const std::string& path) {
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!file) throw std::runtime_error(path + ": cannot open (" + std::strerror(errno) + ")");
+  uint32_t header[256];
+  if (std::fread(header, sizeof(uint32_t), 256, file.get()) != 256) {
+    throw std::runtime_error(path + ": too short for the 1024-byte header of an llm.c tokenizer file");
+  }
+  if (header[0] != kTokenizerMagic) {
+    throw std::runtime_error(path + ": header magic " + std::to_string(header[0]) + " is not " +
+                             std::to_string(kTokenizerMagic) + " (llm.c tokenizer)");
+  }
+  const uint32_t version = header[1];
+  if (version != 1 && version != 2) {
+    throw std::runtime_error(path + ": header version " + std::to_string(version) + " is not 1 or 2");
+  }
+  const uint32_t vocab_size = header[2];
+  // Version 1 is GPT-2's tokenizer only, whose end-of-text token is the last one.
+  if (version == 1 && vocab_size != kGpt2VocabSize) {
+    throw std::runtime_error(path + ": header vocabulary size " + std::to_string(vocab_size) +
+                             " is not GPT-2's 50257, which version 1 requires");
+  }
+  if (vocab_size == 0 || vocab_size > (1u << 24)) {
+    throw std::runtime_error(path + ": header vocabulary size " + std::to_string(vocab_size) +
+                             " is not in [1, 16777216]");
+  }
+  const uint32_t eot_token = version == 1 ? kGpt2VocabSize - 1 : header[3];
+  if (eot_token >= vocab_size) {
+    throw std::runtime_error(path + ": header eot token " + std::to_string(eot_token) +
+                             " is not below the vocabulary size " + std::to_string(vocab_size));
+  }
+  Tokenizer tokenizer;
+  tokenizer.kind = TokenizerKind::pieces;
+  tokenizer.vocab_size = static_cast<int>(vocab_size);
+  tokenizer.eot_token = static_cast<int>(eot_token);
+  tokenizer.pieces.resize(vocab_size);
+  for (uint32_t token = 0; token < vocab_size; token++) {
+    unsigned char length = 0;
+    if (std::fread(&length, 1, 1, file.get()) != 1) {
+      throw std::runtime_error(path + ": ends before token " + std::to_string(token) + " of " +
+                               std::to_string(vocab_size));
+    }
+    if (length == 0) throw std::runtime_error(path + ": token " + std::to_string(token) + " has length 0");
+    std::string& piece = tokenizer.pieces[token];
+    piece.resize(length);
+    if (std::fread(piece.data(), 1, length, file.get()) != length) {
+      throw std::runtime_error(path + ": ends inside token " + std::to_string(token) + " of " +
+                               std::to_string(vocab_size));
+    }
+  }
+  if (std::fgetc(file.get()) != EOF) {
+    throw std::runtime_error(path + ": bytes after the last of " + std::to_string(vocab_size) + " tokens");
+  }
+  return tokenizer;
+}
+
+Tokenizer sample_tokenizer(TokenFormat format, int vocab_size, const std::string& tokenizer_path) {
+  if (tokenizer_path.empty() && format == TokenFormat::llmc_shards) return id_tokenizer(vocab_size);
+  if (tokenizer_path.empty()) {
+    // A sample could otherwise hold a token no byte stands for.
+    if (vocab_size != kByteVocabSize) {
+      throw std::runtime_error("byte text decodes 256 tokens, but the model's vocabulary has " +
+                               std::to_string(vocab_size) + " (use a vocabulary of 256 or a tokenizer file)");
+    }
+    return byte_tokenizer();
+  }
+  Tokenizer tokenizer = load_tokenizer(tokenizer_path);
+  if (tokenizer.vocab_size != vocab_size) {
+    throw std::runtime_error(tokenizer_path + ": " + std::to_string(tokenizer.vocab_size) +
+                             " tokens, but the model's vocabulary has " + std::to_string(vocab_size));
+  }
+  return tokenizer;
+}
+
+std::string decode(const Tokenizer& tokenizer, const int* tokens, size_t count) {
+  std::string text;
+  for (size_t i = 0; i < count; i++) {
+    const int token = tokens[i];
+    if (token < 0 || token >= tokenizer.vocab_size) {
+      throw std::runtime_error("token " + std::to_string(token) + " is outside the " + kind_name(tokenizer.kind) +
+                               " tokenizer's " + std::to_string(tokenizer.vocab_size) + " tokens");
+    }
+    switch (tokenizer.kind) {
+      case TokenizerKind::bytes:
+        text += static_cast<char>(token);
+        break;
+      case TokenizerKind::ids:
+        text += (i == 0 ? "" : " ") + std::to_string(token);
+        break;
+      case TokenizerKind::pieces:
+        text += tokenizer.pieces[token];
+        break;
+    }
+  }
+  return text;
+}
+
+std::string printable(std::string_view text) {
+  std::string safe(text);
+  for (char& c : safe) {
+    const unsigned char byte = static_cast<unsigned char>(c);
+    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7F) c = '?';
+  }
+  return safe;
+}
