@@ -3,7 +3,8 @@
 #   CPU build: g++ on the same .cu files; cpu/ supplies the CUDA runtime, kernel
 #              launch, cuBLAS (OpenBLAS) and NCCL (MPI). Never links libcudart.
 # `make` picks the GPU build when nvidia-smi sees a GPU; GPU=1 / GPU=0 force either.
-#   make            build every program that exists: ./train (once train/ has it), the tests
+#   make            build every program that exists: ./train (once trainer/ has it), the tests,
+#                   and data/kjv.txt, the default corpus
 #   make test       build and run every test; ends with "N passed, M failed"
 #                   (FILTER='LayerNorm.*' runs one family)
 #   make cuda       compile and link the GPU build, even without a GPU
@@ -30,9 +31,10 @@ GTEST_LIBS := -lgtest -lpthread
 
 # Project sources (the same for both builds) and the CPU build's runtime. Host-only
 # code may be .cpp (g++ in both builds, with the build's CUDA headers).
+# The program ./train is built from trainer/ (a folder train/ could not sit beside it).
 LIB_SRCS := $(wildcard kernels/*.cu model/*.cu model/*.cpp pipeline/*.cu pipeline/*.cpp comm/*.cu comm/*.cpp \
-              train/*.cpp)
-TRAIN_SRCS := $(wildcard train/*.cu)
+              trainer/*.cpp)
+TRAIN_SRCS := $(wildcard trainer/*.cu)
 CPU_RUNTIME_SRCS := $(wildcard cpu/*.cpp)
 # Tests: tests/*_test.cu run in one process in either build, tests/mpi/*_test.cu under
 # mpirun -np 4 in either build, tests/cpu/*_test.cu test cpu/ itself (CPU build only).
@@ -55,7 +57,13 @@ TEST_BINS := $(BUILD)/tests/unit_tests $(if $(MPI_TEST_SRCS),$(BUILD)/tests/mpi_
              $(if $(and $(CPU_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_tests)
 
 .PHONY: all test cuda bench ptxas-report clean
-all: $(if $(TRAIN_SRCS),train) $(TEST_BINS)
+all: $(if $(TRAIN_SRCS),train) $(TEST_BINS) data/kjv.txt
+
+# The default corpus: the King James Bible from Debian's bible-kjv package (written
+# to a temporary file first, so a failed run leaves no half corpus behind).
+data/kjv.txt:
+	@mkdir -p data
+	bible -f "Genesis 1:1-Revelation 22:21" > $@.tmp && mv $@.tmp $@
 
 train: $(call objs,$(TRAIN_SRCS),$(BUILD)) $(LIB_OBJS) $(RUNTIME_OBJS)
 	$(if $(filter 1,$(GPU)),$(NVCC) $(GPU_ARCH) -o $@ $^ $(GPU_LIBS),$(CXX) -o $@ $^ $(CPU_LIBS))

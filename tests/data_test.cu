@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "train/data.h"
-#include "train/tokenizer.h"
+#include "trainer/data.h"
+#include "trainer/tokenizer.h"
 
 namespace {
 

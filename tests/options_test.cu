@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "train/options.h"
+#include "trainer/options.h"
 
 namespace {
 
