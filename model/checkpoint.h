@@ -1,0 +1,72 @@
+// Checkpoints: llm.c's model file, read and written exactly as llm.c does, and our own
+// training-state file that --resume needs besides the model (optimizer moments, step,
+// data position, RNG state). Both are written atomically (model/atomic_file.h); every
+// malformed file is rejected with one line naming the file and the field.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+// llm.c's model file: a header of 256 int32 — [0] magic, [1] version, [2] maxT, [3] V,
+// [4] L, [5] NH, [6] C, [7] Vp, the rest 0 — then the 16 tensors in llm.c's order
+// (model/parameters.h), fp32 (version 3) or bf16 (version 5), little-endian.
+constexpr int kModelFileMagic = 20240326;
+constexpr int kModelFileVersionFp32 = 3;
+constexpr int kModelFileVersionBf16 = 5;
+constexpr size_t kModelFileHeaderInts = 256;
+
+enum class CheckpointDtype { fp32, bf16 };
+
+struct ModelFile {
+  GPTConfig config;
+  CheckpointDtype dtype;          // as stored in the file
+  std::vector<float> parameters;  // num_parameters(config), llm.c's order; bf16 widened exactly
+};
+
+// Throws std::runtime_error "<path>: ..." when the file cannot be read, is shorter than
+// the header, has another magic or version, a header field that validate_gpt_config
+// rejects, or a size other than the header plus exactly the tensors it describes.
+ModelFile read_model_file(const std::string& path);
+
+// parameters: num_parameters(config) values. bf16 rounds each to nearest even, as
+// PyTorch's .bfloat16() does for llm.c's files.
+void write_model_file(const std::string& path, const GPTConfig& config, const std::vector<float>& parameters,
+                      CheckpointDtype dtype);
+
+// Checks a model file's config against the one the flags describe; throws e.g.
+// "model.bin: header channels 768 disagrees with --dim 512". Layers, heads, channels and
+// vocabulary must be equal; flags.max_seq_len is the training sequence length
+// (--seq-len), which may be shorter than the file's maxT but not longer.
+void check_model_config_against_flags(const std::string& path, const GPTConfig& header, const GPTConfig& flags);
+
+// Everything besides the parameters that a resumed run needs to continue bitwise.
+struct TrainingState {
+  GPTConfig config;           // the model the state belongs to
+  int64_t step;               // optimizer steps done
+  uint64_t data_position;     // where the data loader continues
+  std::vector<uint64_t> rng;  // random generator state, as many words as the trainer keeps
+  std::vector<float> m, v;    // AdamW moments, num_parameters(config) each, llm.c's order
+};
+
+// The state file of a model file: "<model_path>.state".
+std::string training_state_path(const std::string& model_path);
+
+// Training-state file: a header of 64 int64 — [0] kTrainingStateMagic, [1] version,
+// [2..7] maxT, V, L, NH, C, Vp as in llm.c's header, [8] step, [9] data position,
+// [10] RNG words, [11] parameters, the rest 0 — then the RNG words (uint64), m and v
+// (fp32), little-endian.
+constexpr int64_t kTrainingStateMagic = 20261122;
+constexpr int64_t kTrainingStateVersion = 1;
+constexpr size_t kTrainingStateHeaderWords = 64;
+
+// Throws like read_model_file; also when step is negative or the parameter count is
+// not that of the config.
+TrainingState read_training_state(const std::string& path);
+// m and v must hold num_parameters(state.config) values each.
+void write_training_state(const std::string& path, const TrainingState& state);
+
+// Throws e.g. "run.bin.state: header channels 512 disagrees with the model file's 768"
+// for the first of the six fields that differs.
+void check_state_config_against_model(const std::string& path, const GPTConfig& state, const GPTConfig& model);
