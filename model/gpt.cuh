@@ -1,0 +1,150 @@
+// GPT-2's forward and backward for a layer range: transformer blocks [first_layer,
+// end_layer), optionally preceded by the token and position embedding and followed by
+// the final LayerNorm, the tied output projection and the fused classifier. The whole
+// model is one range; a pipeline stage is a smaller one. Everything a range's forward
+// writes and its backward reads lives in one Activations allocation per microbatch slot,
+// the backward's working buffers in one BackwardScratch; nothing is allocated inside
+// forward or backward. Instantiated for double (checks), float and __nv_bfloat16.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "kernels/element.cuh"
+#include "model/config.h"
+#include "model/parameters.h"
+
+// What one pipeline stage computes. {0, L, true, true} is the whole model.
+struct LayerRange {
+  int first_layer;     // the first transformer block of the range
+  int end_layer;       // one past the last block; first_layer == end_layer: no blocks
+  bool has_embedding;  // tokens -> wte + wpe before the blocks (the first stage)
+  bool has_head;       // final LayerNorm, logits = lnf wte^T, loss after the blocks (the last stage)
+};
+
+// {0, L, true, true}.
+LayerRange whole_model(const GPTConfig& config);
+
+// Throws std::runtime_error with one line naming the problem: layers outside [0, L],
+// end_layer < first_layer, or a range that computes nothing.
+void validate_layer_range(const GPTConfig& config, const LayerRange& range);
+
+// One transformer block's saved activations, for one microbatch of B sequences of T tokens.
+template <typename Element>
+struct BlockActivations {
+  Element* ln1;                // (B, T, C)   LayerNorm 1 of the block's input
+  Compute<Element>* ln1_mean;  // (B, T)
+  Compute<Element>* ln1_rstd;  // (B, T)
+  Element* attention_saved;    // (attention_saved_size) q, k, v per head and the probabilities
+  Element* attention_out;      // (B, T, C)   the heads' outputs, input of the attention projection
+  Element* residual2;          // (B, T, C)   block input + attention projection
+  Element* ln2;                // (B, T, C)   LayerNorm 2 of residual2
+  Compute<Element>* ln2_mean;  // (B, T)
+  Compute<Element>* ln2_rstd;  // (B, T)
+  Element* fch;                // (B, T, 4C)  the MLP's hidden layer before GELU
+  Element* fch_gelu;           // (B, T, 4C)  after GELU
+  Element* residual3;          // (B, T, C)   residual2 + MLP projection: the block's output
+};
+
+// One microbatch slot's activations for a range, views into one device allocation of
+// activation_bytes<Element>(config, B, T, range) bytes. The range's input (tokens or the previous
+// stage's output) is not part of it: the caller owns it, so that a slot can be refilled by
+// running the forward again from the input alone.
+template <typename Element>
+struct Activations {
+  void* memory;  // the allocation
+  size_t bytes;  // its size
+  LayerRange range;
+  int B, T;          // the largest microbatch the views hold
+  Element* encoded;  // (B, T, C)   embedding output, the first block's input (has_embedding only)
+  std::vector<BlockActivations<Element>> blocks;  // blocks[l - first_layer]
+  // Forward-only buffers, dead once the block's forward is done (the backward reads none):
+  Element* qkv;         // (B, T, 3C)  the fused q, k, v projection
+  Element* projection;  // (B, T, C)   the attention forward's scratch, then each projection's output
+  // The head (has_head only):
+  Element* lnf;                // (B, T, C)   final LayerNorm
+  Compute<Element>* lnf_mean;  // (B, T)
+  Compute<Element>* lnf_rstd;  // (B, T)
+  Element* logits;             // (B, T, Vp)  logits; their gradient after a forward with targets
+  Compute<Element>* losses;    // (B, T)      per-token cross-entropy (forward with targets)
+  int* bad_target_row;         // (1)         -1, or the largest row whose target was outside [0, V)
+};
+
+// Bytes of one Activations allocation (what create_activations allocates, exactly).
+template <typename Element>
+size_t activation_bytes(const GPTConfig& config, int B, int T, const LayerRange& range);
+// Bytes of the range's input, which the caller keeps per microbatch: B T token ids for an
+// embedding range, else B T C elements.
+template <typename Element>
+size_t stage_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range);
+
+template <typename Element>
+Activations<Element> create_activations(const GPTConfig& config, int B, int T, const LayerRange& range);
+template <typename Element>
+void destroy_activations(Activations<Element>& acts);
+
+// The backward's working buffers, shared by all microbatches of a range (allocated once).
+template <typename Element>
+struct BackwardScratch {
+  void* memory;
+  size_t bytes;
+  int B, T;
+  Element* dresidual;                  // (B, T, C)  the residual stream's gradient, for ranges without grad_input
+  Element* dbtc;                       // (B, T, C)  a LayerNorm output's or attention output's gradient
+  Element* dqkv;                       // (B, T, 3C)
+  Element* dfch;                       // (B, T, 4C) the MLP hidden layer's gradient (before and after GELU)
+  Element* attention;                  // (attention_backward_scratch_size)
+  Compute<Element>* layernorm_weight;  // (layernorm_backward_weight_workspace_size)
+  int* embedding;                      // (embedding_backward_workspace_size) has_embedding only
+};
+
+template <typename Element>
+size_t backward_scratch_bytes(const GPTConfig& config, int B, int T, const LayerRange& range);
+template <typename Element>
+BackwardScratch<Element> create_backward_scratch(const GPTConfig& config, int B, int T, const LayerRange& range);
+template <typename Element>
+void destroy_backward_scratch(BackwardScratch<Element>& scratch);
+
+// The forward of the range for B sequences of T tokens (B <= acts.B, T <= acts.T <= maxT).
+// Input: tokens (B, T) on the device for an embedding range, else input (B, T, C); the other
+// is nullptr. Writes (=) every activation of acts. With has_head: acts.logits = the logits,
+// and when targets (B, T) is given, acts.losses = the per-token losses and acts.logits is
+// overwritten by d(loss_scale * sum of losses) / d logits (loss_scale e.g. 1 / (B T
+// microbatches) for the mean over a step), acts.bad_target_row is reset then set by the
+// classifier. Without has_head the output is range_output(acts).
+template <typename Element>
+void gpt_forward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
+                 Activations<Element>& acts, const int* tokens, const Element* input, const int* targets,
+                 double loss_scale, int B, int T, cublasHandle_t cublas, cudaStream_t stream);
+
+// The range's output (B, T, C): the last block's residual3, or the embedding output of a
+// range with no blocks. (With has_head the range's result is acts.losses and acts.logits.)
+template <typename Element>
+const Element* range_output(const Activations<Element>& acts);
+
+// The backward of the range, after gpt_forward with targets (head) on the same acts and input.
+// grad_output (B, T, C) is the gradient of range_output (nullptr with has_head, whose
+// gradient starts from acts.logits). Parameter gradients of the range are accumulated (+=)
+// into grads (same layout as params), the tied output projection's share of wte's gradient
+// into grad_wte_head (Vp, C) (+=), the embedding's into grads.wte. For a range without
+// the embedding, grad_input (B, T, C) = the gradient of input (=); grad_input may not
+// alias grad_output. tokens/input as given to the forward.
+template <typename Element>
+void gpt_backward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
+                  const ParameterTensors<Element>& grads, Element* grad_wte_head, const Activations<Element>& acts,
+                  BackwardScratch<Element>& scratch, const int* tokens, const Element* input,
+                  const Element* grad_output, Element* grad_input, int B, int T, cublasHandle_t cublas,
+                  cudaStream_t stream);
+
+// grad_wte (Vp, C) += grad_wte_head (Vp, C): the tied embedding's two gradient shares,
+// added once per step in this fixed order, so every split of the model gives the same sum.
+template <typename Element>
+void sum_tied_embedding_gradient(const GPTConfig& config, Element* grad_wte, const Element* grad_wte_head,
+                                 cudaStream_t stream);
+
+// The mean of acts.losses over the B T tokens of the last forward with targets, summed on
+// the host in double in row order (deterministic). Waits for stream.
+template <typename Element>
+double mean_loss(const Activations<Element>& acts, int B, int T, cudaStream_t stream);
