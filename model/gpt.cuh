@@ -10,11 +10,17 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/element.cuh"
 #include "model/config.h"
 #include "model/parameters.h"
+
+// A pointer parameter that callers may pass as a plain nullptr: Element is deduced from the
+// other arguments (std::type_identity_t keeps this one out of template argument deduction).
+template <typename Element>
+using Nullable = std::type_identity_t<Element>;
 
 // What one pipeline stage computes. {0, L, true, true} is the whole model.
 struct LayerRange {
@@ -90,12 +96,13 @@ template <typename Element>
 struct BackwardScratch {
   void* memory;
   size_t bytes;
-  int B, T;
-  Element* dresidual;                  // (B, T, C)  the residual stream's gradient, for ranges without grad_input
-  Element* dbtc;                       // (B, T, C)  a LayerNorm output's or attention output's gradient
-  Element* dqkv;                       // (B, T, 3C)
-  Element* dfch;                       // (B, T, 4C) the MLP hidden layer's gradient (before and after GELU)
-  Element* attention;                  // (attention_backward_scratch_size)
+  LayerRange range;
+  int B, T;            // the largest microbatch the buffers hold
+  Element* dresidual;  // (B, T, C)  the residual stream's gradient (embedding ranges; others use grad_input)
+  Element* dbtc;       // (B, T, C)  a LayerNorm output's or attention output's gradient
+  Element* dqkv;       // (B, T, 3C)
+  Element* dfch;       // (B, T, 4C) the MLP hidden layer's gradient (before and after GELU)
+  Element* attention;  // (attention_backward_scratch_size)
   Compute<Element>* layernorm_weight;  // (layernorm_backward_weight_workspace_size)
   int* embedding;                      // (embedding_backward_workspace_size) has_embedding only
 };
@@ -116,7 +123,7 @@ void destroy_backward_scratch(BackwardScratch<Element>& scratch);
 // classifier. Without has_head the output is range_output(acts).
 template <typename Element>
 void gpt_forward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
-                 Activations<Element>& acts, const int* tokens, const Element* input, const int* targets,
+                 Activations<Element>& acts, const int* tokens, const Nullable<Element>* input, const int* targets,
                  double loss_scale, int B, int T, cublasHandle_t cublas, cudaStream_t stream);
 
 // The range's output (B, T, C): the last block's residual3, or the embedding output of a
@@ -128,15 +135,15 @@ const Element* range_output(const Activations<Element>& acts);
 // grad_output (B, T, C) is the gradient of range_output (nullptr with has_head, whose
 // gradient starts from acts.logits). Parameter gradients of the range are accumulated (+=)
 // into grads (same layout as params), the tied output projection's share of wte's gradient
-// into grad_wte_head (Vp, C) (+=), the embedding's into grads.wte. For a range without
+// into grad_wte_head (Vp, C) (+=; nullptr without has_head), the embedding's into grads.wte. For a range without
 // the embedding, grad_input (B, T, C) = the gradient of input (=); grad_input may not
 // alias grad_output. tokens/input as given to the forward.
 template <typename Element>
 void gpt_backward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
-                  const ParameterTensors<Element>& grads, Element* grad_wte_head, const Activations<Element>& acts,
-                  BackwardScratch<Element>& scratch, const int* tokens, const Element* input,
-                  const Element* grad_output, Element* grad_input, int B, int T, cublasHandle_t cublas,
-                  cudaStream_t stream);
+                  const ParameterTensors<Element>& grads, Nullable<Element>* grad_wte_head,
+                  const Activations<Element>& acts, BackwardScratch<Element>& scratch, const int* tokens,
+                  const Nullable<Element>* input, const Nullable<Element>* grad_output, Nullable<Element>* grad_input,
+                  int B, int T, cublasHandle_t cublas, cudaStream_t stream);
 
 // grad_wte (Vp, C) += grad_wte_head (Vp, C): the tied embedding's two gradient shares,
 // added once per step in this fixed order, so every split of the model gives the same sum.

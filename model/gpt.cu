@@ -1,0 +1,347 @@
+// GPT-2's forward and backward for a layer range (see model/gpt.cuh): the activation and
+// scratch layouts, then the forward, the backward, and the helpers around them.
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/attention.cuh"
+#include "kernels/classifier.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/gelu.cuh"
+#include "kernels/layernorm.cuh"
+#include "kernels/matmul.cuh"
+#include "kernels/residual.cuh"
+#include "model/gpt.cuh"
+
+namespace {
+
+// Hands out consecutive pieces of one allocation, each aligned to 256 bytes (cudaMalloc's
+// alignment, so a view is as aligned as a buffer of its own). With a null base it only
+// counts: the same code then gives the size and, once allocated, the views.
+class Carver {
+ public:
+  explicit Carver(void* base) : base_(static_cast<char*>(base)) {}
+  template <typename X>
+  X* take(size_t count) {
+    X* piece = base_ ? reinterpret_cast<X*>(base_ + bytes_) : nullptr;
+    bytes_ += (count * sizeof(X) + kAlignment - 1) / kAlignment * kAlignment;
+    return piece;
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  static constexpr size_t kAlignment = 256;
+  char* base_;
+  size_t bytes_ = 0;
+};
+
+template <typename Element>
+Activations<Element> point_activations(void* memory, const GPTConfig& config, int B, int T, const LayerRange& range) {
+  validate_layer_range(config, range);
+  using Real = Compute<Element>;
+  const size_t BT = size_t(B) * T, C = config.channels;
+  Carver carve(memory);
+  Activations<Element> acts{};
+  acts.memory = memory;
+  acts.range = range;
+  acts.B = B;
+  acts.T = T;
+  if (range.has_embedding) acts.encoded = carve.take<Element>(BT * C);
+  for (int l = range.first_layer; l < range.end_layer; ++l) {
+    BlockActivations<Element> block;
+    block.ln1 = carve.take<Element>(BT * C);
+    block.ln1_mean = carve.take<Real>(BT);
+    block.ln1_rstd = carve.take<Real>(BT);
+    block.attention_saved = carve.take<Element>(attention_saved_size(B, T, C, config.num_heads));
+    block.attention_out = carve.take<Element>(BT * C);
+    block.residual2 = carve.take<Element>(BT * C);
+    block.ln2 = carve.take<Element>(BT * C);
+    block.ln2_mean = carve.take<Real>(BT);
+    block.ln2_rstd = carve.take<Real>(BT);
+    block.fch = carve.take<Element>(BT * 4 * C);
+    block.fch_gelu = carve.take<Element>(BT * 4 * C);
+    block.residual3 = carve.take<Element>(BT * C);
+    acts.blocks.push_back(block);
+  }
+  if (range.end_layer > range.first_layer) {
+    acts.qkv = carve.take<Element>(BT * 3 * C);
+    acts.projection = carve.take<Element>(std::max(BT * C, attention_forward_scratch_size(B, T, C, config.num_heads)));
+  }
+  if (range.has_head) {
+    acts.lnf = carve.take<Element>(BT * C);
+    acts.lnf_mean = carve.take<Real>(BT);
+    acts.lnf_rstd = carve.take<Real>(BT);
+    acts.logits = carve.take<Element>(BT * config.padded_vocab_size);
+    acts.losses = carve.take<Real>(BT);
+    acts.bad_target_row = carve.take<int>(1);
+  }
+  acts.bytes = carve.bytes();
+  return acts;
+}
+
+template <typename Element>
+BackwardScratch<Element> point_backward_scratch(void* memory, const GPTConfig& config, int B, int T,
+                                                const LayerRange& range) {
+  validate_layer_range(config, range);
+  const size_t BT = size_t(B) * T, C = config.channels;
+  Carver carve(memory);
+  BackwardScratch<Element> scratch{};
+  scratch.memory = memory;
+  scratch.range = range;
+  scratch.B = B;
+  scratch.T = T;
+  scratch.dbtc = carve.take<Element>(BT * C);
+  scratch.layernorm_weight = carve.take<Compute<Element>>(layernorm_backward_weight_workspace_size(BT, C));
+  if (range.end_layer > range.first_layer) {
+    scratch.dqkv = carve.take<Element>(BT * 3 * C);
+    scratch.dfch = carve.take<Element>(BT * 4 * C);
+    scratch.attention = carve.take<Element>(attention_backward_scratch_size(B, T, C, config.num_heads));
+  }
+  if (range.has_embedding) {
+    scratch.dresidual = carve.take<Element>(BT * C);
+    scratch.embedding = carve.take<int>(embedding_backward_workspace_size(B, T));
+  }
+  scratch.bytes = carve.bytes();
+  return scratch;
+}
+
+std::string describe(const LayerRange& range) {
+  return "layer range [" + std::to_string(range.first_layer) + ", " + std::to_string(range.end_layer) + ")";
+}
+
+bool same_range(const LayerRange& a, const LayerRange& b) {
+  return a.first_layer == b.first_layer && a.end_layer == b.end_layer && a.has_embedding == b.has_embedding &&
+         a.has_head == b.has_head;
+}
+
+// The checks shared by forward and backward: the buffers were made for this range and hold (B, T).
+template <typename Element>
+void check_call(const GPTConfig& config, const LayerRange& range, const Activations<Element>& acts, const int* tokens,
+                const Element* input, int B, int T, const char* function) {
+  const std::string where = std::string(function) + ": " + describe(range);
+  if (!same_range(range, acts.range)) throw std::runtime_error(where + ": activations were made for another range");
+  if (B < 1 || T < 1 || B > acts.B || T > acts.T || T > config.max_seq_len)
+    throw std::runtime_error(where + ": B " + std::to_string(B) + ", T " + std::to_string(T) +
+                             " outside the activations' B " + std::to_string(acts.B) + ", T " + std::to_string(acts.T) +
+                             " (and maxT " + std::to_string(config.max_seq_len) + ")");
+  if (range.has_embedding && !tokens) throw std::runtime_error(where + ": the embedding needs tokens");
+  if (!range.has_embedding && !input) throw std::runtime_error(where + ": a range without the embedding needs input");
+}
+
+// The input of block l (the embedding output, the range input, or the previous block's output).
+template <typename Element>
+const Element* block_input(const Activations<Element>& acts, const Element* input, int l) {
+  const int i = l - acts.range.first_layer;
+  if (i > 0) return acts.blocks[i - 1].residual3;
+  return acts.range.has_embedding ? acts.encoded : input;
+}
+
+// The input of the final LayerNorm: the last block's output, or the block-less range's input.
+template <typename Element>
+const Element* head_input(const Activations<Element>& acts, const Element* input) {
+  return block_input(acts, input, acts.range.end_layer);
+}
+
+}  // namespace
+
+LayerRange whole_model(const GPTConfig& config) { return {0, config.num_layers, true, true}; }
+
+void validate_layer_range(const GPTConfig& config, const LayerRange& range) {
+  if (range.first_layer < 0 || range.end_layer > config.num_layers || range.end_layer < range.first_layer)
+    throw std::runtime_error(describe(range) + " is not within the model's " + std::to_string(config.num_layers) +
+                             " layers");
+  if (range.first_layer == range.end_layer && !range.has_embedding && !range.has_head)
+    throw std::runtime_error(describe(range) + " has no blocks, no embedding and no head: it computes nothing");
+}
+
+template <typename Element>
+size_t activation_bytes(const GPTConfig& config, int B, int T, const LayerRange& range) {
+  return point_activations<Element>(nullptr, config, B, T, range).bytes;
+}
+
+template <typename Element>
+size_t stage_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range) {
+  const size_t BT = size_t(B) * T;
+  return range.has_embedding ? BT * sizeof(int) : BT * config.channels * sizeof(Element);
+}
+
+template <typename Element>
+Activations<Element> create_activations(const GPTConfig& config, int B, int T, const LayerRange& range) {
+  void* memory = nullptr;
+  CUDA_CHECK(cudaMalloc(&memory, activation_bytes<Element>(config, B, T, range)));
+  return point_activations<Element>(memory, config, B, T, range);
+}
+
+template <typename Element>
+void destroy_activations(Activations<Element>& acts) {
+  CUDA_CHECK(cudaFree(acts.memory));
+  acts = Activations<Element>{};
+}
+
+template <typename Element>
+size_t backward_scratch_bytes(const GPTConfig& config, int B, int T, const LayerRange& range) {
+  return point_backward_scratch<Element>(nullptr, config, B, T, range).bytes;
+}
+
+template <typename Element>
+BackwardScratch<Element> create_backward_scratch(const GPTConfig& config, int B, int T, const LayerRange& range) {
+  void* memory = nullptr;
+  CUDA_CHECK(cudaMalloc(&memory, backward_scratch_bytes<Element>(config, B, T, range)));
+  return point_backward_scratch<Element>(memory, config, B, T, range);
+}
+
+template <typename Element>
+void destroy_backward_scratch(BackwardScratch<Element>& scratch) {
+  CUDA_CHECK(cudaFree(scratch.memory));
+  scratch = BackwardScratch<Element>{};
+}
+
+template <typename Element>
+const Element* range_output(const Activations<Element>& acts) {
+  return acts.blocks.empty() ? acts.encoded : acts.blocks.back().residual3;
+}
+
+// Each block is pre-LayerNorm GPT-2: x -> residual2 = x + attproj(attention(qkv(ln1(x))))
+// -> residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))). The block's output residual3
+// is always stored unfused (not fused into the next LayerNorm), so that a block computes the
+// same operations whether the next block is on this stage or the next: splits are bitwise free.
+template <typename Element>
+void gpt_forward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
+                 Activations<Element>& acts, const int* tokens, const Nullable<Element>* input, const int* targets,
+                 double loss_scale, int B, int T, cublasHandle_t cublas, cudaStream_t stream) {
+  check_call(config, range, acts, tokens, input, B, T, "gpt_forward");
+  const int C = config.channels, NH = config.num_heads, BT = B * T;
+  if (range.has_embedding) embedding_forward(acts.encoded, tokens, params.wte, params.wpe, B, T, C, stream);
+  for (int l = range.first_layer; l < range.end_layer; ++l) {
+    const LayerParameters<Element> p = layer_views(params, config, l);
+    const BlockActivations<Element>& a = acts.blocks[l - range.first_layer];
+    const Element* x = block_input(acts, input, l);  // (B, T, C)
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, BT, C, stream);
+    matmul_forward(cublas, acts.qkv, a.ln1, p.qkvw, p.qkvb, BT, C, 3 * C, stream);
+    attention_forward(cublas, a.attention_out, a.attention_saved, acts.projection, acts.qkv, B, T, C, NH, stream);
+    matmul_forward(cublas, acts.projection, a.attention_out, p.attprojw, p.attprojb, BT, C, C, stream);
+    residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x, acts.projection, p.ln2w, p.ln2b, BT, C,
+                               stream);
+    matmul_forward(cublas, a.fch, a.ln2, p.fcw, p.fcb, BT, C, 4 * C, stream);
+    gelu_forward(a.fch_gelu, a.fch, size_t(BT) * 4 * C, stream);
+    matmul_forward(cublas, acts.projection, a.fch_gelu, p.fcprojw, p.fcprojb, BT, 4 * C, C, stream);
+    residual_forward(a.residual3, a.residual2, acts.projection, size_t(BT) * C, stream);
+  }
+  if (!range.has_head) return;
+  const int V = config.vocab_size, Vp = config.padded_vocab_size;
+  layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, head_input(acts, input), params.lnfw, params.lnfb, BT, C,
+                    stream);
+  matmul_forward(cublas, acts.logits, acts.lnf, params.wte, static_cast<const Element*>(nullptr), BT, C, Vp, stream);
+  if (!targets) return;
+  reset_bad_target_row(acts.bad_target_row, stream);
+  classifier_forward_backward(acts.logits, acts.losses, targets, Compute<Element>(loss_scale), acts.bad_target_row, BT,
+                              V, Vp, stream);
+}
+
+// The residual stream's gradient (dresidual) runs from the range's output to its input:
+// each block's branches add their input gradients to it (+=, layernorm_backward_input),
+// and the residual additions themselves pass it through unchanged.
+template <typename Element>
+void gpt_backward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
+                  const ParameterTensors<Element>& grads, Nullable<Element>* grad_wte_head,
+                  const Activations<Element>& acts, BackwardScratch<Element>& scratch, const int* tokens,
+                  const Nullable<Element>* input, const Nullable<Element>* grad_output, Nullable<Element>* grad_input,
+                  int B, int T, cublasHandle_t cublas, cudaStream_t stream) {
+  check_call(config, range, acts, tokens, input, B, T, "gpt_backward");
+  const std::string where = "gpt_backward: " + describe(range);
+  if (!same_range(range, scratch.range) || B > scratch.B || T > scratch.T)
+    throw std::runtime_error(where + ": the backward scratch was made for another range or a smaller (B, T)");
+  if (!range.has_head && !grad_output) throw std::runtime_error(where + ": a range without the head needs grad_output");
+  if (range.has_head && !grad_wte_head) throw std::runtime_error(where + ": the head needs grad_wte_head");
+  if (!range.has_embedding && !grad_input)
+    throw std::runtime_error(where + ": a range without the embedding needs grad_input");
+  const int C = config.channels, NH = config.num_heads, BT = B * T;
+  const size_t btc_bytes = size_t(BT) * C * sizeof(Element);
+  Element* dresidual = range.has_embedding ? scratch.dresidual : grad_input;  // (B, T, C)
+  Element* dbtc = scratch.dbtc;                                               // (B, T, C)
+
+  if (range.has_head) {
+    const int Vp = config.padded_vocab_size;
+    const Element* x = head_input(acts, input);
+    matmul_backward_input(cublas, dbtc, acts.logits, params.wte, BT, C, Vp, stream);
+    matmul_backward_weight(cublas, grad_wte_head, static_cast<Element*>(nullptr), acts.logits, acts.lnf, BT, C, Vp,
+                           stream);
+    CUDA_CHECK(cudaMemsetAsync(dresidual, 0, btc_bytes, stream));
+    layernorm_backward_input(dresidual, dbtc, x, params.lnfw, acts.lnf_mean, acts.lnf_rstd, BT, C, stream);
+    layernorm_backward_weight(grads.lnfw, grads.lnfb, scratch.layernorm_weight, dbtc, x, acts.lnf_mean, acts.lnf_rstd,
+                              BT, C, stream);
+  } else {
+    CUDA_CHECK(cudaMemcpyAsync(dresidual, grad_output, btc_bytes, cudaMemcpyDeviceToDevice, stream));
+  }
+
+  for (int l = range.end_layer - 1; l >= range.first_layer; --l) {
+    const LayerParameters<Element> p = layer_views(params, config, l);
+    const LayerParameters<Element> g = layer_views(grads, config, l);
+    const BlockActivations<Element>& a = acts.blocks[l - range.first_layer];
+    const Element* x = block_input(acts, input, l);
+    const size_t hidden = size_t(BT) * 4 * C;
+    // MLP: residual3 = residual2 + fcproj(...), so fcproj's output gradient is dresidual.
+    matmul_backward_input(cublas, scratch.dfch, dresidual, p.fcprojw, BT, 4 * C, C, stream);
+    matmul_backward_weight(cublas, g.fcprojw, g.fcprojb, dresidual, a.fch_gelu, BT, 4 * C, C, stream);
+    gelu_backward(scratch.dfch, a.fch, scratch.dfch, hidden, stream);
+    matmul_backward_input(cublas, dbtc, scratch.dfch, p.fcw, BT, C, 4 * C, stream);
+    matmul_backward_weight(cublas, g.fcw, g.fcb, scratch.dfch, a.ln2, BT, C, 4 * C, stream);
+    layernorm_backward_input(dresidual, dbtc, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, BT, C, stream);
+    layernorm_backward_weight(g.ln2w, g.ln2b, scratch.layernorm_weight, dbtc, a.residual2, a.ln2_mean, a.ln2_rstd, BT,
+                              C, stream);
+    // Attention: residual2 = x + attproj(...), so attproj's output gradient is dresidual.
+    matmul_backward_input(cublas, dbtc, dresidual, p.attprojw, BT, C, C, stream);
+    matmul_backward_weight(cublas, g.attprojw, g.attprojb, dresidual, a.attention_out, BT, C, C, stream);
+    attention_backward(cublas, scratch.dqkv, scratch.attention, dbtc, a.attention_saved, B, T, C, NH, stream);
+    matmul_backward_input(cublas, dbtc, scratch.dqkv, p.qkvw, BT, C, 3 * C, stream);
+    matmul_backward_weight(cublas, g.qkvw, g.qkvb, scratch.dqkv, a.ln1, BT, C, 3 * C, stream);
+    layernorm_backward_input(dresidual, dbtc, x, p.ln1w, a.ln1_mean, a.ln1_rstd, BT, C, stream);
+    layernorm_backward_weight(g.ln1w, g.ln1b, scratch.layernorm_weight, dbtc, x, a.ln1_mean, a.ln1_rstd, BT, C, stream);
+  }
+
+  if (range.has_embedding)
+    embedding_backward(grads.wte, grads.wpe, scratch.embedding, dresidual, tokens, B, T, C, stream);
+}
+
+template <typename Element>
+void sum_tied_embedding_gradient(const GPTConfig& config, Element* grad_wte, const Element* grad_wte_head,
+                                 cudaStream_t stream) {
+  residual_backward(grad_wte, grad_wte_head, size_t(config.padded_vocab_size) * config.channels, stream);
+}
+
+template <typename Element>
+double mean_loss(const Activations<Element>& acts, int B, int T, cudaStream_t stream) {
+  const size_t BT = size_t(B) * T;
+  std::vector<Compute<Element>> losses(BT);
+  CUDA_CHECK(
+      cudaMemcpyAsync(losses.data(), acts.losses, BT * sizeof(Compute<Element>), cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  double sum = 0.0;
+  for (const Compute<Element> loss : losses) sum += double(loss);
+  return sum / double(BT);
+}
+
+#define INSTANTIATE_GPT(Element)                                                                                       \
+  template size_t activation_bytes<Element>(const GPTConfig&, int, int, const LayerRange&);                            \
+  template size_t stage_input_bytes<Element>(const GPTConfig&, int, int, const LayerRange&);                           \
+  template Activations<Element> create_activations<Element>(const GPTConfig&, int, int, const LayerRange&);            \
+  template void destroy_activations<Element>(Activations<Element>&);                                                   \
+  template size_t backward_scratch_bytes<Element>(const GPTConfig&, int, int, const LayerRange&);                      \
+  template BackwardScratch<Element> create_backward_scratch<Element>(const GPTConfig&, int, int, const LayerRange&);   \
+  template void destroy_backward_scratch<Element>(BackwardScratch<Element>&);                                          \
+  template const Element* range_output<Element>(const Activations<Element>&);                                          \
+  template void gpt_forward<Element>(const GPTConfig&, const LayerRange&, const ParameterTensors<Element>&,            \
+                                     Activations<Element>&, const int*, const Element*, const int*, double, int, int,  \
+                                     cublasHandle_t, cudaStream_t);                                                    \
+  template void gpt_backward<Element>(const GPTConfig&, const LayerRange&, const ParameterTensors<Element>&,           \
+                                      const ParameterTensors<Element>&, Element*, const Activations<Element>&,         \
+                                      BackwardScratch<Element>&, const int*, const Element*, const Element*, Element*, \
+                                      int, int, cublasHandle_t, cudaStream_t);                                         \
+  template void sum_tied_embedding_gradient<Element>(const GPTConfig&, Element*, const Element*, cudaStream_t);        \
+  template double mean_loss<Element>(const Activations<Element>&, int, int, cudaStream_t);
+
+INSTANTIATE_GPT(double)
+INSTANTIATE_GPT(float)
+INSTANTIATE_GPT(__nv_bfloat16)

@@ -1,0 +1,300 @@
+// Checks of the GPT-2 layer-range forward and backward (model/gpt.cuh): the whole model's
+// gradient against finite differences in double, bitwise equality of any split of the
+// model into ranges, the activation bytes against what is allocated, no allocation inside
+// forward and backward, and a repeated forward (recompute) reproducing the activations.
+#include <cublas_v2.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cublas_check.cuh"
+#include "model/gpt.cuh"
+#include "model/parameters.h"
+#include "tests/device_buffer.h"
+#include "tests/file_tools.h"
+#include "tests/gradient_check.h"
+
+namespace {
+
+// The issue's tiny model: L=2, NH=2, C=8, maxT=5, V=11 (Vp=128); microbatches of B=2, T=5.
+const GPTConfig kTiny = make_gpt_config(2, 2, 8, 5, 11);
+constexpr int kB = 2, kT = 5;
+
+class CublasHandle {
+ public:
+  CublasHandle() { CUBLAS_CHECK(cublasCreate(&handle_)); }
+  ~CublasHandle() { cublasDestroy(handle_); }
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_;
+};
+
+// GPT-2's initialisation plus uniform noise in [-0.1, 0.1), so that biases, LayerNorm
+// parameters and wte's padded rows are not at special values.
+std::vector<double> test_parameters(const GPTConfig& config, uint64_t seed) {
+  std::vector<float> init;
+  init_gpt2_parameters(init, config, seed);
+  std::vector<double> params = random_values(init.size(), seed + 1, -0.1, 0.1);
+  for (size_t i = 0; i < params.size(); ++i) params[i] += init[i];
+  return params;
+}
+
+// count token ids uniform in [0, V).
+std::vector<int> random_tokens(size_t count, int V, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int> tokens(count);
+  for (int& token : tokens) token = int(rng() % uint64_t(V));
+  return tokens;
+}
+
+// One microbatch's data: tokens (B, T) and targets (B, T).
+struct Microbatch {
+  DeviceBuffer<int> tokens, targets;
+  explicit Microbatch(uint64_t seed)
+      : tokens(random_tokens(kB * kT, kTiny.vocab_size, seed)),
+        targets(random_tokens(kB * kT, kTiny.vocab_size, seed + 1000)) {}
+};
+
+template <typename Element>
+bool bitwise_equal(const std::vector<Element>& a, const std::vector<Element>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(Element)) == 0;
+}
+
+// A model cut into consecutive ranges, run as a pipeline would but in one process: per
+// microbatch, the ranges' forwards in order with each range's output as the next one's input,
+// then their backwards in reverse with each input gradient as the previous one's output gradient.
+template <typename Element>
+struct CutModel {
+  const GPTConfig config;
+  const std::vector<LayerRange> ranges;
+  DeviceBuffer<Element> params, grads, grad_wte_head;
+  std::vector<Activations<Element>> acts;
+  std::vector<BackwardScratch<Element>> scratch;
+  std::vector<DeviceBuffer<Element>*> grad_inputs;  // (B, T, C) of each range but the first
+  CublasHandle cublas;
+  cudaStream_t stream = nullptr;
+
+  CutModel(const GPTConfig& config, const std::vector<LayerRange>& ranges, const std::vector<double>& host_params)
+      : config(config),
+        ranges(ranges),
+        params(convert<Element>(host_params)),
+        grads(std::vector<Element>(host_params.size(), Element(0.0f))),
+        grad_wte_head(std::vector<Element>(size_t(config.padded_vocab_size) * config.channels, Element(0.0f))) {
+    for (const LayerRange& range : ranges) {
+      acts.push_back(create_activations<Element>(config, kB, kT, range));
+      scratch.push_back(create_backward_scratch<Element>(config, kB, kT, range));
+      grad_inputs.push_back(range.has_embedding ? nullptr
+                                                : new DeviceBuffer<Element>(size_t(kB) * kT * config.channels));
+    }
+  }
+  ~CutModel() {
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      destroy_activations(acts[i]);
+      destroy_backward_scratch(scratch[i]);
+      delete grad_inputs[i];
+    }
+  }
+  ParameterTensors<Element> param_views() { return point_views(params.data(), config); }
+  ParameterTensors<Element> grad_views() { return point_views(grads.data(), config); }
+
+  void forward(const Microbatch& batch, double loss_scale, bool with_targets = true) {
+    for (size_t i = 0; i < ranges.size(); ++i)
+      gpt_forward(config, ranges[i], param_views(), acts[i], i == 0 ? batch.tokens.data() : nullptr,
+                  i == 0 ? nullptr : range_output(acts[i - 1]), with_targets ? batch.targets.data() : nullptr,
+                  loss_scale, kB, kT, cublas.get(), stream);
+  }
+  void backward(const Microbatch& batch) {
+    for (size_t i = ranges.size(); i-- > 0;)
+      gpt_backward(config, ranges[i], param_views(), grad_views(), grad_wte_head.data(), acts[i], scratch[i],
+                   i == 0 ? batch.tokens.data() : nullptr, i == 0 ? nullptr : range_output(acts[i - 1]),
+                   i + 1 == ranges.size() ? nullptr : grad_inputs[i + 1]->data(),
+                   i == 0 ? nullptr : grad_inputs[i]->data(), kB, kT, cublas.get(), stream);
+  }
+  double mean_loss_of_last_forward() { return mean_loss(acts.back(), kB, kT, stream); }
+  std::vector<Compute<Element>> losses_of_last_forward() {
+    std::vector<Compute<Element>> losses(size_t(kB) * kT);
+    CUDA_CHECK(
+        cudaMemcpy(losses.data(), acts.back().losses, losses.size() * sizeof(losses[0]), cudaMemcpyDeviceToHost));
+    return losses;
+  }
+};
+
+// The result of one training step's forwards and backwards over microbatches.
+template <typename Element>
+struct StepResult {
+  std::vector<Compute<Element>> losses;  // every microbatch's per-token losses, in order
+  std::vector<Element> gradient;         // all parameters, wte's two shares summed
+  std::vector<Element> grad_wte_head;    // the output projection's share of wte's gradient
+};
+
+template <typename Element>
+StepResult<Element> run_step(const std::vector<LayerRange>& ranges, const std::vector<double>& host_params,
+                             int microbatches) {
+  CutModel<Element> model(kTiny, ranges, host_params);
+  StepResult<Element> result;
+  for (int k = 0; k < microbatches; ++k) {
+    const Microbatch batch(100 + k);
+    model.forward(batch, 1.0 / (kB * kT * microbatches));
+    model.backward(batch);
+    const std::vector<Compute<Element>> losses = model.losses_of_last_forward();
+    result.losses.insert(result.losses.end(), losses.begin(), losses.end());
+  }
+  result.grad_wte_head = model.grad_wte_head.to_host();
+  sum_tied_embedding_gradient(kTiny, model.grad_views().wte, model.grad_wte_head.data(), model.stream);
+  result.gradient = model.grads.to_host();
+  return result;
+}
+
+const std::vector<LayerRange> kWhole = {whole_model(kTiny)};
+const std::vector<LayerRange> kTwoStages = {{0, 1, true, false}, {1, 2, false, true}};
+// Embedding and head alone, each block a stage of its own.
+const std::vector<LayerRange> kFourStages = {
+    {0, 0, true, false}, {0, 1, false, false}, {1, 2, false, false}, {2, 2, false, true}};
+
+}  // namespace
+
+TEST(GPT, WholeModelGradientMatchesFiniteDifferences) {
+  std::vector<double> host_params = test_parameters(kTiny, 7);
+  const StepResult<double> analytic = run_step<double>(kWhole, host_params, 1);
+
+  CutModel<double> model(kTiny, kWhole, host_params);
+  const Microbatch batch(100);  // run_step's first microbatch
+  auto loss_of = [&](const std::vector<double>& values) {
+    model.params.upload(values);
+    model.forward(batch, 1.0);
+    return model.mean_loss_of_last_forward();
+  };
+  const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(kTiny);
+  const std::array<size_t, kNumParameterTensors> sizes = parameter_tensor_sizes(kTiny);
+  std::mt19937_64 rng(11);
+  for (int tensor = 0; tensor < kNumParameterTensors; ++tensor) {
+    // 8 random entries and the entry of the largest gradient, which also sets the error floor
+    // of max_relative_error (1e-3 of it) for entries whose gradient is almost zero.
+    // wte's rows V..Vp-1 are padding, whose gradient is zero (checked below): sample the vocabulary's rows.
+    const size_t live = tensor == kWte ? size_t(kTiny.vocab_size) * kTiny.channels : sizes[tensor];
+    std::vector<size_t> entries;
+    for (int i = 0; i < 8; ++i) entries.push_back(offsets[tensor] + rng() % live);
+    const auto first = analytic.gradient.begin() + offsets[tensor];
+    entries.push_back(offsets[tensor] +
+                      (std::max_element(first, first + sizes[tensor],
+                                        [](double a, double b) { return std::fabs(a) < std::fabs(b); }) -
+                       first));
+    std::vector<double> expected, numeric;
+    for (size_t entry : entries) {
+      std::vector<double> x = {host_params[entry]};
+      numeric.push_back(numeric_gradient(
+          [&](const std::vector<double>& v) {
+            host_params[entry] = v[0];
+            return loss_of(host_params);
+          },
+          x)[0]);
+      host_params[entry] = x[0];
+      expected.push_back(analytic.gradient[entry]);
+    }
+    // Double precision throughout: central differences with h = 1e-5 are good to ~1e-9.
+    EXPECT_LE(max_relative_error(expected, numeric), 1e-6) << parameter_tensor_name(tensor);
+  }
+  const auto padded_rows = analytic.gradient.begin() + offsets[kWte] + size_t(kTiny.vocab_size) * kTiny.channels;
+  EXPECT_TRUE(std::all_of(padded_rows, analytic.gradient.begin() + offsets[kWpe], [](double g) { return g == 0.0; }));
+}
+
+TEST(GPT, SplittingTheModelIsBitwiseFree) {
+  const std::vector<double> host_params = test_parameters(kTiny, 8);
+  for (int microbatches : {1, 3}) {
+    const StepResult<float> whole = run_step<float>(kWhole, host_params, microbatches);
+    for (const std::vector<LayerRange>& ranges : {kTwoStages, kFourStages}) {
+      const StepResult<float> split = run_step<float>(ranges, host_params, microbatches);
+      const std::string what =
+          std::to_string(ranges.size()) + " ranges, " + std::to_string(microbatches) + " microbatches";
+      EXPECT_TRUE(bitwise_equal(split.losses, whole.losses)) << what;
+      EXPECT_TRUE(bitwise_equal(split.grad_wte_head, whole.grad_wte_head)) << what;
+      EXPECT_TRUE(bitwise_equal(split.gradient, whole.gradient)) << what;
+    }
+  }
+}
+
+TEST(GPT, ActivationBytesAreWhatIsAllocated) {
+  // The CPU build counts bytes exactly; a GPU rounds allocations up to its granularity (2 MiB).
+  const size_t granularity = size_t(2) << 20;
+  for (const std::vector<LayerRange>& ranges : {kWhole, kFourStages})
+    for (const LayerRange& range : ranges) {
+      size_t free_before, free_after, total;
+      CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+      Activations<float> acts = create_activations<float>(kTiny, kB, kT, range);
+      CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+      const size_t expected = activation_bytes<float>(kTiny, kB, kT, range);
+      EXPECT_EQ(acts.bytes, expected);
+      EXPECT_GE(free_before - free_after, expected);
+      EXPECT_LT(free_before - free_after, expected + granularity);
+      destroy_activations(acts);
+    }
+}
+
+TEST(GPT, StageInputBytesAreTokensOrOneActivation) {
+  EXPECT_EQ(stage_input_bytes<float>(kTiny, kB, kT, kTwoStages[0]), size_t(kB) * kT * sizeof(int));
+  EXPECT_EQ(stage_input_bytes<float>(kTiny, kB, kT, kTwoStages[1]), size_t(kB) * kT * kTiny.channels * sizeof(float));
+}
+
+TEST(GPT, ForwardAndBackwardAllocateNothing) {
+  CutModel<float> model(kTiny, kTwoStages, test_parameters(kTiny, 9));
+  const Microbatch batch(100);
+  // A first step lets libraries make their lazy allocations (cuBLAS's workspace on a GPU).
+  model.forward(batch, 1.0);
+  model.backward(batch);
+  size_t free_before, free_after, total;
+  CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+  for (int step = 0; step < 2; ++step) {
+    model.forward(batch, 1.0);
+    model.backward(batch);
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+  EXPECT_EQ(free_after, free_before);
+}
+
+TEST(GPT, RepeatedForwardReproducesActivationsBitwise) {
+  CutModel<float> model(kTiny, kTwoStages, test_parameters(kTiny, 10));
+  for (const Activations<float>& acts : model.acts) CUDA_CHECK(cudaMemset(acts.memory, 0, acts.bytes));
+  const Microbatch batch(100), other(200);
+  auto snapshot = [&](size_t i) {
+    std::vector<unsigned char> bytes(model.acts[i].bytes);
+    CUDA_CHECK(cudaMemcpy(bytes.data(), model.acts[i].memory, bytes.size(), cudaMemcpyDeviceToHost));
+    return bytes;
+  };
+  model.forward(batch, 1.0);
+  const std::vector<unsigned char> first_stage = snapshot(0), last_stage = snapshot(1);
+  model.forward(other, 1.0);  // another microbatch overwrites the slots
+  model.forward(batch, 1.0);  // recompute
+  EXPECT_TRUE(bitwise_equal(snapshot(0), first_stage));
+  EXPECT_TRUE(bitwise_equal(snapshot(1), last_stage));
+}
+
+TEST(GPT, Bf16LossIsNearFloatLoss) {
+  const std::vector<double> host_params = test_parameters(kTiny, 12);
+  const Microbatch batch(100);
+  CutModel<float> fp32(kTiny, kWhole, host_params);
+  CutModel<__nv_bfloat16> bf16(kTiny, kWhole, host_params);
+  fp32.forward(batch, 1.0);
+  bf16.forward(batch, 1.0);
+  const double expected = fp32.mean_loss_of_last_forward();
+  // bf16 keeps 8 significant bits (relative rounding 2^-9 ~ 2e-3) at every stored activation;
+  // a dozen roundings in a row stay within 2e-2.
+  EXPECT_NEAR(bf16.mean_loss_of_last_forward(), expected, 2e-2 * expected);
+}
+
+TEST(GPT, RejectsRangesOutsideTheModel) {
+  EXPECT_EQ(error_of([] {
+              validate_layer_range(kTiny, {1, 3, false, true});
+            }),
+            "layer range [1, 3) is not within the model's 2 layers");
+  EXPECT_EQ(error_of([] {
+              validate_layer_range(kTiny, {1, 1, false, false});
+            }),
+            "layer range [1, 1) has no blocks, no embedding and no head: it computes nothing");
+}
