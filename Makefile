@@ -25,7 +25,8 @@ CPU_FLAGS := -std=c++20 -O2 -g -fno-strict-aliasing $(WARNINGS) -MMD -MP \
              -Icpu/include -I. -isystem $(CUDA)/include $(MPI_INCLUDE)
 CPU_LIBS := -rdynamic -lboost_context -lopenblas $(MPI_LIBS) -lpthread -ldl
 GPU_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
-GPU_FLAGS := -std=c++20 -O2 -g $(GPU_ARCH) -Xcompiler -Wall,-Wno-unused-parameter -MMD -MP -I. $(MPI_INCLUDE)
+GPU_COMMON_FLAGS := -std=c++20 -O2 -g -Xcompiler -Wall,-Wno-unused-parameter -I. $(MPI_INCLUDE)
+GPU_FLAGS := $(GPU_COMMON_FLAGS) $(GPU_ARCH) -MMD -MP
 GPU_LIBS := -lcublas -lnccl $(MPI_LIBS)
 GTEST_LIBS := -lgtest -lpthread
 
@@ -98,7 +99,7 @@ cuda:
 	$(MAKE) GPU=1 $(if $(TRAIN_SRCS),train) build/gpu/tests/unit_tests $(if $(MPI_TEST_SRCS),build/gpu/tests/mpi_tests)
 
 ptxas-report:
-	@for f in $(LIB_SRCS); do $(NVCC) $(GPU_FLAGS) -gencode arch=compute_90,code=sm_90 -Xptxas -v -x cu -c $$f -o /dev/null 2>&1; done \
+	@for f in $(filter %.cu,$(LIB_SRCS)); do $(NVCC) $(GPU_COMMON_FLAGS) -gencode arch=compute_90,code=sm_90 -Xptxas -v -x cu -c $$f -o /dev/null 2>&1; done \
 	  | tools/ptxas_summary.sh
 
 # ---- benchmarks (CPU build) ----
