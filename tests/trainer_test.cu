@@ -1,0 +1,272 @@
+// The single-process train program: its learning-rate schedule, bitwise resume and determinism,
+// a loss that falls, starting from an llm.c checkpoint, and one-line errors for bad checkpoints.
+// Runs use a tiny model (L=2, NH=2, C=16, T=16, B=2) on generated text, so each takes ~50 ms a step
+// in the CPU build.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/parameters.h"
+#include "tests/file_tools.h"
+#include "trainer/lr_schedule.h"
+#include "trainer/options.h"
+#include "trainer/run.h"
+
+namespace {
+
+// Words drawn by a fixed generator: text with some structure but no short period.
+std::string word_text(size_t words) {
+  const char* vocabulary[] = {"the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "and", "cat"};
+  std::mt19937_64 generator(42);
+  std::string text;
+  for (size_t i = 0; i < words; ++i) {
+    text += vocabulary[generator() % 11];
+    text += i % 12 == 11 ? ".\n" : " ";
+  }
+  return text;
+}
+
+void write_text(const std::string& path, const std::string& text) { write_bytes(path, {text.begin(), text.end()}); }
+
+// The tiny run's options on the given text file, with nothing periodic switched on.
+TrainOptions tiny_options(const std::string& data) {
+  TrainOptions options;
+  options.train_data = data;
+  options.layers = 2;
+  options.heads = 2;
+  options.dim = 16;
+  options.seq_len = 16;
+  options.batch = 2;
+  options.microbatches = 2;
+  options.steps = 10;
+  options.warmup = 2;
+  options.lr = 3e-3f;
+  options.val_every = 0;
+  options.sample_every = 0;
+  return options;
+}
+
+std::vector<double> losses_of(const RunResult& run) {
+  std::vector<double> losses;
+  for (const StepRecord& step : run.steps) losses.push_back(step.loss);
+  return losses;
+}
+
+std::string run_error(const TrainOptions& options) {
+  return error_of([&] { run_training(options, nullptr); });
+}
+
+// The fresh model of tiny_options with this seed, as an llm.c checkpoint.
+void write_tiny_checkpoint(const std::string& path, uint64_t seed) {
+  const GPTConfig config = make_gpt_config(2, 2, 16, 16, 256);
+  std::vector<float> parameters;
+  init_gpt2_parameters(parameters, config, seed);
+  write_model_file(path, config, parameters, CheckpointDtype::fp32);
+}
+
+}  // namespace
+
+// Schedule values computed by hand from the formula in lr_schedule.h. Double arithmetic: 1e-18
+// absolute is 1e-15 of rates near 1e-3, room for the rounding of a cosine and a few products.
+TEST(Trainer, LearningRateWarmsUpFromZeroThenFollowsTheCosineToTheFloor) {
+  const LrSchedule schedule{1e-3, 1e-4, 10, 110, true};
+
+  EXPECT_EQ(learning_rate(schedule, 0), 0.0);
+  EXPECT_NEAR(learning_rate(schedule, 5), 5e-4, 1e-18);
+  EXPECT_NEAR(learning_rate(schedule, 10), 1e-3, 1e-18);   // warm-up end: the peak
+  EXPECT_NEAR(learning_rate(schedule, 60), 5.5e-4, 1e-18);  // half way: cos(pi/2) = 0
+  EXPECT_NEAR(learning_rate(schedule, 35), 1e-4 + 9e-4 * 0.5 * (1 + std::sqrt(0.5)), 1e-18);  // a quarter
+  EXPECT_NEAR(learning_rate(schedule, 110), 1e-4, 1e-18);  // end: the floor
+  EXPECT_NEAR(learning_rate(schedule, 200), 1e-4, 1e-18);  // beyond the end it stays there
+}
+
+TEST(Trainer, ConstantScheduleHoldsThePeakAfterTheWarmUp) {
+  const LrSchedule schedule{2e-3, 1e-4, 4, 100, false};
+
+  EXPECT_NEAR(learning_rate(schedule, 2), 1e-3, 1e-18);
+  EXPECT_EQ(learning_rate(schedule, 4), 2e-3);
+  EXPECT_EQ(learning_rate(schedule, 99), 2e-3);
+}
+
+TEST(Trainer, ScheduleFollowsTheOptions) {
+  TrainOptions options;
+  options.lr = 2e-3f;
+  options.min_lr = 0;
+  options.warmup = 0;
+  options.steps = 4;
+
+  EXPECT_NEAR(learning_rate(lr_schedule_from_options(options), 2), double(2e-3f) / 2, 1e-18);
+}
+
+TEST(Trainer, SameSeedGivesBitwiseTheSameLosses) {
+  TempDir dir;
+  write_text(dir.file("text.txt"), word_text(3000));
+  TrainOptions options = tiny_options(dir.file("text.txt"));
+  options.steps = 5;
+
+  const std::vector<double> first = losses_of(run_training(options, nullptr));
+  const std::vector<double> second = losses_of(run_training(options, nullptr));
+  options.seed = 7;
+  const std::vector<double> other_seed = losses_of(run_training(options, nullptr));
+
+  EXPECT_EQ(first, second);
+  EXPECT_NE(first[0], other_seed[0]);  // the seed reaches the initialisation
+}
+
+// 20 steps in one run equal 10 steps, a checkpoint and 10 resumed steps: losses, norms, samples
+// and the final files, bit for bit. The constant schedule keeps the learning rates of a 10-step
+// and a 20-step run the same; the warm-up is shorter than 10 steps, so the restored step count
+// decides it. Shuffled reading and samples every 5 steps make the data position and the sampler's
+// state part of what must be restored.
+TEST(Trainer, ResumeContinuesBitwise) {
+  TempDir dir;
+  write_text(dir.file("text.txt"), word_text(3000));
+  TrainOptions options = tiny_options(dir.file("text.txt"));
+  options.lr_schedule = "constant";
+  options.warmup = 3;
+  options.shuffle = true;
+  options.sample_every = 5;
+  options.sample_len = 8;
+
+  TrainOptions whole = options;
+  whole.steps = 20;
+  whole.save = dir.file("whole.bin");
+  const RunResult straight = run_training(whole, nullptr);
+  TrainOptions first_half = options;
+  first_half.steps = 10;
+  first_half.save = dir.file("half.bin");
+  run_training(first_half, nullptr);
+  TrainOptions second_half = options;
+  second_half.steps = 20;
+  second_half.resume = dir.file("half.bin");
+  second_half.save = dir.file("resumed.bin");
+  const RunResult resumed = run_training(second_half, nullptr);
+
+  ASSERT_EQ(straight.steps.size(), 20u);
+  ASSERT_EQ(resumed.steps.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(resumed.steps[i].step, straight.steps[10 + i].step);
+    EXPECT_EQ(resumed.steps[i].loss, straight.steps[10 + i].loss) << "step " << 11 + i;
+    EXPECT_EQ(resumed.steps[i].grad_norm, straight.steps[10 + i].grad_norm) << "step " << 11 + i;
+    EXPECT_EQ(resumed.steps[i].lr, straight.steps[10 + i].lr) << "step " << 11 + i;
+  }
+  ASSERT_EQ(straight.samples.size(), 4u);
+  EXPECT_EQ(resumed.samples, std::vector<std::string>(straight.samples.begin() + 2, straight.samples.end()));
+  EXPECT_EQ(read_bytes(dir.file("resumed.bin")), read_bytes(dir.file("whole.bin")));
+  EXPECT_EQ(read_bytes(dir.file("resumed.bin.state")), read_bytes(dir.file("whole.bin.state")));
+}
+
+// A sentence repeated: within 30 steps the model learns its letters. ln 256 = 5.55 at the start;
+// this run reaches about 2.5, and the bound, 2 nats below the start, leaves a margin of 1.
+TEST(Trainer, LossFallsOnRepetitiveText) {
+  TempDir dir;
+  std::string text;
+  while (text.size() < 20000) text += "in the beginning god created the heaven and the earth.\n";
+  write_text(dir.file("text.txt"), text);
+  TrainOptions options = tiny_options(dir.file("text.txt"));
+  options.steps = 30;
+  options.lr = 1e-2f;
+  options.min_lr = 1e-3f;
+
+  const std::vector<double> losses = losses_of(run_training(options, nullptr));
+
+  EXPECT_NEAR(losses.front(), std::log(256.0), 0.1);  // a fresh model guesses uniformly
+  EXPECT_LT(losses.back(), 3.5);
+}
+
+// A model file written by write_model_file starts the run: the first loss is bitwise that of a
+// fresh run initialised with the same seed (the other uses of the seed are off).
+TEST(Trainer, InitStartsFromAnLlmcCheckpoint) {
+  TempDir dir;
+  write_text(dir.file("text.txt"), word_text(3000));
+  write_tiny_checkpoint(dir.file("model.bin"), 7);
+  TrainOptions from_file = tiny_options(dir.file("text.txt"));
+  from_file.steps = 3;
+  from_file.init = dir.file("model.bin");
+  TrainOptions fresh = tiny_options(dir.file("text.txt"));
+  fresh.steps = 3;
+  fresh.seed = 7;
+
+  const std::vector<double> losses = losses_of(run_training(from_file, nullptr));
+
+  EXPECT_EQ(losses, losses_of(run_training(fresh, nullptr)));
+  EXPECT_LT(losses.back(), losses.front());
+}
+
+TEST(Trainer, InitRejectsAnExplicitFlagThatDisagreesWithTheCheckpoint) {
+  TempDir dir;
+  write_text(dir.file("text.txt"), word_text(3000));
+  write_tiny_checkpoint(dir.file("model.bin"), 7);
+  TrainOptions options = tiny_options(dir.file("text.txt"));
+  options.init = dir.file("model.bin");
+  options.dim = 32;
+  options.given = {"dim"};
+
+  EXPECT_EQ(run_error(options), dir.file("model.bin") + ": header channels 16 disagrees with --dim 32");
+}
+
+TEST(Trainer, TruncatedCheckpointGivesItsError) {
+  TempDir dir;
+  write_text(dir.file("text.txt"), word_text(3000));
+  write_tiny_checkpoint(dir.file("model.bin"), 7);
+  std::vector<char> bytes = read_bytes(dir.file("model.bin"));
+  bytes.resize(bytes.size() - 100);
+  write_bytes(dir.file("model.bin"), bytes);
+  TrainOptions options = tiny_options(dir.file("text.txt"));
+  options.init = dir.file("model.bin");
+
+  const std::string error = run_error(options);
+
+  EXPECT_EQ(error.find(dir.file("model.bin") + ": "), 0u) << error;
+  EXPECT_NE(error.find("(truncated)"), std::string::npos) << error;
+}
+
+TEST(Trainer, LogHasOneJsonLinePerStepWithValidationWhenComputed) {
+  TempDir dir;
+  write_text(dir.file("text.txt"), word_text(3000));
+  TrainOptions options = tiny_options(dir.file("text.txt"));
+  options.steps = 3;
+  options.val_every = 2;
+  options.val_batches = 2;
+  options.log = dir.file("log.jsonl");
+
+  run_training(options, nullptr);
+
+  std::ifstream log(dir.file("log.jsonl"));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(log, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0].rfind("{\"step\": 1, \"loss\": ", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[0].find("val_loss"), std::string::npos);  // not computed after step 1
+  EXPECT_NE(lines[1].find("\"val_loss\": "), std::string::npos);  // every 2 steps
+  EXPECT_NE(lines[2].find("\"val_loss\": "), std::string::npos);  // and after the last
+  for (const char* field : {"\"lr\": ", "\"grad_norm\": ", "\"ms\": ", "\"tokens_per_s\": "})
+    EXPECT_NE(lines[2].find(field), std::string::npos) << field;
+}
+
+// The program itself (built by `make train`, which `make test` does first): a bad checkpoint
+// ends it with status 1 and the one line "train: error: <message>".
+TEST(Trainer, ProgramReportsAnErrorInOneLineAndExitsWithStatus1) {
+  if (!std::filesystem::exists("./train")) GTEST_SKIP() << "./train is not built (make train)";
+  TempDir dir;
+  write_bytes(dir.file("model.bin"), std::vector<char>(100, 'x'));
+  const std::string command = "./train --init " + dir.file("model.bin") + " > " + dir.file("out.txt") + " 2> " +
+                              dir.file("err.txt");
+
+  const int status = std::system(command.c_str());
+
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  const std::vector<char> err = read_bytes(dir.file("err.txt"));
+  EXPECT_EQ(std::string(err.begin(), err.end()),
+            "train: error: " + dir.file("model.bin") + ": file is 100 bytes, shorter than the 1024-byte header\n");
+}

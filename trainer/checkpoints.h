@@ -1,0 +1,46 @@
+// Where a run's model comes from and where it goes: GPT-2 initialisation from the flags, an
+// llm.c checkpoint (--init), or a checkpoint with our state file (--resume); and saving both
+// files (--save) with everything that decides the rest of the run.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "trainer/options.h"
+#include "trainer/trainer.h"
+
+// The state of a run that is not in the model file and that a resumed run needs to continue
+// bitwise: the optimizer's moments live in the trainer, these beside them.
+struct RunPosition {
+  int step = 0;                  // optimizer steps done
+  uint64_t data_position = 0;    // the training reader's next microbatch
+  uint64_t sampler_state = 0;    // the sampler's random generator
+};
+
+struct StartingPoint {
+  GPTConfig config;
+  std::vector<float> parameters;  // num_parameters(config), llm.c's order
+  std::string description;        // where they came from, for the run's banner
+  bool resumed = false;           // the fields below are valid
+  RunPosition position;
+  std::vector<float> m, v;        // AdamW moments
+};
+
+// The model config the flags describe (without --init or --resume): vocabulary from --vocab or
+// the training data, maxT = --seq-len.
+GPTConfig config_from_flags(const TrainOptions& options);
+
+// From --resume, --init or the flags. A checkpoint's config comes from its header; the flags the
+// user gave explicitly (--layers, --heads, --dim, --vocab) must agree with it and a given --seq-len
+// must not exceed its maxT, else a one-line error names the file and the field. A state file whose config
+// or random generator disagrees with the model file is rejected the same way.
+StartingPoint load_starting_point(const TrainOptions& options);
+
+// T of the run: --seq-len when given (load_starting_point checked it against maxT), else the
+// default capped at the model's maxT (a checkpoint may have fewer positions).
+int sequence_length(const TrainOptions& options, const GPTConfig& config);
+
+// Writes the llm.c model file at path (fp32) and the state file next to it, each atomically.
+void save_checkpoint(const std::string& path, const Trainer& trainer, const RunPosition& position);

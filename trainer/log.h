@@ -1,0 +1,39 @@
+// What a run reports after each step: the human line on stdout and, with --log FILE, one
+// JSON object per line for scripts.
+#pragma once
+#include <cstdio>
+#include <string>
+
+struct StepRecord {
+  int step;             // steps done, 1..steps
+  int steps;            // the run's total
+  double loss;          // mean training loss of the step
+  bool has_val_loss;    // validation ran after this step
+  double val_loss;
+  double lr;
+  double grad_norm;     // before clipping
+  double ms;            // wall time of the step
+  double tokens_per_s;  // the step's B T microbatches tokens over its wall time
+};
+
+// "step 12/300 | loss 2.4817 | lr 3.0e-04 | norm 0.84 | 412 ms | 9.9k tok/s", with
+// " | val 2.5012" after the loss when validation ran.
+std::string format_step_line(const StepRecord& record);
+
+// {"step": 12, "loss": 2.4817..., "val_loss": ... (only when computed), "lr": ..., "grad_norm": ...,
+//  "ms": ..., "tokens_per_s": ...}, numbers with enough digits to read back the doubles exactly.
+std::string format_step_json(const StepRecord& record);
+
+// The --log file: appended to when a run resumes, else started afresh. Throws naming the path
+// when it cannot be opened. Each line is flushed, so a crashed run keeps its steps.
+class StepLog {
+ public:
+  StepLog(const std::string& path, bool append);
+  StepLog(const StepLog&) = delete;
+  StepLog& operator=(const StepLog&) = delete;
+  ~StepLog();
+  void write(const StepRecord& record);
+
+ private:
+  std::FILE* file_ = nullptr;
+};
