@@ -1,0 +1,70 @@
+// The collectives of a training step across the mesh (comm/collectives.h).
+#include "comm/collectives.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "comm/nccl_check.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/global_norm.cuh"
+#include "model/parameters.h"
+
+void allreduce_data_parallel_gradients(const CommGroups& groups, void* gradients, size_t count, ncclDataType_t type,
+                                       cudaStream_t stream) {
+  if (groups.mesh.dp == 1) return;
+  NCCL_CHECK(ncclAllReduce(gradients, gradients, count, type, ncclSum, groups.data_parallel, stream));
+}
+
+void allreduce_tied_embedding_gradient(const CommGroups& groups, void* grad_wte, size_t count, ncclDataType_t type,
+                                       cudaStream_t stream) {
+  if (groups.embedding == nullptr) return;
+  NCCL_CHECK(ncclAllReduce(grad_wte, grad_wte, count, type, ncclSum, groups.embedding, stream));
+}
+
+static_assert(kFcprojb - kLn1w + 1 == kNormSlotsPerLayer, "a slot per per-layer tensor");
+static_assert(kNumParameterTensors == kEmbeddingNormSlots + kNormSlotsPerLayer + kHeadNormSlots,
+              "a slot per tensor outside the layers");
+
+size_t norm_slot_count(int num_layers) {
+  return kEmbeddingNormSlots + kNormSlotsPerLayer * size_t(num_layers) + kHeadNormSlots;
+}
+
+size_t norm_slot(int tensor, int layer, int num_layers) {
+  using std::to_string;
+  if (tensor < 0 || tensor >= kNumParameterTensors)
+    throw std::runtime_error("norm_slot: tensor " + to_string(tensor) + " is not a parameter tensor");
+  if (tensor == kWte || tensor == kWpe) return size_t(tensor - kWte);
+  const size_t head = kEmbeddingNormSlots + kNormSlotsPerLayer * size_t(num_layers);
+  if (tensor == kLnfw || tensor == kLnfb) return head + size_t(tensor - kLnfw);
+  if (layer < 0 || layer >= num_layers)
+    throw std::runtime_error("norm_slot: layer " + to_string(layer) + " is outside [0, " + to_string(num_layers) + ")");
+  return kEmbeddingNormSlots + kNormSlotsPerLayer * size_t(layer) + size_t(tensor - kLn1w);
+}
+
+NormSlotRange norm_slots_of_stage(int num_layers, int first_layer, int end_layer, bool has_embedding, bool has_head) {
+  const auto layer_start = [](int layer) { return kEmbeddingNormSlots + kNormSlotsPerLayer * size_t(layer); };
+  return {has_embedding ? 0 : layer_start(first_layer),
+          has_head ? norm_slot_count(num_layers) : layer_start(end_layer)};
+}
+
+namespace {
+ncclDataType_t nccl_type(float*) { return ncclFloat32; }
+ncclDataType_t nccl_type(double*) { return ncclFloat64; }
+}  // namespace
+
+template <typename S>
+void gather_layer_norm_partials(const CommGroups& groups, S* partials, size_t num_slots, NormSlotRange own, S* total,
+                                cudaStream_t stream) {
+  if (own.first > own.end || own.end > num_slots)
+    throw std::runtime_error("gather_layer_norm_partials: own slots [" + std::to_string(own.first) + ", " +
+                             std::to_string(own.end) + ") are not within the " + std::to_string(num_slots) + " slots");
+  CUDA_CHECK(cudaMemsetAsync(partials, 0, own.first * sizeof(S), stream));
+  CUDA_CHECK(cudaMemsetAsync(partials + own.end, 0, (num_slots - own.end) * sizeof(S), stream));
+  if (groups.mesh.pp > 1)
+    NCCL_CHECK(ncclAllReduce(partials, partials, num_slots, nccl_type(partials), ncclSum, groups.pipeline, stream));
+  sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);
+}
+
+template void gather_layer_norm_partials<float>(const CommGroups&, float*, size_t, NormSlotRange, float*, cudaStream_t);
+template void gather_layer_norm_partials<double>(const CommGroups&, double*, size_t, NormSlotRange, double*,
+                                                 cudaStream_t);

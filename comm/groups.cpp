@@ -1,0 +1,32 @@
+// The NCCL communicators of the mesh (comm/groups.h).
+#include "comm/groups.h"
+
+#include <mpi.h>
+
+#include "comm/nccl_check.cuh"
+
+CommGroups create_comm_groups(const Mesh& mesh) {
+  CommGroups groups{mesh, nullptr, nullptr, nullptr, nullptr};
+  ncclUniqueId id;
+  if (mesh.world_rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  NCCL_CHECK(ncclCommInitRank(&groups.world, mesh.world_size, id, mesh.world_rank));
+
+  // Every world rank takes part in every split, in the same order (NCCL requires it).
+  NCCL_CHECK(ncclCommSplit(groups.world, mesh.dp_rank, mesh.pp_rank, &groups.pipeline, nullptr));
+  NCCL_CHECK(ncclCommSplit(groups.world, mesh.pp_rank, mesh.dp_rank, &groups.data_parallel, nullptr));
+  // pp == 1 is known to all ranks alike, so all skip this split together.
+  if (mesh.pp > 1) {
+    const bool holds_embedding = mesh.is_first_stage() || mesh.is_last_stage();
+    NCCL_CHECK(ncclCommSplit(groups.world, holds_embedding ? mesh.dp_rank : NCCL_SPLIT_NOCOLOR, mesh.pp_rank,
+                             &groups.embedding, nullptr));
+  }
+  return groups;
+}
+
+void destroy_comm_groups(CommGroups& groups) {
+  for (ncclComm_t* comm : {&groups.embedding, &groups.data_parallel, &groups.pipeline, &groups.world}) {
+    if (*comm != nullptr) NCCL_CHECK(ncclCommDestroy(*comm));
+    *comm = nullptr;
+  }
+}
