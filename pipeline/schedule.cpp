@@ -1,0 +1,275 @@
+// Schedules as data (pipeline/schedule.h): the text form, the three compute orders, the
+// lowering pass that adds the sends and receives in groups, and the printed grid.
+#include "pipeline/schedule.h"
+
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+#include <stdexcept>
+
+namespace {
+
+Action forward(int microbatch, int chunk = 0) { return {ActionKind::forward, microbatch, chunk}; }
+Action backward(int microbatch, int chunk = 0) { return {ActionKind::backward, microbatch, chunk}; }
+
+// "F3", "F3.1": chunk 0 is left out.
+std::string name(char kind, int microbatch, int chunk) {
+  return kind + std::to_string(microbatch) + (chunk == 0 ? "" : "." + std::to_string(chunk));
+}
+
+// Parses "[s|r]{F|B}<microbatch>[.<chunk>]" into (prefix, F or B, microbatch, chunk).
+bool parse_simple(const std::string& text, char& prefix, char& kind, int& microbatch, int& chunk) {
+  size_t i = 0;
+  prefix = (i < text.size() && (text[i] == 's' || text[i] == 'r')) ? text[i++] : ' ';
+  if (i >= text.size() || (text[i] != 'F' && text[i] != 'B')) return false;
+  kind = text[i++];
+  auto number = [&](int& value) {
+    const size_t begin = i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i])) && i - begin < 9) i++;
+    if (i == begin) return false;
+    value = std::stoi(text.substr(begin, i - begin));
+    return true;
+  };
+  if (!number(microbatch)) return false;
+  chunk = 0;
+  if (i < text.size() && text[i] == '.') {
+    i++;
+    if (!number(chunk)) return false;
+  }
+  return i == text.size();
+}
+
+void check_stage(int p, int m, int stage) {
+  if (p < 1) throw std::runtime_error("--pp " + std::to_string(p) + " must be at least 1");
+  if (m < 1) throw std::runtime_error("--microbatches " + std::to_string(m) + " must be at least 1");
+  if (stage < 0 || stage >= p)
+    throw std::runtime_error("stage " + std::to_string(stage) + " is outside [0, " + std::to_string(p) + ")");
+}
+
+std::string pad(const std::string& text, size_t width) { return text + std::string(width - text.size(), ' '); }
+
+}  // namespace
+
+bool is_compute(const Action& a) { return a.kind == ActionKind::forward || a.kind == ActionKind::backward; }
+bool is_compute(const Step& step) { return step.size() == 1 && is_compute(step[0]); }
+bool is_send(const Action& a) { return a.kind == ActionKind::send_forward || a.kind == ActionKind::send_backward; }
+
+std::string to_text(const Action& a) {
+  switch (a.kind) {
+    case ActionKind::forward: return name('F', a.microbatch, a.chunk);
+    case ActionKind::backward: return name('B', a.microbatch, a.chunk);
+    case ActionKind::recv_forward: return "r" + name('F', a.microbatch, a.chunk);
+    case ActionKind::send_forward: return "s" + name('F', a.microbatch, a.chunk);
+    case ActionKind::recv_backward: return "r" + name('B', a.microbatch, a.chunk);
+    case ActionKind::send_backward: return "s" + name('B', a.microbatch, a.chunk);
+  }
+  throw std::logic_error("unknown ActionKind");
+}
+
+std::string to_text(const Step& step) {
+  std::string text;
+  for (const Action& action : step) text += (text.empty() ? "" : "+") + to_text(action);
+  return text;
+}
+
+std::string to_text(const StageSchedule& steps) {
+  std::string text;
+  for (const Step& step : steps) text += (text.empty() ? "" : " ") + to_text(step);
+  return text;
+}
+
+Action parse_action(const std::string& text) {
+  char prefix, kind;
+  int microbatch, chunk;
+  if (!parse_simple(text, prefix, kind, microbatch, chunk))
+    throw std::runtime_error("'" + text + "' is not a schedule action (e.g. F3, B3.1, rF3, sB3)");
+  const bool f = kind == 'F';
+  const ActionKind kinds[3] = {f ? ActionKind::forward : ActionKind::backward,
+                               f ? ActionKind::recv_forward : ActionKind::recv_backward,
+                               f ? ActionKind::send_forward : ActionKind::send_backward};
+  return {kinds[prefix == ' ' ? 0 : prefix == 'r' ? 1 : 2], microbatch, chunk};
+}
+
+Step parse_step(const std::string& text) {
+  Step step;
+  for (size_t begin = 0, plus;; begin = plus + 1) {
+    plus = text.find('+', begin);
+    const std::string part = text.substr(begin, plus == std::string::npos ? plus : plus - begin);
+    char prefix, kind;
+    int microbatch, chunk;
+    if (!parse_simple(part, prefix, kind, microbatch, chunk))
+      throw std::runtime_error("'" + text + "' is not a schedule step (e.g. F3, B3.1, rF3, sF3+rB1)");
+    step.push_back(parse_action(part));
+    if (plus == std::string::npos) break;
+  }
+  if (step.size() > 1 && std::any_of(step.begin(), step.end(), [](const Action& a) { return is_compute(a); }))
+    throw std::runtime_error("'" + text + "' groups a compute action with others (F and B are steps of their own)");
+  return step;
+}
+
+StageSchedule parse_schedule(const std::string& text) {
+  std::istringstream tokens(text);
+  StageSchedule steps;
+  for (std::string token; tokens >> token;) steps.push_back(parse_step(token));
+  return steps;
+}
+
+ScheduleKind parse_schedule_kind(const std::string& name) {
+  if (name == "afab") return ScheduleKind::afab;
+  if (name == "1f1b") return ScheduleKind::one_f_one_b;
+  if (name == "interleaved") return ScheduleKind::interleaved;
+  throw std::runtime_error("unknown schedule '" + name + "' (use afab, 1f1b or interleaved)");
+}
+
+std::string schedule_name(ScheduleKind kind) {
+  switch (kind) {
+    case ScheduleKind::afab: return "afab";
+    case ScheduleKind::one_f_one_b: return "1f1b";
+    case ScheduleKind::interleaved: return "interleaved";
+  }
+  throw std::logic_error("unknown ScheduleKind");
+}
+
+std::vector<Action> afab_order(int p, int m, int stage) {
+  check_stage(p, m, stage);
+  std::vector<Action> order;
+  for (int i = 0; i < m; i++) order.push_back(forward(i));
+  for (int i = 0; i < m; i++) order.push_back(backward(i));
+  return order;
+}
+
+std::vector<Action> one_f_one_b_order(int p, int m, int stage) {
+  check_stage(p, m, stage);
+  const int warmup = std::min(p - stage - 1, m);  // forwards in flight before the first backward
+  std::vector<Action> order;
+  int next_forward = 0, next_backward = 0;
+  for (int i = 0; i < warmup; i++) order.push_back(forward(next_forward++));
+  while (next_forward < m) {  // steady state: one forward, one backward
+    order.push_back(forward(next_forward++));
+    order.push_back(backward(next_backward++));
+  }
+  while (next_backward < m) order.push_back(backward(next_backward++));  // cool-down
+  return order;
+}
+
+void check_interleaved(int p, int m, int v, int stage) {
+  check_stage(p, m, stage);
+  if (v < 1) throw std::runtime_error("--virtual-stages " + std::to_string(v) + " must be at least 1");
+  if (m < p || m % p != 0) {
+    const std::string fix = m < p ? std::to_string(p)
+                                  : std::to_string(m / p * p) + " or " + std::to_string((m / p + 1) * p);
+    throw std::runtime_error("the interleaved schedule needs --microbatches to be a multiple of --pp " +
+                             std::to_string(p) + " and at least " + std::to_string(p) + "; got " +
+                             std::to_string(m) + ": use " + fix);
+  }
+}
+
+int interleaved_warmup(int p, int m, int v, int stage) {
+  check_interleaved(p, m, v, stage);
+  return m == p ? m * v : std::min(m * v, 2 * (p - stage - 1) + (v - 1) * p);
+}
+
+// Megatron-LM's forward_backward_pipelining_with_interleaving: the k-th forward of a stage
+// runs chunk (k mod pv) / p on microbatch (k / pv) p + k mod p, i.e. groups of p microbatches
+// go through chunk 0, then chunk 1, ...; backwards take the chunks in reverse.
+std::vector<Action> interleaved_order(int p, int m, int v, int stage) {
+  const int total = m * v;
+  const int warmup = interleaved_warmup(p, m, v, stage);
+  auto microbatch_of = [&](int k) { return k / (p * v) * p + k % p; };
+  auto chunk_of = [&](int k) { return k % (p * v) / p; };
+  std::vector<Action> order;
+  for (int k = 0; k < warmup; k++) order.push_back(forward(microbatch_of(k), chunk_of(k)));
+  for (int k = 0; k < total - warmup; k++) {  // steady state: one forward, one backward
+    order.push_back(forward(microbatch_of(k + warmup), chunk_of(k + warmup)));
+    order.push_back(backward(microbatch_of(k), v - 1 - chunk_of(k)));
+  }
+  for (int k = total - warmup; k < total; k++) order.push_back(backward(microbatch_of(k), v - 1 - chunk_of(k)));
+  return order;
+}
+
+StageSchedule add_communication(const std::vector<Action>& compute, int p, int v, int stage, size_t first_pair,
+                                size_t pairs) {
+  const size_t n = compute.size();
+  const int last_virtual_stage = p * v - 1;
+  // Group point g sits before compute g (g = n: after the last one); none inside a pair.
+  auto is_group_point = [&](size_t g) {
+    return g <= first_pair || g >= first_pair + 2 * pairs || (g - first_pair) % 2 == 0;
+  };
+  std::vector<Step> sends(n + 1), receives(n + 1);  // by group point
+  for (size_t i = 0; i < n; i++) {
+    const Action& a = compute[i];
+    const int virtual_stage = a.chunk * p + stage;
+    const bool is_forward = a.kind == ActionKind::forward;
+    if (p > 1 && (is_forward ? virtual_stage > 0 : virtual_stage < last_virtual_stage)) {
+      size_t g = i;
+      while (!is_group_point(g)) g--;
+      receives[g].push_back({is_forward ? ActionKind::recv_forward : ActionKind::recv_backward, a.microbatch, a.chunk});
+    }
+    if (p > 1 && (is_forward ? virtual_stage < last_virtual_stage : virtual_stage > 0)) {
+      size_t g = i + 1;
+      while (!is_group_point(g)) g++;
+      sends[g].push_back({is_forward ? ActionKind::send_forward : ActionKind::send_backward, a.microbatch, a.chunk});
+    }
+  }
+  StageSchedule steps;
+  for (size_t g = 0; g <= n; g++) {
+    Step group = sends[g];
+    group.insert(group.end(), receives[g].begin(), receives[g].end());
+    if (!group.empty()) steps.push_back(group);
+    if (g < n) steps.push_back({compute[g]});
+  }
+  return steps;
+}
+
+StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage) {
+  if (kind != ScheduleKind::interleaved && v != 1)
+    throw std::runtime_error("--virtual-stages " + std::to_string(v) + " needs --schedule interleaved (" +
+                             schedule_name(kind) + " runs one chunk per stage)");
+  const std::vector<Action> compute = kind == ScheduleKind::afab          ? afab_order(p, m, stage)
+                                      : kind == ScheduleKind::one_f_one_b ? one_f_one_b_order(p, m, stage)
+                                                                          : interleaved_order(p, m, v, stage);
+  if (kind != ScheduleKind::interleaved) return add_communication(compute, p, v, stage);
+  const size_t warmup = interleaved_warmup(p, m, v, stage);
+  return add_communication(compute, p, v, stage, warmup, m * v - warmup);
+}
+
+std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v) {
+  std::vector<StageSchedule> stages;
+  for (int stage = 0; stage < p; stage++) stages.push_back(make_schedule(kind, p, m, v, stage));
+  return stages;
+}
+
+std::vector<Action> compute_actions(const StageSchedule& steps) {
+  std::vector<Action> compute;
+  for (const Step& step : steps)
+    if (is_compute(step)) compute.push_back(step[0]);
+  return compute;
+}
+
+std::string format_grid(const std::vector<StageSchedule>& stages) {
+  std::vector<StageSchedule> compute(stages.size());
+  for (size_t s = 0; s < stages.size(); s++)
+    for (const Action& a : compute_actions(stages[s])) compute[s].push_back({a});
+  return format_grid_with_communication(compute);
+}
+
+std::string format_grid_with_communication(const std::vector<StageSchedule>& stages,
+                                           const std::vector<int>& marked_steps) {
+  auto cell = [&](size_t stage, size_t step) {
+    const std::string text = to_text(stages[stage][step]);
+    const bool marked = stage < marked_steps.size() && marked_steps[stage] == static_cast<int>(step);
+    return marked ? ">" + text + "<" : text;
+  };
+  size_t width = 0;
+  for (size_t s = 0; s < stages.size(); s++)
+    for (size_t i = 0; i < stages[s].size(); i++) width = std::max(width, cell(s, i).size());
+  const std::string label_width = "stage " + std::to_string(stages.empty() ? 0 : stages.size() - 1);
+  std::string grid;
+  for (size_t s = 0; s < stages.size(); s++) {
+    std::string row = pad("stage " + std::to_string(s), label_width.size()) + " |";
+    for (size_t i = 0; i < stages[s].size(); i++) row += " " + pad(cell(s, i), width);
+    while (!row.empty() && row.back() == ' ') row.pop_back();
+    grid += row + "\n";
+  }
+  return grid;
+}
