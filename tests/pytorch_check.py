@@ -1,0 +1,241 @@
+#!/usr/bin/python3
+"""Our GPT-2 trainer checked against PyTorch, an implementation nobody here wrote.
+
+Writes a tiny random llm.c model file (v3, fp32) and an llm.c token shard of random tokens, runs our
+trainer on them (tools/reference_run.cu) and the same GPT-2 written here in PyTorch, and
+compares: the loss of step 1, every parameter gradient of step 1, and the losses and
+gradient norms of STEPS AdamW steps. Run by Debian's /usr/bin/python3 with python3-torch:
+    /usr/bin/python3 tests/pytorch_check.py [--gtest_filter=PATTERN]
+REFERENCE_RUN names our program (default build/cpu/tools/reference_run). One line per
+check, then "tests: N passed, M failed" (exit status 1 on a failure), as tools/run_tests.sh
+expects. Without torch it says why it skips and counts nothing.
+"""
+import fnmatch
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The model, data and optimizer: small enough for the CPU build, every part exercised
+# (2 layers, 2 heads, T < maxT, V padded to Vp, gradient accumulation, weight decay, clipping).
+L, NH, C, MAX_T, V = 2, 2, 32, 20, 50
+VP = (V + 127) // 128 * 128
+B, T, MICROBATCHES, STEPS = 2, 16, 2, 10
+LR, BETA1, BETA2, EPS, WEIGHT_DECAY = 3e-3, 0.9, 0.95, 1e-8, 0.1
+# Within the run's gradient norms (about 1.1 to 1.6), so that steps with and without clipping are checked.
+GRAD_CLIP = 1.4
+SEED = 20240326
+
+# Tolerances of the issue. fp32 sums of at most a few thousand terms differ by ~1e-6 of their
+# magnitude between two orders of summation, so both bounds leave a margin of about 100.
+GRADIENT_TOLERANCE = 1e-4  # max |ours - torch| over a tensor, relative to the tensor's max |torch|
+LOSS_TOLERANCE = 1e-4  # absolute, per step
+NORM_TOLERANCE = 1e-4  # relative, per step: the clipping factor follows from the norm
+
+# llm.c's tensors in file order, with shapes (wte with the padded vocabulary).
+SHAPES = [
+    ("wte", (VP, C)), ("wpe", (MAX_T, C)), ("ln1w", (L, C)), ("ln1b", (L, C)),
+    ("qkvw", (L, 3 * C, C)), ("qkvb", (L, 3 * C)), ("attprojw", (L, C, C)), ("attprojb", (L, C)),
+    ("ln2w", (L, C)), ("ln2b", (L, C)), ("fcw", (L, 4 * C, C)), ("fcb", (L, 4 * C)),
+    ("fcprojw", (L, C, 4 * C)), ("fcprojb", (L, C)), ("lnfw", (C,)), ("lnfb", (C,)),
+]
+DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}  # GPT-2's matrices and embeddings
+
+
+def check_names():
+    return (["PyTorch.Step1Loss"] + ["PyTorch.Step1Gradient/" + name for name, _ in SHAPES] +
+            ["PyTorch.AdamWLoss/step%d" % step for step in range(1, STEPS + 1)] +
+            ["PyTorch.GradNormBeforeClipping"])
+
+
+def selected(name, gtest_filter):
+    """gtest's filter syntax: positive patterns, then optionally '-' and negative ones, ':'-separated."""
+    positive, _, negative = gtest_filter.partition("-")
+    matches = lambda patterns: any(fnmatch.fnmatchcase(name, p) for p in patterns.split(":") if p)
+    return matches(positive or "*") and not matches(negative)
+
+
+def random_parameters(np, rng):
+    """GPT-2-like values, but LayerNorm weights and biases away from 1 and 0 so that their
+    gradients and their effect on the others are checked too. Padded wte rows are 0 (llm.c)."""
+    tensors = {}
+    for name, shape in SHAPES:
+        if name in ("ln1w", "ln2w", "lnfw"):
+            tensors[name] = 1 + 0.1 * rng.standard_normal(shape)
+        elif name.endswith("b"):
+            tensors[name] = 0.02 * rng.standard_normal(shape)
+        else:
+            scale = 1 / math.sqrt(2 * L) if name in ("attprojw", "fcprojw") else 1
+            tensors[name] = 0.02 * scale * rng.standard_normal(shape)
+    tensors["wte"][V:] = 0
+    return {name: tensor.astype(np.float32) for name, tensor in tensors.items()}
+
+
+def write_model_file(np, path, tensors):
+    header = np.zeros(256, dtype=np.int32)
+    header[:8] = [20240326, 3, MAX_T, V, L, NH, C, VP]
+    with open(path, "wb") as file:
+        file.write(header.tobytes())
+        for name, _ in SHAPES:
+            file.write(tensors[name].tobytes())
+
+
+def write_token_shard(np, path, tokens):
+    header = np.zeros(256, dtype=np.int32)
+    header[:3] = [20240520, 1, len(tokens)]
+    with open(path, "wb") as file:
+        file.write(header.tobytes())
+        file.write(tokens.astype(np.uint16).tobytes())
+
+
+def gpt_loss(torch, p, tokens, targets):
+    """GPT-2: learned positions, pre-LN blocks, causal attention, tanh GELU, the lm head tied
+    to wte (V rows: the padding is not part of the model). Per-token cross-entropy (B, T)."""
+    F = torch.nn.functional
+    hs = C // NH
+    x = p["wte"][tokens] + p["wpe"][:T]
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(L):
+        h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], eps=1e-5)
+        q, k, v = F.linear(h, p["qkvw"][l], p["qkvb"][l]).split(C, dim=-1)
+        q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))  # (B, NH, T, hs)
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+        attention = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
+        y = (attention @ v).transpose(1, 2).reshape(B, T, C)
+        x = x + F.linear(y, p["attprojw"][l], p["attprojb"][l])
+        h = F.layer_norm(x, (C,), p["ln2w"][l], p["ln2b"][l], eps=1e-5)
+        h = F.gelu(F.linear(h, p["fcw"][l], p["fcb"][l]), approximate="tanh")
+        x = x + F.linear(h, p["fcprojw"][l], p["fcprojb"][l])
+    x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], eps=1e-5)
+    logits = F.linear(x, p["wte"])  # (B, T, V)
+    return F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T), reduction="none").view(B, T)
+
+
+def torch_run(torch, np, tensors, tokens):
+    """Our training loop in PyTorch: microbatch k reads tokens [k B T, k B T + B T + 1) (wrapping),
+    each microbatch's summed loss scaled by 1 / (B T microbatches), clipping, AdamW."""
+    p = {name: torch.tensor(tensor, requires_grad=True) for name, tensor in tensors.items()}
+    p["wte"] = torch.tensor(tensors["wte"][:V], requires_grad=True)
+    decayed = [p[name] for name, _ in SHAPES if name in DECAYED]
+    others = [p[name] for name, _ in SHAPES if name not in DECAYED]
+    optimizer = torch.optim.AdamW([{"params": decayed, "weight_decay": WEIGHT_DECAY},
+                                   {"params": others, "weight_decay": 0.0}], lr=LR, betas=(BETA1, BETA2), eps=EPS)
+    losses, norms, step1_gradient = [], [], None
+    microbatch = 0
+    for step in range(1, STEPS + 1):
+        optimizer.zero_grad(set_to_none=False)
+        loss_sum = 0.0
+        for _ in range(MICROBATCHES):
+            window = tokens[(microbatch * B * T + np.arange(B * T + 1)) % len(tokens)].astype(np.int64)
+            inputs = torch.tensor(window[:-1]).view(B, T)
+            targets = torch.tensor(window[1:]).view(B, T)
+            token_losses = gpt_loss(torch, p, inputs, targets)
+            (token_losses.sum() / (B * T * MICROBATCHES)).backward()
+            loss_sum += token_losses.mean().item()
+            microbatch += 1
+        losses.append(loss_sum / MICROBATCHES)
+        if step == 1:
+            step1_gradient = {name: p[name].grad.detach().numpy().copy() for name, _ in SHAPES}
+        all_parameters = [p[name] for name, _ in SHAPES]
+        if GRAD_CLIP > 0:
+            norms.append(float(torch.nn.utils.clip_grad_norm_(all_parameters, GRAD_CLIP)))
+        else:
+            norms.append(float(torch.norm(torch.stack([t.grad.norm() for t in all_parameters]))))
+        optimizer.step()
+    return losses, norms, step1_gradient
+
+
+def our_run(np, model_path, tokens_path, output_path):
+    program = os.environ.get("REFERENCE_RUN", os.path.join(ROOT, "build/cpu/tools/reference_run"))
+    command = [program, model_path, tokens_path, output_path] + [
+        str(x) for x in (B, T, MICROBATCHES, STEPS, LR, BETA1, BETA2, EPS, WEIGHT_DECAY, GRAD_CLIP)]
+    subprocess.run(command, check=True)
+    sizes = [int(np.prod(shape)) for _, shape in SHAPES]
+    with open(output_path, "rb") as file:
+        gradient = np.frombuffer(file.read(4 * sum(sizes)), dtype=np.float32)
+        losses = np.frombuffer(file.read(8 * STEPS), dtype=np.float64)
+        norms = np.frombuffer(file.read(8 * STEPS), dtype=np.float64)
+        if file.read(1) or len(norms) != STEPS:
+            raise RuntimeError(output_path + ": not the size reference_run's output should have")
+    offsets = np.cumsum([0] + sizes)
+    step1_gradient = {name: gradient[offsets[i]:offsets[i + 1]].reshape(shape)
+                      for i, (name, shape) in enumerate(SHAPES)}
+    return list(losses), list(norms), step1_gradient
+
+
+def main():
+    gtest_filter = "*"
+    for argument in sys.argv[1:]:
+        if argument.startswith("--gtest_filter="):
+            gtest_filter = argument[len("--gtest_filter="):]
+    names = [name for name in check_names() if selected(name, gtest_filter)]
+    if not names:
+        print("tests: 0 passed, 0 failed")
+        return 0
+    try:
+        import numpy as np
+        import torch
+    except ImportError as error:
+        print("SKIPPED PyTorch cross-check: %s cannot import torch or numpy (%s); install Debian's python3-torch"
+              % (sys.executable, error))
+        print("tests: 0 passed, 0 failed")
+        return 0
+
+    torch.manual_seed(SEED)
+    rng = np.random.default_rng(SEED)
+    tensors = random_parameters(np, rng)
+    # A random pattern repeated: learnable, so the loss falls and a wrong update shows in it.
+    pattern = rng.integers(0, V, size=37)
+    tokens = np.resize(pattern, STEPS * MICROBATCHES * B * T + 1)
+    with tempfile.TemporaryDirectory() as directory:
+        model_path, tokens_path = os.path.join(directory, "model.bin"), os.path.join(directory, "tokens.bin")
+        write_model_file(np, model_path, tensors)
+        write_token_shard(np, tokens_path, tokens)
+        try:
+            ours = our_run(np, model_path, tokens_path, os.path.join(directory, "out.bin"))
+        except (OSError, subprocess.CalledProcessError, RuntimeError) as error:
+            print("FAILED PyTorch cross-check: our reference run did not finish: %s" % error)
+            print("tests: 0 passed, %d failed" % len(names))
+            return 1
+    torch_losses, torch_norms, torch_gradient = torch_run(torch, np, tensors, tokens)
+    our_losses, our_norms, our_gradient = ours
+
+    results = {}
+    difference = abs(our_losses[0] - torch_losses[0])
+    results["PyTorch.Step1Loss"] = (difference <= LOSS_TOLERANCE, "ours %.7f torch %.7f |diff| %.1e <= %.0e" % (
+        our_losses[0], torch_losses[0], difference, LOSS_TOLERANCE))
+    for name, shape in SHAPES:
+        expected = np.zeros(shape, dtype=np.float32)  # padded wte rows: gradient 0
+        expected[:torch_gradient[name].shape[0]] = torch_gradient[name]
+        largest = float(np.abs(expected).max())
+        difference = float(np.abs(our_gradient[name] - expected).max())
+        results["PyTorch.Step1Gradient/" + name] = (
+            difference <= GRADIENT_TOLERANCE * largest,
+            "max |diff| %.2e = %.1e of max |grad| %.2e (bound %.0e)" % (
+                difference, difference / largest, largest, GRADIENT_TOLERANCE))
+    for step in range(1, STEPS + 1):
+        difference = abs(our_losses[step - 1] - torch_losses[step - 1])
+        results["PyTorch.AdamWLoss/step%d" % step] = (
+            difference <= LOSS_TOLERANCE,
+            "ours %.7f torch %.7f |diff| %.1e <= %.0e" % (
+                our_losses[step - 1], torch_losses[step - 1], difference, LOSS_TOLERANCE))
+    relative = max(abs(ours - theirs) / theirs for ours, theirs in zip(our_norms, torch_norms))
+    clipped = sum(norm > GRAD_CLIP for norm in torch_norms)
+    results["PyTorch.GradNormBeforeClipping"] = (
+        relative <= NORM_TOLERANCE, "max relative diff %.1e <= %.0e over %d steps (clipped in %d, norms %.3f..%.3f)" % (
+            relative, NORM_TOLERANCE, STEPS, clipped, min(torch_norms), max(torch_norms)))
+
+    passed = 0
+    for name in names:
+        ok, detail = results[name]
+        passed += ok
+        print("%s %s: %s" % ("PASSED" if ok else "FAILED", name, detail))
+    print("tests: %d passed, %d failed" % (passed, len(names) - passed))
+    return 0 if passed == len(names) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

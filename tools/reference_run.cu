@@ -1,0 +1,98 @@
+// A short training run whose numbers another implementation can check (tests/pytorch_check.py
+// compares them with PyTorch): from an llm.c model file and a token file, our trainer's
+// step 1 gradient and the losses of `steps` AdamW steps at a constant learning rate.
+//   reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY GRAD_CLIP
+// TOKENS is an llm.c token shard (recognised by its magic) or plain little-endian int32 ids;
+// microbatches are read from it sequentially, as ./train reads without --shuffle.
+// OUTPUT (little-endian) holds, back to back:
+//   float32 [num_parameters]  step 1's gradient in llm.c's layout, wte's two tied shares summed
+//   float64 [STEPS]           each step's loss (the mean over its microbatches, before its update)
+//   float64 [STEPS]           each step's global gradient norm before clipping
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda_check.cuh"
+#include "model/atomic_file.h"
+#include "model/checkpoint.h"
+#include "model/parameters.h"
+#include "trainer/data.h"
+#include "trainer/trainer.h"
+
+namespace {
+
+// An llm.c shard through the trainer's loader, or every int32 of the file as one token id.
+TokenDataset load_tokens(const std::string& path, int vocab_size) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) throw std::runtime_error(path + ": cannot open");
+  std::vector<int32_t> ids;
+  int32_t id = 0;
+  while (std::fread(&id, sizeof(id), 1, file) == 1) ids.push_back(id);
+  std::fclose(file);
+  if (!ids.empty() && ids[0] == kShardMagic) return load_token_shards(path, vocab_size);
+  TokenDataset data;
+  data.vocab_size = vocab_size;
+  data.format = TokenFormat::llmc_shards;
+  data.source = path;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= vocab_size || ids[i] > UINT16_MAX) {
+      throw std::runtime_error(path + ": token " + std::to_string(ids[i]) + " at index " + std::to_string(i) +
+                               " is outside [0, " + std::to_string(vocab_size) + ")");
+    }
+    data.tokens.push_back(uint16_t(ids[i]));
+  }
+  return data;
+}
+
+int run(int argc, char** argv) {
+  if (argc != 14) {
+    std::fprintf(stderr,
+                 "usage: reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY "
+                 "GRAD_CLIP\n");
+    return 2;
+  }
+  const ModelFile model = read_model_file(argv[1]);
+  if (model.dtype != CheckpointDtype::fp32) throw std::runtime_error(std::string(argv[1]) + ": not an fp32 file");
+  const TokenDataset data = load_tokens(argv[2], model.config.vocab_size);
+  const std::string output = argv[3];
+  const int B = std::stoi(argv[4]), T = std::stoi(argv[5]), microbatches = std::stoi(argv[6]);
+  const int steps = std::stoi(argv[7]);
+  if (steps < 1) throw std::runtime_error("STEPS " + std::to_string(steps) + " is below 1");
+  const double learning_rate = std::stod(argv[8]);
+  const AdamWSettings settings{std::stod(argv[9]), std::stod(argv[10]), std::stod(argv[11]), std::stod(argv[12]),
+                               std::stod(argv[13])};
+
+  Trainer trainer = create_trainer(model.config, B, T, microbatches);
+  upload_parameters(trainer, model.parameters);
+  BatchReader reader = make_batch_reader(data, B, T, false, 0);
+  std::vector<float> step1_gradient(num_parameters(model.config));
+  std::vector<double> losses, norms;
+  for (int t = 1; t <= steps; ++t) {
+    const StepResult result = train_step(trainer, reader, settings, learning_rate, t);
+    losses.push_back(result.loss);
+    norms.push_back(result.grad_norm);
+    // The optimizer reads the gradient without changing it: after step 1 it is still step 1's.
+    if (t == 1) {
+      CUDA_CHECK(cudaMemcpy(step1_gradient.data(), trainer.gradient_memory, step1_gradient.size() * sizeof(float),
+                            cudaMemcpyDeviceToHost));
+    }
+  }
+  destroy_trainer(trainer);
+  write_file_atomically(output, {{step1_gradient.data(), step1_gradient.size() * sizeof(float)},
+                                 {losses.data(), losses.size() * sizeof(double)},
+                                 {norms.data(), norms.size() * sizeof(double)}});
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "reference_run: error: %s\n", error.what());
+    return 1;
+  }
+}
