@@ -91,12 +91,18 @@ $(BUILD)/tests/mpi_tests: $(call objs,$(MPI_TEST_SRCS) $(TEST_SUPPORT_SRCS) test
 build/cpu/tests/cpu_tests: $(call objs,$(CPU_TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/gtest_main.cu,build/cpu) $(call objs,$(LIB_SRCS),build/cpu) $(CPU_RUNTIME_SRCS:%.cpp=build/cpu/%.o)
 	$(CXX) -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS)
 
-test: $(TEST_BINS) $(if $(TRAIN_SRCS),train)
-	@MPIRUN="$(MPIRUN)" FILTER='$(FILTER)' tools/run_tests.sh $(TEST_BINS)
+# tools/reference_run: our trainer's numbers for the PyTorch cross-check (tests/pytorch_check.py).
+REFERENCE_RUN := $(BUILD)/tools/reference_run
+$(REFERENCE_RUN): $(call objs,tools/reference_run.cu,$(BUILD)) $(LIB_OBJS) $(RUNTIME_OBJS)
+	$(if $(filter 1,$(GPU)),$(NVCC) $(GPU_ARCH) -o $@ $^ $(GPU_LIBS),$(CXX) -o $@ $^ $(CPU_LIBS))
+
+test: $(TEST_BINS) $(if $(TRAIN_SRCS),train) $(REFERENCE_RUN)
+	@MPIRUN="$(MPIRUN)" FILTER='$(FILTER)' REFERENCE_RUN=$(REFERENCE_RUN) tools/run_tests.sh $(TEST_BINS) tests/pytorch_check.py
 
 # ---- the GPU build without a GPU: compile and link everything ----
 cuda:
-	$(MAKE) GPU=1 $(if $(TRAIN_SRCS),train) build/gpu/tests/unit_tests $(if $(MPI_TEST_SRCS),build/gpu/tests/mpi_tests)
+	$(MAKE) GPU=1 $(if $(TRAIN_SRCS),train) build/gpu/tests/unit_tests build/gpu/tools/reference_run \
+	  $(if $(MPI_TEST_SRCS),build/gpu/tests/mpi_tests)
 
 ptxas-report:
 	@for f in $(filter %.cu,$(LIB_SRCS)); do $(NVCC) $(GPU_COMMON_FLAGS) -gencode arch=compute_90,code=sm_90 -Xptxas -v -x cu -c $$f -o /dev/null 2>&1; done \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs test binaries and adds up their verdicts into one closing line
 # "N passed, M failed". Binaries under a tests/mpi_tests name run with
-# $MPIRUN -np 4; each binary's output is kept in build/test-logs/.
+# $MPIRUN -np 4, Python checks (*.py) with Debian's /usr/bin/python3 (which has
+# python3-torch); each one's output is kept in build/test-logs/.
 # A binary that dies without its "tests: N passed, M failed" line counts as one failure.
 set -u
 passed=0
@@ -11,6 +12,7 @@ for bin in "$@"; do
   log="build/test-logs/$(echo "$bin" | tr / _).log"
   case "$bin" in
     *mpi_tests) cmd=("${MPIRUN:-mpirun}" -np 4 "$bin" "--gtest_filter=${FILTER:-*}") ;;
+    *.py) cmd=(/usr/bin/python3 "$bin" "--gtest_filter=${FILTER:-*}") ;;
     *) cmd=("$bin" "--gtest_filter=${FILTER:-*}") ;;
   esac
   echo "== ${cmd[*]}"
