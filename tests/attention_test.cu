@@ -13,6 +13,7 @@
 
 #include "kernels/attention.cuh"
 #include "kernels/cublas_check.cuh"
+#include "tests/cublas_handle.h"
 #include "tests/device_buffer.h"
 #include "tests/gradient_check.h"
 #include "tests/scaled_error.h"
@@ -33,16 +34,6 @@ std::string describe(const Shape& s) {
 }
 size_t input_size(const Shape& s) { return size_t(s.B) * s.T * 3 * s.C; }
 size_t output_size(const Shape& s) { return size_t(s.B) * s.T * s.C; }
-
-class CublasHandle {
- public:
-  CublasHandle() { CUBLAS_CHECK(cublasCreate(&handle_)); }
-  ~CublasHandle() { cublasDestroy(handle_); }
-  operator cublasHandle_t() const { return handle_; }
-
- private:
-  cublasHandle_t handle_;
-};
 
 // One attention layer's device buffers in element type E.
 template <typename E>

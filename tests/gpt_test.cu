@@ -15,6 +15,7 @@
 #include "kernels/cublas_check.cuh"
 #include "model/gpt.cuh"
 #include "model/parameters.h"
+#include "tests/cublas_handle.h"
 #include "tests/device_buffer.h"
 #include "tests/file_tools.h"
 #include "tests/gradient_check.h"
@@ -24,16 +25,6 @@ namespace {
 // The issue's tiny model: L=2, NH=2, C=8, maxT=5, V=11 (Vp=128); microbatches of B=2, T=5.
 const GPTConfig kTiny = make_gpt_config(2, 2, 8, 5, 11);
 constexpr int kB = 2, kT = 5;
-
-class CublasHandle {
- public:
-  CublasHandle() { CUBLAS_CHECK(cublasCreate(&handle_)); }
-  ~CublasHandle() { cublasDestroy(handle_); }
-  cublasHandle_t get() const { return handle_; }
-
- private:
-  cublasHandle_t handle_;
-};
 
 // GPT-2's initialisation plus uniform noise in [-0.1, 0.1), so that biases, LayerNorm
 // parameters and wte's padded rows are not at special values.

@@ -11,6 +11,7 @@
 
 #include "kernels/cublas_check.cuh"
 #include "kernels/matmul.cuh"
+#include "tests/cublas_handle.h"
 #include "tests/device_buffer.h"
 #include "tests/gradient_check.h"
 #include "tests/scaled_error.h"
@@ -28,16 +29,6 @@ const Shape kShapes[] = {{1, 1, 1}, {7, 12, 5}, {37, 13, 45}, {5, 3, 33}};
 std::string describe(const Shape& s) {
   return "N " + std::to_string(s.N) + ", C " + std::to_string(s.C) + ", OC " + std::to_string(s.OC);
 }
-
-class CublasHandle {
- public:
-  CublasHandle() { CUBLAS_CHECK(cublasCreate(&handle_)); }
-  ~CublasHandle() { cublasDestroy(handle_); }
-  operator cublasHandle_t() const { return handle_; }
-
- private:
-  cublasHandle_t handle_;
-};
 
 // The layer's inputs and the weight of the projection that makes the loss.
 struct Problem {
