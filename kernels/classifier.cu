@@ -3,6 +3,8 @@
 // writes the loss and overwrites the row with the loss's gradient.
 #include "kernels/classifier.cuh"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <cstdlib>
 
@@ -104,8 +106,10 @@ void classifier_forward_backward(T* logits, Compute<T>* losses, const int* targe
     std::exit(EXIT_FAILURE);
   }
   if (BT == 0) return;
-  launch(classifier_kernel<T>, dim3(unsigned(BT)), dim3(kClassifierThreads), 0, stream, logits, losses, targets,
-         dloss, bad_target_row, V, Vp);
+  // At least 4 columns per thread: a small vocabulary does not need (nor pay for) 512 threads.
+  const int threads = std::min(kClassifierThreads, (Vp / 4 + 31) / 32 * 32);
+  launch(classifier_kernel<T>, dim3(unsigned(BT)), dim3(unsigned(std::max(threads, 32))), 0, stream, logits, losses,
+         targets, dloss, bad_target_row, V, Vp);
 }
 
 void reset_bad_target_row(int* bad_target_row, cudaStream_t stream) {
