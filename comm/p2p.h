@@ -52,6 +52,19 @@ void send_forward_recv_backward(const CommGroups& groups, const void* activation
 void send_backward_recv_forward(const CommGroups& groups, const void* grad_input, void* activation, size_t count,
                                 ncclDataType_t type, cudaStream_t stream);
 
+// One transfer of a grouped call: count elements of buffer to (send) or from (receive) the
+// next or the previous stage in the ring.
+struct Transfer {
+  bool send;
+  bool with_next;  // the next stage (activations out, gradients in), else the previous
+  void* buffer;
+  size_t count;
+};
+// The transfers in the listed order, all in one group: a schedule step of several sends and
+// receives (pipeline/schedule.h), e.g. the interleaved schedule's four-way exchange.
+void exchange_group(const CommGroups& groups, const Transfer* transfers, size_t num_transfers, ncclDataType_t type,
+                    cudaStream_t stream);
+
 // One small exchange with each neighbour in the ring, all in one group, at start: NCCL
 // connects a pair of ranks on their first transfer, so this keeps the connection set-up out
 // of the first step's timings and makes a broken link fail here. Each rank sends its

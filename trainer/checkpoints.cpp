@@ -71,12 +71,15 @@ int sequence_length(const TrainOptions& options, const GPTConfig& config) {
 }
 
 void save_checkpoint(const std::string& path, const Trainer& trainer, const RunPosition& position) {
-  write_model_file(path, trainer.config, download_parameters(trainer), CheckpointDtype::fp32);
+  if (trainer.groups.mesh.dp_rank != 0) return;
+  const std::vector<float> parameters = gather_parameters(trainer);
   TrainingState state;
+  gather_moments(trainer, state.m, state.v);
+  if (trainer.world.rank != 0) return;
+  write_model_file(path, trainer.config, parameters, CheckpointDtype::fp32);
   state.config = trainer.config;
   state.step = position.step;
   state.data_position = position.data_position;
   state.rng = {position.sampler_state};
-  download_moments(trainer.optimizer, state.m, state.v);
   write_training_state(training_state_path(path), state);
 }

@@ -33,6 +33,15 @@ std::string format_step_line(const StepRecord& r) {
   return line;
 }
 
+std::string format_stages_line(const std::vector<StageRecord>& stages) {
+  std::string line = "stages";
+  for (const StageRecord& s : stages) {
+    line += " | " + std::to_string(s.stage) + ": idle " + format("%.0f%%", 100 * s.idle);
+    line += " act " + short_count(s.activation_bytes) + "B dev " + short_count(s.device_bytes) + "B";
+  }
+  return line;
+}
+
 std::string format_step_json(const StepRecord& r) {
   std::string json = "{\"step\": " + std::to_string(r.step);
   json += ", \"loss\": " + format("%.17g", r.loss);
@@ -41,6 +50,17 @@ std::string format_step_json(const StepRecord& r) {
   json += ", \"grad_norm\": " + format("%.17g", r.grad_norm);
   json += ", \"ms\": " + format("%.3f", r.ms);
   json += ", \"tokens_per_s\": " + format("%.1f", r.tokens_per_s);
+  if (!r.stages.empty()) {
+    json += ", \"stages\": [";
+    for (size_t i = 0; i < r.stages.size(); ++i) {
+      const StageRecord& s = r.stages[i];
+      json += std::string(i ? ", " : "") + "{\"stage\": " + std::to_string(s.stage);
+      json += ", \"idle\": " + format("%.4f", s.idle);
+      json += ", \"activation_bytes\": " + format("%.0f", s.activation_bytes);
+      json += ", \"device_bytes\": " + format("%.0f", s.device_bytes) + "}";
+    }
+    json += "]";
+  }
   return json + "}";
 }
 

@@ -3,6 +3,15 @@
 #pragma once
 #include <cstdio>
 #include <string>
+#include <vector>
+
+// What one pipeline stage measured in a step.
+struct StageRecord {
+  int stage;
+  double idle;              // 1 - busy / the step's span, from the executor's step timers
+  double activation_bytes;  // the executor's activation slots and working sets
+  double device_bytes;      // cudaMemGetInfo's total - free
+};
 
 struct StepRecord {
   int step;             // steps done, 1..steps
@@ -13,15 +22,20 @@ struct StepRecord {
   double lr;
   double grad_norm;     // before clipping
   double ms;            // wall time of the step
-  double tokens_per_s;  // the step's B T microbatches tokens over its wall time
+  double tokens_per_s;  // the step's B T microbatches dp tokens over its wall time
+  std::vector<StageRecord> stages;  // replica 0's stages, in order
 };
 
 // "step 12/300 | loss 2.4817 | lr 3.0e-04 | norm 0.84 | 412 ms | 9.9k tok/s", with
 // " | val 2.5012" after the loss when validation ran.
 std::string format_step_line(const StepRecord& record);
 
+// "stages | 0: idle 21% act 1.2MB dev 40.1MB | 1: ...", one entry per stage.
+std::string format_stages_line(const std::vector<StageRecord>& stages);
+
 // {"step": 12, "loss": 2.4817..., "val_loss": ... (only when computed), "lr": ..., "grad_norm": ...,
-//  "ms": ..., "tokens_per_s": ...}, numbers with enough digits to read back the doubles exactly.
+//  "ms": ..., "tokens_per_s": ..., "stages": [{"stage": 0, "idle": 0.21, "activation_bytes": ...,
+//  "device_bytes": ...}, ...]}, numbers with enough digits to read back the doubles exactly.
 std::string format_step_json(const StepRecord& record);
 
 // The --log file: appended to when a run resumes, else started afresh. Throws naming the path

@@ -1,20 +1,52 @@
-// AdamW with weight-decay groups, the global gradient norm and clipping (trainer/optimizer.h).
+// AdamW over a stage's regions, the layout-independent global norm and clipping (trainer/optimizer.h).
 #include "trainer/optimizer.h"
 
 #include <array>
 #include <cmath>
 
+#include "comm/collectives.h"
 #include "kernels/adamw.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/global_norm.cuh"
 #include "model/parameters.h"
 
-Optimizer create_optimizer(const GPTConfig& config) {
+std::vector<ParameterRegion> stage_regions(const GPTConfig& config, const std::vector<LayerRange>& chunk_ranges) {
+  const std::array<size_t, kNumParameterTensors> sizes = parameter_tensor_sizes(config);
+  const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(config);
+  const int L = config.num_layers;
+  bool has_embedding = false;
+  for (const LayerRange& range : chunk_ranges) has_embedding = has_embedding || range.has_embedding;
+  std::vector<ParameterRegion> regions;
+  const auto whole = [&](int tensor, bool has_slot) {
+    regions.push_back({tensor, offsets[tensor], sizes[tensor], has_slot, has_slot ? norm_slot(tensor, 0, L) : 0});
+  };
+  for (const LayerRange& range : chunk_ranges) {
+    if (range.has_embedding) {
+      whole(kWte, true);
+      whole(kWpe, true);
+    }
+    for (int layer = range.first_layer; layer < range.end_layer; ++layer)
+      for (int tensor = kLn1w; tensor <= kFcprojb; ++tensor) {
+        const size_t per_layer = sizes[tensor] / L;
+        regions.push_back({tensor, offsets[tensor] + layer * per_layer, per_layer, true, norm_slot(tensor, layer, L)});
+      }
+    if (range.has_head) {
+      if (!has_embedding) whole(kWte, false);
+      whole(kLnfw, true);
+      whole(kLnfb, true);
+    }
+  }
+  return regions;
+}
+
+Optimizer create_optimizer(const GPTConfig& config, const std::vector<LayerRange>& chunk_ranges) {
   const size_t n = num_parameters(config);
-  Optimizer optimizer{config, nullptr, nullptr, nullptr, nullptr};
+  Optimizer optimizer{config, stage_regions(config, chunk_ranges), nullptr, nullptr, nullptr, nullptr, nullptr};
   CUDA_CHECK(cudaMalloc(&optimizer.m, n * sizeof(float)));
   CUDA_CHECK(cudaMalloc(&optimizer.v, n * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(&optimizer.norm_workspace, global_norm_workspace_size(1) * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&optimizer.norm_workspace,
+                        global_norm_workspace_size(int(optimizer.regions.size())) * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&optimizer.norm_partials, norm_slot_count(config.num_layers) * sizeof(float)));
   CUDA_CHECK(cudaMalloc(&optimizer.squared_norm, sizeof(float)));
   CUDA_CHECK(cudaMemset(optimizer.m, 0, n * sizeof(float)));
   CUDA_CHECK(cudaMemset(optimizer.v, 0, n * sizeof(float)));
@@ -25,29 +57,50 @@ void destroy_optimizer(Optimizer& optimizer) {
   CUDA_CHECK(cudaFree(optimizer.m));
   CUDA_CHECK(cudaFree(optimizer.v));
   CUDA_CHECK(cudaFree(optimizer.norm_workspace));
+  CUDA_CHECK(cudaFree(optimizer.norm_partials));
   CUDA_CHECK(cudaFree(optimizer.squared_norm));
   optimizer = Optimizer{};
 }
 
-double gradient_norm(Optimizer& optimizer, const float* gradients, cudaStream_t stream) {
-  const size_t n = num_parameters(optimizer.config);
-  global_norm_squared<float>(optimizer.squared_norm, nullptr, optimizer.norm_workspace, &gradients, &n, 1, stream);
+double gradient_norm(Optimizer& optimizer, const CommGroups& groups, const float* gradients, cudaStream_t stream) {
+  const size_t num_slots = norm_slot_count(optimizer.config.num_layers);
+  CUDA_CHECK(cudaMemsetAsync(optimizer.norm_partials, 0, num_slots * sizeof(float), stream));
+  // One launch per run of consecutive slots (a chunk's), written straight into its slots.
+  const std::vector<ParameterRegion>& regions = optimizer.regions;
+  for (size_t first = 0; first < regions.size();) {
+    if (!regions[first].has_norm_slot) {
+      ++first;
+      continue;
+    }
+    std::vector<const float*> tensors;
+    std::vector<size_t> sizes;
+    size_t end = first;
+    while (end < regions.size() && regions[end].has_norm_slot &&
+           regions[end].norm_slot == regions[first].norm_slot + (end - first)) {
+      tensors.push_back(gradients + regions[end].offset);
+      sizes.push_back(regions[end].count);
+      ++end;
+    }
+    global_norm_squared<float>(optimizer.norm_partials + regions[first].norm_slot, nullptr, optimizer.norm_workspace,
+                               tensors.data(), sizes.data(), int(tensors.size()), stream);
+    first = end;
+  }
+  gather_layer_norm_partials<float>(groups, optimizer.norm_partials, num_slots, {0, num_slots},
+                                    optimizer.squared_norm, stream);
   float squared_norm = 0;
   CUDA_CHECK(cudaMemcpyAsync(&squared_norm, optimizer.squared_norm, sizeof(float), cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   return std::sqrt(double(squared_norm));
 }
 
-double adamw_step(Optimizer& optimizer, float* parameters, const float* gradients, const AdamWSettings& settings,
-                  double learning_rate, int t, cudaStream_t stream) {
-  const double norm = gradient_norm(optimizer, gradients, stream);
+double adamw_step(Optimizer& optimizer, const CommGroups& groups, float* parameters, const float* gradients,
+                  const AdamWSettings& settings, double learning_rate, int t, cudaStream_t stream) {
+  const double norm = gradient_norm(optimizer, groups, gradients, stream);
   const double grad_scale = settings.grad_clip > 0 ? clip_factor(norm, settings.grad_clip) : 1.0;
-  const std::array<size_t, kNumParameterTensors> sizes = parameter_tensor_sizes(optimizer.config);
-  const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(optimizer.config);
-  for (int i = 0; i < kNumParameterTensors; ++i) {
-    const double weight_decay = parameter_tensor_has_weight_decay(i) ? settings.weight_decay : 0.0;
-    adamw_update<float>(parameters + offsets[i], nullptr, gradients + offsets[i], optimizer.m + offsets[i],
-                        optimizer.v + offsets[i], sizes[i], learning_rate, settings.beta1, settings.beta2, settings.eps,
+  for (const ParameterRegion& r : optimizer.regions) {
+    const double weight_decay = parameter_tensor_has_weight_decay(r.tensor) ? settings.weight_decay : 0.0;
+    adamw_update<float>(parameters + r.offset, nullptr, gradients + r.offset, optimizer.m + r.offset,
+                        optimizer.v + r.offset, r.count, learning_rate, settings.beta1, settings.beta2, settings.eps,
                         weight_decay, grad_scale, t, stream);
   }
   return norm;

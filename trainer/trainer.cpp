@@ -1,41 +1,129 @@
-// The single-process model on the device and its training step (trainer/trainer.h).
+// One pipeline stage on the device and its training step (trainer/trainer.h).
 #include "trainer/trainer.h"
 
 #include <stdexcept>
 
+#include "comm/collectives.h"
+#include "comm/p2p.h"
 #include "kernels/cublas_check.cuh"
 #include "kernels/cuda_check.cuh"
+#include "pipeline/layer_split.h"
 
-Trainer create_trainer(const GPTConfig& config, int B, int T, int microbatches) {
+namespace {
+
+int stages_per_replica(const Trainer& trainer) { return trainer.groups.mesh.pp; }
+
+// Chunk c of stage s is virtual stage c pp + s.
+std::vector<LayerRange> chunks_of_stage(const std::vector<LayerRange>& virtual_stages, int pp, int stage) {
+  std::vector<LayerRange> chunks;
+  for (size_t i = stage; i < virtual_stages.size(); i += pp) chunks.push_back(virtual_stages[i]);
+  return chunks;
+}
+
+bool has_head(const std::vector<LayerRange>& chunks) {
+  for (const LayerRange& range : chunks)
+    if (range.has_head) return true;
+  return false;
+}
+
+size_t wte_size(const GPTConfig& config) { return size_t(config.padded_vocab_size) * config.channels; }
+
+// memory (num_parameters, device) with replica 0's stages' regions brought together on world
+// rank 0 (the others' copies hold their own regions only).
+std::vector<float> gather_regions(const Trainer& trainer, const float* memory) {
+  std::vector<float> host(num_parameters(trainer.config));
+  CUDA_CHECK(cudaMemcpy(host.data(), memory, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  const Mesh& mesh = trainer.groups.mesh;
+  if (mesh.pp == 1 || mesh.dp_rank != 0) return host;
+  const auto regions_of = [&](int stage) {
+    return stage_regions(trainer.config, chunks_of_stage(trainer.virtual_stages, mesh.pp, stage));
+  };
+  if (mesh.pp_rank > 0) {
+    std::vector<float> packed;
+    for (const ParameterRegion& r : regions_of(mesh.pp_rank))
+      packed.insert(packed.end(), host.begin() + r.offset, host.begin() + r.offset + r.count);
+    send_floats(packed.data(), packed.size(), world_rank_of(mesh, 0, 0));
+    return host;
+  }
+  for (int stage = 1; stage < mesh.pp; ++stage) {
+    const std::vector<ParameterRegion> regions = regions_of(stage);
+    size_t total = 0;
+    for (const ParameterRegion& r : regions) total += r.count;
+    std::vector<float> packed(total);
+    receive_floats(packed.data(), total, world_rank_of(mesh, 0, stage));
+    size_t at = 0;
+    for (const ParameterRegion& r : regions) {
+      std::copy(packed.begin() + at, packed.begin() + at + r.count, host.begin() + r.offset);
+      at += r.count;
+    }
+  }
+  return host;
+}
+
+StageRecord measure_stage(const Trainer& trainer) {
+  const ExecutorAccounting& a = trainer.executor.accounting;
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return {trainer.groups.mesh.pp_rank, a.span_ms > 0 ? 1.0 - a.busy_ms / a.span_ms : 0.0,
+          double(a.activation_bytes), double(total_bytes - free_bytes)};
+}
+
+// Replica 0's stage records on world rank 0.
+std::vector<StageRecord> gather_stage_records(const Trainer& trainer) {
+  const StageRecord own = measure_stage(trainer);
+  const double values[4] = {double(own.stage), own.idle, own.activation_bytes, own.device_bytes};
+  const std::vector<double> all = gather_to_rank0(trainer.world, values, 4);
+  std::vector<StageRecord> records;
+  for (int stage = 0; stage < stages_per_replica(trainer) && size_t(4 * stage + 3) < all.size(); ++stage) {
+    const double* v = all.data() + 4 * stage;  // world rank = stage in replica 0
+    records.push_back({int(v[0]), v[1], v[2], v[3]});
+  }
+  return records;
+}
+
+}  // namespace
+
+std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout) {
+  std::vector<LayerRange> ranges =
+      split_layers(config.num_layers, mesh.pp, layout.virtual_stages, layout.layers_per_stage);
+  make_schedule(layout.schedule, mesh.pp, layout.microbatches, layout.virtual_stages, mesh.pp_rank);
+  return ranges;
+}
+
+Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayout& layout, const CommGroups& groups) {
   if (T > config.max_seq_len) {
     throw std::runtime_error("--seq-len " + std::to_string(T) + " is above the model's maxT " +
                              std::to_string(config.max_seq_len));
   }
+  const Mesh& mesh = groups.mesh;
   Trainer trainer;
   trainer.config = config;
   trainer.B = B;
   trainer.T = T;
-  trainer.microbatches = microbatches;
+  trainer.microbatches = layout.microbatches;
+  trainer.world = this_world();
+  trainer.groups = groups;
+  trainer.virtual_stages = check_layout(config, mesh, layout);
+  trainer.chunks = chunks_of_stage(trainer.virtual_stages, mesh.pp, mesh.pp_rank);
   CUDA_CHECK(cudaStreamCreate(&trainer.stream));
   CUBLAS_CHECK(cublasCreate(&trainer.cublas));
   CUBLAS_CHECK(cublasSetStream(trainer.cublas, trainer.stream));
   const size_t n = num_parameters(config);
-  const size_t wte_size = size_t(config.padded_vocab_size) * config.channels;
   CUDA_CHECK(cudaMalloc(&trainer.parameter_memory, n * sizeof(float)));
   CUDA_CHECK(cudaMalloc(&trainer.gradient_memory, n * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(&trainer.grad_wte_head, wte_size * sizeof(float)));
+  CUDA_CHECK(cudaMalloc(&trainer.grad_wte_head, wte_size(config) * sizeof(float)));
   trainer.params = point_views(trainer.parameter_memory, config);
   trainer.grads = point_views(trainer.gradient_memory, config);
-  const LayerRange range = whole_model(config);
-  trainer.acts = create_activations<float>(config, B, T, range);
-  trainer.scratch = create_backward_scratch<float>(config, B, T, range);
-  trainer.optimizer = create_optimizer(config);
+  const StageSchedule schedule =
+      make_schedule(layout.schedule, mesh.pp, layout.microbatches, layout.virtual_stages, mesh.pp_rank);
+  trainer.executor = create_executor(config, B, T, schedule, trainer.chunks, mesh.pp, mesh.pp_rank, layout.recompute,
+                                     trainer.groups, trainer.cublas, trainer.stream);
+  trainer.optimizer = create_optimizer(config, trainer.chunks);
   const size_t BT = size_t(B) * T;
-  CUDA_CHECK(cudaMalloc(&trainer.tokens, BT * sizeof(int)));
-  CUDA_CHECK(cudaMalloc(&trainer.targets, BT * sizeof(int)));
-  trainer.host_tokens.resize(BT);
-  trainer.host_targets.resize(BT);
+  trainer.host_tokens.resize(layout.microbatches * BT);
+  trainer.host_targets.resize(layout.microbatches * BT);
   trainer.host_logits.resize(config.padded_vocab_size);
+  if (mesh.pp > 1) warm_up_neighbours(trainer.groups, trainer.stream);
   return trainer;
 }
 
@@ -43,11 +131,8 @@ void destroy_trainer(Trainer& trainer) {
   CUDA_CHECK(cudaFree(trainer.parameter_memory));
   CUDA_CHECK(cudaFree(trainer.gradient_memory));
   CUDA_CHECK(cudaFree(trainer.grad_wte_head));
-  destroy_activations(trainer.acts);
-  destroy_backward_scratch(trainer.scratch);
+  destroy_executor(trainer.executor);
   destroy_optimizer(trainer.optimizer);
-  CUDA_CHECK(cudaFree(trainer.tokens));
-  CUDA_CHECK(cudaFree(trainer.targets));
   CUBLAS_CHECK(cublasDestroy(trainer.cublas));
   CUDA_CHECK(cudaStreamDestroy(trainer.stream));
 }
@@ -58,78 +143,73 @@ void upload_parameters(Trainer& trainer, const std::vector<float>& parameters) {
   CUDA_CHECK(cudaMemcpy(trainer.parameter_memory, parameters.data(), n * sizeof(float), cudaMemcpyHostToDevice));
 }
 
-std::vector<float> download_parameters(const Trainer& trainer) {
-  std::vector<float> parameters(num_parameters(trainer.config));
-  CUDA_CHECK(cudaMemcpy(parameters.data(), trainer.parameter_memory, parameters.size() * sizeof(float),
-                        cudaMemcpyDeviceToHost));
-  return parameters;
+std::vector<float> gather_parameters(const Trainer& trainer) { return gather_regions(trainer, trainer.parameter_memory); }
+
+void gather_moments(const Trainer& trainer, std::vector<float>& m, std::vector<float>& v) {
+  m = gather_regions(trainer, trainer.optimizer.m);
+  v = gather_regions(trainer, trainer.optimizer.v);
 }
-
-namespace {
-
-// Reads the reader's next microbatch and copies its tokens and targets to the device.
-void load_microbatch(Trainer& trainer, BatchReader& reader) {
-  read_microbatch(reader, trainer.host_tokens.data(), trainer.host_targets.data());
-  const size_t bytes = trainer.host_tokens.size() * sizeof(int);
-  CUDA_CHECK(cudaMemcpyAsync(trainer.tokens, trainer.host_tokens.data(), bytes, cudaMemcpyHostToDevice, trainer.stream));
-  CUDA_CHECK(
-      cudaMemcpyAsync(trainer.targets, trainer.host_targets.data(), bytes, cudaMemcpyHostToDevice, trainer.stream));
-}
-
-}  // namespace
 
 StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings& settings, double learning_rate,
                       int t) {
   const GPTConfig& config = trainer.config;
-  const LayerRange range = whole_model(config);
-  const int B = trainer.B, T = trainer.T;
+  const Mesh& mesh = trainer.groups.mesh;
+  const int m = trainer.microbatches;
+  const size_t BT = size_t(trainer.B) * trainer.T;
+  const uint64_t step_start = reader.next_microbatch;
+  reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) * m;
+  for (int k = 0; k < m; ++k)
+    read_microbatch(reader, trainer.host_tokens.data() + k * BT, trainer.host_targets.data() + k * BT);
+  reader.next_microbatch = step_start + uint64_t(mesh.dp) * m;
+
   CUDA_CHECK(cudaMemsetAsync(trainer.gradient_memory, 0, num_parameters(config) * sizeof(float), trainer.stream));
-  CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, size_t(config.padded_vocab_size) * config.channels * sizeof(float),
-                             trainer.stream));
-  const double loss_scale = 1.0 / (double(B) * T * trainer.microbatches);
-  double loss_sum = 0;
-  for (int microbatch = 0; microbatch < trainer.microbatches; ++microbatch) {
-    load_microbatch(trainer, reader);
-    gpt_forward(config, range, trainer.params, trainer.acts, trainer.tokens, nullptr, trainer.targets, loss_scale, B,
-                T, trainer.cublas, trainer.stream);
-    loss_sum += mean_loss(trainer.acts, B, T, trainer.stream);
-    gpt_backward(config, range, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.acts, trainer.scratch,
-                 trainer.tokens, nullptr, nullptr, nullptr, B, T, trainer.cublas, trainer.stream);
-  }
-  sum_tied_embedding_gradient(config, trainer.grads.wte, trainer.grad_wte_head, trainer.stream);
-  const double norm =
-      adamw_step(trainer.optimizer, trainer.parameter_memory, trainer.gradient_memory, settings, learning_rate, t,
-                 trainer.stream);
+  CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config) * sizeof(float), trainer.stream));
+  const double loss_scale = 1.0 / (double(BT) * m * mesh.dp);
+  double loss = execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head,
+                             trainer.host_tokens.data(), trainer.host_targets.data(), loss_scale);
+  // The tied embedding: the head's share joins wte's gradient on the stage with the head (zero
+  // there unless it also has the embedding), then the first and last stage add their copies.
+  if (has_head(trainer.chunks))
+    sum_tied_embedding_gradient(config, trainer.grads.wte, trainer.grad_wte_head, trainer.stream);
+  allreduce_tied_embedding_gradient(trainer.groups, trainer.grads.wte, wte_size(config), ncclFloat32, trainer.stream);
+  for (const ParameterRegion& r : trainer.optimizer.regions)
+    allreduce_data_parallel_gradients(trainer.groups, trainer.gradient_memory + r.offset, r.count, ncclFloat32,
+                                      trainer.stream);
+  const double norm = adamw_step(trainer.optimizer, trainer.groups, trainer.parameter_memory, trainer.gradient_memory,
+                                 settings, learning_rate, t, trainer.stream);
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));
-  return {loss_sum / trainer.microbatches, norm};
+  // Only the stages with the head hold losses; the others add zeros.
+  sum_over_world(trainer.world, &loss, 1);
+  return {loss / (double(m) * mesh.dp), norm, gather_stage_records(trainer)};
 }
 
 double validation_loss(Trainer& trainer, BatchReader& reader, int batches) {
-  const LayerRange range = whole_model(trainer.config);
   const uint64_t resume_position = reader.next_microbatch;
   reader.next_microbatch = 0;
   double loss_sum = 0;
   for (int batch = 0; batch < batches; ++batch) {
-    load_microbatch(trainer, reader);
-    gpt_forward(trainer.config, range, trainer.params, trainer.acts, trainer.tokens, nullptr, trainer.targets, 1.0,
-                trainer.B, trainer.T, trainer.cublas, trainer.stream);
-    loss_sum += mean_loss(trainer.acts, trainer.B, trainer.T, trainer.stream);
+    read_microbatch(reader, trainer.host_tokens.data(), trainer.host_targets.data());
+    const ForwardResult forward = execute_forward(trainer.executor, trainer.params, trainer.host_tokens.data(),
+                                                  trainer.host_targets.data(), trainer.B, trainer.T);
+    loss_sum += forward.loss;
   }
   reader.next_microbatch = resume_position;
+  // Every replica computed the same losses: replica 0's count.
+  if (trainer.groups.mesh.dp_rank != 0) loss_sum = 0;
+  sum_over_world(trainer.world, &loss_sum, 1);
   return loss_sum / batches;
 }
 
 const std::vector<float>& next_token_logits(Trainer& trainer, const int* context, int count) {
-  const LayerRange range = whole_model(trainer.config);
   const size_t Vp = trainer.config.padded_vocab_size;
-  CUDA_CHECK(cudaMemcpyAsync(trainer.tokens, context, size_t(count) * sizeof(int), cudaMemcpyHostToDevice,
-                             trainer.stream));
-  gpt_forward(trainer.config, range, trainer.params, trainer.acts, trainer.tokens, nullptr, nullptr, 1.0, 1, count,
-              trainer.cublas, trainer.stream);
-  trainer.host_logits.resize(Vp);
-  CUDA_CHECK(cudaMemcpyAsync(trainer.host_logits.data(), trainer.acts.logits + size_t(count - 1) * Vp,
-                             Vp * sizeof(float), cudaMemcpyDeviceToHost, trainer.stream));
-  CUDA_CHECK(cudaStreamSynchronize(trainer.stream));
+  const ForwardResult forward = execute_forward(trainer.executor, trainer.params, context, nullptr, 1, count);
+  trainer.host_logits.assign(Vp, 0.0f);
+  if (forward.logits != nullptr && trainer.groups.mesh.dp_rank == 0) {
+    CUDA_CHECK(cudaMemcpy(trainer.host_logits.data(), forward.logits + size_t(count - 1) * Vp, Vp * sizeof(float),
+                          cudaMemcpyDeviceToHost));
+  }
+  // One rank holds the row, the others zeros: the sum is the row.
+  sum_over_world(trainer.world, trainer.host_logits.data(), Vp);
   trainer.host_logits.resize(trainer.config.vocab_size);
   return trainer.host_logits;
 }

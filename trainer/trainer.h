@@ -1,63 +1,92 @@
-// The single-process model on the device: parameters, gradients, one activation slot and
-// the backward's scratch, and what a training run does with them: an optimizer step over
-// accumulated microbatches, the validation loss, and the next-token logits for sampling.
+// One pipeline stage of one data-parallel replica on the device: this rank's parameters and
+// gradients, its executor (pipeline/execute.h) and optimizer, and what a training run does with
+// them: an optimizer step over the step's microbatches, the validation loss, the next-token
+// logits for sampling, and the full model gathered for checkpoints. The single-process trainer
+// is the case pp = dp = 1 of the same code.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <vector>
 
+#include "comm/groups.h"
 #include "model/config.h"
 #include "model/gpt.cuh"
 #include "model/parameters.h"
+#include "pipeline/execute.h"
+#include "pipeline/schedule.h"
 #include "trainer/data.h"
+#include "trainer/log.h"
 #include "trainer/optimizer.h"
+#include "trainer/ranks.h"
+
+// How the model is cut and scheduled (the mesh, dp x pp, is in the CommGroups).
+struct PipelineLayout {
+  ScheduleKind schedule;
+  int microbatches;    // per replica and optimizer step
+  int virtual_stages;  // chunks per stage (interleaved)
+  bool recompute;
+  std::vector<int> layers_per_stage;  // empty: split_layers' even split
+};
 
 struct Trainer {
   GPTConfig config;
   int B, T;          // sequences per microbatch, tokens per sequence
-  int microbatches;  // per optimizer step
+  int microbatches;  // per replica and optimizer step
+  World world;
+  CommGroups groups;                     // the mesh, and the communicators when pp dp > 1
+  std::vector<LayerRange> virtual_stages;  // split_layers: every stage's chunks, index c pp + stage
+  std::vector<LayerRange> chunks;          // this stage's
   cudaStream_t stream;
   cublasHandle_t cublas;
-  float* parameter_memory;  // (num_parameters) llm.c's layout
+  float* parameter_memory;  // (num_parameters) llm.c's layout; the stage's regions are used
   float* gradient_memory;   // (num_parameters) the same layout
   float* grad_wte_head;     // (Vp, C) the tied output projection's share of wte's gradient
   ParameterTensors<float> params;
   ParameterTensors<float> grads;
-  Activations<float> acts;         // one slot: the whole model for (B, T)
-  BackwardScratch<float> scratch;
+  Executor executor;
   Optimizer optimizer;
-  int* tokens;   // (B, T) device
-  int* targets;  // (B, T) device
-  std::vector<int> host_tokens;   // (B, T)
-  std::vector<int> host_targets;  // (B, T)
+  std::vector<int> host_tokens;    // (microbatches, B, T)
+  std::vector<int> host_targets;   // (microbatches, B, T)
   std::vector<float> host_logits;  // (Vp) one row of logits, for sampling
 };
 
-// Allocates everything once; parameters are uninitialised until upload_parameters.
-Trainer create_trainer(const GPTConfig& config, int B, int T, int microbatches);
+// Checks the layout against the mesh and the model without communicating (throws one line:
+// too few layers, a --layers-per-stage that does not fit, a schedule that does not fit m).
+// Returns split_layers' ranges.
+std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout);
+
+// Allocates everything once (slots come during the first step); parameters are uninitialised
+// until upload_parameters. groups stay the caller's.
+Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayout& layout, const CommGroups& groups);
 void destroy_trainer(Trainer& trainer);
 
-// num_parameters(config) values in llm.c's order, to and from the device.
+// num_parameters(config) values in llm.c's order, to every rank's device.
 void upload_parameters(Trainer& trainer, const std::vector<float>& parameters);
-std::vector<float> download_parameters(const Trainer& trainer);
+// The full model on world rank 0, gathered from the stages of replica 0 (other ranks of that
+// replica send their regions and get their own copy back). Collective over replica 0.
+std::vector<float> gather_parameters(const Trainer& trainer);
+// The same for the AdamW moments.
+void gather_moments(const Trainer& trainer, std::vector<float>& m, std::vector<float>& v);
 
 struct StepResult {
-  double loss;       // the mean of the microbatches' mean losses
+  double loss;       // the mean of the step's microbatch losses over all replicas (every rank)
   double grad_norm;  // the global gradient norm before clipping
+  std::vector<StageRecord> stages;  // on world rank 0: replica 0's stages, in order
 };
 
-// Optimizer step t (1, 2, ...): zeroes the gradients; for each of trainer.microbatches reads the
-// next microbatch from reader, runs forward and backward (gradients accumulate, each loss
-// scaled by 1 / (B T microbatches) so that the gradient is that of the step's mean loss); adds
-// the tied embedding's two gradient shares; then AdamW with clipping.
+// Optimizer step t (1, 2, ...): zeroes the gradients; runs the schedule over this replica's
+// microbatches of the step (replica r reads the step's microbatches r m .. r m + m - 1 of reader;
+// the reader advances by dp m), each loss scaled by 1 / (B T m dp) so that the summed gradient is
+// that of the step's mean loss; adds the tied embedding's two shares, sums the replicas'
+// gradients; then AdamW with clipping.
 StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings& settings, double learning_rate,
                       int t);
 
 // The mean loss of the first `batches` microbatches of reader (read from position 0; the
-// reader's position is left where it was), forward only.
+// reader's position is left where it was), forward only; on every rank.
 double validation_loss(Trainer& trainer, BatchReader& reader, int batches);
 
 // The logits (V, the padding dropped) of the token after context (count <= T tokens), from a
-// forward of one sequence of count tokens. The returned reference lives until the next call.
+// forward of one sequence of count tokens, on every rank. The reference lives until the next call.
 const std::vector<float>& next_token_logits(Trainer& trainer, const int* context, int count);

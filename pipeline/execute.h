@@ -1,0 +1,108 @@
+// The executor of one pipeline stage: walks the stage's schedule (pipeline/schedule.h) step by
+// step against the model's layer ranges, running each F and B on the device and each group of
+// sends and receives as one NCCL group, and accounts for what it did: the trace of executed
+// steps, every step's time (CUDA events, and an NVTX range named as the step, so Nsight Systems
+// shows the schedule), the activation slots it allocated and their bytes.
+//
+// Buffers. A microbatch in flight on a chunk holds one activation slot from the chunk's pool,
+// taken when its input arrives (the receive, or the forward on the first virtual stage) and
+// given back after its backward. The pools grow during the first step to the schedule's peak
+// (a 1F1B stage s of p holds min(p - s, m) slots, AFAB m) and never after: no cudaMalloc
+// once the first step is done. A slot holds the chunk's input (the previous stage's output, B T C
+// floats, or the B T token ids on the first virtual stage) and, without recompute, the chunk's
+// whole Activations. With recompute a slot holds only the input, and each chunk owns one
+// Activations working set: a backward whose microbatch is not the working set's last forward
+// first runs that forward again from the slot's input (bitwise the same activations), so the
+// last stage of 1F1B, whose backwards directly follow their forwards, recomputes nothing.
+// Gradients between stages, and (with recompute) outputs waiting for their send, live in small
+// transfer pools of B T C floats that grow the same way.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "comm/groups.h"
+#include "model/gpt.cuh"
+#include "pipeline/schedule.h"
+
+// Buffers of one size, taken and given back by key (microbatch, chunk); allocated on demand
+// when none is free, so the pool's size is the peak number held at once.
+struct BufferPool {
+  size_t bytes;                // of each buffer
+  std::vector<void*> buffers;  // every buffer allocated, in allocation order
+  std::vector<int> free;       // indices into buffers
+  std::map<int, int> held;     // key -> index
+};
+
+// One chunk's microbatch slots and, with recompute, its working set.
+struct ChunkState {
+  LayerRange range;
+  BufferPool inputs;                     // the slots' inputs (stage_input_bytes)
+  std::vector<Activations<float>> acts;  // without recompute: the slots' activations, parallel to inputs.buffers
+  Activations<float> working;            // with recompute: the one working set
+  int working_microbatch;                // whose forward the working set holds; -1: none
+  BackwardScratch<float> scratch;
+};
+
+// What the executor measured and allocated.
+struct ExecutorAccounting {
+  std::vector<int> slots;           // per chunk: activation slots allocated
+  std::vector<size_t> slot_bytes;   // per chunk: bytes of one slot (input, plus activations without recompute)
+  size_t working_set_bytes;         // the chunks' working sets (recompute), else 0
+  size_t activation_bytes;          // slots x slot bytes + working sets: the stage's peak activation memory
+  size_t transfer_bytes;            // the gradient and send buffers
+  std::vector<float> step_ms;       // the last step: each schedule step's time
+  double busy_ms;                   // the last step: time in F and B
+  double span_ms;                   // the last step: from its first schedule step's start to its last's end
+};
+
+struct Executor {
+  GPTConfig config;
+  int B, T;  // the largest microbatch
+  int p, v, stage;
+  bool recompute;
+  StageSchedule schedule;
+  CommGroups groups;  // the pipeline's communicator (none needed when p == 1)
+  cublasHandle_t cublas;
+  cudaStream_t stream;
+  std::vector<ChunkState> chunks;  // index = chunk c, virtual stage c p + stage
+  BufferPool sends;                // recompute: forward outputs waiting for their send
+  BufferPool grad_outputs;         // gradients of chunk outputs, received or handed over locally
+  BufferPool grad_inputs;          // gradients of chunk inputs waiting for their send
+  int* targets;                    // (B, T) the head's targets of the current forward
+  std::vector<cudaEvent_t> step_start, step_end;  // one pair per schedule step
+  std::vector<std::string> trace;  // the last step's executed steps, as text
+  ExecutorAccounting accounting;
+};
+
+// chunk_ranges[c] is chunk c of this stage (split_layers' entry c p + stage). Allocates the
+// scratch, the working sets (recompute) and the events; slots come during the first step.
+Executor create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
+                         const std::vector<LayerRange>& chunk_ranges, int p, int stage, bool recompute,
+                         const CommGroups& groups, cublasHandle_t cublas, cudaStream_t stream);
+void destroy_executor(Executor& executor);
+
+// One training step's schedule over the microbatches whose tokens and targets are
+// host_tokens/host_targets (m, B, T) (the first virtual stage reads the tokens, the last the
+// targets). Parameter gradients accumulate (+=) into grads, the tied head's share of wte's into
+// grad_wte_head, every loss scaled by loss_scale. Returns the sum over the microbatches of their
+// mean losses on the stage with the head, else 0. Waits for the stream at the end and updates
+// the trace and the accounting.
+double execute_step(Executor& executor, const ParameterTensors<float>& params, const ParameterTensors<float>& grads,
+                    float* grad_wte_head, const int* host_tokens, const int* host_targets, double loss_scale);
+
+// A forward of one microbatch of B' <= B sequences of T' <= T tokens through the whole
+// pipeline, chunk after chunk (validation, sampling). host_targets may be null (no loss).
+struct ForwardResult {
+  double loss;          // the mean loss (stage with the head and targets given), else 0
+  const float* logits;  // (B', T', Vp) on the device, on the stage with the head, else nullptr;
+                        // valid until the executor's next call
+};
+ForwardResult execute_forward(Executor& executor, const ParameterTensors<float>& params, const int* host_tokens,
+                              const int* host_targets, int B, int T);
+
+// The trace as one line, steps joined by spaces: to_text of the schedule when all went to plan.
+std::string trace_text(const Executor& executor);

@@ -1,0 +1,70 @@
+// The MPI world of the train program (trainer/ranks.h).
+#include "trainer/ranks.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+
+namespace {
+
+bool mpi_running() {
+  int initialised = 0, finalised = 0;
+  MPI_Initialized(&initialised);
+  MPI_Finalized(&finalised);
+  return initialised && !finalised;
+}
+
+// MPI counts are ints: large buffers go in pieces.
+constexpr size_t kPiece = INT_MAX / 2;
+
+}  // namespace
+
+World this_world() {
+  World world{1, 0};
+  if (!mpi_running()) return world;
+  MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
+  return world;
+}
+
+CommGroups create_world_groups(const Mesh& mesh) {
+  if (mesh.world_size > 1) return create_comm_groups(mesh);
+  return CommGroups{mesh, nullptr, nullptr, nullptr, nullptr};
+}
+
+void destroy_world_groups(CommGroups& groups) {
+  if (groups.mesh.world_size > 1) destroy_comm_groups(groups);
+}
+
+void sum_over_world(const World& world, double* values, size_t count) {
+  if (world.size == 1) return;
+  for (size_t done = 0; done < count; done += kPiece)
+    MPI_Allreduce(MPI_IN_PLACE, values + done, int(std::min(kPiece, count - done)), MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
+}
+
+void sum_over_world(const World& world, float* values, size_t count) {
+  if (world.size == 1) return;
+  for (size_t done = 0; done < count; done += kPiece)
+    MPI_Allreduce(MPI_IN_PLACE, values + done, int(std::min(kPiece, count - done)), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
+}
+
+std::vector<double> gather_to_rank0(const World& world, const double* values, size_t count) {
+  if (world.size == 1) return std::vector<double>(values, values + count);
+  std::vector<double> all(world.rank == 0 ? count * world.size : 0);
+  MPI_Gather(values, int(count), MPI_DOUBLE, all.data(), int(count), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  return all;
+}
+
+void send_floats(const float* values, size_t count, int to) {
+  for (size_t done = 0; done < count; done += kPiece)
+    MPI_Send(values + done, int(std::min(kPiece, count - done)), MPI_FLOAT, to, 0, MPI_COMM_WORLD);
+}
+
+void receive_floats(float* values, size_t count, int from) {
+  for (size_t done = 0; done < count; done += kPiece)
+    MPI_Recv(values + done, int(std::min(kPiece, count - done)), MPI_FLOAT, from, 0, MPI_COMM_WORLD,
+             MPI_STATUS_IGNORE);
+}

@@ -1,0 +1,32 @@
+// The train program's view of the MPI world: its size and this rank, the NCCL groups of its
+// mesh, and the few host-side exchanges of a run (the loss, the sampled logits, the per-stage
+// records, the checkpoint's pieces). A process that has not initialised MPI (the unit tests
+// call the trainer directly) is a world of one, where every function here is local.
+#pragma once
+#include <cstddef>
+#include <vector>
+
+#include "comm/groups.h"
+
+struct World {
+  int size;
+  int rank;
+};
+
+World this_world();
+
+// create_comm_groups in a world of several ranks; in a world of one, the mesh of one stage and
+// no communicators (comm/ needs none for pp = dp = 1).
+CommGroups create_world_groups(const Mesh& mesh);
+void destroy_world_groups(CommGroups& groups);
+
+// values (count) = their sum over the world, in place, on every rank.
+void sum_over_world(const World& world, double* values, size_t count);
+void sum_over_world(const World& world, float* values, size_t count);
+
+// Rank 0 gets every rank's values (count each), in rank order; other ranks get nothing.
+std::vector<double> gather_to_rank0(const World& world, const double* values, size_t count);
+
+// A host buffer from world rank `from` to world rank `to` (blocking).
+void send_floats(const float* values, size_t count, int to);
+void receive_floats(float* values, size_t count, int from);
