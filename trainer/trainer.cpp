@@ -101,7 +101,7 @@ Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayo
   trainer.B = B;
   trainer.T = T;
   trainer.microbatches = layout.microbatches;
-  trainer.world = this_world();
+  trainer.world = World{mesh.world_size, mesh.world_rank};
   trainer.groups = groups;
   trainer.virtual_stages = check_layout(config, mesh, layout);
   trainer.chunks = chunks_of_stage(trainer.virtual_stages, mesh.pp, mesh.pp_rank);

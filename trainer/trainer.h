@@ -33,7 +33,7 @@ struct Trainer {
   GPTConfig config;
   int B, T;          // sequences per microbatch, tokens per sequence
   int microbatches;  // per replica and optimizer step
-  World world;
+  World world;  // the mesh's world (host-side sums and gathers); of one for a mesh of one
   CommGroups groups;                     // the mesh, and the communicators when pp dp > 1
   std::vector<LayerRange> virtual_stages;  // split_layers: every stage's chunks, index c pp + stage
   std::vector<LayerRange> chunks;          // this stage's
