@@ -127,6 +127,11 @@ Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayo
   return trainer;
 }
 
+Trainer create_trainer(const GPTConfig& config, int B, int T, int microbatches) {
+  const CommGroups alone = create_world_groups(make_mesh(1, 1, 1, 0));
+  return create_trainer(config, B, T, {ScheduleKind::one_f_one_b, microbatches, 1, false, {}}, alone);
+}
+
 void destroy_trainer(Trainer& trainer) {
   CUDA_CHECK(cudaFree(trainer.parameter_memory));
   CUDA_CHECK(cudaFree(trainer.gradient_memory));

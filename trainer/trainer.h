@@ -59,6 +59,8 @@ std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, 
 // Allocates everything once (slots come during the first step); parameters are uninitialised
 // until upload_parameters. groups stay the caller's.
 Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayout& layout, const CommGroups& groups);
+// The single process (pp = dp = 1, 1f1b, no recompute): the model as one stage.
+Trainer create_trainer(const GPTConfig& config, int B, int T, int microbatches);
 void destroy_trainer(Trainer& trainer);
 
 // num_parameters(config) values in llm.c's order, to every rank's device.
