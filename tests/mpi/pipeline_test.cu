@@ -3,7 +3,8 @@
 // loss and gradients of the single-stage run of the same global batch, bitwise without data
 // parallelism; the executor allocates the schedule's slots and no more, with recompute each slot
 // is the stage input; and the executor runs exactly the printed schedule.
-// The model is tiny (L=4, NH=2, C=16, T=8, B=2, V=64) so the whole file runs in seconds.
+// The model is tiny (L=4, NH=2, C=16, T=8, B=2, V=64; L=8 for the interleaved schedule on 4
+// stages) so the whole file runs in about a minute in the CPU build.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -13,6 +14,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "comm/groups.h"
@@ -61,12 +63,9 @@ const TokenDataset& dataset() {
   return data;
 }
 
-const std::vector<float>& initial_parameters() {
-  static const std::vector<float> parameters = [] {
-    std::vector<float> p;
-    init_gpt2_parameters(p, kConfig, 1234);
-    return p;
-  }();
+std::vector<float> initial_parameters(const GPTConfig& config) {
+  std::vector<float> parameters;
+  init_gpt2_parameters(parameters, config, 1234);
   return parameters;
 }
 
@@ -78,16 +77,16 @@ struct Outcome {
   ExecutorAccounting accounting;
 };
 
-Outcome run(const Case& c, const CommGroups& groups, int steps) {
+Outcome run(const Case& c, const CommGroups& groups, int steps, const GPTConfig& config = kConfig) {
   const PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, {}};
-  Trainer trainer = create_trainer(kConfig, kB, kT, layout, groups);
-  upload_parameters(trainer, initial_parameters());
+  Trainer trainer = create_trainer(config, kB, kT, layout, groups);
+  upload_parameters(trainer, initial_parameters(config));
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
   Outcome outcome;
   for (int t = 1; t <= steps; ++t) {
     outcome.losses.push_back(train_step(trainer, reader, kSettings, kLearningRate, t).loss);
     if (t == 1) {
-      outcome.gradients.resize(num_parameters(kConfig));
+      outcome.gradients.resize(num_parameters(config));
       CUDA_CHECK(cudaMemcpy(outcome.gradients.data(), trainer.gradient_memory,
                             outcome.gradients.size() * sizeof(float), cudaMemcpyDeviceToHost));
       outcome.trace = trace_text(trainer.executor);
@@ -102,12 +101,12 @@ Outcome run(const Case& c, const CommGroups& groups, int steps) {
 
 // The single-stage, single-replica run of global_microbatches, computed on this rank alone
 // (a mesh of one), cached: many cases share a global batch.
-const Outcome& reference(int global_microbatches, int steps) {
-  static std::map<std::pair<int, int>, Outcome> cache;
-  const auto key = std::make_pair(global_microbatches, steps);
+const Outcome& reference(int global_microbatches, int steps, const GPTConfig& config = kConfig) {
+  static std::map<std::tuple<int, int, int>, Outcome> cache;
+  const auto key = std::make_tuple(global_microbatches, steps, config.num_layers);
   if (!cache.count(key)) {
     CommGroups alone = create_world_groups(make_mesh(1, 1, 1, 0));
-    cache[key] = run({1, 1, ScheduleKind::one_f_one_b, 1, false, global_microbatches}, alone, steps);
+    cache[key] = run({1, 1, ScheduleKind::one_f_one_b, 1, false, global_microbatches}, alone, steps, config);
   }
   return cache.at(key);
 }
@@ -143,12 +142,13 @@ std::vector<Case> cases_of(int dp, int pp) {
 // One step of every case of the layout against the reference: loss and every gradient region
 // the rank owns bitwise equal (dp = 1), or within relative_tolerance of the region's largest
 // reference magnitude (dp > 1, where the replicas' sums are added in another order).
-void expect_one_step_matches(int dp, int pp, double relative_tolerance) {
-  WorldGroups world(dp, pp);
-  for (const Case& c : cases_of(dp, pp)) {
+void expect_one_step_matches(const std::vector<Case>& cases, double relative_tolerance,
+                             const GPTConfig& config = kConfig) {
+  WorldGroups world(cases.front().dp, cases.front().pp);
+  for (const Case& c : cases) {
     SCOPED_TRACE(describe(c));
-    const Outcome outcome = run(c, world.groups, 1);
-    const Outcome& expected = reference(c.m * dp, 1);
+    const Outcome outcome = run(c, world.groups, 1, config);
+    const Outcome& expected = reference(c.m * c.dp, 1, config);
     EXPECT_EQ(outcome.trace, outcome.schedule_text);
     if (relative_tolerance == 0) {
       EXPECT_EQ(outcome.losses, expected.losses);
@@ -199,12 +199,19 @@ int rank_in_world() {
 
 // Bitwise: the same additions in the same order on any cut of the model (gpt.cuh's layer
 // ranges, the tied embedding's two shares added once, the norm from slot partials).
-TEST(Pipeline, FourStagesGiveTheSingleStageStepBitwise) { expect_one_step_matches(1, 4, 0.0); }
+TEST(Pipeline, FourStagesGiveTheSingleStageStepBitwise) { expect_one_step_matches(cases_of(1, 4), 0.0); }
+
+// The interleaved schedule on 4 stages (2 chunks of 8 layers' model): activations go round the
+// ring, stage 3 -> stage 0, between the chunks, and its steady state posts four-way groups.
+TEST(Pipeline, InterleavedOnFourStagesGivesTheSingleStageStepBitwise) {
+  const GPTConfig eight_layers = make_gpt_config(8, 2, 16, kT, 64);
+  expect_one_step_matches({{1, 4, ScheduleKind::interleaved, 2, true, 4}}, 0.0, eight_layers);
+}
 
 // fp32 gradients summed over 2 or 4 replicas in another association than the single run's
 // microbatch loop: a few roundings of 6e-8 each, bounded by 1e-6 of the tensor's largest entry.
-TEST(Pipeline, TwoReplicasOfTwoStagesMatchTheSingleStageStep) { expect_one_step_matches(2, 2, 1e-6); }
-TEST(Pipeline, FourReplicasMatchTheSingleStageStep) { expect_one_step_matches(4, 1, 1e-6); }
+TEST(Pipeline, TwoReplicasOfTwoStagesMatchTheSingleStageStep) { expect_one_step_matches(cases_of(2, 2), 1e-6); }
+TEST(Pipeline, FourReplicasMatchTheSingleStageStep) { expect_one_step_matches(cases_of(4, 1), 1e-6); }
 
 TEST(Pipeline, FourStageLossCurveWithClippingIsBitwiseTheSingleStageCurve) {
   expect_curve_matches({1, 4, ScheduleKind::one_f_one_b, 1, true, 3}, 0.0);
@@ -240,7 +247,7 @@ TEST(Pipeline, NoDeviceAllocationAfterTheFirstStep) {
   WorldGroups world(1, 4);
   for (bool recompute : {false, true}) {
     Trainer trainer = create_trainer(kConfig, kB, kT, {ScheduleKind::one_f_one_b, 8, 1, recompute, {}}, world.groups);
-    upload_parameters(trainer, initial_parameters());
+    upload_parameters(trainer, initial_parameters(kConfig));
     BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
     train_step(trainer, reader, kSettings, kLearningRate, 1);
     size_t free_before = 0, free_after = 0, total = 0;
