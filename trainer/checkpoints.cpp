@@ -71,15 +71,19 @@ int sequence_length(const TrainOptions& options, const GPTConfig& config) {
 }
 
 void save_checkpoint(const std::string& path, const Trainer& trainer, const RunPosition& position) {
-  if (trainer.groups.mesh.dp_rank != 0) return;
-  const std::vector<float> parameters = gather_parameters(trainer);
-  TrainingState state;
-  gather_moments(trainer, state.m, state.v);
-  if (trainer.world.rank != 0) return;
-  write_model_file(path, trainer.config, parameters, CheckpointDtype::fp32);
-  state.config = trainer.config;
-  state.step = position.step;
-  state.data_position = position.data_position;
-  state.rng = {position.sampler_state};
-  write_training_state(training_state_path(path), state);
+  if (trainer.groups.mesh.dp_rank == 0) {
+    const std::vector<float> parameters = gather_parameters(trainer);
+    TrainingState state;
+    gather_moments(trainer, state.m, state.v);
+    if (trainer.world.rank == 0) {
+      write_model_file(path, trainer.config, parameters, CheckpointDtype::fp32);
+      state.config = trainer.config;
+      state.step = position.step;
+      state.data_position = position.data_position;
+      state.rng = {position.sampler_state};
+      write_training_state(training_state_path(path), state);
+    }
+  }
+  // So that no rank reads the files (a resume in the same process) before they are written.
+  wait_for_world(trainer.world);
 }

@@ -43,5 +43,6 @@ StartingPoint load_starting_point(const TrainOptions& options);
 int sequence_length(const TrainOptions& options, const GPTConfig& config);
 
 // Writes the llm.c model file at path (fp32) and the state file next to it, each atomically, from
-// world rank 0 after gathering the stages of replica 0 (every rank calls it).
+// world rank 0 after gathering the stages of replica 0. Every rank calls it; it returns on every
+// rank once the files are written.
 void save_checkpoint(const std::string& path, const Trainer& trainer, const RunPosition& position);

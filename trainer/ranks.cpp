@@ -58,6 +58,10 @@ std::vector<double> gather_to_rank0(const World& world, const double* values, si
   return all;
 }
 
+void wait_for_world(const World& world) {
+  if (world.size > 1) MPI_Barrier(MPI_COMM_WORLD);
+}
+
 void send_floats(const float* values, size_t count, int to) {
   for (size_t done = 0; done < count; done += kPiece)
     MPI_Send(values + done, int(std::min(kPiece, count - done)), MPI_FLOAT, to, 0, MPI_COMM_WORLD);

@@ -27,6 +27,9 @@ void sum_over_world(const World& world, float* values, size_t count);
 // Rank 0 gets every rank's values (count each), in rank order; other ranks get nothing.
 std::vector<double> gather_to_rank0(const World& world, const double* values, size_t count);
 
+// Returns when every rank of the world has called it.
+void wait_for_world(const World& world);
+
 // A host buffer from world rank `from` to world rank `to` (blocking).
 void send_floats(const float* values, size_t count, int to);
 void receive_floats(float* values, size_t count, int from);
