@@ -96,7 +96,7 @@ REFERENCE_RUN := $(BUILD)/tools/reference_run
 $(REFERENCE_RUN): $(call objs,tools/reference_run.cu,$(BUILD)) $(LIB_OBJS) $(RUNTIME_OBJS)
 	$(if $(filter 1,$(GPU)),$(NVCC) $(GPU_ARCH) -o $@ $^ $(GPU_LIBS),$(CXX) -o $@ $^ $(CPU_LIBS))
 
-test: $(TEST_BINS) $(if $(TRAIN_SRCS),train) $(REFERENCE_RUN)
+test: $(TEST_BINS) $(if $(TRAIN_SRCS),train) $(REFERENCE_RUN) data/kjv.txt
 	@MPIRUN="$(MPIRUN)" FILTER='$(FILTER)' REFERENCE_RUN=$(REFERENCE_RUN) tools/run_tests.sh $(TEST_BINS) tests/pytorch_check.py
 
 # ---- the GPU build without a GPU: compile and link everything ----
