@@ -57,7 +57,7 @@ LIB_OBJS = $(call objs,$(LIB_SRCS),$(BUILD))
 TEST_BINS := $(BUILD)/tests/unit_tests $(if $(MPI_TEST_SRCS),$(BUILD)/tests/mpi_tests) \
              $(if $(and $(CPU_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_tests)
 
-.PHONY: all test cuda bench ptxas-report clean
+.PHONY: all train test cuda bench ptxas-report clean
 all: $(if $(TRAIN_SRCS),train) $(TEST_BINS) data/kjv.txt
 
 # The default corpus: the King James Bible from Debian's bible-kjv package (written
@@ -66,7 +66,11 @@ data/kjv.txt:
 	@mkdir -p data
 	bible -f "Genesis 1:1-Revelation 22:21" > $@.tmp && mv $@.tmp $@
 
-train: $(call objs,$(TRAIN_SRCS),$(BUILD)) $(LIB_OBJS) $(RUNTIME_OBJS)
+# ./train is a copy of this build's program, refreshed on every make, so that a
+# `make cuda` (build/gpu/train) never leaves a GPU binary where the CPU build's belongs.
+train: $(BUILD)/train
+	cp $< $@
+$(BUILD)/train: $(call objs,$(TRAIN_SRCS),$(BUILD)) $(LIB_OBJS) $(RUNTIME_OBJS)
 	$(if $(filter 1,$(GPU)),$(NVCC) $(GPU_ARCH) -o $@ $^ $(GPU_LIBS),$(CXX) -o $@ $^ $(CPU_LIBS))
 
 # ---- compile rules ----
@@ -101,7 +105,7 @@ test: $(TEST_BINS) $(if $(TRAIN_SRCS),train) $(REFERENCE_RUN) data/kjv.txt
 
 # ---- the GPU build without a GPU: compile and link everything ----
 cuda:
-	$(MAKE) GPU=1 $(if $(TRAIN_SRCS),train) build/gpu/tests/unit_tests build/gpu/tools/reference_run \
+	$(MAKE) GPU=1 $(if $(TRAIN_SRCS),build/gpu/train) build/gpu/tests/unit_tests build/gpu/tools/reference_run \
 	  $(if $(MPI_TEST_SRCS),build/gpu/tests/mpi_tests)
 
 ptxas-report:
