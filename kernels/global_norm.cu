@@ -1,13 +1,18 @@
-// The global gradient norm and clipping (kernels/global_norm.cuh): a fixed grid of blocks
-// per tensor writes partial sums of squares, one block per tensor sums those, and one
-// block sums the tensors; each reduction has an order fixed by the sizes alone.
+// The global gradient norm and clipping (kernels/global_norm.cuh): a grid of blocks sized
+// by the tensor's length writes partial sums of squares, one block per tensor sums those,
+// and one block sums the tensors; each reduction has an order fixed by the sizes alone.
 #include "kernels/global_norm.cuh"
+
+#include <algorithm>
 
 #include "kernels/launch.cuh"
 
 namespace {
 
 constexpr int kNormThreads = 512;
+// Elements per thread before a second block is used: small tensors (biases, LayerNorm
+// weights) take one block, not kGlobalNormBlocks mostly idle ones.
+constexpr size_t kNormElementsPerThread = 16;
 constexpr int kRowSumThreads = 256;
 constexpr int kScaleThreads = 512;
 constexpr unsigned kFullWarp = 0xffffffffu;
@@ -28,11 +33,14 @@ __device__ S block_sum(S value) {
 }
 
 // block_sums[blockIdx.x] (gridDim.x) = this block's share of sum x^2 over x (n): thread k of
-// the grid takes elements k, k + gridDim.x blockDim.x, ...
+// the grid takes elements k, k + gridDim.x blockDim.x, ...; block 0 also zeroes the entries
+// [gridDim.x, kGlobalNormBlocks), so that the row sums to the tensor's total.
 template <typename T>
 __global__ void __launch_bounds__(kNormThreads)
     squared_sum_blocks_kernel(Compute<T>* block_sums, const T* x, size_t n) {
   using C = Compute<T>;
+  if (blockIdx.x == 0)
+    for (unsigned b = gridDim.x + threadIdx.x; b < unsigned(kGlobalNormBlocks); b += blockDim.x) block_sums[b] = C(0);
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   C sum = C(0);
   for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -67,9 +75,12 @@ template <typename T>
 void global_norm_squared(Compute<T>* tensor_sums, Compute<T>* total, Compute<T>* workspace,
                          const T* const* tensors, const size_t* sizes, int num_tensors, cudaStream_t stream) {
   if (num_tensors <= 0) return;
-  for (int i = 0; i < num_tensors; ++i)
-    launch(squared_sum_blocks_kernel<T>, dim3(kGlobalNormBlocks), dim3(kNormThreads), 0, stream,
+  for (int i = 0; i < num_tensors; ++i) {
+    const size_t per_block = kNormThreads * kNormElementsPerThread;
+    const size_t blocks = std::clamp<size_t>((sizes[i] + per_block - 1) / per_block, 1, kGlobalNormBlocks);
+    launch(squared_sum_blocks_kernel<T>, dim3(unsigned(blocks)), dim3(kNormThreads), 0, stream,
            workspace + size_t(i) * kGlobalNormBlocks, tensors[i], sizes[i]);
+  }
   sum_rows_in_fixed_order(tensor_sums, static_cast<const Compute<T>*>(workspace), size_t(num_tensors),
                           size_t(kGlobalNormBlocks), stream);
   if (total != nullptr)

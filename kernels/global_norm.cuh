@@ -1,5 +1,5 @@
 // The global gradient norm and clipping by scaling. The squared norm is deterministic:
-// every tensor is reduced by a fixed number of blocks into a caller's workspace, then
+// every tensor is reduced by a number of blocks fixed by its size into a caller's workspace, then
 // summed in a fixed order, with no atomics, so repeated runs agree bit for bit on any
 // device. Instantiated for double, float and __nv_bfloat16 tensors (sums in Compute<T>).
 #pragma once
