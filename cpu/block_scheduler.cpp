@@ -146,7 +146,9 @@ void suspend(Block& b) {
   switch_to_next(b, &b.threads[b.current].context);
 }
 
-[[noreturn]] void fail_in_fiber(Block& b, const std::string& what) {
+// Errors leave the fiber for good. Cold and out of line, so that the frames of the hot
+// paths (a shuffle is a few ns) carry no string temporaries.
+[[noreturn, gnu::cold, gnu::noinline]] void fail_in_fiber(Block& b, const std::string& what) {
   b.error = what;
   fc::jump_fcontext(b.scheduler, &b.discard);
   __builtin_unreachable();  // the scheduler abandons this fiber
@@ -294,40 +296,62 @@ int block_barrier(int predicate) {
   return int(b.threads[id].result);
 }
 
+[[noreturn, gnu::cold, gnu::noinline]] void fail_mismatched_collective(Block& b, int warp, unsigned mask,
+                                                                       const Thread& t, const Thread& leader) {
+  std::ostringstream s;
+  s << "warp " << warp << ": lanes of mask 0x" << std::hex << mask << std::dec << " meet in different collectives ("
+    << collective_name(t.collective) << " with mask 0x" << std::hex << t.mask << std::dec << " vs "
+    << collective_name(leader.collective) << ")";
+  fail_in_fiber(b, s.str());
+}
+
+[[noreturn, gnu::cold, gnu::noinline]] void fail_bad_collective_call(Block& b, Collective kind, unsigned mask,
+                                                                     int width) {
+  const int lane = b.current % 32, warp = b.current / 32;
+  if (!(mask >> lane & 1u))
+    fail_in_fiber(b, std::string(collective_name(kind)) + " called by lane " + std::to_string(lane) + " of warp " +
+                         std::to_string(warp) + " whose mask does not include it");
+  fail_in_fiber(b, std::string(collective_name(kind)) + " with width " + std::to_string(width) +
+                       " (must be a power of 2, at most 32)");
+}
+
+// The lane whose value lane l of a shuffle receives (l itself where CUDA keeps the caller's).
+int shuffle_source(const Thread& t, int l) {
+  const int w = t.width, segment = l & ~(w - 1);
+  switch (t.collective) {
+    case Collective::shuffle_index: return segment + (t.operand & (w - 1));
+    case Collective::shuffle_up: return (l - segment) >= t.operand ? l - t.operand : l;
+    case Collective::shuffle_down: return (l - segment) + t.operand < w ? l + t.operand : l;
+    case Collective::shuffle_xor: {
+      const int src = l ^ t.operand;
+      return src < segment + w ? src : l;
+    }
+    default: return l;
+  }
+}
+
 // Gives each lane of a completed collective its result.
 void complete_collective(Block& b, int warp, unsigned mask) {
-  const int first = warp * 32;
-  const Thread& leader = b.threads[first + __builtin_ctz(mask)];
+  Thread* lanes = &b.threads[warp * 32];
+  const Thread& leader = lanes[__builtin_ctz(mask)];
   uint64_t ballot = 0;
-  for (int l = 0; l < 32; ++l) {
-    if (!(mask >> l & 1u)) continue;
-    const Thread& t = b.threads[first + l];
-    if (t.collective != leader.collective || t.mask != mask)
-      fail_in_fiber(b, std::string("warp ") + std::to_string(warp) + ": lanes of mask 0x" +
-                           [&] { std::ostringstream s; s << std::hex << mask; return s.str(); }() +
-                           " meet in different collectives (" + collective_name(t.collective) + " with mask " +
-                           std::to_string(t.mask) + " vs " + collective_name(leader.collective) + ")");
-    if (t.bits) ballot |= 1ull << l;
+  for (unsigned m = mask; m; m &= m - 1) {
+    const int l = __builtin_ctz(m);
+    const Thread& t = lanes[l];
+    if (t.collective != leader.collective || t.mask != mask) fail_mismatched_collective(b, warp, mask, t, leader);
+    ballot |= uint64_t(t.bits != 0) << l;
   }
+  const bool shuffle = leader.collective != Collective::vote && leader.collective != Collective::syncwarp;
   for (int k = 0; k < 32; ++k) {
-    int l = b.lane_order.empty() ? k : b.lane_order[k];
+    const int l = b.lane_order.empty() ? k : b.lane_order[k];
     if (!(mask >> l & 1u)) continue;
-    const Thread& t = b.threads[first + l];
     uint64_t result = ballot;
-    if (leader.collective != Collective::vote && leader.collective != Collective::syncwarp) {
-      const int w = t.width, segment = l & ~(w - 1);
-      int src = l;
-      switch (t.collective) {
-        case Collective::shuffle_index: src = segment + (t.operand & (w - 1)); break;
-        case Collective::shuffle_up: src = (l - segment) >= t.operand ? l - t.operand : l; break;
-        case Collective::shuffle_down: src = (l - segment) + t.operand < w ? l + t.operand : l; break;
-        case Collective::shuffle_xor: src = l ^ t.operand; src = src < segment + w ? src : l; break;
-        default: break;
-      }
+    if (shuffle) {
       // A source lane outside the mask gives an undefined value in CUDA; here, the caller's own.
-      result = (mask >> src & 1u) ? b.threads[first + src].bits : t.bits;
+      const int src = shuffle_source(lanes[l], l);
+      result = (mask >> src & 1u) ? lanes[src].bits : lanes[l].bits;
     }
-    release(b, first + l, result);
+    release(b, warp * 32 + l, result);
   }
   b.warp_arrived[warp] &= ~mask;
 }
@@ -335,12 +359,8 @@ void complete_collective(Block& b, int warp, unsigned mask) {
 uint64_t warp_collective(Collective kind, unsigned mask, uint64_t bits, int operand, int width) {
   Block& b = block_of_caller(collective_name(kind));
   const int id = b.current, warp = id / 32, lane = id % 32;
-  if (!(mask >> lane & 1u))
-    fail_in_fiber(b, std::string(collective_name(kind)) + " called by lane " + std::to_string(lane) +
-                         " of warp " + std::to_string(warp) + " whose mask does not include it");
-  if (width < 1 || width > 32 || (width & (width - 1)))
-    fail_in_fiber(b, std::string(collective_name(kind)) + " with width " + std::to_string(width) +
-                         " (must be a power of 2, at most 32)");
+  if (!(mask >> lane & 1u) || width < 1 || width > 32 || (width & (width - 1)))
+    fail_bad_collective_call(b, kind, mask, width);
   Thread& t = b.threads[id];
   t.collective = kind;
   t.mask = mask;
