@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <boost/context/detail/fcontext.hpp>
 #include <cstdio>
+#include <cstring>
 #include <sstream>
 #include <stdexcept>
 
@@ -31,7 +32,7 @@ namespace cpu {
 namespace {
 
 enum class Wait : uint8_t { none, barrier, warp };
-enum class Collective : uint8_t { shuffle_index, shuffle_up, shuffle_down, shuffle_xor, vote, syncwarp };
+enum class Collective : uint8_t { shuffle_index, shuffle_up, shuffle_down, shuffle_xor, vote, syncwarp, reduce };
 
 const char* collective_name(Collective c) {
   switch (c) {
@@ -41,6 +42,7 @@ const char* collective_name(Collective c) {
     case Collective::shuffle_xor: return "__shfl_xor_sync";
     case Collective::vote: return "__ballot_sync/__any_sync/__all_sync";
     case Collective::syncwarp: return "__syncwarp";
+    case Collective::reduce: return "cooperative_groups::reduce";
   }
   return "?";
 }
@@ -59,6 +61,7 @@ struct Thread {
   int operand = 0, width = 32;
   uint64_t bits = 0;    // what it brings to a collective
   uint64_t result = 0;  // what the collective or barrier gives it back
+  const WarpReduction* reduction = nullptr;  // in a reduce: its value, result and combining tree
 };
 
 struct Block {
@@ -330,6 +333,21 @@ int shuffle_source(const Thread& t, int l) {
   }
 }
 
+// A reduce over all 32 lanes, all waiting at it but the caller: the leader's tree combines
+// the lanes' values once, and the result is copied to every lane's destination (their
+// stacks are intact while they wait).
+void finish_reduction(Block& b, const Thread* lanes) {
+  const WarpReduction& leader = *lanes[0].reduction;
+  const void* values[32];
+  for (int l = 0; l < 32; ++l) {
+    if (lanes[l].reduction->tree != leader.tree)
+      fail_in_fiber(b, "cooperative_groups::reduce: lanes of one warp reduce different types or operations");
+    values[l] = lanes[l].reduction->value;
+  }
+  leader.tree(leader.op, values, leader.result);
+  for (int l = 1; l < 32; ++l) std::memcpy(lanes[l].reduction->result, leader.result, leader.bytes);
+}
+
 // Gives each lane of a completed collective its result.
 void complete_collective(Block& b, int warp, unsigned mask) {
   Thread* lanes = &b.threads[warp * 32];
@@ -341,7 +359,8 @@ void complete_collective(Block& b, int warp, unsigned mask) {
     if (t.collective != leader.collective || t.mask != mask) fail_mismatched_collective(b, warp, mask, t, leader);
     ballot |= uint64_t(t.bits != 0) << l;
   }
-  const bool shuffle = leader.collective != Collective::vote && leader.collective != Collective::syncwarp;
+  if (leader.collective == Collective::reduce) finish_reduction(b, lanes);
+  const bool shuffle = leader.collective < Collective::vote;
   for (int k = 0; k < 32; ++k) {
     const int l = b.lane_order.empty() ? k : b.lane_order[k];
     if (!(mask >> l & 1u)) continue;
@@ -356,7 +375,8 @@ void complete_collective(Block& b, int warp, unsigned mask) {
   b.warp_arrived[warp] &= ~mask;
 }
 
-uint64_t warp_collective(Collective kind, unsigned mask, uint64_t bits, int operand, int width) {
+uint64_t warp_collective(Collective kind, unsigned mask, uint64_t bits, int operand, int width,
+                         const WarpReduction* reduction = nullptr) {
   Block& b = block_of_caller(collective_name(kind));
   const int id = b.current, warp = id / 32, lane = id % 32;
   if (!(mask >> lane & 1u) || width < 1 || width > 32 || (width & (width - 1)))
@@ -367,6 +387,7 @@ uint64_t warp_collective(Collective kind, unsigned mask, uint64_t bits, int oper
   t.bits = bits;
   t.operand = operand;
   t.width = width;
+  t.reduction = reduction;
   t.wait = Wait::warp;
   b.warp_arrived[warp] |= 1u << lane;
   if ((b.warp_arrived[warp] & mask) == mask) {
@@ -380,6 +401,10 @@ uint64_t warp_collective(Collective kind, unsigned mask, uint64_t bits, int oper
 }  // namespace
 
 thread_local unsigned char* dynamic_shared_memory = nullptr;
+
+void warp_reduce(const WarpReduction& reduction) {
+  warp_collective(Collective::reduce, 0xffffffffu, 0, 0, 32, &reduction);
+}
 
 uint64_t warp_shuffle(Shuffle kind, unsigned mask, uint64_t bits, int operand, int width) {
   static constexpr Collective kinds[] = {Collective::shuffle_index, Collective::shuffle_up, Collective::shuffle_down,

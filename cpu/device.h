@@ -67,6 +67,19 @@ T shuffle(Shuffle kind, unsigned mask, T var, int operand, int width) {
   return out;
 }
 
+// One lane's part in a reduction over its whole warp (cooperative_groups::reduce):
+// once all 32 lanes have arrived, tree(op, values, result) runs once, with the 32
+// lanes' value pointers in lane order and the lowest lane's op and result, and
+// the result's bytes are copied to every lane's result.
+struct WarpReduction {
+  const void* value;
+  void* result;
+  size_t bytes;
+  const void* op;
+  void (*tree)(const void* op, const void* const* values, void* result);
+};
+void warp_reduce(const WarpReduction& reduction);
+
 // The block's dynamic shared memory (launch's shared_bytes); see DYNAMIC_SHARED.
 extern thread_local unsigned char* dynamic_shared_memory;
 }  // namespace cpu

@@ -3,6 +3,9 @@
 // per-head products as cuBLAS strided batches over the B * NH heads.
 #include "kernels/attention.cuh"
 
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -21,19 +24,16 @@ constexpr int kSoftmaxRowsPerBlock = kSoftmaxThreads / kWarpSize;
 __device__ inline float exponential(float x) { return expf(x); }
 __device__ inline double exponential(double x) { return exp(x); }
 
-// Sum and maximum over the 32 lanes of a warp; every lane gets the result.
+namespace cg = cooperative_groups;
+
+// Sum and maximum over the 32 lanes of a warp, called by all of them; every lane gets the result.
 template <typename Real>
 __device__ Real warp_sum(Real value) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
-  return value;
+  return cg::reduce(cg::tiled_partition<kWarpSize>(cg::this_thread_block()), value, cg::plus<Real>());
 }
 template <typename Real>
 __device__ Real warp_max(Real value) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) {
-    const Real other = __shfl_xor_sync(0xffffffff, value, offset);
-    value = other > value ? other : value;
-  }
-  return value;
+  return cg::reduce(cg::tiled_partition<kWarpSize>(cg::this_thread_block()), value, cg::greater<Real>());
 }
 
 // out (parts, B, NH, T, HS) from inp (B, T, parts, NH, HS): splits rows of parts * C

@@ -3,8 +3,10 @@
 // writes the loss and overwrites the row with the loss's gradient.
 #include "kernels/classifier.cuh"
 
-#include <algorithm>
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -12,8 +14,9 @@
 
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kClassifierThreads = 512;  // a multiple of 32; ~100 columns per thread at Vp = 50304
-constexpr unsigned kFullWarp = 0xffffffffu;
 
 __device__ inline float exponential(float x) { return expf(x); }
 __device__ inline double exponential(double x) { return exp(x); }
@@ -62,11 +65,8 @@ __global__ void __launch_bounds__(kClassifierThreads)
       stats.sum += exponential(x - stats.max);
     }
   }
-  for (int offset = 16; offset > 0; offset /= 2) {
-    const SoftmaxStats<C> other{__shfl_xor_sync(kFullWarp, stats.max, offset),
-                                __shfl_xor_sync(kFullWarp, stats.sum, offset)};
-    stats = merge(stats, other);
-  }
+  stats = cg::reduce(cg::tiled_partition<32>(cg::this_thread_block()), stats,
+                     [](SoftmaxStats<C> a, SoftmaxStats<C> b) { return merge(a, b); });
   __shared__ C warp_max[32];
   __shared__ C warp_sum[32];
   if (threadIdx.x % 32 == 0) {

@@ -3,6 +3,9 @@
 // the weight and bias gradients. Then the launchers.
 #include "kernels/layernorm.cuh"
 
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+
 #include "kernels/launch.cuh"
 
 namespace {
@@ -18,11 +21,12 @@ constexpr int kRowLanes = 8;
 constexpr int kRowsPerGroup = 128;
 constexpr int kColumnThreads = 256;  // the second pass: one thread per column
 
-// Sum over the 32 lanes of a warp; every lane gets the result.
+namespace cg = cooperative_groups;
+
+// Sum over the 32 lanes of a warp, called by all of them; every lane gets the result.
 template <typename Real>
 __device__ Real warp_sum(Real value) {
-  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffff, value, offset);
-  return value;
+  return cg::reduce(cg::tiled_partition<kWarpSize>(cg::this_thread_block()), value, cg::plus<Real>());
 }
 
 __device__ inline float reciprocal_sqrt(float x) { return rsqrtf(x); }

@@ -1,7 +1,11 @@
 // Warp shuffles and votes, checked against plain C++: every shuffle kind, a kernel
-// in which only warp 0 shuffles, partial masks and sub-warp widths. Runs in both builds.
+// in which only warp 0 shuffles, partial masks and sub-warp widths; and
+// cooperative_groups::reduce over a warp tile. Runs in both builds.
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/launch.cuh"
@@ -148,6 +152,50 @@ TEST(Warp, ShufflesCarryAllEightBytesOfADouble) {
   launch(shuffle_doubles, dim3(1), dim3(32), 0, nullptr, out.data());
   std::vector<double> r = out.to_host();
   for (int t = 0; t < 32; ++t) EXPECT_EQ(r[t], 1.0 + (31 - t) * 1e-10);
+}
+
+namespace cg = cooperative_groups;
+
+struct ValueAndLane {
+  float value;
+  int lane;
+};
+
+// Per warp tile: the sum of ints, the largest and the smallest float, and (a custom
+// operator on a struct) the smallest value with its lane, written by every lane.
+__global__ void tile_reductions(int* sums, float* largest, float* smallest, ValueAndLane* least, const float* in) {
+  const cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cg::this_thread_block());
+  const unsigned t = cg::this_thread_block().thread_rank();
+  const int lane = int(warp.thread_rank());
+  sums[t] = cg::reduce(warp, lane * lane + int(warp.meta_group_rank()), cg::plus<int>());
+  largest[t] = cg::reduce(warp, in[t], cg::greater<float>());
+  smallest[t] = cg::reduce(warp, in[t], cg::less<float>());
+  least[t] = cg::reduce(warp, ValueAndLane{in[t], lane},
+                        [](ValueAndLane a, ValueAndLane b) { return b.value < a.value ? b : a; });
+}
+
+TEST(Warp, TileReductionsGiveEveryLaneTheWarpsResult) {
+  const int threads = 96;
+  std::vector<float> in(threads);
+  for (int t = 0; t < threads; ++t) in[t] = float((t * 37) % 101) - 50.0f;  // distinct within a warp
+  DeviceBuffer<float> d_in(in), largest(threads), smallest(threads);
+  DeviceBuffer<int> sums(threads);
+  DeviceBuffer<ValueAndLane> least(threads);
+  launch(tile_reductions, dim3(1), dim3(threads), 0, nullptr, sums.data(), largest.data(), smallest.data(),
+         least.data(), d_in.data());
+  const std::vector<int> s = sums.to_host();
+  const std::vector<float> hi = largest.to_host(), lo = smallest.to_host();
+  const std::vector<ValueAndLane> min_lane = least.to_host();
+  for (int t = 0; t < threads; ++t) {
+    const int warp = t / 32;
+    const float* row = in.data() + warp * 32;
+    const int arg_min = int(std::min_element(row, row + 32) - row);
+    EXPECT_EQ(s[t], 10416 + 32 * warp) << t;  // sum of l^2 for l < 32 is 10416
+    EXPECT_EQ(hi[t], *std::max_element(row, row + 32)) << t;
+    EXPECT_EQ(lo[t], row[arg_min]) << t;
+    EXPECT_EQ(min_lane[t].value, row[arg_min]) << t;
+    EXPECT_EQ(min_lane[t].lane, arg_min) << t;
+  }
 }
 
 }  // namespace

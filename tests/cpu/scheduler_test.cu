@@ -1,7 +1,9 @@
 // The CPU build as a test harness for kernels: reordered threads expose a missing
 // __syncthreads, poisoned dynamic shared memory exposes a read before write, and a
 // barrier or warp collective that some thread never reaches is reported naming the
-// kernel instead of hanging. Also: launch-configuration errors as CUDA gives them.
+// kernel instead of hanging; cooperative_groups::reduce keeps the shuffles' order. Also: launch-configuration errors as CUDA gives them.
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -116,6 +118,56 @@ TEST_F(Scheduler, ALaneCallingWithAMaskWithoutItselfIsReported) {
   DeviceBuffer<int> out(32);
   EXPECT_DEATH(launch(lane_outside_its_own_mask, dim3(1), dim3(32), 0, nullptr, out.data()),
                "whose mask does not include it");
+}
+
+namespace cg = cooperative_groups;
+
+// Each warp sums its lanes' values twice: with cooperative_groups::reduce and with an xor
+// butterfly of shuffles.
+__global__ void reduce_and_butterfly(float* reduced, float* butterfly, const float* in) {
+  const auto warp = cg::tiled_partition<32>(cg::this_thread_block());
+  const float v = in[threadIdx.x];
+  reduced[threadIdx.x] = cg::reduce(warp, v, cg::plus<float>());
+  float sum = v;
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  butterfly[threadIdx.x] = sum;
+}
+
+// The CPU build's reduce adds in the butterfly's order, so a kernel moving from shuffles to
+// reduce keeps its results to the bit here. Values of many magnitudes make any other
+// order round differently.
+TEST_F(Scheduler, ReduceAddsInTheXorButterflysOrderInEveryThreadOrder) {
+  const int n = 128;
+  std::vector<float> in(n);
+  for (int t = 0; t < n; ++t) in[t] = std::ldexp(float(t % 7) + 0.1f * float(t % 3), (t * 5) % 23 - 11);
+  for (cpu::ThreadOrder order : {cpu::ThreadOrder::natural, cpu::ThreadOrder::reverse, cpu::ThreadOrder::shuffle}) {
+    cpu::settings().thread_order = order;
+    DeviceBuffer<float> d_in(in), reduced(n), butterfly(n);
+    launch(reduce_and_butterfly, dim3(1), dim3(n), 0, nullptr, reduced.data(), butterfly.data(), d_in.data());
+    const std::vector<float> r = reduced.to_host(), b = butterfly.to_host();
+    for (int t = 0; t < n; ++t) EXPECT_EQ(r[t], b[t]) << "thread " << t << " order " << int(order);
+  }
+}
+
+__global__ void reduce_meets_shuffle(float* out) {
+  const auto warp = cg::tiled_partition<32>(cg::this_thread_block());
+  out[threadIdx.x] = threadIdx.x == 5 ? __shfl_xor_sync(0xffffffffu, 1.0f, 1) : cg::reduce(warp, 1.0f, cg::plus<float>());
+}
+
+TEST_F(Scheduler, AReduceMeetingAShuffleIsReported) {
+  DeviceBuffer<float> out(32);
+  EXPECT_DEATH(launch(reduce_meets_shuffle, dim3(1), dim3(32), 0, nullptr, out.data()),
+               "reduce_meets_shuffle.*meet in different collectives");
+}
+
+__global__ void reduce_in_a_partial_warp(float* out) {
+  out[threadIdx.x] = cg::reduce(cg::tiled_partition<32>(cg::this_thread_block()), 1.0f, cg::plus<float>());
+}
+
+TEST_F(Scheduler, AReduceInAWarpWithAbsentLanesIsReported) {
+  DeviceBuffer<float> out(40);  // warp 1 has lanes 0-7 only
+  EXPECT_DEATH(launch(reduce_in_a_partial_warp, dim3(1), dim3(40), 0, nullptr, out.data()),
+               "cooperative_groups::reduce in warp 1 .*waits for lanes 8,9,.*,31");
 }
 
 __global__ void empty_kernel() {}
