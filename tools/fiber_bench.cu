@@ -2,10 +2,13 @@
 //   1. ns per fiber switch: Boost.Context's jump_fcontext ping-pong, and our scheduler's
 //      cost per thread per __syncthreads;
 //   2. a warp-per-row layernorm-style kernel over 4096 x 768 floats against a plain
-//      C++ loop doing the same arithmetic;
+//      C++ loop doing the same arithmetic, its row sums as xor butterflies of shuffles
+//      and as cooperative_groups::reduce;
 //   3. an elementwise kernel without synchronisation against a plain loop.
 // Ratios are measured in one run. Usage: build/cpu/tools/fiber_bench (make bench).
 #include <boost/context/detail/fcontext.hpp>
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
 
 #include <chrono>
 #include <cmath>
@@ -56,6 +59,17 @@ __global__ void barriers(int rounds, int* sink) {
   if (x == -1) *sink = x;
 }
 
+// The sum over the warp: five shuffles, or one cooperative_groups::reduce.
+template <bool kReduce>
+__device__ float warp_sum(float v) {
+  if (kReduce)
+    return cooperative_groups::reduce(cooperative_groups::tiled_partition<32>(cooperative_groups::this_thread_block()),
+                                      v, cooperative_groups::plus<float>());
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+template <bool kReduce>
 __global__ void layernorm_warp_per_row(float* out, const float* in, const float* weight, const float* bias,
                                        int rows, int C) {
   const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -63,11 +77,11 @@ __global__ void layernorm_warp_per_row(float* out, const float* in, const float*
   const float* x = in + size_t(row) * C;
   float sum = 0.0f;
   for (int c = lane; c < C; c += 32) sum += x[c];
-  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  sum = warp_sum<kReduce>(sum);
   const float mean = sum / C;
   float var = 0.0f;
   for (int c = lane; c < C; c += 32) var += (x[c] - mean) * (x[c] - mean);
-  for (int o = 16; o > 0; o /= 2) var += __shfl_xor_sync(0xffffffffu, var, o);
+  var = warp_sum<kReduce>(var);
   const float rstd = rsqrtf(var / C + 1e-5f);
   for (int c = lane; c < C; c += 32) out[size_t(row) * C + c] = (x[c] - mean) * rstd * weight[c] + bias[c];
 }
@@ -131,12 +145,16 @@ int main() {
   double s = best_of(3, [&] { launch(barriers, dim3(1), dim3(threads), 0, nullptr, rounds, sink); });
   std::printf("__syncthreads, per thread per barrier (%d threads): %.1f ns\n", threads, s / (double(rounds) * threads) * 1e9);
 
-  const double kernel = best_of(5, [&] {
-    launch(layernorm_warp_per_row, dim3(rows / 8), dim3(256), 0, nullptr, d_out, d_in, d_w, d_b, rows, C);
-  });
   const double loop = best_of(5, [&] { layernorm_loop(out_loop.data(), host.data(), weight.data(), bias.data(), rows, C); });
-  std::printf("layernorm warp-per-row %d x %d: kernel %.2f ms, plain loop %.2f ms, ratio %.2fx\n", rows, C,
-              kernel * 1e3, loop * 1e3, kernel / loop);
+  for (bool reduce : {false, true}) {
+    const double kernel = best_of(5, [&] {
+      launch(reduce ? layernorm_warp_per_row<true> : layernorm_warp_per_row<false>, dim3(rows / 8), dim3(256), 0,
+             nullptr, d_out, d_in, d_w, d_b, rows, C);
+    });
+    std::printf("layernorm warp-per-row %d x %d, row sums by %s: kernel %.2f ms, plain loop %.2f ms, ratio %.2fx\n",
+                rows, C, reduce ? "cooperative_groups::reduce" : "10 shuffles", kernel * 1e3, loop * 1e3,
+                kernel / loop);
+  }
 
   const double kernel2 = best_of(5, [&] { launch(scale_shift, dim3(unsigned((n + 255) / 256)), dim3(256), 0, nullptr, d_out, d_in, n); });
   const double loop2 = best_of(5, [&] { scale_shift_loop(out_loop.data(), host.data(), n); });
