@@ -46,19 +46,19 @@ TEST(Options, DefaultsAreTheIssuesDefaults) {
   EXPECT_EQ(o.dtype, "fp32");
   EXPECT_EQ(o.batch, 8);
   EXPECT_EQ(o.microbatches, 4);
-  EXPECT_EQ(o.steps, 300);
-  EXPECT_EQ(o.lr, 1e-3f);
+  EXPECT_EQ(o.steps, 1000);
+  EXPECT_EQ(o.lr, 3e-3f);
   EXPECT_EQ(o.lr_schedule, "cosine");
-  EXPECT_EQ(o.min_lr, 1e-4f);
+  EXPECT_EQ(o.min_lr, 3e-4f);
   EXPECT_EQ(o.warmup, 20);
   EXPECT_EQ(o.weight_decay, 0.1f);
   EXPECT_EQ(o.beta1, 0.9f);
   EXPECT_EQ(o.beta2, 0.95f);
   EXPECT_EQ(o.eps, 1e-8f);
   EXPECT_EQ(o.grad_clip, 1.0f);
-  EXPECT_EQ(o.val_every, 50);
+  EXPECT_EQ(o.val_every, 100);
   EXPECT_EQ(o.val_batches, 8);
-  EXPECT_EQ(o.sample_every, 100);
+  EXPECT_EQ(o.sample_every, 200);
   EXPECT_EQ(o.sample_len, 128);
   EXPECT_EQ(o.save, "");
   EXPECT_EQ(o.save_every, 0);
@@ -276,7 +276,7 @@ TEST(Options, Bf16IsRejectedUntilSupported) {
 }
 
 TEST(Options, InconsistentOptionsAreAnError) {
-  EXPECT_EQ(error_of({"--lr", "1e-5"}), "--min-lr 0.0001 is above --lr 1e-05");
+  EXPECT_EQ(error_of({"--lr", "1e-5"}), "--min-lr 0.0003 is above --lr 1e-05");
   EXPECT_EQ(error_of({"--lr", "1e-5", "--lr-schedule", "constant"}), "(no error)");
   EXPECT_EQ(error_of({"--save-every", "10"}), "--save-every needs --save FILE");
   EXPECT_EQ(error_of({"--init", "a.bin", "--resume", "b.bin"}),
@@ -299,19 +299,19 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--dtype fp32|bf16", "(default: fp32)"},
       {"--batch N", "(default: 8)"},
       {"--microbatches N", "(default: 4)"},
-      {"--steps N", "(default: 300)"},
-      {"--lr X", "(default: 0.001)"},
+      {"--steps N", "(default: 1000)"},
+      {"--lr X", "(default: 0.003)"},
       {"--lr-schedule cosine|constant", "(default: cosine)"},
-      {"--min-lr X", "(default: 0.0001)"},
+      {"--min-lr X", "(default: 0.0003)"},
       {"--warmup N", "(default: 20)"},
       {"--weight-decay X", "(default: 0.1)"},
       {"--beta1 X", "(default: 0.9)"},
       {"--beta2 X", "(default: 0.95)"},
       {"--eps X", "(default: 1e-08)"},
       {"--grad-clip X", "(default: 1)"},
-      {"--val-every N", "(default: 50)"},
+      {"--val-every N", "(default: 100)"},
       {"--val-batches N", "(default: 8)"},
-      {"--sample-every N", "(default: 100)"},
+      {"--sample-every N", "(default: 200)"},
       {"--sample-len N", "(default: 128)"},
       {"--save FILE", "(default: none)"},
       {"--save-every N", "(default: 0)"},

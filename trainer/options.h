@@ -22,10 +22,10 @@ struct TrainOptions {
   // batch and schedule of the learning rate
   int batch = 8;         // sequences per microbatch
   int microbatches = 4;  // microbatches per step (gradient accumulation)
-  int steps = 300;
-  float lr = 1e-3f;
+  int steps = 1000;
+  float lr = 3e-3f;
   std::string lr_schedule = "cosine";  // cosine | constant
-  float min_lr = 1e-4f;                // the floor of the cosine decay
+  float min_lr = 3e-4f;                // the floor of the cosine decay
   int warmup = 20;                     // steps of linear warm-up
   // AdamW and clipping
   float weight_decay = 0.1f;
@@ -34,9 +34,9 @@ struct TrainOptions {
   float eps = 1e-8f;
   float grad_clip = 1.0f;  // largest global gradient norm; 0: no clipping
   // validation, samples, checkpoints, logging
-  int val_every = 50;  // 0: never
+  int val_every = 100;  // 0: never
   int val_batches = 8;
-  int sample_every = 100;  // 0: never
+  int sample_every = 200;  // 0: never
   int sample_len = 128;
   std::string save;    // llm.c model file to write (and its state file next to it); empty: none
   int save_every = 0;  // 0: only at the end, if save is given
