@@ -302,7 +302,9 @@ TEST(Nccl, InitRankWithOneIdPerGroupFormsTheGroups) {
 }
 
 // Rank 1 waits half a second for rank 0's send. On a machine with fewer cores than ranks,
-// a waiting rank that polls would take the CPU its peers compute on.
+// a waiting rank that polls would take the CPU its peers compute on. The wait ends on an
+// event made with cudaEventBlockingSync: a GPU's runtime would otherwise spin in the
+// synchronisation by default; what is measured is the receive's own waiting.
 TEST(Nccl, WaitingRankDoesNotBurnCpu) {
   WorldComm world;
   constexpr auto sender_delay = std::chrono::milliseconds(500);
@@ -314,8 +316,12 @@ TEST(Nccl, WaitingRankDoesNotBurnCpu) {
   } else if (world.rank == 1) {
     const auto wall_start = std::chrono::steady_clock::now();
     const double cpu_start = process_cpu_seconds();
+    cudaEvent_t received;
+    CUDA_CHECK(cudaEventCreateWithFlags(&received, cudaEventBlockingSync | cudaEventDisableTiming));
     NCCL_CHECK(ncclRecv(buffer.data(), 1, ncclFloat32, 0, world.comm, nullptr));
-    CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    CUDA_CHECK(cudaEventRecord(received, nullptr));
+    CUDA_CHECK(cudaEventSynchronize(received));
+    CUDA_CHECK(cudaEventDestroy(received));
     const double cpu_seconds = process_cpu_seconds() - cpu_start;
     const double wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
     EXPECT_GT(wall_seconds, 0.8 * std::chrono::duration<double>(sender_delay).count()) << "rank 1 did not wait";
