@@ -38,7 +38,8 @@ LIB_SRCS := $(wildcard kernels/*.cu model/*.cu model/*.cpp pipeline/*.cu pipelin
 TRAIN_SRCS := $(wildcard trainer/*.cu)
 CPU_RUNTIME_SRCS := $(wildcard cpu/*.cpp)
 # Tests: tests/*_test.cu run in one process in either build, tests/mpi/*_test.cu under
-# mpirun -np 4 in either build, tests/cpu/*_test.cu test cpu/ itself (CPU build only).
+# mpirun -np 4 in either build (their PipelineLayouts suite also under -np 2 and -np 8:
+# tools/run_tests.sh), tests/cpu/*_test.cu test cpu/ itself (CPU build only).
 TEST_SRCS := $(wildcard tests/*_test.cu)
 MPI_TEST_SRCS := $(wildcard tests/mpi/*_test.cu)
 CPU_TEST_SRCS := $(wildcard tests/cpu/*_test.cu)
