@@ -60,6 +60,7 @@ TEST(Options, DefaultsAreTheIssuesDefaults) {
   EXPECT_EQ(o.val_batches, 8);
   EXPECT_EQ(o.sample_every, 200);
   EXPECT_EQ(o.sample_len, 128);
+  EXPECT_EQ(o.sample_temperature, 0.8f);
   EXPECT_EQ(o.save, "");
   EXPECT_EQ(o.save_every, 0);
   EXPECT_EQ(o.resume, "");
@@ -132,6 +133,8 @@ TEST(Options, EveryOptionParses) {
                                 "250",
                                 "--sample-len",
                                 "64",
+                                "--sample-temperature",
+                                "1.5",
                                 "--save-every",
                                 "1000",
                                 "--seed",
@@ -178,6 +181,7 @@ TEST(Options, EveryOptionParses) {
   EXPECT_EQ(o.val_batches, 20);
   EXPECT_EQ(o.sample_every, 250);
   EXPECT_EQ(o.sample_len, 64);
+  EXPECT_EQ(o.sample_temperature, 1.5f);
   EXPECT_EQ(o.save_every, 1000);
   EXPECT_EQ(o.seed, 18446744073709551615u);
   EXPECT_TRUE(o.shuffle);
@@ -190,7 +194,7 @@ TEST(Options, EveryOptionParses) {
   EXPECT_EQ(o.layers_per_stage, (std::vector<int>{2, 4, 4, 2}));
   EXPECT_TRUE(o.print_schedule);
   EXPECT_EQ(o.init, "gpt2_124M.bin");
-  EXPECT_EQ(o.given.size(), 38u) << "every option but --resume (it excludes --init) and --help";
+  EXPECT_EQ(o.given.size(), 39u) << "every option but --resume (it excludes --init) and --help";
   EXPECT_EQ(o.given.count("layers-per-stage"), 1u);
 }
 
@@ -253,6 +257,7 @@ TEST(Options, OutOfRangeValueIsAnError) {
   EXPECT_EQ(error_of({"--vocab", "-1"}), "--vocab -1 is out of range (must be at least 0)");
   EXPECT_EQ(error_of({"--steps", "-1"}), "--steps -1 is out of range (must be at least 0)");
   EXPECT_EQ(error_of({"--lr", "0"}), "--lr 0 is out of range (must be above 0)");
+  EXPECT_EQ(error_of({"--sample-temperature", "0"}), "--sample-temperature 0 is out of range (must be above 0)");
   EXPECT_EQ(error_of({"--eps", "-1e-8"}), "--eps -1e-8 is out of range (must be above 0)");
   EXPECT_EQ(error_of({"--beta1", "1"}), "--beta1 1 is out of range (must be in [0, 1))");
   EXPECT_EQ(error_of({"--beta2", "-0.5"}), "--beta2 -0.5 is out of range (must be in [0, 1))");
@@ -313,6 +318,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--val-batches N", "(default: 8)"},
       {"--sample-every N", "(default: 200)"},
       {"--sample-len N", "(default: 128)"},
+      {"--sample-temperature X", "(default: 0.8)"},
       {"--save FILE", "(default: none)"},
       {"--save-every N", "(default: 0)"},
       {"--resume FILE", "(default: none)"},

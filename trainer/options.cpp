@@ -200,6 +200,8 @@ const std::vector<OptionSpec>& option_table() {
       int_option("val-batches", &O::val_batches, kAtLeastOne, "microbatches per validation loss"),
       int_option("sample-every", &O::sample_every, kAtLeastZero, "steps between text samples (0: never)"),
       int_option("sample-len", &O::sample_len, kAtLeastOne, "tokens per sample"),
+      float_option("sample-temperature", &O::sample_temperature, kAboveZero,
+                   "softmax temperature of samples (1: the model's own distribution)"),
       string_option("save", "FILE", &O::save, "llm.c model file to write, with our state file next to it"),
       int_option("save-every", &O::save_every, kAtLeastZero, "steps between checkpoints (0: only at the end)"),
       string_option("resume", "FILE", &O::resume, "model file written by --save to continue from"),

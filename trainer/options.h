@@ -38,6 +38,9 @@ struct TrainOptions {
   int val_batches = 8;
   int sample_every = 200;  // 0: never
   int sample_len = 128;
+  // Softmax temperature of samples: 1 draws from the model's distribution (llm.c's
+  // samples); below 1 favours likely tokens (0.8 is nanoGPT's default).
+  float sample_temperature = 0.8f;
   std::string save;    // llm.c model file to write (and its state file next to it); empty: none
   int save_every = 0;  // 0: only at the end, if save is given
   std::string resume;  // model file written by --save whose state file to continue from

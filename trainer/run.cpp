@@ -178,7 +178,8 @@ RunResult run_training(const RunSetup& setup, std::FILE* out) {
 
     if (tokenizer && every(options.sample_every, position.step)) {
       const int start_token = sample_start_token(setup.data.train.format, *tokenizer, config.vocab_size);
-      const std::vector<int> tokens = generate_tokens(*trainer, start_token, options.sample_len, position.sampler_state);
+      const std::vector<int> tokens = generate_tokens(*trainer, start_token, options.sample_len,
+                                                      options.sample_temperature, position.sampler_state);
       const std::string text = decode(*tokenizer, tokens.data() + 1, tokens.size() - 1);
       say(out, "sample after step %d:\n%s\n---\n", position.step, printable(text).c_str());
       result.samples.push_back(text);

@@ -22,14 +22,15 @@ uint32_t random_u32(uint64_t& state) {
 
 float random_unit_float(uint64_t& state) { return float(random_u32(state) >> 8) / 16777216.0f; }
 
-int sample_from_logits(const std::vector<float>& logits, float coin) {
+int sample_from_logits(const std::vector<float>& logits, float coin, double temperature) {
   const double max_logit = *std::max_element(logits.begin(), logits.end());
+  const auto weight = [&](float logit) { return std::exp((double(logit) - max_logit) / temperature); };
   double total = 0;
-  for (float logit : logits) total += std::exp(double(logit) - max_logit);
+  for (float logit : logits) total += weight(logit);
   const double threshold = double(coin) * total;
   double cumulative = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
-    cumulative += std::exp(double(logits[i]) - max_logit);
+    cumulative += weight(logits[i]);
     if (threshold < cumulative) return int(i);
   }
   return int(logits.size()) - 1;
@@ -40,12 +41,12 @@ int sample_start_token(TokenFormat format, const Tokenizer& tokenizer, int vocab
   return tokenizer.eot_token >= 0 ? tokenizer.eot_token : vocab_size - 1;
 }
 
-std::vector<int> generate_tokens(Trainer& trainer, int start, int length, uint64_t& rng_state) {
+std::vector<int> generate_tokens(Trainer& trainer, int start, int length, double temperature, uint64_t& rng_state) {
   std::vector<int> tokens = {start};
   for (int i = 0; i < length; ++i) {
     const int count = std::min<int>(int(tokens.size()), trainer.T);
     const std::vector<float>& logits = next_token_logits(trainer, tokens.data() + tokens.size() - count, count);
-    tokens.push_back(sample_from_logits(logits, random_unit_float(rng_state)));
+    tokens.push_back(sample_from_logits(logits, random_unit_float(rng_state), temperature));
   }
   return tokens;
 }

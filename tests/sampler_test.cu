@@ -1,0 +1,63 @@
+// Drawing a sample's next token (trainer/sampler.h): the coin falls into the cumulative
+// softmax of logits / temperature, the generator is llm.c's xorshift*, and its floats lie
+// in [0, 1). Host code only; runs in both builds.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "trainer/sampler.h"
+
+namespace {
+
+// Logits 0, ln 2, ln 3: probabilities 1/6, 2/6, 3/6 at temperature 1; at temperature 1/2
+// the weights square, 1/14, 4/14, 9/14.
+const std::vector<float> kLogits = {0.0f, float(std::log(2.0)), float(std::log(3.0))};
+
+TEST(Sampler, TheCoinFallsIntoTheCumulativeSoftmax) {
+  // Cumulative 1/6 = 0.1667, 3/6 = 0.5: coins just either side of each boundary.
+  EXPECT_EQ(sample_from_logits(kLogits, 0.0f, 1.0), 0);
+  EXPECT_EQ(sample_from_logits(kLogits, 0.16f, 1.0), 0);
+  EXPECT_EQ(sample_from_logits(kLogits, 0.17f, 1.0), 1);
+  EXPECT_EQ(sample_from_logits(kLogits, 0.49f, 1.0), 1);
+  EXPECT_EQ(sample_from_logits(kLogits, 0.51f, 1.0), 2);
+  EXPECT_EQ(sample_from_logits(kLogits, 0.9999f, 1.0), 2);
+}
+
+TEST(Sampler, TemperatureSharpensOrFlattensTheDistribution) {
+  // Temperature 1/2, cumulative 1/14 = 0.0714 and 5/14 = 0.3571.
+  EXPECT_EQ(sample_from_logits(kLogits, 0.07f, 0.5), 0);
+  EXPECT_EQ(sample_from_logits(kLogits, 0.08f, 0.5), 1);
+  EXPECT_EQ(sample_from_logits(kLogits, 0.35f, 0.5), 1);
+  EXPECT_EQ(sample_from_logits(kLogits, 0.36f, 0.5), 2);
+  // A very high temperature is nearly uniform (boundaries near 1/3, 2/3); a very low one
+  // always takes the largest logit.
+  EXPECT_EQ(sample_from_logits(kLogits, 0.32f, 1e6), 0);
+  EXPECT_EQ(sample_from_logits(kLogits, 0.34f, 1e6), 1);
+  EXPECT_EQ(sample_from_logits(kLogits, 1e-6f, 1e-3), 2);
+  EXPECT_EQ(sample_from_logits(kLogits, 0.5f, 1e-3), 2);
+}
+
+TEST(Sampler, LogitsFarApartDoNotOverflow) {
+  // exp(1000) overflows a double: the maximum is subtracted first.
+  EXPECT_EQ(sample_from_logits({1000.0f, 0.0f, 999.0f}, 0.5f, 1.0), 0);
+  EXPECT_EQ(sample_from_logits({1000.0f, 0.0f, 999.0f}, 0.99f, 1.0), 2);
+}
+
+TEST(Sampler, RandomFloatsLieInTheUnitIntervalAndRepeatFromASeed) {
+  uint64_t a = sampler_seed_state(1337), b = sampler_seed_state(1337), c = sampler_seed_state(1338);
+  EXPECT_NE(a, 0u);
+  EXPECT_NE(a, c);
+  double sum = 0;
+  for (int i = 0; i < 10000; ++i) {
+    const float x = random_unit_float(a);
+    EXPECT_EQ(x, random_unit_float(b));
+    ASSERT_GE(x, 0.0f);
+    ASSERT_LT(x, 1.0f);
+    sum += x;
+  }
+  // The mean of 10,000 uniform draws: standard deviation 0.29 / 100; 0.01 is over 3 of them.
+  EXPECT_NEAR(sum / 10000, 0.5, 0.01);
+}
+
+}  // namespace
