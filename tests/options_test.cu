@@ -46,7 +46,7 @@ TEST(Options, DefaultsAreTheIssuesDefaults) {
   EXPECT_EQ(o.dtype, "fp32");
   EXPECT_EQ(o.batch, 8);
   EXPECT_EQ(o.microbatches, 4);
-  EXPECT_EQ(o.steps, 1000);
+  EXPECT_EQ(o.steps, 2000);
   EXPECT_EQ(o.lr, 3e-3f);
   EXPECT_EQ(o.lr_schedule, "cosine");
   EXPECT_EQ(o.min_lr, 3e-4f);
@@ -304,7 +304,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--dtype fp32|bf16", "(default: fp32)"},
       {"--batch N", "(default: 8)"},
       {"--microbatches N", "(default: 4)"},
-      {"--steps N", "(default: 1000)"},
+      {"--steps N", "(default: 2000)"},
       {"--lr X", "(default: 0.003)"},
       {"--lr-schedule cosine|constant", "(default: cosine)"},
       {"--min-lr X", "(default: 0.0003)"},

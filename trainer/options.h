@@ -22,7 +22,7 @@ struct TrainOptions {
   // batch and schedule of the learning rate
   int batch = 8;         // sequences per microbatch
   int microbatches = 4;  // microbatches per step (gradient accumulation)
-  int steps = 1000;
+  int steps = 2000;
   float lr = 3e-3f;
   std::string lr_schedule = "cosine";  // cosine | constant
   float min_lr = 3e-4f;                // the floor of the cosine decay
