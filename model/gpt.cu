@@ -116,11 +116,15 @@ bool same_range(const LayerRange& a, const LayerRange& b) {
          a.has_head == b.has_head;
 }
 
-// The checks shared by forward and backward: the buffers were made for this range and hold (B, T).
+// The checks shared by forward and backward: the parameters' views hold the range's layers (as
+// far as they tell), the buffers were made for this range and hold (B, T).
 template <typename Element>
-void check_call(const GPTConfig& config, const LayerRange& range, const Activations<Element>& acts, const int* tokens,
-                const Element* input, int B, int T, const char* function) {
+void check_call(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
+                const Activations<Element>& acts, const int* tokens, const Element* input, int B, int T,
+                const char* function) {
   const std::string where = std::string(function) + ": " + describe(range);
+  if (params.first_layer > range.first_layer)
+    throw std::runtime_error(where + ": the parameter views start at layer " + std::to_string(params.first_layer));
   if (!same_range(range, acts.range)) throw std::runtime_error(where + ": activations were made for another range");
   if (B < 1 || T < 1 || B > acts.B || T > acts.T || T > config.max_seq_len)
     throw std::runtime_error(where + ": B " + std::to_string(B) + ", T " + std::to_string(T) +
@@ -211,7 +215,7 @@ template <typename Element>
 void gpt_forward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
                  Activations<Element>& acts, const int* tokens, const Nullable<Element>* input, const int* targets,
                  double loss_scale, int B, int T, cublasHandle_t cublas, cudaStream_t stream) {
-  check_call(config, range, acts, tokens, input, B, T, "gpt_forward");
+  check_call(config, range, params, acts, tokens, input, B, T, "gpt_forward");
   const int C = config.channels, NH = config.num_heads, BT = B * T;
   if (range.has_embedding) embedding_forward(acts.encoded, tokens, params.wte, params.wpe, B, T, C, stream);
   for (int l = range.first_layer; l < range.end_layer; ++l) {
@@ -249,7 +253,7 @@ void gpt_backward(const GPTConfig& config, const LayerRange& range, const Parame
                   const Activations<Element>& acts, BackwardScratch<Element>& scratch, const int* tokens,
                   const Nullable<Element>* input, const Nullable<Element>* grad_output, Nullable<Element>* grad_input,
                   int B, int T, cublasHandle_t cublas, cudaStream_t stream) {
-  check_call(config, range, acts, tokens, input, B, T, "gpt_backward");
+  check_call(config, range, params, acts, tokens, input, B, T, "gpt_backward");
   const std::string where = "gpt_backward: " + describe(range);
   if (!same_range(range, scratch.range) || B > scratch.B || T > scratch.T)
     throw std::runtime_error(where + ": the backward scratch was made for another range or a smaller (B, T)");

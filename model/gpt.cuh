@@ -115,6 +115,8 @@ template <typename Element>
 void destroy_backward_scratch(BackwardScratch<Element>& scratch);
 
 // The forward of the range for B sequences of T tokens (B <= acts.B, T <= acts.T <= maxT).
+// params holds at least the range's tensors: the whole model (point_views) or a pipeline
+// chunk's views (model/parameter_layout.h), whose per-layer tensors start at params.first_layer.
 // Input: tokens (B, T) on the device for an embedding range, else input (B, T, C); the other
 // is nullptr. Writes (=) every activation of acts. With has_head: acts.logits = the logits,
 // and when targets (B, T) is given, acts.losses = the per-token losses and acts.logits is

@@ -47,7 +47,9 @@ bool parameter_tensor_is_per_layer(int tensor);
 // not the biases or LayerNorm parameters.
 bool parameter_tensor_has_weight_decay(int tensor);
 
-// Named views into one allocation of num_parameters elements (host or device).
+// Named views of the 16 tensors (host or device): into one allocation of num_parameters
+// elements in llm.c's layout (point_views), or of one pipeline chunk's tensors, whose per-layer
+// tensors hold only the chunk's layers from first_layer on (model/parameter_layout.h).
 template <typename T>
 struct ParameterTensors {
   T* wte;       // (Vp, C)
@@ -66,6 +68,7 @@ struct ParameterTensors {
   T* fcprojb;   // (L, C)
   T* lnfw;      // (C)
   T* lnfb;      // (C)
+  int first_layer = 0;  // the layer whose slice starts each per-layer tensor
 };
 
 // One transformer block's slices of the per-layer tensors.
@@ -112,10 +115,10 @@ T* tensor_view(const ParameterTensors<T>& views, int tensor) {
   return views.*kParameterTensorMembers<T>[tensor];
 }
 
-// Layer l's slices: each per-layer tensor advanced by l times its per-layer size.
+// Layer l's slices: each per-layer tensor advanced by l - p.first_layer times its per-layer size.
 template <typename T>
 LayerParameters<T> layer_views(const ParameterTensors<T>& p, const GPTConfig& config, int layer) {
-  const size_t C = config.channels, l = layer;
+  const size_t C = config.channels, l = layer - p.first_layer;
   return {p.ln1w + l * C,
           p.ln1b + l * C,
           p.qkvw + l * 3 * C * C,

@@ -1,0 +1,88 @@
+// A stage's parameter allocation and its regions in llm.c's layout (model/parameter_layout.h).
+#include "model/parameter_layout.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<LayerRange>& chunks) {
+  const std::array<size_t, kNumParameterTensors> sizes = parameter_tensor_sizes(config);
+  const std::array<size_t, kNumParameterTensors> full = parameter_tensor_offsets(config);
+  const int L = config.num_layers;
+  bool has_embedding = false, has_head = false;
+  for (const LayerRange& range : chunks) {
+    has_embedding = has_embedding || range.has_embedding;
+    has_head = has_head || range.has_head;
+  }
+  ParameterLayout layout{chunks, {}, {}, 0, num_parameters(config)};
+  const auto place = [&](size_t count) {
+    const size_t at = layout.size;
+    layout.size += count;
+    return at;
+  };
+  // The tensors outside the layers, each at most once per stage, around the chunks' blocks.
+  std::array<size_t, kNumParameterTensors> whole;
+  whole.fill(kNotHeld);
+  if (has_embedding || has_head) whole[kWte] = place(sizes[kWte]);
+  if (has_embedding) whole[kWpe] = place(sizes[kWpe]);
+  for (const LayerRange& range : chunks) {
+    std::array<size_t, kNumParameterTensors> offsets;
+    offsets.fill(kNotHeld);
+    const size_t layers = range.end_layer - range.first_layer;
+    if (layers > 0)
+      for (int i = kLn1w; i <= kFcprojb; ++i) offsets[i] = place(layers * (sizes[i] / L));
+    layout.chunk_offsets.push_back(offsets);
+  }
+  if (has_head) {
+    whole[kLnfw] = place(sizes[kLnfw]);
+    whole[kLnfb] = place(sizes[kLnfb]);
+  }
+
+  const auto whole_region = [&](int tensor, bool tied_copy) {
+    layout.regions.push_back({tensor, 0, whole[tensor], full[tensor], sizes[tensor], tied_copy});
+  };
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const LayerRange& range = chunks[c];
+    std::array<size_t, kNumParameterTensors>& offsets = layout.chunk_offsets[c];
+    if (range.has_embedding || range.has_head) offsets[kWte] = whole[kWte];
+    if (range.has_embedding) {
+      offsets[kWpe] = whole[kWpe];
+      whole_region(kWte, false);
+      whole_region(kWpe, false);
+    }
+    for (int layer = range.first_layer; layer < range.end_layer; ++layer)
+      for (int tensor = kLn1w; tensor <= kFcprojb; ++tensor) {
+        const size_t per_layer = sizes[tensor] / L;
+        layout.regions.push_back({tensor, layer, offsets[tensor] + (layer - range.first_layer) * per_layer,
+                                  full[tensor] + layer * per_layer, per_layer, false});
+      }
+    if (range.has_head) {
+      offsets[kLnfw] = whole[kLnfw];
+      offsets[kLnfb] = whole[kLnfb];
+      if (!has_embedding) whole_region(kWte, true);
+      whole_region(kLnfw, false);
+      whole_region(kLnfb, false);
+    }
+  }
+  return layout;
+}
+
+std::vector<float> to_stage_layout(const ParameterLayout& layout, const std::vector<float>& full) {
+  if (full.size() != layout.full_size)
+    throw std::runtime_error("to_stage_layout: " + std::to_string(full.size()) + " values for a model of " +
+                             std::to_string(layout.full_size));
+  std::vector<float> stage(layout.size);
+  for (const ParameterRegion& r : layout.regions)
+    std::copy(full.begin() + r.full_offset, full.begin() + r.full_offset + r.count, stage.begin() + r.offset);
+  return stage;
+}
+
+std::vector<float> to_full_layout(const ParameterLayout& layout, const std::vector<float>& stage) {
+  if (stage.size() != layout.size)
+    throw std::runtime_error("to_full_layout: " + std::to_string(stage.size()) + " values for a stage of " +
+                             std::to_string(layout.size));
+  std::vector<float> full(layout.full_size, 0.0f);
+  for (const ParameterRegion& r : layout.regions)
+    std::copy(stage.begin() + r.offset, stage.begin() + r.offset + r.count, full.begin() + r.full_offset);
+  return full;
+}

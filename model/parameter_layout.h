@@ -1,0 +1,70 @@
+// Where one pipeline stage's parameters live. A stage allocates only the tensors of what it
+// computes (its gradients and AdamW moments have the same layout): llm.c's order restricted
+// to the stage, i.e. wte (once, when the stage has the embedding or the head: the tied output
+// projection reads it), wpe with the embedding, then for each chunk, in chunk order, every
+// per-layer tensor cut to the chunk's layers, then lnfw and lnfb with the head. The whole model
+// as one chunk is exactly llm.c's layout. The regions map each piece of the stage allocation to
+// its place in llm.c's layout of the whole model, for uploads, gathers and checkpoints.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <vector>
+
+#include "model/config.h"
+#include "model/gpt.cuh"
+#include "model/parameters.h"
+
+// A piece of a stage's parameters: one tensor outside the layers, or one layer's slice of a
+// per-layer tensor.
+struct ParameterRegion {
+  int tensor;          // a ParameterTensor
+  int layer;           // the slice's layer; 0 for wte, wpe, lnfw, lnfb
+  size_t offset;       // elements into the stage's allocation
+  size_t full_offset;  // elements into the whole model in llm.c's layout
+  size_t count;
+  bool tied_copy;      // wte on a stage with the head but not the embedding: the first stage's copy
+};
+
+struct ParameterLayout {
+  std::vector<LayerRange> chunks;
+  // Per chunk, each tensor's offset in the stage allocation (per-layer tensors: of the chunk's
+  // first layer's slice), kNotHeld for the tensors the chunk does not use.
+  std::vector<std::array<size_t, kNumParameterTensors>> chunk_offsets;
+  // Chunk by chunk, each chunk's in norm-slot order: embeddings, layers (each layer's tensors in
+  // llm.c's order), head. They cover the stage allocation exactly once.
+  std::vector<ParameterRegion> regions;
+  size_t size;       // elements of the stage allocation
+  size_t full_size;  // num_parameters: elements of the whole model
+};
+
+inline constexpr size_t kNotHeld = ~size_t(0);
+
+// The layout of the stage whose chunks are chunks (split_layers' ranges of one stage, in order).
+ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<LayerRange>& chunks);
+
+// Chunk c's views into a stage allocation (memory: layout.size elements): the model's
+// ParameterTensors with first_layer = the chunk's first layer, nullptr for tensors not used.
+template <typename T>
+ParameterTensors<T> chunk_views(T* memory, const ParameterLayout& layout, int chunk) {
+  ParameterTensors<T> views;
+  views.first_layer = layout.chunks[chunk].first_layer;
+  for (int i = 0; i < kNumParameterTensors; ++i) {
+    const size_t offset = layout.chunk_offsets[chunk][i];
+    views.*kParameterTensorMembers<T>[i] = offset == kNotHeld ? nullptr : memory + offset;
+  }
+  return views;
+}
+
+// Every chunk's views, index = chunk.
+template <typename T>
+std::vector<ParameterTensors<T>> stage_views(T* memory, const ParameterLayout& layout) {
+  std::vector<ParameterTensors<T>> views;
+  for (size_t c = 0; c < layout.chunks.size(); ++c) views.push_back(chunk_views(memory, layout, int(c)));
+  return views;
+}
+
+// The stage allocation's values (layout.size) taken from a whole model in llm.c's layout.
+std::vector<float> to_stage_layout(const ParameterLayout& layout, const std::vector<float>& full);
+// A whole model in llm.c's layout (layout.full_size) holding the stage's values (layout.size)
+// in its regions and zeros elsewhere.
+std::vector<float> to_full_layout(const ParameterLayout& layout, const std::vector<float>& stage);
