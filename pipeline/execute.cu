@@ -66,8 +66,8 @@ Activations<float>& activations_of(Executor& e, int chunk, int slot) {
 }
 
 // The chunk's forward of a microbatch from its slot's input; the head gets the targets.
-void forward_chunk(Executor& e, const ParameterTensors<float>& params, int chunk, int slot, const int* host_targets,
-                   double loss_scale, int B, int T) {
+void forward_chunk(Executor& e, const std::vector<ParameterTensors<float>>& params, int chunk, int slot,
+                   const int* host_targets, double loss_scale, int B, int T) {
   ChunkState& state = e.chunks[chunk];
   const void* input = state.inputs.buffers[slot];
   const int* targets = nullptr;
@@ -77,7 +77,7 @@ void forward_chunk(Executor& e, const ParameterTensors<float>& params, int chunk
     targets = e.targets;
   }
   const bool tokens = state.range.has_embedding;
-  gpt_forward(e.config, state.range, params, activations_of(e, chunk, slot),
+  gpt_forward(e.config, state.range, params[chunk], activations_of(e, chunk, slot),
               tokens ? static_cast<const int*>(input) : nullptr,
               tokens ? nullptr : static_cast<const float*>(input), targets, loss_scale, B, T, e.cublas, e.stream);
 }
@@ -94,7 +94,7 @@ size_t btc_floats(const Executor& e) { return size_t(e.B) * e.T * e.config.chann
 // F(microbatch, chunk): the forward, then the output's hand-over: into the next chunk's slot
 // (p == 1), or, with recompute (whose working set a later step may overwrite before the send),
 // into a send buffer. Without recompute the send reads the slot's activations, alive until B.
-double forward_step(Executor& e, const ParameterTensors<float>& params, int microbatch, int chunk,
+double forward_step(Executor& e, const std::vector<ParameterTensors<float>>& params, int microbatch, int chunk,
                     const int* host_tokens, const int* host_targets, double loss_scale) {
   ChunkState& state = e.chunks[chunk];
   const int key = key_of(e, microbatch, chunk);
@@ -124,8 +124,9 @@ double forward_step(Executor& e, const ParameterTensors<float>& params, int micr
 // B(microbatch, chunk): the forward again if the working set holds another microbatch's, the
 // backward, then the slot and the output gradient go back. The input gradient goes to a send
 // buffer, or with p == 1 straight into the previous chunk's output gradient.
-void backward_step(Executor& e, const ParameterTensors<float>& params, const ParameterTensors<float>& grads,
-                   float* grad_wte_head, int microbatch, int chunk, const int* host_targets, double loss_scale) {
+void backward_step(Executor& e, const std::vector<ParameterTensors<float>>& params,
+                   const std::vector<ParameterTensors<float>>& grads, float* grad_wte_head, int microbatch, int chunk,
+                   const int* host_targets, double loss_scale) {
   ChunkState& state = e.chunks[chunk];
   const int key = key_of(e, microbatch, chunk);
   const int slot = held(state.inputs, key);
@@ -144,7 +145,7 @@ void backward_step(Executor& e, const ParameterTensors<float>& params, const Par
                                             : take(e.grad_inputs, key);
     grad_input = static_cast<float*>(hands_over_locally(e) ? e.grad_outputs.buffers[index] : e.grad_inputs.buffers[index]);
   }
-  gpt_backward(e.config, state.range, params, grads, state.range.has_head ? grad_wte_head : nullptr,
+  gpt_backward(e.config, state.range, params[chunk], grads[chunk], state.range.has_head ? grad_wte_head : nullptr,
                activations_of(e, chunk, slot), state.scratch, embedding ? static_cast<const int*>(input) : nullptr,
                embedding ? nullptr : static_cast<const float*>(input), grad_output, grad_input, e.B, e.T, e.cublas,
                e.stream);
@@ -186,6 +187,12 @@ void transfer_step(Executor& e, const Step& step) {
     if (a.kind == ActionKind::send_forward && e.recompute) give_back(e.sends, key);
     if (a.kind == ActionKind::send_backward) give_back(e.grad_inputs, key);
   }
+}
+
+void check_views(const Executor& e, const std::vector<ParameterTensors<float>>& views, const char* function) {
+  if (views.size() != e.chunks.size())
+    throw std::runtime_error(std::string(function) + ": " + std::to_string(views.size()) + " chunks' views for " +
+                             std::to_string(e.chunks.size()) + " chunks");
 }
 
 size_t pool_bytes(const BufferPool& pool) { return pool.bytes * pool.buffers.size(); }
@@ -269,8 +276,11 @@ void destroy_executor(Executor& e) {
   e = Executor{};
 }
 
-double execute_step(Executor& e, const ParameterTensors<float>& params, const ParameterTensors<float>& grads,
-                    float* grad_wte_head, const int* host_tokens, const int* host_targets, double loss_scale) {
+double execute_step(Executor& e, const std::vector<ParameterTensors<float>>& params,
+                    const std::vector<ParameterTensors<float>>& grads, float* grad_wte_head, const int* host_tokens,
+                    const int* host_targets, double loss_scale) {
+  check_views(e, params, "execute_step");
+  check_views(e, grads, "execute_step");
   double loss_sum = 0;
   e.trace.clear();
   for (ChunkState& state : e.chunks) state.working_microbatch = -1;
@@ -295,8 +305,9 @@ double execute_step(Executor& e, const ParameterTensors<float>& params, const Pa
   return loss_sum;
 }
 
-ForwardResult execute_forward(Executor& e, const ParameterTensors<float>& params, const int* host_tokens,
-                              const int* host_targets, int B, int T) {
+ForwardResult execute_forward(Executor& e, const std::vector<ParameterTensors<float>>& params,
+                              const int* host_tokens, const int* host_targets, int B, int T) {
+  check_views(e, params, "execute_forward");
   if (B > e.B || T > e.T) throw std::runtime_error("execute_forward: the microbatch is larger than the executor's");
   ForwardResult result{0.0, nullptr};
   const size_t BT = size_t(B) * T, count = BT * e.config.channels;

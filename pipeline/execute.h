@@ -87,22 +87,25 @@ void destroy_executor(Executor& executor);
 
 // One training step's schedule over the microbatches whose tokens and targets are
 // host_tokens/host_targets (m, B, T) (the first virtual stage reads the tokens, the last the
-// targets). Parameter gradients accumulate (+=) into grads, the tied head's share of wte's into
-// grad_wte_head, every loss scaled by loss_scale. Returns the sum over the microbatches of their
-// mean losses on the stage with the head, else 0. Waits for the stream at the end and updates
-// the trace and the accounting.
-double execute_step(Executor& executor, const ParameterTensors<float>& params, const ParameterTensors<float>& grads,
-                    float* grad_wte_head, const int* host_tokens, const int* host_targets, double loss_scale);
+// targets). params[c] and grads[c] are chunk c's views (model/parameter_layout.h). Parameter
+// gradients accumulate (+=) into grads, the tied head's share of wte's into grad_wte_head
+// (nullptr on a stage without the head), every loss scaled by loss_scale. Returns the sum over
+// the microbatches of their mean losses on the stage with the head, else 0. Waits for the
+// stream at the end and updates the trace and the accounting.
+double execute_step(Executor& executor, const std::vector<ParameterTensors<float>>& params,
+                    const std::vector<ParameterTensors<float>>& grads, float* grad_wte_head, const int* host_tokens,
+                    const int* host_targets, double loss_scale);
 
 // A forward of one microbatch of B' <= B sequences of T' <= T tokens through the whole
-// pipeline, chunk after chunk (validation, sampling). host_targets may be null (no loss).
+// pipeline, chunk after chunk (validation, sampling), params as for execute_step. host_targets
+// may be null (no loss).
 struct ForwardResult {
   double loss;          // the mean loss (stage with the head and targets given), else 0
   const float* logits;  // (B', T', Vp) on the device, on the stage with the head, else nullptr;
                         // valid until the executor's next call
 };
-ForwardResult execute_forward(Executor& executor, const ParameterTensors<float>& params, const int* host_tokens,
-                              const int* host_targets, int B, int T);
+ForwardResult execute_forward(Executor& executor, const std::vector<ParameterTensors<float>>& params,
+                              const int* host_tokens, const int* host_targets, int B, int T);
 
 // The trace as one line, steps joined by spaces: to_text of the schedule when all went to plan.
 std::string trace_text(const Executor& executor);

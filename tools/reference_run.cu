@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_check.cuh"
 #include "model/atomic_file.h"
 #include "model/checkpoint.h"
 #include "model/parameters.h"
@@ -67,17 +66,14 @@ int run(int argc, char** argv) {
   Trainer trainer = create_trainer(model.config, B, T, microbatches);
   upload_parameters(trainer, model.parameters);
   BatchReader reader = make_batch_reader(data, B, T, false, 0);
-  std::vector<float> step1_gradient(num_parameters(model.config));
+  std::vector<float> step1_gradient;
   std::vector<double> losses, norms;
   for (int t = 1; t <= steps; ++t) {
     const StepResult result = train_step(trainer, reader, settings, learning_rate, t);
     losses.push_back(result.loss);
     norms.push_back(result.grad_norm);
     // The optimizer reads the gradient without changing it: after step 1 it is still step 1's.
-    if (t == 1) {
-      CUDA_CHECK(cudaMemcpy(step1_gradient.data(), trainer.gradient_memory, step1_gradient.size() * sizeof(float),
-                            cudaMemcpyDeviceToHost));
-    }
+    if (t == 1) step1_gradient = download_gradients(trainer);
   }
   destroy_trainer(trainer);
   write_file_atomically(output, {{step1_gradient.data(), step1_gradient.size() * sizeof(float)},

@@ -1,7 +1,6 @@
 // AdamW over a stage's regions, the layout-independent global norm and clipping (trainer/optimizer.h).
 #include "trainer/optimizer.h"
 
-#include <array>
 #include <cmath>
 
 #include "comm/collectives.h"
@@ -10,38 +9,16 @@
 #include "kernels/global_norm.cuh"
 #include "model/parameters.h"
 
-std::vector<ParameterRegion> stage_regions(const GPTConfig& config, const std::vector<LayerRange>& chunk_ranges) {
-  const std::array<size_t, kNumParameterTensors> sizes = parameter_tensor_sizes(config);
-  const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(config);
-  const int L = config.num_layers;
-  bool has_embedding = false;
-  for (const LayerRange& range : chunk_ranges) has_embedding = has_embedding || range.has_embedding;
-  std::vector<ParameterRegion> regions;
-  const auto whole = [&](int tensor, bool has_slot) {
-    regions.push_back({tensor, offsets[tensor], sizes[tensor], has_slot, has_slot ? norm_slot(tensor, 0, L) : 0});
-  };
-  for (const LayerRange& range : chunk_ranges) {
-    if (range.has_embedding) {
-      whole(kWte, true);
-      whole(kWpe, true);
-    }
-    for (int layer = range.first_layer; layer < range.end_layer; ++layer)
-      for (int tensor = kLn1w; tensor <= kFcprojb; ++tensor) {
-        const size_t per_layer = sizes[tensor] / L;
-        regions.push_back({tensor, offsets[tensor] + layer * per_layer, per_layer, true, norm_slot(tensor, layer, L)});
-      }
-    if (range.has_head) {
-      if (!has_embedding) whole(kWte, false);
-      whole(kLnfw, true);
-      whole(kLnfb, true);
-    }
-  }
-  return regions;
-}
+namespace {
 
-Optimizer create_optimizer(const GPTConfig& config, const std::vector<LayerRange>& chunk_ranges) {
-  const size_t n = num_parameters(config);
-  Optimizer optimizer{config, stage_regions(config, chunk_ranges), nullptr, nullptr, nullptr, nullptr, nullptr};
+// The region's slot in the norm-partials table (comm/collectives.h).
+size_t slot_of(const ParameterRegion& r, int num_layers) { return norm_slot(r.tensor, r.layer, num_layers); }
+
+}  // namespace
+
+Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layout) {
+  const size_t n = layout.size;
+  Optimizer optimizer{config, layout.regions, nullptr, nullptr, nullptr, nullptr, nullptr};
   CUDA_CHECK(cudaMalloc(&optimizer.m, n * sizeof(float)));
   CUDA_CHECK(cudaMalloc(&optimizer.v, n * sizeof(float)));
   CUDA_CHECK(cudaMalloc(&optimizer.norm_workspace,
@@ -65,23 +42,25 @@ void destroy_optimizer(Optimizer& optimizer) {
 double gradient_norm(Optimizer& optimizer, const CommGroups& groups, const float* gradients, cudaStream_t stream) {
   const size_t num_slots = norm_slot_count(optimizer.config.num_layers);
   CUDA_CHECK(cudaMemsetAsync(optimizer.norm_partials, 0, num_slots * sizeof(float), stream));
-  // One launch per run of consecutive slots (a chunk's), written straight into its slots.
+  // One launch per run of consecutive slots (a chunk's), written straight into its slots. The
+  // tied copy of wte has no slot: the first stage's counts it.
   const std::vector<ParameterRegion>& regions = optimizer.regions;
+  const int L = optimizer.config.num_layers;
   for (size_t first = 0; first < regions.size();) {
-    if (!regions[first].has_norm_slot) {
+    if (regions[first].tied_copy) {
       ++first;
       continue;
     }
     std::vector<const float*> tensors;
     std::vector<size_t> sizes;
     size_t end = first;
-    while (end < regions.size() && regions[end].has_norm_slot &&
-           regions[end].norm_slot == regions[first].norm_slot + (end - first)) {
+    while (end < regions.size() && !regions[end].tied_copy &&
+           slot_of(regions[end], L) == slot_of(regions[first], L) + (end - first)) {
       tensors.push_back(gradients + regions[end].offset);
       sizes.push_back(regions[end].count);
       ++end;
     }
-    global_norm_squared<float>(optimizer.norm_partials + regions[first].norm_slot, nullptr, optimizer.norm_workspace,
+    global_norm_squared<float>(optimizer.norm_partials + slot_of(regions[first], L), nullptr, optimizer.norm_workspace,
                                tensors.data(), sizes.data(), int(tensors.size()), stream);
     first = end;
   }
@@ -104,18 +83,4 @@ double adamw_step(Optimizer& optimizer, const CommGroups& groups, float* paramet
                         weight_decay, grad_scale, t, stream);
   }
   return norm;
-}
-
-void download_moments(const Optimizer& optimizer, std::vector<float>& m, std::vector<float>& v) {
-  const size_t n = num_parameters(optimizer.config);
-  m.resize(n);
-  v.resize(n);
-  CUDA_CHECK(cudaMemcpy(m.data(), optimizer.m, n * sizeof(float), cudaMemcpyDeviceToHost));
-  CUDA_CHECK(cudaMemcpy(v.data(), optimizer.v, n * sizeof(float), cudaMemcpyDeviceToHost));
-}
-
-void upload_moments(Optimizer& optimizer, const std::vector<float>& m, const std::vector<float>& v) {
-  const size_t n = num_parameters(optimizer.config);
-  CUDA_CHECK(cudaMemcpy(optimizer.m, m.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-  CUDA_CHECK(cudaMemcpy(optimizer.v, v.data(), n * sizeof(float), cudaMemcpyHostToDevice));
 }

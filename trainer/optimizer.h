@@ -10,7 +10,7 @@
 
 #include "comm/groups.h"
 #include "model/config.h"
-#include "model/gpt.cuh"
+#include "model/parameter_layout.h"
 
 struct AdamWSettings {
   double beta1;
@@ -20,33 +20,20 @@ struct AdamWSettings {
   double grad_clip;     // largest global gradient norm; 0: no clipping
 };
 
-// A piece of the parameter allocation a stage owns: one tensor, or one layer's slice of one.
-struct ParameterRegion {
-  int tensor;        // a ParameterTensor
-  size_t offset;     // elements into the allocation
-  size_t count;
-  bool has_norm_slot;  // false for the last stage's copy of the tied wte, counted by the first
-  size_t norm_slot;
-};
-
-// The regions of the stage whose chunks are chunk_ranges, chunk by chunk, each chunk's in
-// norm-slot order (embeddings, layers, head); wte once even when one stage has both uses.
-std::vector<ParameterRegion> stage_regions(const GPTConfig& config, const std::vector<LayerRange>& chunk_ranges);
-
-// The optimizer's device state, allocated once. The moments have the parameters' layout;
-// a stage uses its regions of them.
+// The optimizer's device state, allocated once. The moments have the layout of the stage's
+// parameters (model/parameter_layout.h).
 struct Optimizer {
   GPTConfig config;
-  std::vector<ParameterRegion> regions;
-  float* m;               // (num_parameters) first moments
-  float* v;               // (num_parameters) second moments
+  std::vector<ParameterRegion> regions;  // the stage's
+  float* m;               // (stage size) first moments
+  float* v;               // (stage size) second moments
   float* norm_workspace;  // (global_norm_workspace_size(regions))
   float* norm_partials;   // (norm_slot_count(L)) the squared sum of each slot
   float* squared_norm;    // (1)
 };
 
 // Moments start at zero.
-Optimizer create_optimizer(const GPTConfig& config, const std::vector<LayerRange>& chunk_ranges);
+Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layout);
 void destroy_optimizer(Optimizer& optimizer);
 
 // The global gradient norm: this stage's slots, gathered over the pipeline and summed in slot
@@ -54,11 +41,7 @@ void destroy_optimizer(Optimizer& optimizer);
 double gradient_norm(Optimizer& optimizer, const CommGroups& groups, const float* gradients, cudaStream_t stream);
 
 // One AdamW step t (1, 2, ...) of the stage's regions with the given learning rate, the gradient
-// scaled by clip_factor(norm, grad_clip) when clipping is on. parameters and gradients are whole
-// allocations (num_parameters) in llm.c's layout. Returns the norm before clipping.
+// scaled by clip_factor(norm, grad_clip) when clipping is on. parameters and gradients are the
+// stage's allocations. Returns the norm before clipping.
 double adamw_step(Optimizer& optimizer, const CommGroups& groups, float* parameters, const float* gradients,
                   const AdamWSettings& settings, double learning_rate, int t, cudaStream_t stream);
-
-// The moments to and from the host (num_parameters each), for checkpoints.
-void download_moments(const Optimizer& optimizer, std::vector<float>& m, std::vector<float>& v);
-void upload_moments(Optimizer& optimizer, const std::vector<float>& m, const std::vector<float>& v);

@@ -148,7 +148,7 @@ RunResult run_training(const RunSetup& setup, std::FILE* out) {
   upload_parameters(*trainer, start.parameters);
   RunPosition position{0, 0, sampler_seed_state(options.seed)};
   if (start.resumed) {
-    upload_moments(trainer->optimizer, start.m, start.v);
+    upload_moments(*trainer, start.m, start.v);
     position = start.position;
     train_reader.next_microbatch = position.data_position;
   }

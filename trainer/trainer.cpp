@@ -28,20 +28,39 @@ bool has_head(const std::vector<LayerRange>& chunks) {
 
 size_t wte_size(const GPTConfig& config) { return size_t(config.padded_vocab_size) * config.channels; }
 
-// memory (num_parameters, device) with replica 0's stages' regions brought together on world
-// rank 0 (the others' copies hold their own regions only).
+// The stage's wte (in parameters or gradients), or nullptr on a stage with neither embedding nor head.
+float* wte_of(const Trainer& trainer, float* memory) {
+  for (const ParameterRegion& r : trainer.parameter_layout.regions)
+    if (r.tensor == kWte) return memory + r.offset;
+  return nullptr;
+}
+
+// A stage allocation (device) in llm.c's layout on the host, zeros outside the stage's regions.
+std::vector<float> download_full_layout(const Trainer& trainer, const float* memory) {
+  std::vector<float> stage(trainer.parameter_layout.size);
+  CUDA_CHECK(cudaMemcpy(stage.data(), memory, stage.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  return to_full_layout(trainer.parameter_layout, stage);
+}
+
+// The stage's regions of a whole model (llm.c's layout, host) into a stage allocation (device).
+void upload_full_layout(const Trainer& trainer, float* memory, const std::vector<float>& full) {
+  const std::vector<float> stage = to_stage_layout(trainer.parameter_layout, full);
+  CUDA_CHECK(cudaMemcpy(memory, stage.data(), stage.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+// A stage allocation (device) with replica 0's stages' regions brought together in llm.c's
+// layout on world rank 0 (the others' copies hold their own regions only).
 std::vector<float> gather_regions(const Trainer& trainer, const float* memory) {
-  std::vector<float> host(num_parameters(trainer.config));
-  CUDA_CHECK(cudaMemcpy(host.data(), memory, host.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  std::vector<float> host = download_full_layout(trainer, memory);
   const Mesh& mesh = trainer.groups.mesh;
   if (mesh.pp == 1 || mesh.dp_rank != 0) return host;
   const auto regions_of = [&](int stage) {
-    return stage_regions(trainer.config, chunks_of_stage(trainer.virtual_stages, mesh.pp, stage));
+    return parameter_layout(trainer.config, chunks_of_stage(trainer.virtual_stages, mesh.pp, stage)).regions;
   };
   if (mesh.pp_rank > 0) {
     std::vector<float> packed;
     for (const ParameterRegion& r : regions_of(mesh.pp_rank))
-      packed.insert(packed.end(), host.begin() + r.offset, host.begin() + r.offset + r.count);
+      packed.insert(packed.end(), host.begin() + r.full_offset, host.begin() + r.full_offset + r.count);
     send_floats(packed.data(), packed.size(), world_rank_of(mesh, 0, 0));
     return host;
   }
@@ -53,7 +72,7 @@ std::vector<float> gather_regions(const Trainer& trainer, const float* memory) {
     receive_floats(packed.data(), total, world_rank_of(mesh, 0, stage));
     size_t at = 0;
     for (const ParameterRegion& r : regions) {
-      std::copy(packed.begin() + at, packed.begin() + at + r.count, host.begin() + r.offset);
+      std::copy(packed.begin() + at, packed.begin() + at + r.count, host.begin() + r.full_offset);
       at += r.count;
     }
   }
@@ -108,17 +127,19 @@ Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayo
   CUDA_CHECK(cudaStreamCreate(&trainer.stream));
   CUBLAS_CHECK(cublasCreate(&trainer.cublas));
   CUBLAS_CHECK(cublasSetStream(trainer.cublas, trainer.stream));
-  const size_t n = num_parameters(config);
+  trainer.parameter_layout = parameter_layout(config, trainer.chunks);
+  const size_t n = trainer.parameter_layout.size;
   CUDA_CHECK(cudaMalloc(&trainer.parameter_memory, n * sizeof(float)));
   CUDA_CHECK(cudaMalloc(&trainer.gradient_memory, n * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(&trainer.grad_wte_head, wte_size(config) * sizeof(float)));
-  trainer.params = point_views(trainer.parameter_memory, config);
-  trainer.grads = point_views(trainer.gradient_memory, config);
+  trainer.grad_wte_head = nullptr;
+  if (has_head(trainer.chunks)) CUDA_CHECK(cudaMalloc(&trainer.grad_wte_head, wte_size(config) * sizeof(float)));
+  trainer.params = stage_views(trainer.parameter_memory, trainer.parameter_layout);
+  trainer.grads = stage_views(trainer.gradient_memory, trainer.parameter_layout);
   const StageSchedule schedule =
       make_schedule(layout.schedule, mesh.pp, layout.microbatches, layout.virtual_stages, mesh.pp_rank);
   trainer.executor = create_executor(config, B, T, schedule, trainer.chunks, mesh.pp, mesh.pp_rank, layout.recompute,
                                      trainer.groups, trainer.cublas, trainer.stream);
-  trainer.optimizer = create_optimizer(config, trainer.chunks);
+  trainer.optimizer = create_optimizer(config, trainer.parameter_layout);
   const size_t BT = size_t(B) * T;
   trainer.host_tokens.resize(layout.microbatches * BT);
   trainer.host_targets.resize(layout.microbatches * BT);
@@ -143,9 +164,12 @@ void destroy_trainer(Trainer& trainer) {
 }
 
 void upload_parameters(Trainer& trainer, const std::vector<float>& parameters) {
-  const size_t n = num_parameters(trainer.config);
-  if (parameters.size() != n) throw std::runtime_error("upload_parameters: wrong number of parameters");
-  CUDA_CHECK(cudaMemcpy(trainer.parameter_memory, parameters.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  upload_full_layout(trainer, trainer.parameter_memory, parameters);
+}
+
+void upload_moments(Trainer& trainer, const std::vector<float>& m, const std::vector<float>& v) {
+  upload_full_layout(trainer, trainer.optimizer.m, m);
+  upload_full_layout(trainer, trainer.optimizer.v, v);
 }
 
 std::vector<float> gather_parameters(const Trainer& trainer) { return gather_regions(trainer, trainer.parameter_memory); }
@@ -153,6 +177,10 @@ std::vector<float> gather_parameters(const Trainer& trainer) { return gather_reg
 void gather_moments(const Trainer& trainer, std::vector<float>& m, std::vector<float>& v) {
   m = gather_regions(trainer, trainer.optimizer.m);
   v = gather_regions(trainer, trainer.optimizer.v);
+}
+
+std::vector<float> download_gradients(const Trainer& trainer) {
+  return download_full_layout(trainer, trainer.gradient_memory);
 }
 
 StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings& settings, double learning_rate,
@@ -167,16 +195,18 @@ StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings
     read_microbatch(reader, trainer.host_tokens.data() + k * BT, trainer.host_targets.data() + k * BT);
   reader.next_microbatch = step_start + uint64_t(mesh.dp) * m;
 
-  CUDA_CHECK(cudaMemsetAsync(trainer.gradient_memory, 0, num_parameters(config) * sizeof(float), trainer.stream));
-  CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config) * sizeof(float), trainer.stream));
+  CUDA_CHECK(
+      cudaMemsetAsync(trainer.gradient_memory, 0, trainer.parameter_layout.size * sizeof(float), trainer.stream));
+  const bool head = has_head(trainer.chunks);
+  if (head) CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config) * sizeof(float), trainer.stream));
   const double loss_scale = 1.0 / (double(BT) * m * mesh.dp);
   double loss = execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head,
                              trainer.host_tokens.data(), trainer.host_targets.data(), loss_scale);
   // The tied embedding: the head's share joins wte's gradient on the stage with the head (zero
   // there unless it also has the embedding), then the first and last stage add their copies.
-  if (has_head(trainer.chunks))
-    sum_tied_embedding_gradient(config, trainer.grads.wte, trainer.grad_wte_head, trainer.stream);
-  allreduce_tied_embedding_gradient(trainer.groups, trainer.grads.wte, wte_size(config), ncclFloat32, trainer.stream);
+  float* grad_wte = wte_of(trainer, trainer.gradient_memory);
+  if (head) sum_tied_embedding_gradient(config, grad_wte, trainer.grad_wte_head, trainer.stream);
+  allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config), ncclFloat32, trainer.stream);
   for (const ParameterRegion& r : trainer.optimizer.regions)
     allreduce_data_parallel_gradients(trainer.groups, trainer.gradient_memory + r.offset, r.count, ncclFloat32,
                                       trainer.stream);

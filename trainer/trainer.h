@@ -1,8 +1,8 @@
 // One pipeline stage of one data-parallel replica on the device: this rank's parameters and
-// gradients, its executor (pipeline/execute.h) and optimizer, and what a training run does with
-// them: an optimizer step over the step's microbatches, the validation loss, the next-token
-// logits for sampling, and the full model gathered for checkpoints. The single-process trainer
-// is the case pp = dp = 1 of the same code.
+// gradients (those of the stage's own tensors only), its executor (pipeline/execute.h) and
+// optimizer, and what a training run does with them: an optimizer step over the step's
+// microbatches, the validation loss, the next-token logits for sampling, and the full model
+// gathered for checkpoints. The single-process trainer is the case pp = dp = 1 of the same code.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 #include "comm/groups.h"
 #include "model/config.h"
 #include "model/gpt.cuh"
+#include "model/parameter_layout.h"
 #include "model/parameters.h"
 #include "pipeline/execute.h"
 #include "pipeline/schedule.h"
@@ -39,11 +40,12 @@ struct Trainer {
   std::vector<LayerRange> chunks;          // this stage's
   cudaStream_t stream;
   cublasHandle_t cublas;
-  float* parameter_memory;  // (num_parameters) llm.c's layout; the stage's regions are used
-  float* gradient_memory;   // (num_parameters) the same layout
-  float* grad_wte_head;     // (Vp, C) the tied output projection's share of wte's gradient
-  ParameterTensors<float> params;
-  ParameterTensors<float> grads;
+  ParameterLayout parameter_layout;  // where this stage's tensors live (model/parameter_layout.h)
+  float* parameter_memory;           // (parameter_layout.size) the stage's parameters
+  float* gradient_memory;            // (parameter_layout.size) their gradients
+  float* grad_wte_head;  // (Vp, C) the tied output projection's share of wte's gradient; nullptr without the head
+  std::vector<ParameterTensors<float>> params;  // chunk c's views of parameter_memory
+  std::vector<ParameterTensors<float>> grads;   // and of gradient_memory
   Executor executor;
   Optimizer optimizer;
   std::vector<int> host_tokens;    // (microbatches, B, T)
@@ -63,13 +65,19 @@ Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayo
 Trainer create_trainer(const GPTConfig& config, int B, int T, int microbatches);
 void destroy_trainer(Trainer& trainer);
 
-// num_parameters(config) values in llm.c's order, to every rank's device.
+// The whole model (num_parameters(config) values in llm.c's layout): each rank's device gets its
+// stage's regions of it.
 void upload_parameters(Trainer& trainer, const std::vector<float>& parameters);
-// The full model on world rank 0, gathered from the stages of replica 0 (other ranks of that
-// replica send their regions and get their own copy back). Collective over replica 0.
+// The same for the AdamW moments (a resumed run's).
+void upload_moments(Trainer& trainer, const std::vector<float>& m, const std::vector<float>& v);
+// The full model on world rank 0, gathered from the stages of replica 0 (the other ranks get
+// their own regions in llm.c's layout, zeros elsewhere). Collective over replica 0.
 std::vector<float> gather_parameters(const Trainer& trainer);
 // The same for the AdamW moments.
 void gather_moments(const Trainer& trainer, std::vector<float>& m, std::vector<float>& v);
+// This stage's gradients (after a step, that step's) in llm.c's layout of the whole model, zeros
+// outside the stage's regions.
+std::vector<float> download_gradients(const Trainer& trainer);
 
 struct StepResult {
   double loss;       // the mean of the step's microbatch losses over all replicas (every rank)

@@ -20,7 +20,6 @@
 #include "comm/groups.h"
 #include "comm/mesh.h"
 #include "comm/nccl_check.cuh"
-#include "kernels/cuda_check.cuh"
 #include "model/config.h"
 #include "model/parameters.h"
 #include "pipeline/execute.h"
@@ -86,7 +85,7 @@ inline std::vector<float> initial_parameters(const GPTConfig& config) {
 
 struct Outcome {
   std::vector<double> losses;                // per step
-  std::vector<float> gradients;              // after step 1, the whole allocation (the rank's regions valid)
+  std::vector<float> gradients;              // after step 1, in llm.c's layout (the rank's regions valid)
   std::vector<ParameterRegion> regions;      // the rank's
   std::string trace, schedule_text;          // step 1's executed steps, and the schedule's text
   ExecutorAccounting accounting;
@@ -102,13 +101,11 @@ inline Outcome run(const Case& c, const CommGroups& groups, int steps) {
   for (int t = 1; t <= steps; ++t) {
     outcome.losses.push_back(train_step(trainer, reader, kSettings, kLearningRate, t).loss);
     if (t == 1) {
-      outcome.gradients.resize(num_parameters(config));
-      CUDA_CHECK(cudaMemcpy(outcome.gradients.data(), trainer.gradient_memory,
-                            outcome.gradients.size() * sizeof(float), cudaMemcpyDeviceToHost));
+      outcome.gradients = download_gradients(trainer);
       outcome.trace = trace_text(trainer.executor);
     }
   }
-  outcome.regions = trainer.optimizer.regions;
+  outcome.regions = trainer.parameter_layout.regions;
   outcome.schedule_text = to_text(make_schedule(c.schedule, c.pp, c.m, c.v, groups.mesh.pp_rank));
   outcome.accounting = trainer.executor.accounting;
   destroy_trainer(trainer);
@@ -192,8 +189,8 @@ inline void expect_cases_match(const std::vector<Case>& cases, int steps, double
             << "step " << i + 1;
     }
     for (const ParameterRegion& r : outcome.regions) {
-      const float* got = outcome.gradients.data() + r.offset;
-      const float* want = expected.gradients.data() + r.offset;
+      const float* got = outcome.gradients.data() + r.full_offset;
+      const float* want = expected.gradients.data() + r.full_offset;
       float largest = 0, worst = 0;
       for (size_t i = 0; i < r.count; ++i) {
         largest = std::max(largest, std::fabs(want[i]));
@@ -201,9 +198,9 @@ inline void expect_cases_match(const std::vector<Case>& cases, int steps, double
       }
       if (relative_tolerance == 0) {
         EXPECT_TRUE(std::equal(got, got + r.count, want))
-            << parameter_tensor_name(r.tensor) << " at " << r.offset << " differs by up to " << worst;
+            << parameter_tensor_name(r.tensor) << " at " << r.full_offset << " differs by up to " << worst;
       } else {
-        EXPECT_LE(worst, relative_tolerance * largest) << parameter_tensor_name(r.tensor) << " at " << r.offset;
+        EXPECT_LE(worst, relative_tolerance * largest) << parameter_tensor_name(r.tensor) << " at " << r.full_offset;
       }
     }
   }

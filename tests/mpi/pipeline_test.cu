@@ -2,7 +2,8 @@
 // 2, 4 and 8 ranks are layouts_test.cu's): the interleaved schedule round a ring of 4 stages
 // gives the single-stage step bitwise; the executor allocates the schedule's slots and no more,
 // with recompute each slot is the stage input, and nothing after the first step; the executor
-// runs exactly the printed schedule; a 4-stage checkpoint resumes bitwise.
+// runs exactly the printed schedule; each stage allocates only its own tensors; a 4-stage
+// checkpoint resumes bitwise.
 // The model is pipeline_harness.h's tiny one: the file runs in a few seconds in the CPU build.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda_check.cuh"
 #include "tests/file_tools.h"
 #include "tests/mpi/pipeline_harness.h"
 #include "trainer/options.h"
@@ -63,6 +65,51 @@ TEST(Pipeline, NoDeviceAllocationAfterTheFirstStep) {
     train_step(trainer, reader, kSettings, kLearningRate, 2);
     CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
     EXPECT_EQ(free_after, free_before) << (recompute ? "recompute" : "");
+    destroy_trainer(trainer);
+  }
+}
+
+// Each stage allocates only its own tensors: its parameter allocation is exactly its regions;
+// stage 0 holds wte and wpe, stage 3 a tied copy of wte and lnf, the middle stages neither; the
+// stages' layers together are the model's, each once. For one chunk per stage and for two.
+TEST(Pipeline, EachStageAllocatesOnlyItsOwnTensors) {
+  WorldGroups world(1, 4);
+  const int stage = rank_in_world();
+  for (const int v : {1, 2}) {
+    SCOPED_TRACE("v " + std::to_string(v));
+    const GPTConfig config = config_of(4 * v);
+    const ScheduleKind kind = v == 1 ? ScheduleKind::one_f_one_b : ScheduleKind::interleaved;
+    Trainer trainer = create_trainer(config, kB, kT, {kind, 4, v, false, {}}, world.groups);
+    const ParameterLayout& layout = trainer.parameter_layout;
+    size_t held = 0, layer_elements = 0;
+    std::vector<int> wte, others;  // tied_copy of each wte region; the other tensors outside the layers
+    for (const ParameterRegion& r : layout.regions) {
+      held += r.count;
+      if (parameter_tensor_is_per_layer(r.tensor)) layer_elements += r.count;
+      else if (r.tensor == kWte) wte.push_back(r.tied_copy);
+      else others.push_back(r.tensor);
+    }
+    EXPECT_EQ(held, layout.size);
+    EXPECT_EQ(layer_elements, size_t(v) * parameters_per_layer(config));
+    const size_t C = config.channels, wte_size = size_t(config.padded_vocab_size) * C;
+    const size_t wpe_size = size_t(config.max_seq_len) * C;
+    if (stage == 0) {
+      EXPECT_EQ(wte, std::vector<int>{false});
+      EXPECT_EQ(others, std::vector<int>{kWpe});
+      EXPECT_EQ(layout.size, wte_size + wpe_size + layer_elements);
+    } else if (stage == 3) {
+      EXPECT_EQ(wte, std::vector<int>{true});
+      EXPECT_EQ(others, (std::vector<int>{kLnfw, kLnfb}));
+      EXPECT_EQ(layout.size, wte_size + layer_elements + 2 * C);
+    } else {
+      EXPECT_TRUE(wte.empty());
+      EXPECT_TRUE(others.empty());
+      EXPECT_EQ(layout.size, layer_elements);
+    }
+    EXPECT_EQ(trainer.grad_wte_head != nullptr, stage == 3);  // the head's share of wte's gradient
+    unsigned long long total_layer_elements = layer_elements;
+    MPI_Allreduce(MPI_IN_PLACE, &total_layer_elements, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(total_layer_elements, size_t(config.num_layers) * parameters_per_layer(config));
     destroy_trainer(trainer);
   }
 }
