@@ -3,9 +3,6 @@
 // per-head products as cuBLAS strided batches over the B * NH heads.
 #include "kernels/attention.cuh"
 
-#include <cooperative_groups.h>
-#include <cooperative_groups/reduce.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +10,7 @@
 #include "kernels/element.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/launch.cuh"
+#include "kernels/warp_reduce.cuh"
 
 namespace {
 
@@ -23,18 +21,6 @@ constexpr int kSoftmaxRowsPerBlock = kSoftmaxThreads / kWarpSize;
 
 __device__ inline float exponential(float x) { return expf(x); }
 __device__ inline double exponential(double x) { return exp(x); }
-
-namespace cg = cooperative_groups;
-
-// Sum and maximum over the 32 lanes of a warp, called by all of them; every lane gets the result.
-template <typename Real>
-__device__ Real warp_sum(Real value) {
-  return cg::reduce(cg::tiled_partition<kWarpSize>(cg::this_thread_block()), value, cg::plus<Real>());
-}
-template <typename Real>
-__device__ Real warp_max(Real value) {
-  return cg::reduce(cg::tiled_partition<kWarpSize>(cg::this_thread_block()), value, cg::greater<Real>());
-}
 
 // out (parts, B, NH, T, HS) from inp (B, T, parts, NH, HS): splits rows of parts * C
 // channels into per-head matrices. One thread per element, consecutive threads on

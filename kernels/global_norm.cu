@@ -3,12 +3,10 @@
 // and one block sums the tensors; each reduction has an order fixed by the sizes alone.
 #include "kernels/global_norm.cuh"
 
-#include <cooperative_groups.h>
-#include <cooperative_groups/reduce.h>
-
 #include <algorithm>
 
 #include "kernels/launch.cuh"
+#include "kernels/warp_reduce.cuh"
 
 namespace {
 
@@ -19,15 +17,13 @@ constexpr size_t kNormElementsPerThread = 16;
 constexpr int kRowSumThreads = 256;
 constexpr int kScaleThreads = 512;
 
-namespace cg = cooperative_groups;
-
 // The sum of value over the block, valid in thread 0: a reduction within each warp, then
 // thread 0 adds the warps' sums in warp order. Once per kernel (its shared memory is not
 // reused, so no closing barrier).
 template <typename S>
 __device__ S block_sum(S value) {
   __shared__ S warp_sums[32];
-  value = cg::reduce(cg::tiled_partition<32>(cg::this_thread_block()), value, cg::plus<S>());
+  value = warp_sum(value);
   if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = value;
   __syncthreads();
   S sum = S(0);

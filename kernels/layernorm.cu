@@ -3,10 +3,8 @@
 // the weight and bias gradients. Then the launchers.
 #include "kernels/layernorm.cuh"
 
-#include <cooperative_groups.h>
-#include <cooperative_groups/reduce.h>
-
 #include "kernels/launch.cuh"
+#include "kernels/warp_reduce.cuh"
 
 namespace {
 
@@ -20,14 +18,6 @@ constexpr int kColumnsPerBlock = 32;
 constexpr int kRowLanes = 8;
 constexpr int kRowsPerGroup = 128;
 constexpr int kColumnThreads = 256;  // the second pass: one thread per column
-
-namespace cg = cooperative_groups;
-
-// Sum over the 32 lanes of a warp, called by all of them; every lane gets the result.
-template <typename Real>
-__device__ Real warp_sum(Real value) {
-  return cg::reduce(cg::tiled_partition<kWarpSize>(cg::this_thread_block()), value, cg::plus<Real>());
-}
 
 __device__ inline float reciprocal_sqrt(float x) { return rsqrtf(x); }
 __device__ inline double reciprocal_sqrt(double x) { return 1.0 / sqrt(x); }

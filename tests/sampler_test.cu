@@ -14,28 +14,30 @@ namespace {
 // the weights square, 1/14, 4/14, 9/14.
 const std::vector<float> kLogits = {0.0f, float(std::log(2.0)), float(std::log(3.0))};
 
+// A coin, a temperature and the token the coin must draw.
+struct Draw {
+  float coin;
+  double temperature;
+  int token;
+};
+
+void expect_draws(const std::vector<Draw>& draws) {
+  for (const Draw& d : draws)
+    EXPECT_EQ(sample_from_logits(kLogits, d.coin, d.temperature), d.token)
+        << "coin " << d.coin << ", temperature " << d.temperature;
+}
+
 TEST(Sampler, TheCoinFallsIntoTheCumulativeSoftmax) {
   // Cumulative 1/6 = 0.1667, 3/6 = 0.5: coins just either side of each boundary.
-  EXPECT_EQ(sample_from_logits(kLogits, 0.0f, 1.0), 0);
-  EXPECT_EQ(sample_from_logits(kLogits, 0.16f, 1.0), 0);
-  EXPECT_EQ(sample_from_logits(kLogits, 0.17f, 1.0), 1);
-  EXPECT_EQ(sample_from_logits(kLogits, 0.49f, 1.0), 1);
-  EXPECT_EQ(sample_from_logits(kLogits, 0.51f, 1.0), 2);
-  EXPECT_EQ(sample_from_logits(kLogits, 0.9999f, 1.0), 2);
+  expect_draws({{0.0f, 1.0, 0}, {0.16f, 1.0, 0}, {0.17f, 1.0, 1}, {0.49f, 1.0, 1}, {0.51f, 1.0, 2}, {0.9999f, 1.0, 2}});
 }
 
 TEST(Sampler, TemperatureSharpensOrFlattensTheDistribution) {
   // Temperature 1/2, cumulative 1/14 = 0.0714 and 5/14 = 0.3571.
-  EXPECT_EQ(sample_from_logits(kLogits, 0.07f, 0.5), 0);
-  EXPECT_EQ(sample_from_logits(kLogits, 0.08f, 0.5), 1);
-  EXPECT_EQ(sample_from_logits(kLogits, 0.35f, 0.5), 1);
-  EXPECT_EQ(sample_from_logits(kLogits, 0.36f, 0.5), 2);
+  expect_draws({{0.07f, 0.5, 0}, {0.08f, 0.5, 1}, {0.35f, 0.5, 1}, {0.36f, 0.5, 2}});
   // A very high temperature is nearly uniform (boundaries near 1/3, 2/3); a very low one
   // always takes the largest logit.
-  EXPECT_EQ(sample_from_logits(kLogits, 0.32f, 1e6), 0);
-  EXPECT_EQ(sample_from_logits(kLogits, 0.34f, 1e6), 1);
-  EXPECT_EQ(sample_from_logits(kLogits, 1e-6f, 1e-3), 2);
-  EXPECT_EQ(sample_from_logits(kLogits, 0.5f, 1e-3), 2);
+  expect_draws({{0.32f, 1e6, 0}, {0.34f, 1e6, 1}, {1e-6f, 1e-3, 2}, {0.5f, 1e-3, 2}});
 }
 
 TEST(Sampler, LogitsFarApartDoNotOverflow) {

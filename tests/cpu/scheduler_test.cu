@@ -1,7 +1,8 @@
 // The CPU build as a test harness for kernels: reordered threads expose a missing
 // __syncthreads, poisoned dynamic shared memory exposes a read before write, and a
 // barrier or warp collective that some thread never reaches is reported naming the
-// kernel instead of hanging; cooperative_groups::reduce keeps the shuffles' order. Also: launch-configuration errors as CUDA gives them.
+// kernel instead of hanging; cooperative_groups::reduce keeps the shuffles' order. Also:
+// launch-configuration errors as CUDA gives them.
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
 #include <gtest/gtest.h>
