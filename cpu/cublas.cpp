@@ -1,25 +1,30 @@
-// cuBLAS on the CPU, over OpenBLAS: the handle (stream, math and pointer modes), status
+// cuBLAS on the CPU, over OpenBLAS: the handle (device, stream, math and pointer modes), status
 // strings, and the GEMMs the project calls (Sgemm, Dgemm, their strided batches, and
 // GemmEx / GemmStridedBatchedEx for fp32, bf16 and fp64), with cuBLAS's column-major
-// semantics and argument checks. Any other use aborts with its name (cpu::unsupported).
+// semantics and argument checks. A GEMM is queued on the handle's stream (alpha and beta are
+// read at the call, as host pointers are); its matrices must be memory of the handle's device.
+// Any other use aborts with its name (cpu::unsupported).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "cpu/memory.h"
 #include "cpu/runtime_state.h"
 #include "cpu/settings.h"
+#include "cpu/streams.h"
 
 // cuBLAS's header only declares the handle's type; each implementation defines it.
 struct cublasContext {
-  cudaStream_t stream = nullptr;  // recorded only: work here has finished when a call returns
+  int device;  // current when the handle was made
+  cudaStream_t stream = nullptr;
   cublasMath_t math_mode = CUBLAS_DEFAULT_MATH;
-  // fp32 copies of bf16 operands, kept so that repeated GEMMs do not allocate.
-  std::vector<float> a_fp32, b_fp32, c_fp32;
 };
 
 namespace {
@@ -49,6 +54,38 @@ cublasStatus_t check_gemm(cublasHandle_t handle, const Shape& s, const void* alp
       alpha == nullptr || beta == nullptr || (C == nullptr && s.m > 0 && s.n > 0))
     return CUBLAS_STATUS_INVALID_VALUE;
   if (cpu::sticky_error() != cudaSuccess) return CUBLAS_STATUS_EXECUTION_FAILED;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// Bytes a batch of (rows, cols) matrices spans in memory, from its first element to its last.
+size_t matrix_span(int rows, int cols, int ld, long long stride, int batch_count, size_t element_bytes) {
+  if (rows == 0 || cols == 0 || batch_count == 0) return 0;
+  return (size_t(batch_count - 1) * size_t(std::max(0LL, stride)) + size_t(cols - 1) * ld + rows) * element_bytes;
+}
+
+// A GEMM's operands must be memory of the handle's device. On a GPU another device's or host
+// memory makes the kernel fault: the context fails (cudaErrorIllegalAddress) and so does the call.
+// Then the GEMM is queued on the handle's stream.
+cublasStatus_t queue_gemm(const char* function, cublasHandle_t handle, const Shape& s, const void* A,
+                          long long stride_a, const void* B, long long stride_b, const void* C, long long stride_c,
+                          int batch_count, size_t ab_bytes, size_t c_bytes, std::function<void()> work) {
+  const struct {
+    const char* name;
+    const void* p;
+    size_t bytes;
+  } operands[] = {{"A", A, matrix_span(rows_a(s), cols_a(s), s.lda, stride_a, batch_count, ab_bytes)},
+                  {"B", B, matrix_span(rows_b(s), cols_b(s), s.ldb, stride_b, batch_count, ab_bytes)},
+                  {"C", C, matrix_span(s.m, s.n, s.ldc, stride_c, batch_count, c_bytes)}};
+  for (const auto& operand : operands) {
+    cpu::Allocation a;
+    if (operand.bytes == 0 || (cpu::find_allocation(operand.p, operand.bytes, a) && a.device == handle->device))
+      continue;
+    std::fprintf(stderr, "cpu: %s on device %d: %s (%p, %zu bytes) is not inside one allocation of that device\n",
+                 function, handle->device, operand.name, operand.p, operand.bytes);
+    cpu::set_sticky_error(cudaErrorIllegalAddress);
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
+  cpu::enqueue(handle->stream, function, std::move(work));
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -88,9 +125,14 @@ void narrow(const std::vector<float>& in, int rows, int cols, __nv_bfloat16* out
 
 // bf16 A and B, C in bf16 or fp32: the inputs are widened to fp32 (exactly), the GEMM
 // runs in fp32, and a bf16 C is rounded once at the end, as cuBLAS with CUBLAS_COMPUTE_32F.
-void gemm_batched_bf16(cublasContext& handle, const Shape& s, float alpha, const __nv_bfloat16* A,
-                       long long stride_a, const __nv_bfloat16* B, long long stride_b, float beta, void* C,
-                       cudaDataType c_type, long long stride_c, int batch_count) {
+void gemm_batched_bf16(const Shape& s, float alpha, const __nv_bfloat16* A, long long stride_a,
+                       const __nv_bfloat16* B, long long stride_b, float beta, void* C, cudaDataType c_type,
+                       long long stride_c, int batch_count) {
+  // fp32 copies of the operands, kept by the stream worker so that repeated GEMMs do not allocate.
+  struct Scratch {
+    std::vector<float> a_fp32, b_fp32, c_fp32;
+  };
+  thread_local Scratch handle;
   Shape packed = s;
   packed.lda = std::max(1, rows_a(s));
   packed.ldb = std::max(1, rows_b(s));
@@ -158,19 +200,26 @@ cublasStatus_t gemm_ex(const char* function, cublasHandle_t handle, const Shape&
   if (status != CUBLAS_STATUS_SUCCESS) return status;
   // alpha and beta have the compute type: float for the fp32 computes, double for fp64.
   if (fp32) {
-    gemm_batched(s, *static_cast<const float*>(alpha), static_cast<const float*>(A), stride_a,
-                 static_cast<const float*>(B), stride_b, *static_cast<const float*>(beta), static_cast<float*>(C),
-                 stride_c, batch_count);
-  } else if (bf16) {
-    gemm_batched_bf16(*handle, s, *static_cast<const float*>(alpha), static_cast<const __nv_bfloat16*>(A),
-                      stride_a, static_cast<const __nv_bfloat16*>(B), stride_b, *static_cast<const float*>(beta),
-                      C, c_type, stride_c, batch_count);
-  } else {
-    gemm_batched(s, *static_cast<const double*>(alpha), static_cast<const double*>(A), stride_a,
-                 static_cast<const double*>(B), stride_b, *static_cast<const double*>(beta),
-                 static_cast<double*>(C), stride_c, batch_count);
+    const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+    return queue_gemm(function, handle, s, A, stride_a, B, stride_b, C, stride_c, batch_count, 4, 4, [=] {
+      gemm_batched(s, a, static_cast<const float*>(A), stride_a, static_cast<const float*>(B), stride_b, b,
+                   static_cast<float*>(C), stride_c, batch_count);
+    });
   }
-  return CUBLAS_STATUS_SUCCESS;
+  if (bf16) {
+    const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
+    return queue_gemm(function, handle, s, A, stride_a, B, stride_b, C, stride_c, batch_count, 2,
+                      c_type == CUDA_R_32F ? 4 : 2, [=] {
+                        gemm_batched_bf16(s, a, static_cast<const __nv_bfloat16*>(A), stride_a,
+                                          static_cast<const __nv_bfloat16*>(B), stride_b, b, C, c_type, stride_c,
+                                          batch_count);
+                      });
+  }
+  const double a = *static_cast<const double*>(alpha), b = *static_cast<const double*>(beta);
+  return queue_gemm(function, handle, s, A, stride_a, B, stride_b, C, stride_c, batch_count, 8, 8, [=] {
+    gemm_batched(s, a, static_cast<const double*>(A), stride_a, static_cast<const double*>(B), stride_b, b,
+                 static_cast<double*>(C), stride_c, batch_count);
+  });
 }
 
 }  // namespace
@@ -180,11 +229,13 @@ cublasStatus_t gemm_ex(const char* function, cublasHandle_t handle, const Shape&
 cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
   if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
   static const bool blas_threads_set = [] {
-    openblas_set_num_threads(cpu::settings().blas_threads);
+    // In strict mode only stream workers may touch device memory, and OpenBLAS's own threads are
+    // not stream workers: the GEMM then runs on the worker alone.
+    openblas_set_num_threads(cpu::settings().strict_memory ? 1 : cpu::settings().blas_threads);
     return true;
   }();
   (void)blas_threads_set;
-  *handle = new cublasContext;
+  *handle = new cublasContext{cpu::current_device()};
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -290,8 +341,9 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
   const Shape s{transa, transb, m, n, k, lda, ldb, ldc};
   const cublasStatus_t status = check_gemm(handle, s, alpha, beta, C, batchCount);
   if (status != CUBLAS_STATUS_SUCCESS) return status;
-  gemm_batched(s, *alpha, A, strideA, B, strideB, *beta, C, strideC, batchCount);
-  return CUBLAS_STATUS_SUCCESS;
+  const float a = *alpha, b = *beta;
+  return queue_gemm("cublasSgemmStridedBatched", handle, s, A, strideA, B, strideB, C, strideC, batchCount, 4, 4,
+                    [=] { gemm_batched(s, a, A, strideA, B, strideB, b, C, strideC, batchCount); });
 }
 
 cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
@@ -301,8 +353,9 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_
   const Shape s{transa, transb, m, n, k, lda, ldb, ldc};
   const cublasStatus_t status = check_gemm(handle, s, alpha, beta, C, batchCount);
   if (status != CUBLAS_STATUS_SUCCESS) return status;
-  gemm_batched(s, *alpha, A, strideA, B, strideB, *beta, C, strideC, batchCount);
-  return CUBLAS_STATUS_SUCCESS;
+  const double a = *alpha, b = *beta;
+  return queue_gemm("cublasDgemmStridedBatched", handle, s, A, strideA, B, strideB, C, strideC, batchCount, 8, 8,
+                    [=] { gemm_batched(s, a, A, strideA, B, strideB, b, C, strideC, batchCount); });
 }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,

@@ -1,6 +1,6 @@
-// Kernel launch for the CPU build: checks the configuration as CUDA does, then runs
-// the grid's blocks, on the calling thread or spread over CUDA_CPU_BLOCK_THREADS OS
-// threads. Launches are synchronous: when launch() returns, the kernel has run.
+// Kernel launch for the CPU build: checks the configuration as CUDA does, then queues the grid
+// on its stream, whose worker runs the blocks itself or spread over CUDA_CPU_BLOCK_THREADS OS
+// threads. As on a GPU, launch() returns before the kernel has run.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -18,6 +18,7 @@
 
 #include "cpu/block_scheduler.h"
 #include "cpu/runtime_state.h"
+#include "cpu/streams.h"
 #include "cpu/symbol_name.h"
 
 namespace cpu {
@@ -32,8 +33,9 @@ std::map<const void*, size_t> shared_limits;  // kernels that opted in to more
 // Everything a worker needs to run blocks of one launch.
 struct Grid {
   KernelBody body;
-  const void* call;
+  std::shared_ptr<const void> call;
   const void* kernel;
+  int device;
   dim3 grid, block;
   size_t shared_bytes;
   ThreadOrder order;
@@ -49,6 +51,7 @@ struct Grid {
 void run_blocks(Grid& g) {
   thread_local BlockRunner runner(settings().stack_bytes);
   thread_local std::vector<unsigned char> shared;
+  RunningOperation running("kernel", g.device, g.kernel);
   const uint64_t blocks = uint64_t(g.grid.x) * g.grid.y * g.grid.z;
   if (shared.size() < g.shared_bytes) shared.resize(g.shared_bytes);
   dynamic_shared_memory = shared.data();
@@ -61,7 +64,7 @@ void run_blocks(Grid& g) {
     blockIdx.y = unsigned(linear / g.grid.x % g.grid.y);
     blockIdx.z = unsigned(linear / (uint64_t(g.grid.x) * g.grid.y));
     if (g.order != ThreadOrder::natural) std::memset(shared.data(), 0xff, g.shared_bytes);  // NaN
-    BlockLaunch b{g.body, g.call, g.block, blockIdx, g.order, g.seed ^ (linear * 0x9e3779b97f4a7c15ull)};
+    BlockLaunch b{g.body, g.call.get(), g.block, blockIdx, g.order, g.seed ^ (linear * 0x9e3779b97f4a7c15ull)};
     if (!runner.run(b, error)) {
       std::lock_guard<std::mutex> lock(g.error_mutex);
       if (!g.failed.exchange(true)) g.error = error;
@@ -128,37 +131,16 @@ cudaError_t check_configuration(const void* kernel, dim3 grid, dim3 block, size_
   return cudaSuccess;
 }
 
-}  // namespace
-
-void launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t, KernelBody body,
-                   const void* call) {
-  if (sticky_error() != cudaSuccess) {
-    set_error(sticky_error());
-    return;
-  }
-  if (cudaError_t e = check_configuration(kernel, grid, block, shared_bytes); e != cudaSuccess) {
-    set_error(e);
-    return;
-  }
-  static std::atomic<uint64_t> launches{0};
-  const Settings& s = settings();
-  Grid g;
-  g.body = body;
-  g.call = call;
-  g.kernel = kernel;
-  g.grid = grid;
-  g.block = block;
-  g.shared_bytes = shared_bytes;
-  g.order = s.thread_order;
-  g.seed = s.seed * 0xbf58476d1ce4e5b9ull + launches.fetch_add(1);
-  const uint64_t blocks = uint64_t(grid.x) * grid.y * grid.z;
+// Runs a grid's blocks on the calling stream worker, with the pool's help when settings allow.
+void run_grid(Grid& g, int block_threads) {
+  const uint64_t blocks = uint64_t(g.grid.x) * g.grid.y * g.grid.z;
   if (g.order != ThreadOrder::natural && blocks <= (1u << 24)) {
     g.block_order.resize(blocks);
     std::iota(g.block_order.begin(), g.block_order.end(), 0u);
     if (g.order == ThreadOrder::reverse) std::reverse(g.block_order.begin(), g.block_order.end());
     else std::shuffle(g.block_order.begin(), g.block_order.end(), std::mt19937_64(g.seed));
   }
-  const int threads = int(std::min<uint64_t>(blocks, uint64_t(std::max(1, s.block_threads))));
+  const int threads = int(std::min<uint64_t>(blocks, uint64_t(std::max(1, block_threads))));
   if (threads <= 1) {
     run_blocks(g);
   } else {
@@ -168,9 +150,38 @@ void launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared_byte
     pool.run(g, threads);
   }
   if (g.failed) {
-    std::fprintf(stderr, "cpu: kernel %s, %s\n", symbol_name(kernel).c_str(), g.error.c_str());
+    std::fprintf(stderr, "cpu: kernel %s, %s\n", symbol_name(g.kernel).c_str(), g.error.c_str());
     set_sticky_error(cudaErrorLaunchFailure);
   }
+}
+
+}  // namespace
+
+void launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                   KernelBody body, std::shared_ptr<const void> call) {
+  if (sticky_error() != cudaSuccess) {
+    set_error(sticky_error());
+    return;
+  }
+  if (cudaError_t e = check_configuration(kernel, grid, block, shared_bytes); e != cudaSuccess) {
+    set_error(e);
+    return;
+  }
+  static std::atomic<uint64_t> launches{0};
+  // The settings in force at the launch (tests change them between launches).
+  const Settings& s = settings();
+  auto g = std::make_shared<Grid>();
+  g->body = body;
+  g->call = std::move(call);
+  g->kernel = kernel;
+  g->device = stream_device(stream);
+  g->grid = grid;
+  g->block = block;
+  g->shared_bytes = shared_bytes;
+  g->order = s.thread_order;
+  g->seed = s.seed * 0xbf58476d1ce4e5b9ull + launches.fetch_add(1);
+  const int block_threads = s.block_threads;
+  enqueue(stream, "kernel", [g, block_threads] { run_grid(*g, block_threads); });
 }
 
 }  // namespace cpu

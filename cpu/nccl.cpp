@@ -1,9 +1,11 @@
-// NCCL on the CPU, over MPI. A communicator is an MPI communicator; every send, receive
-// and collective is a nonblocking MPI call. Calls between ncclGroupStart and the outermost
-// ncclGroupEnd are only queued, then posted all at once and completed together, so a group
-// that cannot deadlock in NCCL cannot deadlock here. Like the rest of the CPU build,
-// everything is synchronous: streams are ignored and an operation has finished when the
-// call (or the outermost ncclGroupEnd) returns. MPI errors abort (MPI_ERRORS_ARE_FATAL).
+// NCCL on the CPU, over MPI. A communicator is an MPI communicator on one device (the current one
+// when it was made); every send, receive and collective is a nonblocking MPI call. Calls between
+// ncclGroupStart and the outermost ncclGroupEnd are only collected, then queued on their stream as
+// one operation that posts them all at once and completes them together, so a group that cannot
+// deadlock in NCCL cannot deadlock here. As in NCCL, a call returns once its work is queued: it
+// runs on the stream's worker thread, so MPI must be initialised with MPI_THREAD_MULTIPLE. Buffers
+// must be memory of the communicator's device, and two ranks of one node may not share a device
+// (NCCL's "Duplicate GPU detected"). MPI errors abort (MPI_ERRORS_ARE_FATAL).
 #include <cuda_bf16.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -20,10 +22,24 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+
+#include "cpu/memory.h"
 #include "cpu/runtime_state.h"
+#include "cpu/streams.h"
 
 struct ncclComm {
+  ncclComm(MPI_Comm mpi, int device) : mpi(mpi), device(device) {}
   MPI_Comm mpi;
+  int device;
+  std::atomic<bool> aborted{false};  // ncclCommAbort: queued work gives up waiting
+  std::mutex mutex;
+  std::condition_variable idle;
+  int in_flight = 0;  // queued operations not yet completed
 };
 
 namespace {
@@ -38,10 +54,15 @@ ncclResult_t fail(ncclResult_t result, const std::string& message) {
 ncclResult_t check_usable(const char* function) {
   if (cpu::sticky_error() != cudaSuccess)
     return fail(ncclUnhandledCudaError, std::string(function) + ": a kernel failed earlier");
-  int initialized = 0;
+  int initialized = 0, level = 0;
   MPI_Initialized(&initialized);
   if (!initialized)
     return fail(ncclInvalidUsage, std::string(function) + ": the CPU build's NCCL runs over MPI; call MPI_Init first");
+  MPI_Query_thread(&level);
+  if (level < MPI_THREAD_MULTIPLE)
+    return fail(ncclInvalidUsage, std::string(function) +
+                                      ": the CPU build's NCCL calls MPI from stream threads; initialise MPI with "
+                                      "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...)");
   return ncclSuccess;
 }
 
@@ -66,6 +87,20 @@ ncclResult_t check_rank(int rank, ncclComm_t comm, const char* function, const c
   if (rank >= 0 && rank < comm_size(comm)) return ncclSuccess;
   return fail(ncclInvalidArgument, std::string(function) + ": " + argument + " " + std::to_string(rank) +
                                        " is not a rank of a communicator of " + std::to_string(comm_size(comm)));
+}
+
+// NCCL works on device memory of the communicator's device, with a stream of that device.
+ncclResult_t check_buffer(const void* buffer, size_t bytes, ncclComm_t comm, const char* function, const char* name) {
+  cpu::Allocation a;
+  if (bytes == 0 || (cpu::find_allocation(buffer, bytes, a) && a.device == comm->device)) return ncclSuccess;
+  return fail(ncclInvalidArgument, std::string(function) + ": " + name + " is not device memory of the communicator's device " +
+                                       std::to_string(comm->device) + " (" + std::to_string(bytes) + " bytes)");
+}
+ncclResult_t check_stream(cudaStream_t stream, ncclComm_t comm, const char* function) {
+  if (cpu::stream_device(stream) == comm->device) return ncclSuccess;
+  return fail(ncclInvalidArgument, std::string(function) + ": the stream is of device " +
+                                       std::to_string(cpu::stream_device(stream)) + ", the communicator's device is " +
+                                       std::to_string(comm->device));
 }
 
 // MPI counts are ints; the CPU build never moves 2^31 elements in one call.
@@ -125,20 +160,28 @@ MPI_Op reduction(ncclRedOp_t op, ncclDataType_t type, const char* function) {
 
 // ---- groups ----
 
-// A queued operation: posts its nonblocking MPI call when the outermost group ends.
+// A collected call: posts its nonblocking MPI call when the group runs on its stream.
 // What it captures (a staging copy, say) lives until the group has completed.
 using Post = std::function<MPI_Request()>;
 
+struct Collected {
+  ncclComm_t comm;
+  cudaStream_t stream;
+  const char* function;
+  Post post;
+};
+
 thread_local int group_depth = 0;
-thread_local std::vector<Post> queued;
+thread_local std::vector<Collected> collected;
 
 // Waits for requests without holding a CPU. MPICH's blocking calls (MPI_Wait, MPI_Allreduce)
 // poll in a loop, so a rank waiting for a slower peer takes a whole core; with more ranks
 // than cores (4 ranks on 2 cores) that starves the very rank it waits for. So: spin for up
 // to 50 us, which catches a peer that is already there, then test (MPI_Testall also drives
 // MPI's progress) between sleeps that double from 1 us up to 1 ms: a waiting rank costs next
-// to no CPU, and a completion is noticed at most about 1 ms late.
-void wait_without_spinning(std::vector<MPI_Request>& requests) {
+// to no CPU, and a completion is noticed at most about 1 ms late. Gives up (false) once any of
+// the communicators is aborted, leaving its requests to the process's end.
+bool wait_without_spinning(std::vector<MPI_Request>& requests, const std::vector<ncclComm_t>& comms = {}) {
   constexpr auto spin_time = std::chrono::microseconds(50);
   constexpr auto longest_sleep = std::chrono::microseconds(1000);
   const auto start = std::chrono::steady_clock::now();
@@ -146,27 +189,54 @@ void wait_without_spinning(std::vector<MPI_Request>& requests) {
   for (;;) {
     int done = 0;
     MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE);
-    if (done) return;
+    if (done) return true;
+    for (ncclComm_t comm : comms)
+      if (comm->aborted) return false;
     if (std::chrono::steady_clock::now() - start < spin_time) continue;
     std::this_thread::sleep_for(sleep);
     sleep = std::min(sleep * 2, longest_sleep);
   }
 }
 
-ncclResult_t run_queued() {
-  std::vector<Post> posts;
-  posts.swap(queued);
-  std::vector<MPI_Request> requests;
-  requests.reserve(posts.size());
-  for (Post& post : posts) requests.push_back(post());
-  wait_without_spinning(requests);
+void change_in_flight(ncclComm_t comm, int change) {
+  std::lock_guard<std::mutex> lock(comm->mutex);
+  comm->in_flight += change;
+  if (comm->in_flight == 0) comm->idle.notify_all();
+}
+
+void wait_until_idle(ncclComm_t comm) {
+  std::unique_lock<std::mutex> lock(comm->mutex);
+  comm->idle.wait(lock, [comm] { return comm->in_flight == 0; });
+}
+
+// Queues the collected calls on their stream as one operation.
+ncclResult_t queue_collected() {
+  std::vector<Collected> calls;
+  calls.swap(collected);
+  if (calls.empty()) return ncclSuccess;
+  const cudaStream_t stream = calls.front().stream;
+  for (const Collected& c : calls)
+    if (c.stream != stream) cpu::unsupported("an NCCL group whose calls use different streams");
+  std::vector<ncclComm_t> comms;
+  for (const Collected& c : calls)
+    if (std::find(comms.begin(), comms.end(), c.comm) == comms.end()) comms.push_back(c.comm);
+  for (ncclComm_t comm : comms) change_in_flight(comm, +1);
+  const char* name = calls.size() == 1 ? calls.front().function : "ncclGroupEnd";
+  cpu::enqueue(stream, name, [calls = std::move(calls), comms] {
+    std::vector<MPI_Request> requests;
+    requests.reserve(calls.size());
+    for (const Collected& c : calls) requests.push_back(c.post());
+    if (!wait_without_spinning(requests, comms)) cpu::set_sticky_error(cudaErrorLaunchFailure);
+    for (ncclComm_t comm : comms) change_in_flight(comm, -1);
+  });
   return ncclSuccess;
 }
 
 // Outside a group, each call is its own group.
-ncclResult_t submit(Post post) {
-  queued.push_back(std::move(post));
-  return group_depth == 0 ? run_queued() : ncclSuccess;
+ncclResult_t submit(ncclComm_t comm, cudaStream_t stream, const char* function, Post post) {
+  if (ncclResult_t r = check_stream(stream, comm, function); r != ncclSuccess) return r;
+  collected.push_back({comm, stream, function, std::move(post)});
+  return group_depth == 0 ? queue_collected() : ncclSuccess;
 }
 
 // Every rank of comm has arrived; lets a blocking MPI call that follows return at once
@@ -175,6 +245,31 @@ void arrive_together(MPI_Comm comm) {
   std::vector<MPI_Request> barrier(1);
   MPI_Ibarrier(comm, &barrier[0]);
   wait_without_spinning(barrier);
+}
+
+// NCCL refuses a communicator in which two ranks of one node use the same device. A node here
+// is a host name; every rank of mpi takes part.
+ncclResult_t check_devices_distinct(MPI_Comm mpi, int device, const char* function) {
+  struct Place {
+    char host[64];
+    int device;
+  } own{};
+  gethostname(own.host, sizeof own.host - 1);
+  own.device = device;
+  int size = 0;
+  MPI_Comm_size(mpi, &size);
+  std::vector<Place> places(size);
+  std::vector<MPI_Request> gather(1);
+  MPI_Iallgather(&own, sizeof own, MPI_BYTE, places.data(), sizeof own, MPI_BYTE, mpi, &gather[0]);
+  wait_without_spinning(gather);
+  for (int r = 0; r < size; ++r)
+    for (int q = 0; q < r; ++q)
+      if (places[r].device == places[q].device && std::strcmp(places[r].host, places[q].host) == 0)
+        return fail(ncclInvalidUsage, std::string(function) + ": Duplicate GPU detected : rank " + std::to_string(r) +
+                                          " and rank " + std::to_string(q) + " both on CUDA device " +
+                                          std::to_string(device) + " (each rank of a node selects its own device "
+                                          "with cudaSetDevice before NCCL)");
+  return ncclSuccess;
 }
 
 }  // namespace
@@ -244,31 +339,45 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int
                     " of nranks " + std::to_string(nranks) +
                     "); in the CPU build every world rank must call ncclCommInitRank at once, each with its group's id");
   }
-  *comm = new ncclComm{mpi};
+  const int device = cpu::current_device();
+  if (ncclResult_t r = check_devices_distinct(mpi, device, "ncclCommInitRank"); r != ncclSuccess) {
+    MPI_Comm_free(&mpi);
+    return r;
+  }
+  *comm = new ncclComm{mpi, device};
   return ncclSuccess;
 }
 
-// config is ignored: the CPU build has nothing to configure.
+// config is ignored: the CPU build has nothing to configure. The new communicator has the
+// parent's device; the split waits for the parent's queued work, whose MPI calls share its comm.
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t*) {
   if (ncclResult_t r = check_comm(comm, "ncclCommSplit"); r != ncclSuccess) return r;
   if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
     return fail(ncclInvalidArgument, "ncclCommSplit: color " + std::to_string(color) + " is negative");
+  wait_until_idle(comm);
   arrive_together(comm->mpi);
   MPI_Comm mpi;
   MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &mpi);
-  *newcomm = mpi == MPI_COMM_NULL ? nullptr : new ncclComm{mpi};
+  *newcomm = mpi == MPI_COMM_NULL ? nullptr : new ncclComm{mpi, comm->device};
   return ncclSuccess;
 }
 
+// As NCCL's destroy, waits for the communicator's queued work (which may wait for peers).
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
+  wait_until_idle(comm);
   MPI_Comm_free(&comm->mpi);
   delete comm;
   return ncclSuccess;
 }
 
-// Nothing is ever in flight between calls, so aborting is destroying.
-ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+// Queued work stops waiting for its peers and fails (a sticky error, as a GPU's kernels would),
+// and nothing waits: the communicator and its pending MPI requests are left to the process's end,
+// which follows an abort.
+ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  if (comm != nullptr) comm->aborted = true;
+  return ncclSuccess;
+}
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
   if (ncclResult_t r = check_comm(comm, "ncclCommCount"); r != ncclSuccess) return r;
@@ -291,32 +400,32 @@ ncclResult_t ncclGroupEnd() {
   if (group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
   if (--group_depth > 0) return ncclSuccess;
   if (ncclResult_t r = check_usable("ncclGroupEnd"); r != ncclSuccess) {
-    queued.clear();
+    collected.clear();
     return r;
   }
-  return run_queued();
+  return queue_collected();
 }
 
-ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                      cudaStream_t) {
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream) {
   if (ncclResult_t r = check_comm(comm, "ncclSend"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_rank(peer, comm, "ncclSend", "peer"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclSend");
   const int n = mpi_count(count, "ncclSend");
-  return submit([=] {
+  if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclSend", "sendbuff"); r != ncclSuccess) return r;
+  return submit(comm, stream, "ncclSend", [=] {
     MPI_Request request;
     MPI_Isend(sendbuff, n, e.mpi, peer, 0, comm->mpi, &request);
     return request;
   });
 }
 
-ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
-                      cudaStream_t) {
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream) {
   if (ncclResult_t r = check_comm(comm, "ncclRecv"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_rank(peer, comm, "ncclRecv", "peer"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclRecv");
   const int n = mpi_count(count, "ncclRecv");
-  return submit([=] {
+  if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclRecv", "recvbuff"); r != ncclSuccess) return r;
+  return submit(comm, stream, "ncclRecv", [=] {
     MPI_Request request;
     MPI_Irecv(recvbuff, n, e.mpi, peer, 0, comm->mpi, &request);
     return request;
@@ -325,13 +434,17 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
 
 // In place when sendbuff == recvbuff.
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   if (ncclResult_t r = check_comm(comm, "ncclAllReduce"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclAllReduce");
   const MPI_Op mpi_op = reduction(op, datatype, "ncclAllReduce");
   const int n = mpi_count(count, "ncclAllReduce");
   const void* in = sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff;
-  return submit([=] {
+  if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclAllReduce", "sendbuff"); r != ncclSuccess)
+    return r;
+  if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclAllReduce", "recvbuff"); r != ncclSuccess)
+    return r;
+  return submit(comm, stream, "ncclAllReduce", [=] {
     MPI_Request request;
     MPI_Iallreduce(in, recvbuff, n, e.mpi, mpi_op, comm->mpi, &request);
     return request;
@@ -342,7 +455,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
 // In place (recvbuff inside sendbuff) works on a staging copy of sendbuff, since MPI
 // forbids overlapping buffers and its own in-place form puts the result elsewhere.
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
-                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   if (ncclResult_t r = check_comm(comm, "ncclReduceScatter"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclReduceScatter");
   const MPI_Op mpi_op = reduction(op, datatype, "ncclReduceScatter");
@@ -351,7 +464,12 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   const char* send_begin = static_cast<const char*>(sendbuff);
   const char* recv_begin = static_cast<const char*>(recvbuff);
   const bool overlaps = recv_begin < send_begin + send_bytes && send_begin < recv_begin + recvcount * e.bytes;
-  return submit([=, staging = std::make_shared<std::vector<char>>()] {
+  if (ncclResult_t r = check_buffer(sendbuff, send_bytes, comm, "ncclReduceScatter", "sendbuff"); r != ncclSuccess)
+    return r;
+  if (ncclResult_t r = check_buffer(recvbuff, recvcount * e.bytes, comm, "ncclReduceScatter", "recvbuff");
+      r != ncclSuccess)
+    return r;
+  return submit(comm, stream, "ncclReduceScatter", [=, staging = std::make_shared<std::vector<char>>()] {
     const void* in = sendbuff;
     if (overlaps) {
       staging->assign(send_begin, send_begin + send_bytes);
@@ -366,13 +484,18 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
 // sendbuff: (sendcount); recvbuff: (nranks, sendcount), row r from rank r. In place when
 // sendbuff is this rank's row of recvbuff, which is also MPI's in-place form.
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
   if (ncclResult_t r = check_comm(comm, "ncclAllGather"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclAllGather");
   const int n = mpi_count(sendcount, "ncclAllGather");
   const char* own_row = static_cast<const char*>(recvbuff) + comm_rank(comm) * sendcount * e.bytes;
   const void* in = sendbuff == own_row ? MPI_IN_PLACE : sendbuff;
-  return submit([=] {
+  if (ncclResult_t r = check_buffer(sendbuff, sendcount * e.bytes, comm, "ncclAllGather", "sendbuff"); r != ncclSuccess)
+    return r;
+  if (ncclResult_t r = check_buffer(recvbuff, comm_size(comm) * sendcount * e.bytes, comm, "ncclAllGather", "recvbuff");
+      r != ncclSuccess)
+    return r;
+  return submit(comm, stream, "ncclAllGather", [=] {
     MPI_Request request;
     MPI_Iallgather(in, n, e.mpi, recvbuff, n, e.mpi, comm->mpi, &request);
     return request;
@@ -381,13 +504,18 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
 
 // The root's sendbuff is copied to its recvbuff when they differ; MPI broadcasts in place.
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
-                           ncclComm_t comm, cudaStream_t) {
+                           ncclComm_t comm, cudaStream_t stream) {
   if (ncclResult_t r = check_comm(comm, "ncclBroadcast"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_rank(root, comm, "ncclBroadcast", "root"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclBroadcast");
   const int n = mpi_count(count, "ncclBroadcast");
   const bool copy_first = comm_rank(comm) == root && sendbuff != recvbuff;
-  return submit([=] {
+  if (comm_rank(comm) == root)
+    if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclBroadcast", "sendbuff"); r != ncclSuccess)
+      return r;
+  if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclBroadcast", "recvbuff"); r != ncclSuccess)
+    return r;
+  return submit(comm, stream, "ncclBroadcast", [=] {
     if (copy_first) std::memcpy(recvbuff, sendbuff, count * e.bytes);
     MPI_Request request;
     MPI_Ibcast(recvbuff, n, e.mpi, root, comm->mpi, &request);
@@ -397,14 +525,19 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
 
 // recvbuff is used only on root; in place when the root's sendbuff == recvbuff.
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
-                        int root, ncclComm_t comm, cudaStream_t) {
+                        int root, ncclComm_t comm, cudaStream_t stream) {
   if (ncclResult_t r = check_comm(comm, "ncclReduce"); r != ncclSuccess) return r;
   if (ncclResult_t r = check_rank(root, comm, "ncclReduce", "root"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclReduce");
   const MPI_Op mpi_op = reduction(op, datatype, "ncclReduce");
   const int n = mpi_count(count, "ncclReduce");
   const void* in = comm_rank(comm) == root && sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff;
-  return submit([=] {
+  if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclReduce", "sendbuff"); r != ncclSuccess)
+    return r;
+  if (comm_rank(comm) == root)
+    if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclReduce", "recvbuff"); r != ncclSuccess)
+      return r;
+  return submit(comm, stream, "ncclReduce", [=] {
     MPI_Request request;
     MPI_Ireduce(in, recvbuff, n, e.mpi, mpi_op, root, comm->mpi, &request);
     return request;

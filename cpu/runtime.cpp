@@ -1,26 +1,20 @@
-// The CUDA runtime API on the CPU: device memory (counted), copies, streams, events,
-// errors and device properties. Work is synchronous: a stream is a name, every
-// operation has finished when its call returns, and an event records when it was reached.
+// The CUDA runtime API on the CPU: device memory, copies and memsets with CUDA's host
+// synchronisation rules, errors and device properties. Streams, events and devices are in
+// cpu/streams.cpp, allocations in cpu/memory.cpp.
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
+#include <memory>
+#include <string>
+#include <vector>
 
+#include "cpu/memory.h"
 #include "cpu/runtime_state.h"
 #include "cpu/settings.h"
-
-struct CUstream_st {
-  unsigned flags;
-};
-struct CUevent_st {
-  std::chrono::steady_clock::time_point when;
-  bool recorded;
-};
+#include "cpu/streams.h"
 
 namespace cpu {
 namespace {
@@ -28,29 +22,78 @@ namespace {
 thread_local cudaError_t last_error = cudaSuccess;
 std::atomic<cudaError_t> sticky{cudaSuccess};
 
-std::mutex memory_mutex;
-std::map<const char*, size_t> allocations;  // start -> bytes
-DeviceMemory memory;
+// Where a copy's side lies: host memory (pageable or pinned), or one allocation of `device`.
+enum class Side { pageable, pinned, device };
 
-// Whether [p, p + bytes) lies inside one device allocation.
-bool is_device_range(const void* p, size_t bytes) {
-  std::lock_guard<std::mutex> lock(memory_mutex);
-  auto it = allocations.upper_bound(static_cast<const char*>(p));
-  if (it == allocations.begin()) return false;
-  --it;
-  const char* c = static_cast<const char*>(p);
-  return c >= it->first && c + bytes <= it->first + it->second;
-}
-
-cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
-  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
-  if (bytes == 0) return cudaSuccess;
-  if ((dst_device && !is_device_range(dst, bytes)) || (src_device && !is_device_range(src, bytes))) {
-    std::fprintf(stderr, "cpu: cudaMemcpy of %zu bytes: a device side is not inside one cudaMalloc allocation\n",
-                 bytes);
+// Checks a copy's device sides against the allocations and the stream's device: each must lie
+// inside one allocation of that device. (CUDA would route a copy between two devices through
+// peer access; the project never copies between devices, so the CPU build refuses it.)
+cudaError_t check_side(const char* function, const char* name, const void* p, size_t bytes, bool device_side,
+                       int device, Side& side) {
+  if (!device_side) {
+    side = is_pinned(p, bytes) ? Side::pinned : Side::pageable;
+    return cudaSuccess;
+  }
+  side = Side::device;
+  Allocation a;
+  if (!find_allocation(p, bytes, a)) {
+    std::fprintf(stderr, "cpu: %s of %zu bytes: %s %p is not inside one cudaMalloc allocation\n", function, bytes,
+                 name, p);
     return cudaErrorInvalidValue;
   }
+  if (a.device != device) {
+    std::fprintf(stderr, "cpu: %s on device %d: %s %p is memory of device %d\n", function, device, name, p,
+                 a.device);
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
+bool is_host_to_device(cudaMemcpyKind kind) { return kind == cudaMemcpyHostToDevice; }
+bool writes_device(cudaMemcpyKind kind) { return kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice; }
+bool reads_device(cudaMemcpyKind kind) { return kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice; }
+
+// A copy queued on stream, with CUDA's rules for when the host may go on (the CUDA Runtime API's
+// "API synchronization behavior"): from pageable host memory the source is staged first, so the
+// host may change it at once; to pageable host memory the call returns once the copy is done; a
+// synchronous cudaMemcpy returns once the copy is done except between two device buffers; copies
+// with pinned memory and between device buffers run in stream order without the host waiting.
+cudaError_t copy(const char* function, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                 cudaStream_t stream, bool synchronous) {
+  if (sticky_error() != cudaSuccess) return set_error(sticky_error());
+  if (kind == cudaMemcpyDefault) unsupported((std::string(function) + " with cudaMemcpyDefault").c_str());
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDeviceToDevice) return set_error(cudaErrorInvalidMemcpyDirection);
+  if (bytes == 0) return cudaSuccess;
+  const int device = stream_device(stream);
+  Side dst_side, src_side;
+  if (cudaError_t e = check_side(function, "dst", dst, bytes, writes_device(kind), device, dst_side)) return set_error(e);
+  if (cudaError_t e = check_side(function, "src", src, bytes, reads_device(kind), device, src_side)) return set_error(e);
+  if (kind == cudaMemcpyHostToHost) {
+    synchronize_stream(stream);
+    std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  }
+  std::function<void()> work = [dst, src, bytes] { std::memmove(dst, src, bytes); };
+  if (is_host_to_device(kind) && src_side == Side::pageable) {
+    auto staged = std::make_shared<std::vector<char>>(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    work = [dst, staged] { std::memcpy(dst, staged->data(), staged->size()); };
+  }
+  const Ticket ticket = enqueue(stream, function, std::move(work));
+  const bool staged = is_host_to_device(kind) && src_side == Side::pageable;
+  const bool host_waits = synchronous ? !(kind == cudaMemcpyDeviceToDevice || staged) : dst_side == Side::pageable;
+  if (host_waits) {
+    wait_for(ticket);
+    if (sticky_error() != cudaSuccess) return set_error(sticky_error());
+  }
+  return cudaSuccess;
+}
+
+cudaError_t memset(const char* function, void* p, int value, size_t bytes, cudaStream_t stream) {
+  if (sticky_error() != cudaSuccess) return set_error(sticky_error());
+  if (bytes == 0) return cudaSuccess;
+  Side side;
+  if (cudaError_t e = check_side(function, "devPtr", p, bytes, true, stream_device(stream), side)) return set_error(e);
+  enqueue(stream, function, [p, value, bytes] { std::memset(p, value, bytes); });
   return cudaSuccess;
 }
 
@@ -71,15 +114,6 @@ void unsupported(const char* what) {
   std::abort();
 }
 
-DeviceMemory device_memory() {
-  std::lock_guard<std::mutex> lock(memory_mutex);
-  return memory;
-}
-void reset_peak_device_memory() {
-  std::lock_guard<std::mutex> lock(memory_mutex);
-  memory.peak_bytes = memory.current_bytes;
-}
-
 }  // namespace cpu
 
 using cpu::set_error;
@@ -92,116 +126,55 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (!p) return set_error(cudaErrorInvalidValue);
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
-  std::lock_guard<std::mutex> lock(cpu::memory_mutex);
-  if (cpu::memory.current_bytes + bytes > cpu::settings().device_bytes) return set_error(cudaErrorMemoryAllocation);
-  const size_t rounded = (bytes + 255) / 256 * 256;
-  void* memory = std::aligned_alloc(256, rounded);
-  if (!memory) return set_error(cudaErrorMemoryAllocation);
-  std::memset(memory, 0xff, rounded);  // fresh device memory is garbage: here, NaN
-  cpu::allocations[static_cast<const char*>(memory)] = bytes;
-  cpu::memory.current_bytes += bytes;
-  cpu::memory.peak_bytes = std::max(cpu::memory.peak_bytes, cpu::memory.current_bytes);
-  ++cpu::memory.allocations;
-  *p = memory;
-  return cudaSuccess;
+  *p = cpu::allocate_device_memory(bytes, cpu::current_device());
+  return *p ? cudaSuccess : set_error(cudaErrorMemoryAllocation);
 }
 
+// As on a GPU, freeing device memory first waits for the device's work.
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
-  std::lock_guard<std::mutex> lock(cpu::memory_mutex);
-  auto it = cpu::allocations.find(static_cast<const char*>(p));
-  if (it == cpu::allocations.end()) return set_error(cudaErrorInvalidValue);
-  cpu::memory.current_bytes -= it->second;
-  cpu::allocations.erase(it);
-  std::free(p);
-  return cudaSuccess;
+  cpu::synchronize_device(cpu::current_device());
+  return cpu::free_device_memory(p) ? cudaSuccess : set_error(cudaErrorInvalidValue);
 }
 
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
-  *p = std::malloc(bytes ? bytes : 1);
+  if (!p) return set_error(cudaErrorInvalidValue);
+  *p = cpu::allocate_pinned_memory(bytes);
   return *p ? cudaSuccess : set_error(cudaErrorMemoryAllocation);
 }
+cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags) {
+  if (flags != cudaHostAllocDefault) cpu::unsupported("cudaHostAlloc with flags other than cudaHostAllocDefault");
+  return cudaMallocHost(p, bytes);
+}
 cudaError_t cudaFreeHost(void* p) {
-  std::free(p);
-  return cudaSuccess;
+  if (!p) return cudaSuccess;
+  cpu::synchronize_device(cpu::current_device());
+  return cpu::free_pinned_memory(p) ? cudaSuccess : set_error(cudaErrorInvalidValue);
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  RETURN_IF_STICKY;
-  if (cudaError_t e = cpu::check_copy(dst, src, bytes, kind)) return set_error(e);
-  if (bytes) std::memmove(dst, src, bytes);
-  return cudaSuccess;
+  return cpu::copy("cudaMemcpy", dst, src, bytes, kind, nullptr, true);
 }
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  return cpu::copy("cudaMemcpyAsync", dst, src, bytes, kind, stream, false);
 }
-cudaError_t cudaMemset(void* p, int value, size_t bytes) {
-  RETURN_IF_STICKY;
-  if (bytes && !cpu::is_device_range(p, bytes)) return set_error(cudaErrorInvalidValue);
-  if (bytes) std::memset(p, value, bytes);
-  return cudaSuccess;
+cudaError_t cudaMemset(void* p, int value, size_t bytes) { return cpu::memset("cudaMemset", p, value, bytes, nullptr); }
+cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t stream) {
+  return cpu::memset("cudaMemsetAsync", p, value, bytes, stream);
 }
-cudaError_t cudaMemsetAsync(void* p, int value, size_t bytes, cudaStream_t) { return cudaMemset(p, value, bytes); }
 
+// A driver hands out device memory in pages of 2 MiB and serves small allocations from pages it
+// holds, so the free figure moves in steps of 2 MiB or not at all; the CPU build reports it so.
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  if (!free_bytes || !total_bytes) return set_error(cudaErrorInvalidValue);
+  constexpr size_t granularity = size_t(2) << 20;
   const size_t total = cpu::settings().device_bytes;
+  const size_t used = (cpu::device_memory().current_bytes + granularity - 1) / granularity * granularity;
   *total_bytes = total;
-  *free_bytes = total - cpu::device_memory().current_bytes;
+  *free_bytes = used < total ? total - used : 0;
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamCreate(cudaStream_t* stream) {
-  *stream = new CUstream_st{0};
-  return cudaSuccess;
-}
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
-  *stream = new CUstream_st{flags};
-  return cudaSuccess;
-}
-cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete stream;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamSynchronize(cudaStream_t) {
-  RETURN_IF_STICKY;
-  return cudaSuccess;
-}
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
-  return event ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle);
-}
-
-cudaError_t cudaEventCreate(cudaEvent_t* event) {
-  *event = new CUevent_st{{}, false};
-  return cudaSuccess;
-}
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) { return cudaEventCreate(event); }
-cudaError_t cudaEventDestroy(cudaEvent_t event) {
-  delete event;
-  return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
-  if (!event) return set_error(cudaErrorInvalidResourceHandle);
-  event->when = std::chrono::steady_clock::now();
-  event->recorded = true;
-  return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return event ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaEventQuery(cudaEvent_t event) {
-  return event ? cudaSuccess : set_error(cudaErrorInvalidResourceHandle);
-}
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
-  if (!start || !end || !start->recorded || !end->recorded) return set_error(cudaErrorInvalidResourceHandle);
-  *ms = std::chrono::duration<float, std::milli>(end->when - start->when).count();
-  return cudaSuccess;
-}
-
-cudaError_t cudaDeviceSynchronize() {
-  RETURN_IF_STICKY;
-  return cudaSuccess;
-}
 cudaError_t cudaGetLastError() {
   cudaError_t e = cpu::sticky_error() != cudaSuccess ? cpu::sticky_error() : cpu::last_error;
   cpu::last_error = cudaSuccess;
@@ -211,17 +184,9 @@ cudaError_t cudaPeekAtLastError() {
   return cpu::sticky_error() != cudaSuccess ? cpu::sticky_error() : cpu::last_error;
 }
 
-cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
-  return cudaSuccess;
-}
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : set_error(cudaErrorInvalidDevice); }
-cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
-  return cudaSuccess;
-}
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
-  if (device != 0) return set_error(cudaErrorInvalidDevice);
+  if (!prop) return set_error(cudaErrorInvalidValue);
+  if (device < 0 || device >= cpu::settings().devices) return set_error(cudaErrorInvalidDevice);
   std::memset(prop, 0, sizeof *prop);
   std::snprintf(prop->name, sizeof prop->name, "CPU (CUDA threads as fibers)");
   prop->totalGlobalMem = cpu::settings().device_bytes;
@@ -250,6 +215,9 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
     default: return "cudaErrorUnknown";
   }
 }
@@ -262,6 +230,9 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     default: return "unknown error";
   }
 }

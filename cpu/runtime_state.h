@@ -21,6 +21,7 @@ struct DeviceMemory {
   size_t peak_bytes = 0;     // the most current_bytes has been (since reset_peak)
   uint64_t allocations = 0;  // cudaMalloc calls that succeeded, ever
 };
+// Of the calling thread's current device.
 DeviceMemory device_memory();
 void reset_peak_device_memory();
 

@@ -40,6 +40,9 @@ Settings read_settings() {
   s.blas_threads = int(read_number("CUDA_CPU_BLAS_THREADS", 1, 1));
   const long long ram = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
   s.device_bytes = size_t(read_number("CUDA_CPU_DEVICE_MB", ram >> 20, 1)) << 20;
+  s.devices = int(read_number("CUDA_CPU_DEVICES", 8, 1));
+  s.strict_memory = read_number("CUDA_CPU_STRICT_MEMORY", 0, 0) != 0;
+  s.stream_delay_us = int(read_number("CUDA_CPU_STREAM_DELAY_US", 0, 0));
   return s;
 }
 

@@ -7,7 +7,14 @@
 //   CUDA_CPU_BLOCK_THREADS OS threads that run blocks of one launch at once (default 1).
 //   CUDA_CPU_STACK_KB      stack of each fiber (default 64).
 //   CUDA_CPU_BLAS_THREADS  OpenBLAS threads per process (default 1).
-//   CUDA_CPU_DEVICE_MB     the memory the device reports (default: the machine's RAM).
+//   CUDA_CPU_DEVICE_MB     the memory each device reports (default: the machine's RAM).
+//   CUDA_CPU_DEVICES       devices per node, as a GPU node has (default 8): each MPI rank of a node
+//                          must select its own (cudaSetDevice), as on a GPU machine.
+//   CUDA_CPU_STRICT_MEMORY 1: device memory is unreadable by host code (memory protection keys);
+//                          a host access, or a kernel's access to another device's memory, is
+//                          reported naming the allocation, and the process aborts.
+//   CUDA_CPU_STREAM_DELAY_US  each operation queued on a stream waits this long before it runs
+//                          (default 0), so that a missing synchronisation reads unfinished results.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +30,9 @@ struct Settings {
   size_t stack_bytes = 64 << 10;
   int blas_threads = 1;
   size_t device_bytes = 0;
+  int devices = 8;
+  bool strict_memory = false;
+  int stream_delay_us = 0;
 };
 
 // The process's settings, read from the environment on first use.

@@ -17,6 +17,14 @@
 
 namespace {
 
+// Launches and waits for the kernel: a failure while it runs shows at the next synchronisation.
+template <typename... Params, typename... Args>
+void launch_and_wait(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+                     Args... args) {
+  launch(kernel, grid, block, shared_bytes, stream, args...);
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
 // Restores the settings a test changes.
 class WithSettings : public testing::Test {
  protected:
@@ -87,7 +95,7 @@ __global__ void half_the_block_leaves_before_the_barrier(int* out) {
 
 TEST_F(Scheduler, ASyncthreadsReachedByPartOfTheBlockIsReportedNotHung) {
   DeviceBuffer<int> out(32);
-  EXPECT_DEATH(launch(half_the_block_leaves_before_the_barrier, dim3(2), dim3(32), 0, nullptr, out.data()),
+  EXPECT_DEATH(launch_and_wait(half_the_block_leaves_before_the_barrier, dim3(2), dim3(32), 0, nullptr, out.data()),
                "kernel .*half_the_block_leaves_before_the_barrier.*__syncthreads reached by 16 of 32 threads "
                "\\(16 finished");
 }
@@ -98,7 +106,7 @@ __global__ void shuffle_with_absent_lanes(float* out) {
 
 TEST_F(Scheduler, AWarpMaskNamingLanesThatDoNotExistIsReported) {
   DeviceBuffer<float> out(48);  // warp 1 has lanes 0-15 only
-  EXPECT_DEATH(launch(shuffle_with_absent_lanes, dim3(1), dim3(48), 0, nullptr, out.data()),
+  EXPECT_DEATH(launch_and_wait(shuffle_with_absent_lanes, dim3(1), dim3(48), 0, nullptr, out.data()),
                "shuffle_with_absent_lanes.*__shfl_down_sync in warp 1 .*waits for lanes 16,17,.*,31");
 }
 
@@ -109,7 +117,7 @@ __global__ void lanes_leave_before_the_shuffle(float* out) {
 
 TEST_F(Scheduler, AWarpCollectiveWaitingForLanesThatExitedIsReported) {
   DeviceBuffer<float> out(32);
-  EXPECT_DEATH(launch(lanes_leave_before_the_shuffle, dim3(1), dim3(32), 0, nullptr, out.data()),
+  EXPECT_DEATH(launch_and_wait(lanes_leave_before_the_shuffle, dim3(1), dim3(32), 0, nullptr, out.data()),
                "lanes_leave_before_the_shuffle.*__shfl_xor_sync in warp 0.*waits for lanes 8,9,");
 }
 
@@ -117,7 +125,7 @@ __global__ void lane_outside_its_own_mask(int* out) { out[threadIdx.x] = __shfl_
 
 TEST_F(Scheduler, ALaneCallingWithAMaskWithoutItselfIsReported) {
   DeviceBuffer<int> out(32);
-  EXPECT_DEATH(launch(lane_outside_its_own_mask, dim3(1), dim3(32), 0, nullptr, out.data()),
+  EXPECT_DEATH(launch_and_wait(lane_outside_its_own_mask, dim3(1), dim3(32), 0, nullptr, out.data()),
                "whose mask does not include it");
 }
 
@@ -157,7 +165,7 @@ __global__ void reduce_meets_shuffle(float* out) {
 
 TEST_F(Scheduler, AReduceMeetingAShuffleIsReported) {
   DeviceBuffer<float> out(32);
-  EXPECT_DEATH(launch(reduce_meets_shuffle, dim3(1), dim3(32), 0, nullptr, out.data()),
+  EXPECT_DEATH(launch_and_wait(reduce_meets_shuffle, dim3(1), dim3(32), 0, nullptr, out.data()),
                "reduce_meets_shuffle.*meet in different collectives");
 }
 
@@ -167,7 +175,7 @@ __global__ void reduce_in_a_partial_warp(float* out) {
 
 TEST_F(Scheduler, AReduceInAWarpWithAbsentLanesIsReported) {
   DeviceBuffer<float> out(40);  // warp 1 has lanes 0-7 only
-  EXPECT_DEATH(launch(reduce_in_a_partial_warp, dim3(1), dim3(40), 0, nullptr, out.data()),
+  EXPECT_DEATH(launch_and_wait(reduce_in_a_partial_warp, dim3(1), dim3(40), 0, nullptr, out.data()),
                "cooperative_groups::reduce in warp 1 .*waits for lanes 8,9,.*,31");
 }
 

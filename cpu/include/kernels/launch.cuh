@@ -3,6 +3,7 @@
 // path; both define the same launch() and DYNAMIC_SHARED.
 #pragma once
 #include <cuda_runtime.h>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include "cpu/launch_kernel.h"
@@ -11,9 +12,10 @@
 // Declares `name`, a T* to the block's dynamic shared memory (launch's shared_bytes).
 #define DYNAMIC_SHARED(T, name) T* name = reinterpret_cast<T*>(cpu::dynamic_shared_memory)
 
-// Runs kernel over grid x block threads with shared_bytes of dynamic shared memory,
+// Queues kernel over grid x block threads with shared_bytes of dynamic shared memory on stream,
 // then checks for launch errors, as kernel<<<grid, block, shared_bytes, stream>>>(args...)
-// followed by CUDA_CHECK(cudaGetLastError()) does in the GPU build.
+// followed by CUDA_CHECK(cudaGetLastError()) does in the GPU build. The arguments are copied, as
+// CUDA copies them at the launch.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
             Args... args) {
@@ -22,12 +24,12 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_byte
     void (*kernel)(Params...);
     std::tuple<std::decay_t<Params>...> params;
   };
-  const Call call{kernel, {args...}};
+  auto call = std::make_shared<const Call>(Call{kernel, {args...}});
   cpu::launch_kernel(reinterpret_cast<const void*>(kernel), grid, block, shared_bytes, stream,
                      [](const void* c) {
                        const Call& k = *static_cast<const Call*>(c);
                        std::apply(k.kernel, k.params);
                      },
-                     &call);
+                     std::move(call));
   CUDA_CHECK(cudaGetLastError());
 }
