@@ -273,6 +273,12 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return cudaSuccess;
 }
 
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t function, void* data) {
+  if (!function) return set_error(cudaErrorInvalidValue);
+  cpu::enqueue(stream, "cudaLaunchHostFunc", [function, data] { function(data); });
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
   if (!event) return set_error(cudaErrorInvalidResourceHandle);
   if (event->recorded.queue) cpu::enqueue(stream, "cudaStreamWaitEvent", [] {}, event->recorded);

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <future>
 #include <vector>
 
 #include "cpu/settings.h"
@@ -106,7 +107,7 @@ TEST_F(GpuRules, StrictMemoryLetsKernelsCopiesAndTheHostsCopiesThrough) {
 // A kernel on a stream, then a copy to pinned host memory on the same stream, both asynchronous:
 // without a synchronisation the host reads what was there before.
 TEST_F(GpuRules, StreamDelayExposesAMissingSynchronisation) {
-  cpu::settings().stream_delay_us = 20000;
+  cpu::settings().stream_delay_us = 100000;  // the host reads within microseconds; the copy is 0.2 s away
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
   DeviceBuffer<float> device(8);
@@ -139,28 +140,37 @@ TEST_F(GpuRules, CopiesWithPageableMemoryFollowCudasRules) {
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
-// Events order two streams; a non-blocking stream does not wait for the legacy default stream.
-TEST_F(GpuRules, EventsOrderStreamsAndNonBlockingStreamsRunAhead) {
-  cpu::settings().stream_delay_us = 20000;
+// Holds a stream at a host function until the test opens it.
+struct Gate {
+  std::promise<void> open;
+  std::shared_future<void> opened = open.get_future().share();
+  static void wait(void* gate) { static_cast<Gate*>(gate)->opened.wait(); }
+};
+
+// Events order two streams: a consumer that waits for the producer's event sees its result, one
+// that does not runs ahead of it (the producer is held at a gate meanwhile).
+TEST_F(GpuRules, EventsOrderStreamsAndStreamsRunAheadOfEachOther) {
   cudaStream_t producer, consumer;
   CUDA_CHECK(cudaStreamCreateWithFlags(&producer, cudaStreamNonBlocking));
   CUDA_CHECK(cudaStreamCreateWithFlags(&consumer, cudaStreamNonBlocking));
   cudaEvent_t ready;
   CUDA_CHECK(cudaEventCreate(&ready));
   DeviceBuffer<float> a(8), b(8);
-  CUDA_CHECK(cudaMemset(b.data(), 0, 8 * sizeof(float)));
-  CUDA_CHECK(cudaDeviceSynchronize());
   for (bool wait : {false, true}) {
-    launch(fill, dim3(1), dim3(8), 0, producer, a.data(), wait ? 6.0f : 5.0f, 8);
+    CUDA_CHECK(cudaMemset(a.data(), 0, 8 * sizeof(float)));
+    CUDA_CHECK(cudaMemset(b.data(), 0, 8 * sizeof(float)));
+    CUDA_CHECK(cudaDeviceSynchronize());
+    Gate gate;
+    CUDA_CHECK(cudaLaunchHostFunc(producer, Gate::wait, &gate));
+    launch(fill, dim3(1), dim3(8), 0, producer, a.data(), 5.0f, 8);
     CUDA_CHECK(cudaEventRecord(ready, producer));
     if (wait) CUDA_CHECK(cudaStreamWaitEvent(consumer, ready, 0));
     EXPECT_EQ(cudaEventQuery(ready), cudaErrorNotReady);
     CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), 8 * sizeof(float), cudaMemcpyDeviceToDevice, consumer));
-    CUDA_CHECK(cudaStreamSynchronize(consumer));
-    const float copied = b.to_host()[0];
-    if (wait) EXPECT_EQ(copied, 6.0f);
-    else EXPECT_NE(copied, 5.0f) << "the consumer ran before the producer's kernel";
+    if (!wait) CUDA_CHECK(cudaStreamSynchronize(consumer));
+    gate.open.set_value();
     CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_EQ(b.to_host()[0], wait ? 5.0f : 0.0f) << (wait ? "with" : "without") << " the event";
   }
   CUDA_CHECK(cudaEventDestroy(ready));
   CUDA_CHECK(cudaStreamDestroy(producer));
