@@ -6,6 +6,7 @@
 
 #include "comm/nccl_check.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/device_memory.cuh"
 
 namespace {
 
@@ -81,8 +82,7 @@ void warm_up_neighbours(const CommGroups& groups, cudaStream_t stream) {
   const int next = next_in_ring(mesh), previous = previous_in_ring(mesh);
   // With pp = 2 both neighbours are the same rank: one exchange with it.
   const bool two_neighbours = next != previous;
-  int* device = nullptr;  // (3) this rank's stage, then what the next and the previous stage sent
-  CUDA_CHECK(cudaMalloc(&device, 3 * sizeof(int)));
+  int* device = device_alloc<int>(3);  // (3) this rank's stage, then what the next and the previous stage sent
   CUDA_CHECK(cudaMemcpyAsync(device, &mesh.pp_rank, sizeof(int), cudaMemcpyHostToDevice, stream));
   NCCL_CHECK(ncclGroupStart());
   NCCL_CHECK(ncclSend(device, 1, ncclInt32, next, groups.pipeline, stream));
@@ -95,7 +95,7 @@ void warm_up_neighbours(const CommGroups& groups, cudaStream_t stream) {
   int received[3] = {};
   CUDA_CHECK(cudaMemcpyAsync(received, device, sizeof(received), cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));
-  CUDA_CHECK(cudaFree(device));
+  device_free(device);
   if (!two_neighbours) received[2] = received[1];
   if (received[1] != next || received[2] != previous)
     throw std::runtime_error("warm_up_neighbours: stage " + std::to_string(mesh.pp_rank) + " heard stages " +

@@ -8,6 +8,7 @@
 #include "kernels/attention.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/device_memory.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/gelu.cuh"
 #include "kernels/layernorm.cuh"
@@ -173,14 +174,13 @@ size_t stage_input_bytes(const GPTConfig& config, int B, int T, const LayerRange
 
 template <typename Element>
 Activations<Element> create_activations(const GPTConfig& config, int B, int T, const LayerRange& range) {
-  void* memory = nullptr;
-  CUDA_CHECK(cudaMalloc(&memory, activation_bytes<Element>(config, B, T, range)));
-  return point_activations<Element>(memory, config, B, T, range);
+  return point_activations<Element>(device_alloc_bytes(activation_bytes<Element>(config, B, T, range)), config, B, T,
+                                    range);
 }
 
 template <typename Element>
 void destroy_activations(Activations<Element>& acts) {
-  CUDA_CHECK(cudaFree(acts.memory));
+  device_free(acts.memory);
   acts = Activations<Element>{};
 }
 
@@ -191,14 +191,13 @@ size_t backward_scratch_bytes(const GPTConfig& config, int B, int T, const Layer
 
 template <typename Element>
 BackwardScratch<Element> create_backward_scratch(const GPTConfig& config, int B, int T, const LayerRange& range) {
-  void* memory = nullptr;
-  CUDA_CHECK(cudaMalloc(&memory, backward_scratch_bytes<Element>(config, B, T, range)));
-  return point_backward_scratch<Element>(memory, config, B, T, range);
+  return point_backward_scratch<Element>(device_alloc_bytes(backward_scratch_bytes<Element>(config, B, T, range)),
+                                        config, B, T, range);
 }
 
 template <typename Element>
 void destroy_backward_scratch(BackwardScratch<Element>& scratch) {
-  CUDA_CHECK(cudaFree(scratch.memory));
+  device_free(scratch.memory);
   scratch = BackwardScratch<Element>{};
 }
 

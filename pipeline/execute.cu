@@ -8,6 +8,7 @@
 
 #include "comm/p2p.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/device_memory.cuh"
 
 namespace {
 
@@ -18,9 +19,7 @@ int take(BufferPool& pool, int key) {
   if (pool.held.count(key)) throw std::runtime_error("executor: buffer " + std::to_string(key) + " taken twice");
   int index;
   if (pool.free.empty()) {
-    void* buffer = nullptr;
-    CUDA_CHECK(cudaMalloc(&buffer, pool.bytes));
-    pool.buffers.push_back(buffer);
+    pool.buffers.push_back(device_alloc_bytes(pool.bytes));
     index = int(pool.buffers.size()) - 1;
   } else {
     index = pool.free.back();
@@ -42,7 +41,7 @@ void give_back(BufferPool& pool, int key) {
 }
 
 void destroy_pool(BufferPool& pool) {
-  for (void* buffer : pool.buffers) CUDA_CHECK(cudaFree(buffer));
+  for (void* buffer : pool.buffers) device_free(buffer);
   pool = make_pool(0);
 }
 
@@ -250,7 +249,7 @@ Executor create_executor(const GPTConfig& config, int B, int T, const StageSched
     }
     e.chunks.push_back(std::move(state));
   }
-  CUDA_CHECK(cudaMalloc(&e.targets, size_t(B) * T * sizeof(int)));
+  e.targets = device_alloc<int>(size_t(B) * T);
   e.step_start.resize(schedule.size());
   e.step_end.resize(schedule.size());
   for (size_t i = 0; i < schedule.size(); ++i) {
@@ -270,7 +269,7 @@ void destroy_executor(Executor& e) {
   destroy_pool(e.sends);
   destroy_pool(e.grad_outputs);
   destroy_pool(e.grad_inputs);
-  CUDA_CHECK(cudaFree(e.targets));
+  device_free(e.targets);
   for (cudaEvent_t event : e.step_start) CUDA_CHECK(cudaEventDestroy(event));
   for (cudaEvent_t event : e.step_end) CUDA_CHECK(cudaEventDestroy(event));
   e = Executor{};

@@ -10,7 +10,8 @@ struct StageRecord {
   int stage;
   double idle;              // 1 - busy / the step's span, from the executor's step timers
   double activation_bytes;  // the executor's activation slots and working sets
-  double device_bytes;      // cudaMemGetInfo's total - free
+  double device_bytes;      // the stage's device allocations (kernels/device_memory.cuh's bytes in use):
+                            // parameters, gradients, moments, slots and buffers; not CUDA's, cuBLAS's or NCCL's own
 };
 
 struct StepRecord {

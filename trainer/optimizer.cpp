@@ -6,6 +6,7 @@
 #include "comm/collectives.h"
 #include "kernels/adamw.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/device_memory.cuh"
 #include "kernels/global_norm.cuh"
 #include "model/parameters.h"
 
@@ -19,23 +20,22 @@ size_t slot_of(const ParameterRegion& r, int num_layers) { return norm_slot(r.te
 Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layout) {
   const size_t n = layout.size;
   Optimizer optimizer{config, layout.regions, nullptr, nullptr, nullptr, nullptr, nullptr};
-  CUDA_CHECK(cudaMalloc(&optimizer.m, n * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(&optimizer.v, n * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(&optimizer.norm_workspace,
-                        global_norm_workspace_size(int(optimizer.regions.size())) * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(&optimizer.norm_partials, norm_slot_count(config.num_layers) * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(&optimizer.squared_norm, sizeof(float)));
+  optimizer.m = device_alloc<float>(n);
+  optimizer.v = device_alloc<float>(n);
+  optimizer.norm_workspace = device_alloc<float>(global_norm_workspace_size(int(optimizer.regions.size())));
+  optimizer.norm_partials = device_alloc<float>(norm_slot_count(config.num_layers));
+  optimizer.squared_norm = device_alloc<float>(1);
   CUDA_CHECK(cudaMemset(optimizer.m, 0, n * sizeof(float)));
   CUDA_CHECK(cudaMemset(optimizer.v, 0, n * sizeof(float)));
   return optimizer;
 }
 
 void destroy_optimizer(Optimizer& optimizer) {
-  CUDA_CHECK(cudaFree(optimizer.m));
-  CUDA_CHECK(cudaFree(optimizer.v));
-  CUDA_CHECK(cudaFree(optimizer.norm_workspace));
-  CUDA_CHECK(cudaFree(optimizer.norm_partials));
-  CUDA_CHECK(cudaFree(optimizer.squared_norm));
+  device_free(optimizer.m);
+  device_free(optimizer.v);
+  device_free(optimizer.norm_workspace);
+  device_free(optimizer.norm_partials);
+  device_free(optimizer.squared_norm);
   optimizer = Optimizer{};
 }
 

@@ -7,6 +7,7 @@
 #include "comm/p2p.h"
 #include "kernels/cublas_check.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/device_memory.cuh"
 #include "pipeline/layer_split.h"
 
 namespace {
@@ -79,12 +80,12 @@ std::vector<float> gather_regions(const Trainer& trainer, const float* memory) {
   return host;
 }
 
+// The device bytes are the project's own count (a rank holds one stage): on a GPU the driver's
+// figure would add the CUDA context, cuBLAS's and NCCL's buffers and its rounding.
 StageRecord measure_stage(const Trainer& trainer) {
   const ExecutorAccounting& a = trainer.executor.accounting;
-  size_t free_bytes = 0, total_bytes = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   return {trainer.groups.mesh.pp_rank, a.span_ms > 0 ? 1.0 - a.busy_ms / a.span_ms : 0.0,
-          double(a.activation_bytes), double(total_bytes - free_bytes)};
+          double(a.activation_bytes), double(device_memory_counts().bytes_in_use)};
 }
 
 // Replica 0's stage records on world rank 0.
@@ -129,10 +130,9 @@ Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayo
   CUBLAS_CHECK(cublasSetStream(trainer.cublas, trainer.stream));
   trainer.parameter_layout = parameter_layout(config, trainer.chunks);
   const size_t n = trainer.parameter_layout.size;
-  CUDA_CHECK(cudaMalloc(&trainer.parameter_memory, n * sizeof(float)));
-  CUDA_CHECK(cudaMalloc(&trainer.gradient_memory, n * sizeof(float)));
-  trainer.grad_wte_head = nullptr;
-  if (has_head(trainer.chunks)) CUDA_CHECK(cudaMalloc(&trainer.grad_wte_head, wte_size(config) * sizeof(float)));
+  trainer.parameter_memory = device_alloc<float>(n);
+  trainer.gradient_memory = device_alloc<float>(n);
+  trainer.grad_wte_head = has_head(trainer.chunks) ? device_alloc<float>(wte_size(config)) : nullptr;
   trainer.params = stage_views(trainer.parameter_memory, trainer.parameter_layout);
   trainer.grads = stage_views(trainer.gradient_memory, trainer.parameter_layout);
   const StageSchedule schedule =
@@ -154,9 +154,9 @@ Trainer create_trainer(const GPTConfig& config, int B, int T, int microbatches) 
 }
 
 void destroy_trainer(Trainer& trainer) {
-  CUDA_CHECK(cudaFree(trainer.parameter_memory));
-  CUDA_CHECK(cudaFree(trainer.gradient_memory));
-  CUDA_CHECK(cudaFree(trainer.grad_wte_head));
+  device_free(trainer.parameter_memory);
+  device_free(trainer.gradient_memory);
+  device_free(trainer.grad_wte_head);
   destroy_executor(trainer.executor);
   destroy_optimizer(trainer.optimizer);
   CUBLAS_CHECK(cublasDestroy(trainer.cublas));

@@ -1,9 +1,9 @@
 // The pipeline engine on 4 stages, under mpirun -np 4 only (tools/run_tests.sh; the layouts of
 // 2, 4 and 8 ranks are layouts_test.cu's): the interleaved schedule round a ring of 4 stages
 // gives the single-stage step bitwise; the executor allocates the schedule's slots and no more,
-// with recompute each slot is the stage input, and nothing after the first step; the executor
-// runs exactly the printed schedule; each stage allocates only its own tensors; a 4-stage
-// checkpoint resumes bitwise.
+// with recompute each slot is the stage input, and nothing after the first step; a stage's
+// device bytes are exactly its arrays, slots and buffers; the executor runs exactly the printed
+// schedule; each stage allocates only its own tensors; a 4-stage checkpoint resumes bitwise.
 // The model is pipeline_harness.h's tiny one: the file runs in a few seconds in the CPU build.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda_check.cuh"
+#include "comm/collectives.h"
+#include "kernels/device_memory.cuh"
+#include "kernels/global_norm.cuh"
 #include "tests/file_tools.h"
 #include "tests/mpi/pipeline_harness.h"
 #include "trainer/options.h"
@@ -52,7 +54,9 @@ TEST(Pipeline, RecomputeSlotHoldsOnlyTheStageInput) {
   EXPECT_EQ(outcome.accounting.slots, std::vector<int>{4 - stage});
 }
 
-// The pools reach their size in the first step: the second allocates nothing.
+// The pools reach their size in the first step: the second allocates nothing. Counted by the
+// project's allocator, so it holds on a GPU, whose driver may serve or round an allocation
+// without changing cudaMemGetInfo; an allocation freed again within the step counts too.
 TEST(Pipeline, NoDeviceAllocationAfterTheFirstStep) {
   WorldGroups world(1, 4);
   for (bool recompute : {false, true}) {
@@ -60,12 +64,47 @@ TEST(Pipeline, NoDeviceAllocationAfterTheFirstStep) {
     upload_parameters(trainer, initial_parameters(kConfig));
     BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
     train_step(trainer, reader, kSettings, kLearningRate, 1);
-    size_t free_before = 0, free_after = 0, total = 0;
-    CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+    const DeviceMemoryCounts before = device_memory_counts();
     train_step(trainer, reader, kSettings, kLearningRate, 2);
-    CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
-    EXPECT_EQ(free_after, free_before) << (recompute ? "recompute" : "");
+    const DeviceMemoryCounts after = device_memory_counts();
+    EXPECT_EQ(after.allocations, before.allocations) << (recompute ? "recompute" : "");
+    EXPECT_EQ(after.bytes_in_use, before.bytes_in_use) << (recompute ? "recompute" : "");
     destroy_trainer(trainer);
+  }
+}
+
+// A stage's device bytes, to the byte: its parameters, gradients and AdamW's two moments (four
+// arrays of its parameter layout), the head's share of wte's gradient on the last stage, the
+// norm's buffers, the executor's slots and transfer buffers (its accounting), each chunk's
+// backward scratch and the targets. The step's stage records (the log's "dev") carry it; the
+// project's allocator counts it, the same on a GPU.
+TEST(Pipeline, StageDeviceBytesAreItsArraysSlotsAndBuffers) {
+  WorldGroups world(1, 4);
+  const int stage = rank_in_world();
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "no recompute");
+    const size_t before = device_memory_counts().bytes_in_use;
+    Trainer trainer = create_trainer(kConfig, kB, kT, {ScheduleKind::one_f_one_b, 8, 1, recompute, {}}, world.groups);
+    upload_parameters(trainer, initial_parameters(kConfig));
+    BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
+    const StepResult result = train_step(trainer, reader, kSettings, kLearningRate, 1);
+    const ExecutorAccounting& a = trainer.executor.accounting;
+    const size_t wte_bytes = size_t(kConfig.padded_vocab_size) * kConfig.channels * sizeof(float);
+    size_t expected = 4 * trainer.parameter_layout.size * sizeof(float) + (stage == 3 ? wte_bytes : 0) +
+                      (global_norm_workspace_size(int(trainer.optimizer.regions.size())) +
+                       norm_slot_count(kConfig.num_layers) + 1) * sizeof(float) +
+                      a.activation_bytes + a.transfer_bytes + size_t(kB) * kT * sizeof(int);
+    for (const LayerRange& range : trainer.chunks) expected += backward_scratch_bytes<float>(kConfig, kB, kT, range);
+    const unsigned long long held = device_memory_counts().bytes_in_use;
+    EXPECT_EQ(held - before, expected);
+    std::vector<unsigned long long> held_by_stage(4);
+    MPI_Allgather(&held, 1, MPI_UNSIGNED_LONG_LONG, held_by_stage.data(), 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD);
+    if (stage == 0) {
+      ASSERT_EQ(result.stages.size(), 4u);
+      for (int s = 0; s < 4; ++s) EXPECT_EQ(result.stages[s].device_bytes, double(held_by_stage[s])) << "stage " << s;
+    }
+    destroy_trainer(trainer);
+    EXPECT_EQ(device_memory_counts().bytes_in_use, before);
   }
 }
 
