@@ -30,3 +30,12 @@ void destroy_comm_groups(CommGroups& groups) {
     *comm = nullptr;
   }
 }
+
+void abort_comm_groups(CommGroups& groups) {
+  for (ncclComm_t* comm : {&groups.embedding, &groups.data_parallel, &groups.pipeline, &groups.world}) {
+    // Not checked: this is already the way out of an error, and an abort that fails changes
+    // nothing in what follows (the job is aborted next).
+    if (*comm != nullptr) ncclCommAbort(*comm);
+    *comm = nullptr;
+  }
+}

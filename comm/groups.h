@@ -27,3 +27,8 @@ CommGroups create_comm_groups(const Mesh& mesh);
 
 // Destroys every communicator of groups and nulls them; every rank calls it, as for creation.
 void destroy_comm_groups(CommGroups& groups);
+
+// The same on an error, by this rank alone: ncclCommAbort aborts the operations still running
+// on the device and returns without waiting for peers (ncclCommDestroy waits for every operation
+// to complete, which a failed peer never lets happen). Leaves the communicators null.
+void abort_comm_groups(CommGroups& groups);

@@ -1,12 +1,15 @@
-// main() of the multi-rank test binary (run under mpirun): every rank runs every
-// test; a test passes only if it passed on all ranks. Rank 0 prints the verdicts and
-// the line "tests: N passed, M failed"; other ranks print only their failures.
+// main() of the multi-rank test binary (run under mpirun): each rank takes its own device
+// (comm/rank_device.h), then every rank runs every test; a test passes only if it passed on
+// all ranks. Rank 0 prints the verdicts and the line "tests: N passed, M failed"; other ranks
+// print only their failures.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include "comm/rank_device.h"
 
 namespace {
 
@@ -31,7 +34,7 @@ class AllRanksVerdict : public testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  if (!start_rank_on_own_device(&argc, &argv, "mpi_tests")) return 1;
   testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -1,15 +1,19 @@
 // The train program: parses the options and runs one training run on every rank of the
 // mpirun world (pp = world size / dp stages by default; a single process is pp = dp = 1).
-// Errors found while setting up, before any rank communicates, are the same on every rank:
-// world rank 0 prints the one line and every rank exits with status 1. An error during the
-// run may be one rank's alone while the others wait in a collective, so it aborts the world.
+// Each rank first takes its own device (comm/rank_device.h). Errors found while setting up,
+// before any rank communicates, are the same on every rank: world rank 0 prints the one line and
+// every rank exits with status 1. An error during the run may be one rank's alone while the
+// others wait on it in a transfer: it goes to world rank 0, which prints it naming the rank and
+// aborts the job (trainer/error_channel.h).
 #include <mpi.h>
 
-#include <chrono>
 #include <cstdio>
+#include <exception>
 #include <stdexcept>
-#include <thread>
+#include <string>
 
+#include "comm/rank_device.h"
+#include "trainer/error_channel.h"
 #include "trainer/options.h"
 #include "trainer/ranks.h"
 #include "trainer/run.h"
@@ -35,25 +39,31 @@ int train(int argc, char** argv) {
     if (out) std::printf("%s", schedule_report(setup).c_str());
     return 0;
   }
-  try {
-    run_training(setup, out);
-  } catch (const std::runtime_error& error) {
-    if (world.size == 1) {
+  if (world.size == 1) {
+    try {
+      run_training(setup, out);
+    } catch (const std::exception& error) {
       std::fprintf(stderr, "train: error: %s\n", error.what());
       return 1;
     }
-    // Rank 0 speaks when it failed too; the others give it a moment to, then speak and abort.
-    if (world.rank != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
-    std::fprintf(stderr, "train: error: %s (rank %d)\n", error.what(), world.rank);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 0;
   }
+  ErrorChannel* channel = open_error_channel();
+  try {
+    run_training(setup, out);
+  } catch (const std::exception& error) {
+    const Mesh& mesh = setup.mesh;
+    fail_run(channel, "train: error: rank " + std::to_string(world.rank) + " (stage " + std::to_string(mesh.pp_rank) +
+                          ", replica " + std::to_string(mesh.dp_rank) + ") failed: " + error.what());
+  }
+  close_error_channel(channel);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  if (!start_rank_on_own_device(&argc, &argv, "train")) return 1;
   const int status = train(argc, argv);
   MPI_Finalize();
   return status;

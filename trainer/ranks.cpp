@@ -37,6 +37,10 @@ void destroy_world_groups(CommGroups& groups) {
   if (groups.mesh.world_size > 1) destroy_comm_groups(groups);
 }
 
+void abort_world_groups(CommGroups& groups) {
+  if (groups.mesh.world_size > 1) abort_comm_groups(groups);
+}
+
 void sum_over_world(const World& world, double* values, size_t count) {
   if (world.size == 1) return;
   for (size_t done = 0; done < count; done += kPiece)

@@ -19,6 +19,8 @@ World this_world();
 // no communicators (comm/ needs none for pp = dp = 1).
 CommGroups create_world_groups(const Mesh& mesh);
 void destroy_world_groups(CommGroups& groups);
+// abort_comm_groups, on this rank's error (nothing to abort in a world of one).
+void abort_world_groups(CommGroups& groups);
 
 // values (count) = their sum over the world, in place, on every rank.
 void sum_over_world(const World& world, double* values, size_t count);

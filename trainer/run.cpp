@@ -3,7 +3,6 @@
 
 #include <chrono>
 #include <cstdarg>
-#include <memory>
 #include <optional>
 
 #include "model/parameters.h"
@@ -32,22 +31,6 @@ TrainValSplit load_data(const TrainOptions& options, int vocab_size) {
   return {std::move(all), load_token_data(options.val_data, vocab_size)};
 }
 
-// Frees the trainer's device memory however the run ends.
-struct TrainerDeleter {
-  void operator()(Trainer* trainer) const {
-    destroy_trainer(*trainer);
-    delete trainer;
-  }
-};
-
-// The same for the communicators, which every rank destroys together.
-struct GroupsDeleter {
-  void operator()(CommGroups* groups) const {
-    destroy_world_groups(*groups);
-    delete groups;
-  }
-};
-
 bool every(int interval, int step) { return interval > 0 && step % interval == 0; }
 
 // Bytes of one activation slot of a chunk, as the executor allocates it.
@@ -62,6 +45,83 @@ std::string layers_text(const LayerRange& range) {
   if (range.has_embedding) text += " + embedding";
   if (range.has_head) text += " + head";
   return text;
+}
+
+// What the step loop reads and writes besides the trainer.
+struct RunFiles {
+  BatchReader train_reader;
+  std::optional<BatchReader> val_reader;
+  std::optional<Tokenizer> tokenizer;
+  std::optional<StepLog> log;  // world rank 0's
+};
+
+void open_run_files(const RunSetup& setup, RunFiles& files) {
+  const TrainOptions& options = setup.options;
+  files.train_reader = make_batch_reader(setup.data.train, setup.B, setup.T, options.shuffle, options.seed);
+  if (options.val_every > 0)
+    files.val_reader = make_batch_reader(setup.data.val, setup.B, setup.T, false, options.seed);
+  if (options.sample_every > 0)
+    files.tokenizer = sample_tokenizer(setup.data.train.format, setup.start.config.vocab_size, options.tokenizer);
+  if (!options.log.empty() && setup.mesh.world_rank == 0) files.log.emplace(options.log, setup.start.resumed);
+}
+
+// The step loop with validation, samples, checkpoints and logging, on a trainer created for setup.
+RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, std::FILE* out) {
+  const TrainOptions& options = setup.options;
+  const StartingPoint& start = setup.start;
+  const GPTConfig& config = start.config;
+  const Mesh& mesh = setup.mesh;
+  const int B = setup.B, T = setup.T;
+  BatchReader& train_reader = files.train_reader;
+  std::optional<BatchReader>& val_reader = files.val_reader;
+  std::optional<Tokenizer>& tokenizer = files.tokenizer;
+  std::optional<StepLog>& log = files.log;
+
+  upload_parameters(trainer, start.parameters);
+  RunPosition position{0, 0, sampler_seed_state(options.seed)};
+  if (start.resumed) {
+    upload_moments(trainer, start.m, start.v);
+    position = start.position;
+    train_reader.next_microbatch = position.data_position;
+  }
+
+  const LrSchedule schedule = lr_schedule_from_options(options);
+  const AdamWSettings settings{options.beta1, options.beta2, options.eps, options.weight_decay, options.grad_clip};
+  const double tokens_per_step = double(options.microbatches) * B * T * mesh.dp;
+  RunResult result;
+  while (position.step < options.steps) {
+    const double lr = learning_rate(schedule, position.step);
+    const auto begin = std::chrono::steady_clock::now();
+    const StepResult step = train_step(trainer, train_reader, settings, lr, position.step + 1);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    position.step += 1;
+    position.data_position = train_reader.next_microbatch;
+
+    StepRecord record{position.step, options.steps, step.loss, false, 0.0, lr, step.grad_norm,
+                      seconds * 1e3, tokens_per_step / seconds, step.stages};
+    if (val_reader && (every(options.val_every, position.step) || position.step == options.steps)) {
+      record.has_val_loss = true;
+      record.val_loss = validation_loss(trainer, *val_reader, options.val_batches);
+    }
+    say(out, "%s\n", format_step_line(record).c_str());
+    if (mesh.world_size > 1) say(out, "  %s\n", format_stages_line(record.stages).c_str());
+    if (log) log->write(record);
+    result.steps.push_back(record);
+
+    if (tokenizer && every(options.sample_every, position.step)) {
+      const int start_token = sample_start_token(setup.data.train.format, *tokenizer, config.vocab_size);
+      const std::vector<int> tokens = generate_tokens(trainer, start_token, options.sample_len,
+                                                      options.sample_temperature, position.sampler_state);
+      const std::string text = decode(*tokenizer, tokens.data() + 1, tokens.size() - 1);
+      say(out, "sample after step %d:\n%s\n---\n", position.step, printable(text).c_str());
+      result.samples.push_back(text);
+    }
+    if (!options.save.empty() && (every(options.save_every, position.step) || position.step == options.steps)) {
+      save_checkpoint(options.save, trainer, position);
+      say(out, "saved %s and %s\n", options.save.c_str(), training_state_path(options.save).c_str());
+    }
+  }
+  return result;
 }
 
 }  // namespace
@@ -116,79 +176,40 @@ std::string schedule_report(const RunSetup& setup) {
 }
 
 RunResult run_training(const RunSetup& setup, std::FILE* out) {
+  const GPTConfig& config = setup.start.config;
   const TrainOptions& options = setup.options;
-  const StartingPoint& start = setup.start;
-  const GPTConfig& config = start.config;
   const Mesh& mesh = setup.mesh;
-  const int B = setup.B, T = setup.T;
-  BatchReader train_reader = make_batch_reader(setup.data.train, B, T, options.shuffle, options.seed);
-  std::optional<BatchReader> val_reader;
-  if (options.val_every > 0) val_reader = make_batch_reader(setup.data.val, B, T, false, options.seed);
-  std::optional<Tokenizer> tokenizer;
-  if (options.sample_every > 0)
-    tokenizer = sample_tokenizer(setup.data.train.format, config.vocab_size, options.tokenizer);
-  std::optional<StepLog> log;
-  if (!options.log.empty() && mesh.world_rank == 0) log.emplace(options.log, start.resumed);
-
+  RunFiles files;
+  open_run_files(setup, files);
   say(out, "model: L=%d NH=%d C=%d maxT=%d V=%d (Vp=%d), %zu parameters, %s\n", config.num_layers,
       config.num_heads, config.channels, config.max_seq_len, config.vocab_size, config.padded_vocab_size,
-      num_parameters(config), start.description.c_str());
+      num_parameters(config), setup.start.description.c_str());
   say(out, "data: %s, %zu training tokens, %zu validation tokens (%s)\n", options.train_data.c_str(),
       setup.data.train.tokens.size(), setup.data.val.tokens.size(), setup.data.val.source.c_str());
-  say(out, "batch: %d microbatches x B=%d x T=%d x dp=%d = %zu tokens per step, %d steps\n", options.microbatches, B,
-      T, mesh.dp, size_t(options.microbatches) * B * T * mesh.dp, options.steps);
+  say(out, "batch: %d microbatches x B=%d x T=%d x dp=%d = %zu tokens per step, %d steps\n", options.microbatches,
+      setup.B, setup.T, mesh.dp, size_t(options.microbatches) * setup.B * setup.T * mesh.dp, options.steps);
   say(out, "pipeline: dp=%d x pp=%d, %s schedule, v=%d, recompute %s\n", mesh.dp, mesh.pp, options.schedule.c_str(),
       options.virtual_stages, options.recompute ? "on" : "off");
   for (size_t i = 0; i < setup.virtual_stages.size(); ++i)
     say(out, "  stage %zu chunk %zu: %s\n", i % mesh.pp, i / mesh.pp, layers_text(setup.virtual_stages[i]).c_str());
 
-  std::unique_ptr<CommGroups, GroupsDeleter> groups(new CommGroups(create_world_groups(mesh)));
-  std::unique_ptr<Trainer, TrainerDeleter> trainer(
-      new Trainer(create_trainer(config, B, T, setup.layout, *groups)));
-  upload_parameters(*trainer, start.parameters);
-  RunPosition position{0, 0, sampler_seed_state(options.seed)};
-  if (start.resumed) {
-    upload_moments(*trainer, start.m, start.v);
-    position = start.position;
-    train_reader.next_microbatch = position.data_position;
-  }
-
-  const LrSchedule schedule = lr_schedule_from_options(options);
-  const AdamWSettings settings{options.beta1, options.beta2, options.eps, options.weight_decay, options.grad_clip};
-  const double tokens_per_step = double(options.microbatches) * B * T * mesh.dp;
+  CommGroups groups = create_world_groups(mesh);
+  Trainer trainer;
   RunResult result;
-  while (position.step < options.steps) {
-    const double lr = learning_rate(schedule, position.step);
-    const auto begin = std::chrono::steady_clock::now();
-    const StepResult step = train_step(*trainer, train_reader, settings, lr, position.step + 1);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    position.step += 1;
-    position.data_position = train_reader.next_microbatch;
-
-    StepRecord record{position.step, options.steps, step.loss, false, 0.0, lr, step.grad_norm,
-                      seconds * 1e3, tokens_per_step / seconds, step.stages};
-    if (val_reader && (every(options.val_every, position.step) || position.step == options.steps)) {
-      record.has_val_loss = true;
-      record.val_loss = validation_loss(*trainer, *val_reader, options.val_batches);
-    }
-    say(out, "%s\n", format_step_line(record).c_str());
-    if (mesh.world_size > 1) say(out, "  %s\n", format_stages_line(record.stages).c_str());
-    if (log) log->write(record);
-    result.steps.push_back(record);
-
-    if (tokenizer && every(options.sample_every, position.step)) {
-      const int start_token = sample_start_token(setup.data.train.format, *tokenizer, config.vocab_size);
-      const std::vector<int> tokens = generate_tokens(*trainer, start_token, options.sample_len,
-                                                      options.sample_temperature, position.sampler_state);
-      const std::string text = decode(*tokenizer, tokens.data() + 1, tokens.size() - 1);
-      say(out, "sample after step %d:\n%s\n---\n", position.step, printable(text).c_str());
-      result.samples.push_back(text);
-    }
-    if (!options.save.empty() && (every(options.save_every, position.step) || position.step == options.steps)) {
-      save_checkpoint(options.save, *trainer, position);
-      say(out, "saved %s and %s\n", options.save.c_str(), training_state_path(options.save).c_str());
-    }
+  try {
+    trainer = create_trainer(config, setup.B, setup.T, setup.layout, groups);
+    result = run_steps(setup, trainer, files, out);
+  } catch (...) {
+    // This rank's error, perhaps its alone, while its peers wait on it in a transfer. Its
+    // communicators are aborted, not destroyed: a destroy would wait for those peers. Its device
+    // memory is left allocated on purpose: on a GPU, cudaFree synchronises the device, which
+    // waits for every receive already queued on its stream, and the peer that should send may
+    // never come. The process ends next (trainer/main.cu), which frees it all.
+    abort_world_groups(groups);
+    throw;
   }
+  destroy_trainer(trainer);
+  destroy_world_groups(groups);
   return result;
 }
 

@@ -43,6 +43,8 @@ struct RunResult {
 
 // Runs options.steps optimizer steps (fewer when resuming), printing the banner, each step's line
 // and the samples to out (nullptr: silent; give it on world rank 0 only). Every rank of the world
-// calls it. Throws std::runtime_error with one line on bad input.
+// calls it. Throws std::runtime_error with one line on bad input. An error once the communicators
+// exist may be this rank's alone while its peers wait on it: the communicators are then aborted
+// and the device memory is left allocated (trainer/run.cpp says why); the caller ends the job.
 RunResult run_training(const RunSetup& setup, std::FILE* out);
 RunResult run_training(const TrainOptions& options, std::FILE* out);

@@ -9,6 +9,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
 #include "pipeline/layer_split.h"
+#include "trainer/failure_injection.h"
 
 namespace {
 
@@ -200,6 +201,7 @@ StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings
   const bool head = has_head(trainer.chunks);
   if (head) CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config) * sizeof(float), trainer.stream));
   const double loss_scale = 1.0 / (double(BT) * m * mesh.dp);
+  fail_if_injected(trainer.world.rank, t);
   double loss = execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head,
                              trainer.host_tokens.data(), trainer.host_targets.data(), loss_scale);
   // The tied embedding: the head's share joins wte's gradient on the stage with the head (zero

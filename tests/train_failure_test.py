@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""A rank that fails in the middle of a step ends the whole job within seconds, and world rank 0
+says which rank failed and why (trainer/error_channel.h), although rank 0 itself, like the failing
+rank's pipeline neighbours, is waiting in a transfer that will never complete.
+
+Runs `mpirun -np 4 ./train` on a small model with the test-only TRAIN_TEST_FAIL="rank=R,step=S"
+(trainer/failure_injection.h) and checks that mpirun exits non-zero within TIMEOUT, that no rank
+of the run is left, that the one error line names the failing rank, its stage and replica and
+the failure, and that rank 0 printed it. Also runs the same command without a failure, which
+must end with status 0. MPICH's mpirun (hydra) is assumed, for its -prepend-rank.
+    /usr/bin/python3 tests/train_failure_test.py [--gtest_filter=PATTERN]
+TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun). One line per
+check, then "tests: N passed, M failed" (exit status 1 on a failure), as tools/run_tests.sh expects.
+"""
+import fnmatch
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The run of 10 steps takes about 2 s here; a failing rank's own fallback (when rank 0 does not
+# answer) comes after 5 s. 30 s is far above both and far below a test harness's patience.
+TIMEOUT = 30
+SMALL_MODEL = ["--layers", "4", "--dim", "64", "--batch", "2", "--seq-len", "32", "--microbatches", "4",
+               "--val-every", "0", "--sample-every", "0"]
+
+# name: (TRAIN_TEST_FAIL or None, extra options, the failing rank's stage and replica)
+CASES = {
+    # Stage 2 of 4: stage 1 waits to send it activations, stage 3 to receive them, and stage 0
+    # (rank 0) for stage 1's gradients.
+    "RankFailure.MiddleStageEndsEveryRankAndRank0NamesIt": ("rank=2,step=3", [], (2, 0)),
+    "RankFailure.Rank0ItselfEndsEveryRank": ("rank=0,step=2", [], (0, 0)),
+    "RankFailure.ReplicaRankIsNamedByStageAndReplica": ("rank=3,step=2", ["--dp", "2"], (1, 1)),
+    "RankFailure.RunWithoutFailureEndsCleanly": (None, [], None),
+}
+
+
+def selected(name, gtest_filter):
+    """gtest's filter syntax: positive patterns, then optionally '-' and negative ones, ':'-separated."""
+    positive, _, negative = gtest_filter.partition("-")
+    matches = lambda patterns: any(fnmatch.fnmatchcase(name, p) for p in patterns.split(":") if p)
+    return matches(positive or "*") and not matches(negative)
+
+
+def write_text(path):
+    """About 30 kB of words (one token per byte): enough windows for training and validation."""
+    rng = random.Random(7)
+    words = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth", "light", "darkness"]
+    with open(path, "w") as file:
+        file.write(" ".join(rng.choice(words) for _ in range(5000)))
+
+
+def processes_running(marker):
+    """Pids of this user's processes whose command line contains marker (the run's data path)."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as file:
+                if marker.encode() in file.read():
+                    pids.append(int(pid))
+        except OSError:
+            pass
+    return pids
+
+
+def run_train(directory, fail, options):
+    """Runs mpirun -np 4 ./train; returns (exit status or None on timeout, seconds, output lines,
+    pids of the run still alive afterwards)."""
+    data = os.path.join(directory, "text.txt")
+    write_text(data)
+    mpirun = os.environ.get("MPIRUN", "mpirun").split()
+    train = os.environ.get("TRAIN", os.path.join(ROOT, "train"))
+    command = mpirun + ["-prepend-rank", "-np", "4", train, "--train-data", data, "--steps", "10"] + SMALL_MODEL + options
+    environment = dict(os.environ)
+    environment.pop("TRAIN_TEST_FAIL", None)
+    if fail:
+        environment["TRAIN_TEST_FAIL"] = fail
+    begin = time.monotonic()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=environment,
+                               start_new_session=True, cwd=ROOT)
+    try:
+        output, _ = process.communicate(timeout=TIMEOUT)
+        status = process.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+        status = None
+    seconds = time.monotonic() - begin
+    time.sleep(0.5)  # a rank killed by mpirun may take a moment to leave the process table
+    left = processes_running(data)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    return status, seconds, output.decode(errors="replace").splitlines(), left
+
+
+def check(name):
+    """(passed, detail) of one case."""
+    fail, options, place = CASES[name]
+    with tempfile.TemporaryDirectory(prefix="train_failure_") as directory:
+        status, seconds, lines, left = run_train(directory, fail, options)
+    if status is None:
+        return False, "still running after %d s (killed); last lines: %s" % (TIMEOUT, lines[-3:])
+    if left:
+        return False, "mpirun ended (status %d) but %d processes of the run were left" % (status, len(left))
+    errors = [line for line in lines if "train: error:" in line]
+    if fail is None:
+        ok = status == 0 and not errors and any(re.search(r"step 10/10 \|", line) for line in lines)
+        return ok, "status %d in %.1f s, %d error lines" % (status, seconds, len(errors))
+    rank = int(re.match(r"rank=(\d+)", fail).group(1))
+    step = int(re.search(r"step=(\d+)", fail).group(1))
+    expected = "[0] train: error: rank %d (stage %d, replica %d) failed: TRAIN_TEST_FAIL: the failure injected in " \
+               "step %d" % (rank, place[0], place[1], step)
+    steps_done = [line for line in lines if re.match(r"\[0\] step \d+/10 \|", line)]
+    ok = status != 0 and errors == [expected] and len(steps_done) == step - 1
+    return ok, "status %d in %.1f s (limit %d), no rank left, error lines %s, %d steps done before" % (
+        status, seconds, TIMEOUT, errors, len(steps_done))
+
+
+def main():
+    gtest_filter = "*"
+    for argument in sys.argv[1:]:
+        if argument.startswith("--gtest_filter="):
+            gtest_filter = argument[len("--gtest_filter="):]
+    passed = failed = 0
+    for name in CASES:
+        if not selected(name, gtest_filter):
+            continue
+        ok, detail = check(name)
+        passed += ok
+        failed += not ok
+        print("%s %s: %s" % ("PASSED" if ok else "FAILED", name, detail), flush=True)
+    print("tests: %d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

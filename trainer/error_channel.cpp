@@ -1,0 +1,98 @@
+// A failing rank's line to world rank 0, which prints it and aborts the job (trainer/error_channel.h).
+#include "trainer/error_channel.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+namespace {
+
+constexpr int kFailureTag = 1;
+constexpr int kMessageBytes = 1000;
+
+// How often rank 0's listener looks for a message. A line printed 50 ms after it arrived is as
+// good as at once for a person; 20 wake-ups a second cost nothing measurable. (A blocking receive
+// would spin a CPU core for the whole run in MPICH.)
+constexpr auto kPollInterval = std::chrono::milliseconds(50);
+
+// How long a failing rank waits for rank 0 to print its line and abort the job before it does
+// both itself. Rank 0's listener answers within one poll interval plus the time to be scheduled:
+// on an oversubscribed machine (8 ranks on 2 cores, the test suite's -np 8) that can reach a few
+// hundred milliseconds, so 5 s leaves a margin of ten; and if rank 0 is dead, the job still
+// ends within seconds.
+constexpr auto kGracePeriod = std::chrono::seconds(5);
+
+}  // namespace
+
+struct ErrorChannel {
+  MPI_Comm comm;  // a duplicate of MPI_COMM_WORLD, so that no other message can match the listener's
+  int rank;
+  std::atomic<bool> closing{false};
+  std::atomic_flag spoken;  // the one line is printed once per process
+  std::thread listener;                        // world rank 0 only
+};
+
+namespace {
+
+// Prints line and aborts the job, once: rank 0's listener and its main thread may both try.
+[[noreturn]] void print_and_abort(ErrorChannel* channel, const std::string& line) {
+  if (!channel->spoken.test_and_set()) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  // The other thread spoke first, and its MPI_Abort is ending this process.
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+void listen(ErrorChannel* channel) {
+  char message[kMessageBytes];
+  MPI_Request request;
+  MPI_Irecv(message, kMessageBytes, MPI_CHAR, MPI_ANY_SOURCE, kFailureTag, channel->comm, &request);
+  while (!channel->closing.load()) {
+    int arrived = 0;
+    MPI_Status status;
+    MPI_Test(&request, &arrived, &status);
+    if (arrived) {
+      int length = 0;
+      MPI_Get_count(&status, MPI_CHAR, &length);
+      print_and_abort(channel, std::string(message, length));
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+  MPI_Cancel(&request);
+  MPI_Wait(&request, MPI_STATUS_IGNORE);
+}
+
+}  // namespace
+
+ErrorChannel* open_error_channel() {
+  ErrorChannel* channel = new ErrorChannel;
+  MPI_Comm_dup(MPI_COMM_WORLD, &channel->comm);
+  MPI_Comm_rank(channel->comm, &channel->rank);
+  if (channel->rank == 0) channel->listener = std::thread(listen, channel);
+  return channel;
+}
+
+void close_error_channel(ErrorChannel* channel) {
+  // Until every rank is here, one may still fail (say, writing its part of the last checkpoint).
+  MPI_Barrier(channel->comm);
+  channel->closing.store(true);
+  if (channel->listener.joinable()) channel->listener.join();
+  MPI_Comm_free(&channel->comm);
+  delete channel;
+}
+
+void fail_run(ErrorChannel* channel, const std::string& line) {
+  if (channel->rank == 0) print_and_abort(channel, line);
+  // The send is never waited for: rank 0 may be dead. The grace period is the wait.
+  MPI_Request request;
+  MPI_Isend(line.data(), int(std::min<size_t>(line.size(), kMessageBytes)), MPI_CHAR, 0, kFailureTag, channel->comm,
+            &request);
+  std::this_thread::sleep_for(kGracePeriod);
+  print_and_abort(channel, line);
+}

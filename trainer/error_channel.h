@@ -1,0 +1,30 @@
+// How one rank's failure reaches the user and ends the whole job. A rank that fails in the middle
+// of a step leaves its pipeline neighbours waiting in a transfer that will never complete, and
+// on a GPU nothing wakes them: a stream waits for a receive forever. World rank 0 may be one of
+// them, yet it is the rank that speaks for the run. So a thread of world rank 0 listens, on a
+// communicator of its own, for one message: a failing rank sends its one line there, and the
+// listener prints it and calls MPI_Abort, which ends every process wherever it waits.
+//
+//   rank 2: throws  -> aborts its NCCL communicators (trainer/run.cpp) -> fail_run: sends the line
+//   rank 0: listener receives it -> prints "train: error: rank 2 (...) failed: ..." -> MPI_Abort
+//
+// If rank 0 does not act (it died, or its listener cannot run), the failing rank prints the line
+// itself and aborts the job after a grace period (error_channel.cpp says why it is that long).
+// Needs MPI_THREAD_MULTIPLE (comm/rank_device.h): the listener calls MPI beside the main thread.
+#pragma once
+#include <string>
+
+struct ErrorChannel;
+
+// Collective over MPI_COMM_WORLD (a world of several ranks): every rank calls it once the run's
+// setup has passed, before anything that may leave a peer waiting. Starts world rank 0's listener.
+ErrorChannel* open_error_channel();
+
+// The run ended well on this rank. Collective: returns when every rank has come here, then stops
+// rank 0's listener and frees the channel. A rank that fails instead of coming here is still heard.
+void close_error_channel(ErrorChannel* channel);
+
+// Ends the job with line (one line, no newline; at most 1000 characters are sent) printed to
+// stderr once, by world rank 0 if it can. Called by the rank that failed, after aborting its
+// communicators; never returns.
+[[noreturn]] void fail_run(ErrorChannel* channel, const std::string& line);
