@@ -7,7 +7,8 @@ Runs `mpirun -np 4 ./train` on a small model with the test-only TRAIN_TEST_FAIL=
 (trainer/failure_injection.h) and checks that mpirun exits non-zero within TIMEOUT, that no rank
 of the run is left, that the one error line names the failing rank, its stage and replica and
 the failure, and that rank 0 printed it. Also runs the same command without a failure, which
-must end with status 0. MPICH's mpirun (hydra) is assumed, for its -prepend-rank.
+must end with status 0. MPICH's mpirun (hydra) is assumed, for its -prepend-rank. On a machine
+that cannot run 4 ranks (fewer GPUs), each check says SKIPPED and counts nothing.
     /usr/bin/python3 tests/train_failure_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun). One line per
 check, then "tests: N passed, M failed" (exit status 1 on a failure), as tools/run_tests.sh expects.
@@ -102,7 +103,7 @@ def run_train(directory, fail, options):
 
 
 def check(name):
-    """(passed, detail) of one case."""
+    """(passed, detail) of one case; passed is None when the machine has fewer than 4 GPUs a node."""
     fail, options, place = CASES[name]
     with tempfile.TemporaryDirectory(prefix="train_failure_") as directory:
         status, seconds, lines, left = run_train(directory, fail, options)
@@ -110,6 +111,8 @@ def check(name):
         return False, "still running after %d s (killed); last lines: %s" % (TIMEOUT, lines[-3:])
     if left:
         return False, "mpirun ended (status %d) but %d processes of the run were left" % (status, len(left))
+    if any(re.search(r"train: error: \d+ ranks on .* but (\d+ GPUs?|no GPU)", line) for line in lines):
+        return None, "this machine cannot run 4 ranks: %s" % [line for line in lines if "train: error:" in line]
     errors = [line for line in lines if "train: error:" in line]
     if fail is None:
         ok = status == 0 and not errors and any(re.search(r"step 10/10 \|", line) for line in lines)
@@ -118,10 +121,12 @@ def check(name):
     step = int(re.search(r"step=(\d+)", fail).group(1))
     expected = "[0] train: error: rank %d (stage %d, replica %d) failed: TRAIN_TEST_FAIL: the failure injected in " \
                "step %d" % (rank, place[0], place[1], step)
+    # The failing step never ends. (The step before may end without its line: rank 0's listener
+    # can hear the failure before rank 0's main thread prints that line.)
     steps_done = [line for line in lines if re.match(r"\[0\] step \d+/10 \|", line)]
-    ok = status != 0 and errors == [expected] and len(steps_done) == step - 1
-    return ok, "status %d in %.1f s (limit %d), no rank left, error lines %s, %d steps done before" % (
-        status, seconds, TIMEOUT, errors, len(steps_done))
+    ok = status != 0 and errors == [expected] and len(steps_done) < step
+    return ok, "status %d in %.1f s (limit %d), no rank left, error lines %s, %d of %d steps done before" % (
+        status, seconds, TIMEOUT, errors, len(steps_done), step - 1)
 
 
 def main():
@@ -134,6 +139,9 @@ def main():
         if not selected(name, gtest_filter):
             continue
         ok, detail = check(name)
+        if ok is None:
+            print("SKIPPED %s: %s" % (name, detail), flush=True)
+            continue
         passed += ok
         failed += not ok
         print("%s %s: %s" % ("PASSED" if ok else "FAILED", name, detail), flush=True)
