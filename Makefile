@@ -39,10 +39,12 @@ TRAIN_SRCS := $(wildcard trainer/*.cu)
 CPU_RUNTIME_SRCS := $(wildcard cpu/*.cpp)
 # Tests: tests/*_test.cu run in one process in either build, tests/mpi/*_test.cu under
 # mpirun -np 4 in either build (their PipelineLayouts suite also under -np 2 and -np 8:
-# tools/run_tests.sh), tests/cpu/*_test.cu test cpu/ itself (CPU build only).
+# tools/run_tests.sh), tests/cpu/*_test.cu test cpu/ itself (CPU build only), and
+# tests/cpu/mpi/*_test.cu do so under mpirun -np 4.
 TEST_SRCS := $(wildcard tests/*_test.cu)
 MPI_TEST_SRCS := $(wildcard tests/mpi/*_test.cu)
 CPU_TEST_SRCS := $(wildcard tests/cpu/*_test.cu)
+CPU_MPI_TEST_SRCS := $(wildcard tests/cpu/mpi/*_test.cu)
 TEST_SUPPORT_SRCS := $(filter-out %_test.cu tests/gtest_main.cu tests/mpi_gtest_main.cu,$(wildcard tests/*.cu))
 
 ifeq ($(GPU),1)
@@ -56,7 +58,8 @@ endif
 objs = $(patsubst %,$(2)/%.o,$(basename $(1)))
 LIB_OBJS = $(call objs,$(LIB_SRCS),$(BUILD))
 TEST_BINS := $(BUILD)/tests/unit_tests $(if $(MPI_TEST_SRCS),$(BUILD)/tests/mpi_tests) \
-             $(if $(and $(CPU_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_tests)
+             $(if $(and $(CPU_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_tests) \
+             $(if $(and $(CPU_MPI_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_mpi_tests)
 
 .PHONY: all train test cuda bench ptxas-report clean
 all: $(if $(TRAIN_SRCS),train) $(TEST_BINS) data/kjv.txt
@@ -94,6 +97,8 @@ $(BUILD)/tests/unit_tests: $(call objs,$(TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/g
 $(BUILD)/tests/mpi_tests: $(call objs,$(MPI_TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/mpi_gtest_main.cu,$(BUILD)) $(LIB_OBJS) $(RUNTIME_OBJS)
 	$(if $(filter 1,$(GPU)),$(NVCC) $(GPU_ARCH) -o $@ $^ $(GPU_LIBS) $(GTEST_LIBS),$(CXX) -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS))
 build/cpu/tests/cpu_tests: $(call objs,$(CPU_TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/gtest_main.cu,build/cpu) $(call objs,$(LIB_SRCS),build/cpu) $(CPU_RUNTIME_SRCS:%.cpp=build/cpu/%.o)
+	$(CXX) -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS)
+build/cpu/tests/cpu_mpi_tests: $(call objs,$(CPU_MPI_TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/mpi_gtest_main.cu,build/cpu) $(call objs,$(LIB_SRCS),build/cpu) $(CPU_RUNTIME_SRCS:%.cpp=build/cpu/%.o)
 	$(CXX) -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS)
 
 # tools/reference_run: our trainer's numbers for the PyTorch cross-check (tests/pytorch_check.py).

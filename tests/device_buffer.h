@@ -1,4 +1,5 @@
-// A device allocation for tests: filled from and read back to std::vector.
+// A device allocation for tests: filled from and read back to std::vector. Bare cudaMalloc, not
+// device_alloc, so that a test's own buffers stay out of the project's counts that memory tests assert.
 #pragma once
 #include <cuda_runtime.h>
 

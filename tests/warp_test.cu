@@ -142,16 +142,19 @@ TEST(Warp, BallotAnyAllAreWarpWide) {
   }
 }
 
-__global__ void shuffle_doubles(double* out) {
-  double v = 1.0 + threadIdx.x * 1e-10;  // needs all 64 bits
-  out[threadIdx.x] = __shfl_sync(0xffffffffu, v, 31 - int(threadIdx.x));
+__global__ void shuffle_doubles(double* out, const double* in) {
+  out[threadIdx.x] = __shfl_sync(0xffffffffu, in[threadIdx.x], 31 - int(threadIdx.x));
 }
 
+// The values are made on the host: computed on the device, 1.0 + t 1e-10 may be one fused
+// multiply-add, a rounding apart from the host's.
 TEST(Warp, ShufflesCarryAllEightBytesOfADouble) {
-  DeviceBuffer<double> out(32);
-  launch(shuffle_doubles, dim3(1), dim3(32), 0, nullptr, out.data());
+  std::vector<double> in(32);
+  for (int t = 0; t < 32; ++t) in[t] = 1.0 + t * 1e-10;  // needs all 64 bits
+  DeviceBuffer<double> d_in(in), out(32);
+  launch(shuffle_doubles, dim3(1), dim3(32), 0, nullptr, out.data(), d_in.data());
   std::vector<double> r = out.to_host();
-  for (int t = 0; t < 32; ++t) EXPECT_EQ(r[t], 1.0 + (31 - t) * 1e-10);
+  for (int t = 0; t < 32; ++t) EXPECT_EQ(r[t], in[31 - t]);
 }
 
 namespace cg = cooperative_groups;
