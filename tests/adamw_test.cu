@@ -9,6 +9,7 @@
 #include "kernels/adamw.cuh"
 #include "tests/device_buffer.h"
 #include "tests/gradient_check.h"
+#include "tests/scaled_error.h"
 
 namespace {
 
@@ -36,17 +37,6 @@ void reference_step(std::vector<double>& p, std::vector<double>& m, std::vector<
 template <typename T>
 std::vector<double> step_grads(int t) {
   return to_double(convert<T>(random_values(kCount, 100 + t)));
-}
-
-// max |a - b| over max |b|: the error against the tensor's scale (moments pass near zero
-// when the gradients change sign, so an element's own magnitude is no measure).
-double error_against_scale(const std::vector<double>& a, const std::vector<double>& b) {
-  double scale = 0.0, worst = 0.0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    scale = std::max(scale, std::fabs(b[i]));
-    worst = std::max(worst, std::fabs(a[i] - b[i]));
-  }
-  return worst / scale;
 }
 
 struct Result {
@@ -86,9 +76,9 @@ TEST(AdamW, DoubleMatchesUpdateRule) {
     h.weight_decay = weight_decay;
     Result kernel, expected;
     run_steps<double>(h, false, kernel, expected);
-    EXPECT_LE(error_against_scale(kernel.params, expected.params), 1e-14) << "weight decay " << weight_decay;
-    EXPECT_LE(error_against_scale(kernel.m, expected.m), 1e-14);
-    EXPECT_LE(error_against_scale(kernel.v, expected.v), 1e-14);
+    EXPECT_LE(max_error_relative_to_scale(kernel.params, expected.params), 1e-14) << "weight decay " << weight_decay;
+    EXPECT_LE(max_error_relative_to_scale(kernel.m, expected.m), 1e-14);
+    EXPECT_LE(max_error_relative_to_scale(kernel.v, expected.v), 1e-14);
   }
 }
 
@@ -102,9 +92,9 @@ TEST(AdamW, FloatMatchesUpdateRule) {
     h.weight_decay = weight_decay;
     Result kernel, expected;
     run_steps<float>(h, false, kernel, expected);
-    EXPECT_LE(error_against_scale(kernel.params, expected.params), 1e-6) << "weight decay " << weight_decay;
-    EXPECT_LE(error_against_scale(kernel.m, expected.m), 1e-6);
-    EXPECT_LE(error_against_scale(kernel.v, expected.v), 1e-6);
+    EXPECT_LE(max_error_relative_to_scale(kernel.params, expected.params), 1e-6) << "weight decay " << weight_decay;
+    EXPECT_LE(max_error_relative_to_scale(kernel.m, expected.m), 1e-6);
+    EXPECT_LE(max_error_relative_to_scale(kernel.v, expected.v), 1e-6);
   }
 }
 
@@ -115,9 +105,9 @@ TEST(AdamW, Bf16ParamsFollowTheFp32MasterCopy) {
     Result kernel, expected;
     run_steps<__nv_bfloat16>(h, true, kernel, expected);
     // The master copy and moments are fp32 arithmetic on the (bf16) gradients, as for float.
-    EXPECT_LE(error_against_scale(kernel.master, expected.params), 1e-6) << "weight decay " << weight_decay;
-    EXPECT_LE(error_against_scale(kernel.m, expected.m), 1e-6);
-    EXPECT_LE(error_against_scale(kernel.v, expected.v), 1e-6);
+    EXPECT_LE(max_error_relative_to_scale(kernel.master, expected.params), 1e-6) << "weight decay " << weight_decay;
+    EXPECT_LE(max_error_relative_to_scale(kernel.m, expected.m), 1e-6);
+    EXPECT_LE(max_error_relative_to_scale(kernel.v, expected.v), 1e-6);
     // The bf16 parameters are exactly the master copy rounded to nearest.
     EXPECT_EQ(kernel.params, to_double(convert<__nv_bfloat16>(kernel.master)));
   }
@@ -131,9 +121,9 @@ TEST(AdamW, Bf16ParamsWithoutMasterCopyRoundEachStep) {
   h.weight_decay = 0.1;
   Result kernel, expected;
   run_steps<__nv_bfloat16>(h, false, kernel, expected);
-  EXPECT_LE(error_against_scale(kernel.params, expected.params), 2e-2);
-  EXPECT_LE(error_against_scale(kernel.m, expected.m), 1e-6);
-  EXPECT_LE(error_against_scale(kernel.v, expected.v), 1e-6);
+  EXPECT_LE(max_error_relative_to_scale(kernel.params, expected.params), 2e-2);
+  EXPECT_LE(max_error_relative_to_scale(kernel.m, expected.m), 1e-6);
+  EXPECT_LE(max_error_relative_to_scale(kernel.v, expected.v), 1e-6);
 }
 
 TEST(AdamW, WeightDecayShrinksOnlyTheGroupThatAsksForIt) {
