@@ -1,14 +1,72 @@
-// Atomics from many blocks, checked against plain C++; in the CPU build, blocks may
-// run on several OS threads (CUDA_CPU_BLOCK_THREADS; tests/cpu/ runs these with 2).
+// Atomics from many blocks: results checked against plain C++, and each thread's returned
+// values checked for exactly-once semantics. In the CPU build, blocks may run on several OS
+// threads (CUDA_CPU_BLOCK_THREADS): tools/run_tests.sh runs unit_tests a second time with
+// CUDA_CPU_BLOCK_THREADS=2. A short launch often ends on the calling OS thread before the
+// second one wakes (1 in 50 launches of 40 small blocks overlapped at all, on a loaded 2-core
+// machine), so the exactly-once checks repeat their launch until a quarter of its blocks
+// started while another was in flight: there the atomics race.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <vector>
 
+#include "kernels/cuda_check.cuh"
 #include "kernels/launch.cuh"
 #include "tests/device_buffer.h"
 
 namespace {
+
+// Launches long enough for a second OS thread to join most of them in the CPU build.
+constexpr int kBlocks = 400, kThreads = 96, kCount = kBlocks * kThreads;
+constexpr int kRepeats = 16, kOperations = kCount * kRepeats;  // per thread, and in all
+constexpr int kLaunchTries = 50;
+
+__device__ int thread_id() { return int(blockIdx.x * blockDim.x + threadIdx.x); }
+
+// How much blocks overlapped: each counts itself in after a first barrier and out before a
+// last one; overlapped counts the blocks that came in while another was in flight.
+struct Flight {
+  int in_flight, overlapped;
+};
+__device__ void enter(Flight* flight) {
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(&flight->in_flight, 1) > 0) atomicAdd(&flight->overlapped, 1);
+  __syncthreads();
+}
+__device__ void leave(Flight* flight) {
+  __syncthreads();
+  if (threadIdx.x == 0) atomicSub(&flight->in_flight, 1);
+}
+
+// Runs launch_and_check(flight) until, on a device of more than one multiprocessor, a launch
+// had a quarter of its blocks start beside another (a brief overlap at the end of a launch
+// seldom races), or a check failed; fails if no launch of kLaunchTries did.
+template <typename LaunchAndCheck>
+void until_blocks_overlap(LaunchAndCheck launch_and_check) {
+  cudaDeviceProp properties;
+  CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+  const int wanted = properties.multiProcessorCount > 1 ? kBlocks / 4 : 0;
+  for (int tries = 0; tries < kLaunchTries; ++tries) {
+    DeviceBuffer<Flight> flight(std::vector<Flight>{{0, 0}});
+    launch_and_check(flight.data());
+    if (testing::Test::HasFailure() || flight.to_host()[0].overlapped >= wanted) return;
+  }
+  ADD_FAILURE() << "no launch of " << kLaunchTries << " had " << wanted << " blocks start beside another";
+}
+
+// first, first + 1, ..., last.
+std::vector<int> consecutive(int first, int last) {
+  std::vector<int> values(last - first + 1);
+  std::iota(values.begin(), values.end(), first);
+  return values;
+}
+
+template <typename T>
+std::vector<T> sorted(std::vector<T> values) {
+  std::sort(values.begin(), values.end());
+  return values;
+}
 
 __global__ void histogram(int* bins, const int* values, int n, int nbins) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
@@ -42,33 +100,102 @@ TEST(Atomics, FloatDoubleAndUnsignedAddsAreNotLost) {
   EXPECT_EQ(u.to_host()[0], 3ull * 200 * 256);
 }
 
-__global__ void max_min_exch_cas(int* max_value, unsigned* min_value, int* claimed_by, int* last) {
-  const int id = int(blockIdx.x * blockDim.x + threadIdx.x);
+__global__ void max_and_min(int* max_value, unsigned* min_value) {
+  const int id = thread_id();
   atomicMax(max_value, (id * 7919) % 10007);
   atomicMin(min_value, unsigned((id * 104729) % 10009 + 5));
-  atomicCAS(claimed_by, -1, id);  // exactly one thread claims
-  atomicExch(last, id);
 }
 
-TEST(Atomics, MaxMinCasAndExchangeAgreeWithLoops) {
-  const int blocks = 40, threads = 96, n = blocks * threads;
-  DeviceBuffer<int> max_value(std::vector<int>{-1}), claimed(std::vector<int>{-1}), last(std::vector<int>{-1});
+TEST(Atomics, MaxAndMinAgreeWithLoops) {
+  const int blocks = 40, threads = 96;  // ids below 2^31 / 104729
+  DeviceBuffer<int> max_value(std::vector<int>{-1});
   DeviceBuffer<unsigned> min_value(std::vector<unsigned>{~0u});
-  launch(max_min_exch_cas, dim3(blocks), dim3(threads), 0, nullptr, max_value.data(), min_value.data(),
-         claimed.data(), last.data());
+  launch(max_and_min, dim3(blocks), dim3(threads), 0, nullptr, max_value.data(), min_value.data());
   int expect_max = -1;
   unsigned expect_min = ~0u;
-  for (int id = 0; id < n; ++id) {
+  for (int id = 0; id < blocks * threads; ++id) {
     expect_max = std::max(expect_max, (id * 7919) % 10007);
     expect_min = std::min(expect_min, unsigned((id * 104729) % 10009 + 5));
   }
   EXPECT_EQ(max_value.to_host()[0], expect_max);
   EXPECT_EQ(min_value.to_host()[0], expect_min);
-  const int claimer = claimed.to_host()[0], final_writer = last.to_host()[0];
-  EXPECT_GE(claimer, 0);
-  EXPECT_LT(claimer, n);
-  EXPECT_GE(final_writer, 0);
-  EXPECT_LT(final_writer, n);
+}
+
+__global__ void take_tickets(int* counter, int* tickets, Flight* flight) {
+  enter(flight);
+  for (int r = 0; r < kRepeats; ++r) tickets[thread_id() * kRepeats + r] = atomicAdd(counter, 1);
+  leave(flight);
+}
+
+TEST(Atomics, IntegerAddHandsOutEachTicketOnce) {
+  until_blocks_overlap([](Flight* flight) {
+    DeviceBuffer<int> counter(std::vector<int>{0}), tickets(kOperations);
+    launch(take_tickets, dim3(kBlocks), dim3(kThreads), 0, nullptr, counter.data(), tickets.data(), flight);
+    EXPECT_EQ(sorted(tickets.to_host()), consecutive(0, kOperations - 1));
+    EXPECT_EQ(counter.to_host()[0], kOperations);
+  });
+}
+
+// A lock-free allocator: owners[s] is -1 until a thread claims slot s with atomicCAS. Each
+// claim starts at the cursor (every slot below it is taken) and takes the first slot whose
+// CAS saw -1. A broken CAS runs off the end and records the slot count.
+__global__ void claim_slots(int* owners, int* cursor, int* claimed, Flight* flight) {
+  enter(flight);
+  for (int r = 0; r < kRepeats; ++r) {
+    int slot = atomicAdd(cursor, 0);
+    while (slot < kOperations && atomicCAS(&owners[slot], -1, thread_id()) != -1) ++slot;
+    atomicMax(cursor, slot + 1);
+    claimed[thread_id() * kRepeats + r] = slot;
+  }
+  leave(flight);
+}
+
+TEST(Atomics, CasGivesEachSlotToExactlyOneThread) {
+  until_blocks_overlap([](Flight* flight) {
+    DeviceBuffer<int> owners(std::vector<int>(kOperations, -1)), cursor(std::vector<int>{0}), claimed(kOperations);
+    launch(claim_slots, dim3(kBlocks), dim3(kThreads), 0, nullptr, owners.data(), cursor.data(), claimed.data(),
+           flight);
+    // Exactly one thread saw each slot free, and the slot is that thread's.
+    const std::vector<int> claimed_host = claimed.to_host(), owners_host = owners.to_host();
+    EXPECT_EQ(sorted(claimed_host), consecutive(0, kOperations - 1));
+    for (int i = 0; i < kOperations; ++i) {
+      const int slot = claimed_host[i], thread = i / kRepeats;
+      if (slot < 0 || slot >= kOperations || owners_host[slot] != thread) {
+        ADD_FAILURE() << "thread " << thread << " claimed slot " << slot << " but does not own it";
+        break;
+      }
+    }
+  });
+}
+
+// Each thread stores kRepeats values of its own and keeps what each store replaced.
+template <typename T>
+__global__ void exchange_chain(T* last, T* replaced, Flight* flight) {
+  enter(flight);
+  for (int r = 0; r < kRepeats; ++r) {
+    const int value = thread_id() * kRepeats + r;
+    replaced[value] = atomicExch(last, T(value));
+  }
+  leave(flight);
+}
+
+// The replaced values and the final one are the initial -1 and every stored value, each
+// once: no store was lost or seen twice. T holds the values exactly (floats below 2^24).
+template <typename T>
+void expect_exchange_chain_exactly_once() {
+  until_blocks_overlap([](Flight* flight) {
+    DeviceBuffer<T> last(std::vector<T>{T(-1)}), replaced(kOperations);
+    launch(exchange_chain<T>, dim3(kBlocks), dim3(kThreads), 0, nullptr, last.data(), replaced.data(), flight);
+    std::vector<int> values;
+    for (T value : replaced.to_host()) values.push_back(int(value));
+    values.push_back(int(last.to_host()[0]));
+    EXPECT_EQ(sorted(values), consecutive(-1, kOperations - 1));
+  });
+}
+
+TEST(Atomics, ExchangeReturnsEachStoredValueOnce) {
+  expect_exchange_chain_exactly_once<int>();
+  expect_exchange_chain_exactly_once<float>();
 }
 
 }  // namespace

@@ -39,13 +39,20 @@ inline std::vector<double> to_double<double>(const std::vector<double>& v) { ret
 
 // max_i |a_i - b_i| / max(|b_i|, floor), with floor = 1e-3 of b's largest magnitude,
 // so that entries near zero are judged against the tensor's scale, not their own.
+// Infinite when the sizes differ or any value is not finite: an element a kernel never
+// wrote holds NaN in the CPU build, and a NaN forward makes every finite difference NaN,
+// which a plain std::max fold would drop.
 inline double max_relative_error(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return INFINITY;
   double scale = 0.0, worst = 0.0;
-  for (double x : b) scale = std::max(scale, std::fabs(x));
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
+    scale = std::max(scale, std::fabs(b[i]));
+  }
   const double floor = std::max(1e-3 * scale, 1e-300);
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+  for (size_t i = 0; i < a.size(); ++i)
     worst = std::max(worst, std::fabs(a[i] - b[i]) / std::max(std::fabs(b[i]), floor));
-  return a.size() == b.size() ? worst : INFINITY;
+  return worst;
 }
 
 // d loss / d x by central differences, entry by entry (x is restored afterwards).

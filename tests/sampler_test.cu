@@ -1,5 +1,5 @@
 // Drawing a sample's next token (trainer/sampler.h): the coin falls into the cumulative
-// softmax of logits / temperature, the generator is llm.c's xorshift*, and its floats lie
+// softmax of logits / temperature, the generator gives llm.c's draws, and its floats lie
 // in [0, 1). Host code only; runs in both builds.
 #include <gtest/gtest.h>
 
@@ -44,6 +44,17 @@ TEST(Sampler, LogitsFarApartDoNotOverflow) {
   // exp(1000) overflows a double: the maximum is subtracted first.
   EXPECT_EQ(sample_from_logits({1000.0f, 0.0f, 999.0f}, 0.5f, 1.0), 0);
   EXPECT_EQ(sample_from_logits({1000.0f, 0.0f, 999.0f}, 0.99f, 1.0), 2);
+}
+
+TEST(Sampler, GeneratorGivesLlmCsDrawsFromState1337) {
+  // llm.c's sampler starts its xorshift* at rng_state = 1337 (not through our seeding); a
+  // fresh generator's first random_u32 draws, and a fresh one's first random_f32 draws as
+  // printed with %.9g (within 5e-10 of the float).
+  uint64_t state = 1337;
+  for (uint32_t expected : {989205090u, 818269915u, 1335155955u}) EXPECT_EQ(random_u32(state), expected);
+  state = 1337;
+  for (double expected : {0.230317235, 0.19051826, 0.310865164, 0.902659476, 0.684917867})
+    EXPECT_NEAR(random_unit_float(state), expected, 1e-9);
 }
 
 TEST(Sampler, RandomFloatsLieInTheUnitIntervalAndRepeatFromASeed) {

@@ -8,11 +8,14 @@
 #include <cmath>
 #include <vector>
 
-// max_i |a_i - b_i| / max_i |b_i| (infinite when the sizes differ).
+// max_i |a_i - b_i| / max_i |b_i|; infinite when the sizes differ or any value is not
+// finite (an element a kernel never wrote holds NaN in the CPU build, and a plain
+// std::max fold would drop it).
 inline double max_error_relative_to_scale(const std::vector<double>& a, const std::vector<double>& b) {
   if (a.size() != b.size()) return INFINITY;
   double scale = 1e-300, worst = 0.0;
   for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return INFINITY;
     scale = std::max(scale, std::fabs(b[i]));
     worst = std::max(worst, std::fabs(a[i] - b[i]));
   }

@@ -1,6 +1,7 @@
 // A short training run whose numbers another implementation can check (tests/pytorch_check.py
 // compares them with PyTorch): from an llm.c model file and a token file, our trainer's
-// step 1 gradient and the losses of `steps` AdamW steps at a constant learning rate.
+// step 1 gradient, the losses of `steps` AdamW steps at a constant learning rate, and the
+// parameters they leave.
 //   reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY GRAD_CLIP
 // TOKENS is an llm.c token shard (recognised by its magic) or plain little-endian int32 ids;
 // microbatches are read from it sequentially, as ./train reads without --shuffle.
@@ -8,6 +9,7 @@
 //   float32 [num_parameters]  step 1's gradient in llm.c's layout, wte's two tied shares summed
 //   float64 [STEPS]           each step's loss (the mean over its microbatches, before its update)
 //   float64 [STEPS]           each step's global gradient norm before clipping
+//   float32 [num_parameters]  the parameters after the last step's update, in llm.c's layout
 #include <cstdint>
 #include <cstdio>
 #include <stdexcept>
@@ -75,10 +77,12 @@ int run(int argc, char** argv) {
     // The optimizer reads the gradient without changing it: after step 1 it is still step 1's.
     if (t == 1) step1_gradient = download_gradients(trainer);
   }
+  const std::vector<float> final_parameters = gather_parameters(trainer);
   destroy_trainer(trainer);
   write_file_atomically(output, {{step1_gradient.data(), step1_gradient.size() * sizeof(float)},
                                  {losses.data(), losses.size() * sizeof(double)},
-                                 {norms.data(), norms.size() * sizeof(double)}});
+                                 {norms.data(), norms.size() * sizeof(double)},
+                                 {final_parameters.data(), final_parameters.size() * sizeof(float)}});
   return 0;
 }
 

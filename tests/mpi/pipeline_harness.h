@@ -25,6 +25,7 @@
 #include "pipeline/execute.h"
 #include "pipeline/schedule.h"
 #include "tests/device_buffer.h"
+#include "tests/scaled_error.h"
 #include "trainer/data.h"
 #include "trainer/optimizer.h"
 #include "trainer/ranks.h"
@@ -192,18 +193,14 @@ inline void expect_cases_match(const std::vector<Case>& cases, int steps, double
             << "step " << i + 1;
     }
     for (const ParameterRegion& r : outcome.regions) {
-      const float* got = outcome.gradients.data() + r.full_offset;
-      const float* want = expected.gradients.data() + r.full_offset;
-      float largest = 0, worst = 0;
-      for (size_t i = 0; i < r.count; ++i) {
-        largest = std::max(largest, std::fabs(want[i]));
-        worst = std::max(worst, std::fabs(got[i] - want[i]));
-      }
+      const auto got = outcome.gradients.begin() + r.full_offset;
+      const auto want = expected.gradients.begin() + r.full_offset;
+      const double error = max_error_relative_to_scale({got, got + r.count}, {want, want + r.count});
       if (relative_tolerance == 0) {
-        EXPECT_TRUE(std::equal(got, got + r.count, want))
-            << parameter_tensor_name(r.tensor) << " at " << r.full_offset << " differs by up to " << worst;
+        EXPECT_TRUE(std::equal(got, got + r.count, want)) << parameter_tensor_name(r.tensor) << " at " << r.full_offset
+                                                          << " differs by up to " << error << " of its scale";
       } else {
-        EXPECT_LE(worst, relative_tolerance * largest) << parameter_tensor_name(r.tensor) << " at " << r.full_offset;
+        EXPECT_LE(error, relative_tolerance) << parameter_tensor_name(r.tensor) << " at " << r.full_offset;
       }
     }
   }
