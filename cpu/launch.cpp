@@ -78,15 +78,18 @@ class BlockThreadPool {
  public:
   void run(Grid& g, int threads) {
     while (int(workers_) < threads - 1) std::thread([this, index = workers_++] { work(index); }).detach();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      grid_ = &g;
-      helpers_ = pending_ = threads - 1;
-      ++generation_;
-    }
-    wake_.notify_all();
-    run_blocks(g);
     std::unique_lock<std::mutex> lock(mutex_);
+    grid_ = &g;
+    helpers_ = pending_ = threads - 1;
+    started_ = 0;
+    ++generation_;
+    wake_.notify_all();
+    // The blocks start once every helper is awake: otherwise the calling thread finishes a short
+    // launch before a helper has woken, and blocks would never run at the same time.
+    all_started_.wait(lock, [this] { return started_ == helpers_; });
+    lock.unlock();
+    run_blocks(g);
+    lock.lock();
     finished_.wait(lock, [this] { return pending_ == 0; });
   }
 
@@ -100,6 +103,7 @@ class BlockThreadPool {
         seen = generation_;
         if (index >= helpers_) continue;
         g = grid_;
+        if (++started_ == helpers_) all_started_.notify_one();
       }
       run_blocks(*g);
       std::lock_guard<std::mutex> lock(mutex_);
@@ -109,9 +113,9 @@ class BlockThreadPool {
 
   int workers_ = 0;
   std::mutex mutex_;
-  std::condition_variable wake_, finished_;
+  std::condition_variable wake_, all_started_, finished_;
   Grid* grid_ = nullptr;
-  int helpers_ = 0, pending_ = 0;
+  int helpers_ = 0, pending_ = 0, started_ = 0;
   uint64_t generation_ = 0;
 };
 
