@@ -13,9 +13,12 @@
 // interleaved v = 2 at m in {1, 3, 8} where pp divides m, recompute off and on, v = 3 at m = 4,
 // and with 2 or 4 stages v = 2 at m = 4 and at m = 12 (recompute); on 8 stages one case,
 // interleaved v = 2, m = 8, 16 layers. Uneven --layers-per-stage on every layout with 2 or 4
-// stages (uneven_cases_of). In the CPU build on 2 cores shared with other jobs (load 12-15,
-// 2026-11-23) the suite took 34, 91 and 88 s at 2, 4 and 8 ranks, where without the v = 3,
-// m = 4 and 12, pp = 8 and uneven cases it took 29, 71 and 58 s (6, 37 and 25 s unloaded).
+// stages (uneven_cases_of). In the CPU build on 2 cores shared with other jobs (load 10-18,
+// 2026-11-23), two runs took 34-35, 91-115 and 88-115 s at 2, 4 and 8 ranks, the suite without
+// the v = 3, m = 4 and 12, pp = 8 and uneven cases 27-29, 71-111 and 58-87 s beside them. In CPU
+// time (steadier under load) those cases add 15, 28 and 52 % (20-24 s against 17-21, 71-72
+// against 54-58, 94-101 against 63-65): on the 6, 37 and 25 s the suite took unloaded before,
+// about 7, 47 and 38 s.
 #include <gtest/gtest.h>
 
 #include <algorithm>
