@@ -1,7 +1,8 @@
-// What the pipeline tests (pipeline_test.cu, layouts_test.cu) share: a tiny model (L=4 or 8,
+// What the pipeline tests (pipeline_test.cu, layouts_test.cu) share: a tiny model (L = 3 to 16,
 // NH=2, C=16, T=8, B=2, V=64) trained on random tokens by the trainer of one case (layout,
-// schedule, recompute, microbatches), the single-stage run of the same global batch it must
-// reproduce, and the comparison of its loss curve and its gradients after the first step.
+// schedule, recompute, microbatches, layer split), the single-stage run of the same global
+// batch it must reproduce, and the comparison of its losses and gradient norms and of its
+// gradients after the first step.
 // Every function that takes or makes groups is collective over MPI_COMM_WORLD.
 #pragma once
 #include <gtest/gtest.h>
@@ -15,6 +16,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "comm/groups.h"
@@ -46,12 +48,19 @@ struct Case {
   bool recompute;
   int m;  // microbatches per replica
   int layers;
+  std::vector<int> layers_per_stage = {};  // --layers-per-stage; empty: the even split
 };
+
+inline std::string layers_per_stage_text(const std::vector<int>& counts) {
+  std::string text;
+  for (size_t i = 0; i < counts.size(); ++i) text += (i ? "," : " split ") + std::to_string(counts[i]);
+  return text;
+}
 
 inline std::string describe(const Case& c) {
   return "dp " + std::to_string(c.dp) + " pp " + std::to_string(c.pp) + " " + schedule_name(c.schedule) + " v " +
          std::to_string(c.v) + (c.recompute ? " recompute" : "") + " m " + std::to_string(c.m) + " L " +
-         std::to_string(c.layers);
+         std::to_string(c.layers) + layers_per_stage_text(c.layers_per_stage);
 }
 
 inline int rank_in_world() {
@@ -86,27 +95,32 @@ inline std::vector<float> initial_parameters(const GPTConfig& config) {
 
 struct Outcome {
   std::vector<double> losses;                // per step
+  std::vector<double> grad_norms;            // per step, before clipping
   std::vector<float> gradients;              // after step 1, in llm.c's layout (the rank's regions valid)
   std::vector<ParameterRegion> regions;      // the rank's
+  std::vector<std::pair<int, int>> layers;   // the rank's chunks' [first, end) layers, in chunk order
   std::string trace, schedule_text;          // step 1's executed steps, and the schedule's text
   ExecutorAccounting accounting;
 };
 
 inline Outcome run(const Case& c, const CommGroups& groups, int steps) {
   const GPTConfig config = config_of(c.layers);
-  const PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, {}};
+  const PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
   Trainer trainer = create_trainer(config, kB, kT, layout, groups);
   upload_parameters(trainer, initial_parameters(config));
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
   Outcome outcome;
   for (int t = 1; t <= steps; ++t) {
-    outcome.losses.push_back(train_step(trainer, reader, kSettings, kLearningRate, t).loss);
+    const StepResult step = train_step(trainer, reader, kSettings, kLearningRate, t);
+    outcome.losses.push_back(step.loss);
+    outcome.grad_norms.push_back(step.grad_norm);
     if (t == 1) {
       outcome.gradients = download_gradients(trainer);
       outcome.trace = trace_text(trainer.executor);
     }
   }
   outcome.regions = trainer.parameter_layout.regions;
+  for (const LayerRange& range : trainer.chunks) outcome.layers.push_back({range.first_layer, range.end_layer});
   outcome.schedule_text = to_text(make_schedule(c.schedule, c.pp, c.m, c.v, groups.mesh.pp_rank));
   outcome.accounting = trainer.executor.accounting;
   destroy_trainer(trainer);
@@ -114,7 +128,7 @@ inline Outcome run(const Case& c, const CommGroups& groups, int steps) {
 }
 
 // The single-stage, single-replica run (a mesh of one) of (global microbatches, layers, steps):
-// its losses, and its gradients after step 1.
+// its losses and gradient norms, and its gradients after step 1.
 using ReferenceKey = std::tuple<int, int, int>;
 inline std::map<ReferenceKey, Outcome>& reference_cache() {
   static std::map<ReferenceKey, Outcome> cache;
@@ -144,16 +158,32 @@ inline void share_references(const std::vector<Case>& cases, int steps, const Co
     const int owner = int(i % size);
     if (owner != rank) {
       reference.losses.resize(steps);
+      reference.grad_norms.resize(steps);
       reference.gradients.resize(num_parameters(config_of(std::get<1>(missing[i]))));
     }
     DeviceBuffer<double> losses(reference.losses);
+    DeviceBuffer<double> grad_norms(reference.grad_norms);
     DeviceBuffer<float> gradients(reference.gradients);
     NCCL_CHECK(ncclBroadcast(losses.data(), losses.data(), steps, ncclFloat64, owner, groups.world, nullptr));
+    NCCL_CHECK(ncclBroadcast(grad_norms.data(), grad_norms.data(), steps, ncclFloat64, owner, groups.world, nullptr));
     NCCL_CHECK(ncclBroadcast(gradients.data(), gradients.data(), gradients.size(), ncclFloat32, owner, groups.world,
                              nullptr));
     reference.losses = losses.to_host();
+    reference.grad_norms = grad_norms.to_host();
     reference.gradients = gradients.to_host();
   }
+}
+
+// The layers a case's --layers-per-stage gives the rank's stage: counted off in virtual-stage
+// order, chunk k of stage s being virtual stage k pp + s.
+inline std::vector<std::pair<int, int>> layers_of_stage(const Case& c, int stage) {
+  std::vector<std::pair<int, int>> own;
+  int first = 0;
+  for (size_t i = 0; i < c.layers_per_stage.size(); ++i) {
+    if (int(i) % c.pp == stage) own.push_back({first, first + c.layers_per_stage[i]});
+    first += c.layers_per_stage[i];
+  }
+  return own;
 }
 
 inline const Outcome& reference(const Case& c, int steps) {
@@ -170,13 +200,17 @@ struct WorldGroups {
 };
 
 // Every case (all of one layout) trained for `steps` clipped steps against the reference: the
-// loss of every step, and after step 1 every gradient region the rank owns, bitwise equal
-// (relative_tolerance 0: dp = 1), or within relative_tolerance of each step's reference loss
-// and of the region's largest reference magnitude (dp > 1, where the replicas' sums are added
-// in another order than the single run's microbatch loop). On a GPU node the stages and the
-// reference run on different devices: bitwise still holds on devices of one model, as our
-// kernels fix their order of additions and cuBLAS gives the same bits on GPUs of the same
-// architecture and SM count (its reproducibility guarantee), not across different models.
+// loss and the gradient norm before clipping of every step, and after step 1 every gradient
+// region the rank owns, bitwise equal (relative_tolerance 0: dp = 1), or within
+// relative_tolerance of each step's reference loss and norm and of the region's largest
+// reference magnitude (dp > 1, where the replicas' sums are added in another order than the
+// single run's microbatch loop). The norm is compared itself because every step clips and
+// AdamW hardly notices a constant error in the clip factor: a norm wrong by 1e-4 moves the
+// losses by less than the replicas' tolerance. With a --layers-per-stage, the rank's layers
+// are the split's. On a GPU node the stages and the reference run on different devices:
+// bitwise still holds on devices of one model, as our kernels fix their order of additions and
+// cuBLAS gives the same bits on GPUs of the same architecture and SM count (its
+// reproducibility guarantee), not across different models.
 inline void expect_cases_match(const std::vector<Case>& cases, int steps, double relative_tolerance) {
   WorldGroups world(cases.front().dp, cases.front().pp);
   share_references(cases, steps, world.groups);
@@ -185,12 +219,19 @@ inline void expect_cases_match(const std::vector<Case>& cases, int steps, double
     const Outcome outcome = run(c, world.groups, steps);
     const Outcome& expected = reference(c, steps);
     EXPECT_EQ(outcome.trace, outcome.schedule_text);
+    if (!c.layers_per_stage.empty()) {
+      EXPECT_EQ(outcome.layers, layers_of_stage(c, world.groups.mesh.pp_rank));
+    }
     if (relative_tolerance == 0) {
       EXPECT_EQ(outcome.losses, expected.losses);
+      EXPECT_EQ(outcome.grad_norms, expected.grad_norms);
     } else {
-      for (int i = 0; i < steps; ++i)
+      for (int i = 0; i < steps; ++i) {
         EXPECT_NEAR(outcome.losses[i], expected.losses[i], relative_tolerance * std::fabs(expected.losses[i]))
             << "step " << i + 1;
+        EXPECT_NEAR(outcome.grad_norms[i], expected.grad_norms[i], relative_tolerance * expected.grad_norms[i])
+            << "gradient norm, step " << i + 1;
+      }
     }
     for (const ParameterRegion& r : outcome.regions) {
       const auto got = outcome.gradients.begin() + r.full_offset;
