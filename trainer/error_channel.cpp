@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 namespace {
@@ -26,6 +27,9 @@ constexpr auto kPollInterval = std::chrono::milliseconds(50);
 // ends within seconds.
 constexpr auto kGracePeriod = std::chrono::seconds(5);
 
+// How long the printing rank waits before the abort, for mpirun to forward its line.
+constexpr auto kForwardingTime = std::chrono::milliseconds(300);
+
 }  // namespace
 
 struct ErrorChannel {
@@ -43,7 +47,13 @@ namespace {
   if (!channel->spoken.test_and_set()) {
     std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
+    // mpirun forwards a rank's output asynchronously and drops what it has not read when the job
+    // is torn down: give it a moment to read the line (seen lost about once in 16 runs without).
+    std::this_thread::sleep_for(kForwardingTime);
     MPI_Abort(MPI_COMM_WORLD, 1);
+    // MPICH's MPI_Abort has been seen to return (rarely, with threads inside MPI) while the job
+    // went on; a rank that exits with an error makes mpirun end the others.
+    std::_Exit(1);
   }
   // The other thread spoke first, and its MPI_Abort is ending this process.
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
