@@ -162,11 +162,23 @@ for bin in "$@"; do
       *build/gpu/*) [ "$mode" = natural ] || continue ;;
     esac
     case "$bin" in
-      *unit_tests) pattern=$unit_pattern ;;
-      *mpi_tests) pattern=$mpi_pattern ;;
+      */unit_tests) pattern=$unit_pattern ;;
+      */mpi_tests) pattern=$mpi_pattern ;;
       *) pattern=$([ "$mode" = natural ] && echo '*') ;;
     esac
     [ -n "$pattern" ] || continue
+    # A GPU node runs one rank per GPU (comm/rank_device.h): fewer GPUs than the run's ranks
+    # cannot run it, which is said and counted as a skip.
+    case "$bin" in
+      *build/gpu/*mpi_tests)
+        gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+        if [ "$gpus" -lt "$ranks" ]; then
+          echo "-- [$mode] $bin: needs $ranks GPUs on this node, $gpus found: skipped"
+          skipped=$((skipped + 1))
+          continue
+        fi
+        ;;
+    esac
     if [ "$pattern" != '*' ] && [ -z "$(list_tests "$bin" "$pattern")" ]; then
       fail "[$mode] $bin: lists no test for its filter $pattern"
       continue
