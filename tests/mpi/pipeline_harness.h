@@ -25,6 +25,7 @@
 #include "pipeline/execute.h"
 #include "pipeline/schedule.h"
 #include "tests/device_buffer.h"
+#include "tests/mpi/trace_check.h"
 #include "trainer/data.h"
 #include "trainer/optimizer.h"
 #include "trainer/ranks.h"
@@ -87,7 +88,8 @@ struct Outcome {
   std::vector<double> losses;                // per step
   std::vector<float> gradients;              // after step 1, in llm.c's layout (the rank's regions valid)
   std::vector<ParameterRegion> regions;      // the rank's
-  std::string trace, schedule_text;          // step 1's executed steps, and the schedule's text
+  std::vector<ExecutedStep> trace;           // what step 1's steps used
+  StageSchedule schedule;                    // the rank's stage's
   ExecutorAccounting accounting;
 };
 
@@ -102,11 +104,11 @@ inline Outcome run(const Case& c, const CommGroups& groups, int steps) {
     outcome.losses.push_back(train_step(trainer, reader, kSettings, kLearningRate, t).loss);
     if (t == 1) {
       outcome.gradients = download_gradients(trainer);
-      outcome.trace = trace_text(trainer.executor);
+      outcome.trace = trainer.executor.trace;
     }
   }
   outcome.regions = trainer.parameter_layout.regions;
-  outcome.schedule_text = to_text(make_schedule(c.schedule, c.pp, c.m, c.v, groups.mesh.pp_rank));
+  outcome.schedule = make_schedule(c.schedule, c.pp, c.m, c.v, groups.mesh.pp_rank);
   outcome.accounting = trainer.executor.accounting;
   destroy_trainer(trainer);
   return outcome;
@@ -180,7 +182,8 @@ inline void expect_cases_match(const std::vector<Case>& cases, int steps, double
     SCOPED_TRACE(describe(c));
     const Outcome outcome = run(c, world.groups, steps);
     const Outcome& expected = reference(c, steps);
-    EXPECT_EQ(outcome.trace, outcome.schedule_text);
+    trace_check::expect_trace_follows_schedule(outcome.trace, outcome.schedule, c.pp, c.v, world.groups.mesh.pp_rank,
+                                               c.recompute, outcome.accounting.slots);
     if (relative_tolerance == 0) {
       EXPECT_EQ(outcome.losses, expected.losses);
     } else {
