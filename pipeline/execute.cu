@@ -90,11 +90,25 @@ void copy_device(void* destination, const void* source, size_t bytes, cudaStream
 
 size_t btc_floats(const Executor& e) { return size_t(e.B) * e.T * e.config.channels; }
 
+// The neighbour exchange_group names for a transfer with or without with_next: comm/p2p.h's ring.
+int peer_of(const Executor& e, bool with_next) { return with_next ? (e.stage + 1) % e.p : (e.stage + e.p - 1) % e.p; }
+
+void record_compute(ExecutedStep& record, ActionKind kind, int microbatch, int chunk, int slot) {
+  record.compute = true;
+  record.kind = kind;
+  record.microbatch = microbatch;
+  record.chunk = chunk;
+  record.slot = slot;
+  record.output_buffer = -1;
+  record.recomputed = false;
+  record.messages.clear();  // keeps its capacity: no allocation after the first step
+}
+
 // F(microbatch, chunk): the forward, then the output's hand-over: into the next chunk's slot
 // (p == 1), or, with recompute (whose working set a later step may overwrite before the send),
 // into a send buffer. Without recompute the send reads the slot's activations, alive until B.
 double forward_step(Executor& e, const std::vector<ParameterTensors<float>>& params, int microbatch, int chunk,
-                    const int* host_tokens, const int* host_targets, double loss_scale) {
+                    const int* host_tokens, const int* host_targets, double loss_scale, ExecutedStep& record) {
   ChunkState& state = e.chunks[chunk];
   const int key = key_of(e, microbatch, chunk);
   const size_t BT = size_t(e.B) * e.T;
@@ -107,15 +121,17 @@ double forward_step(Executor& e, const std::vector<ParameterTensors<float>>& par
     slot = held(state.inputs, key);
   }
   forward_chunk(e, params, chunk, slot, microbatch_of(host_targets, microbatch, BT), loss_scale, e.B, e.T);
+  record_compute(record, ActionKind::forward, microbatch, chunk, slot);
   if (e.recompute) state.working_microbatch = microbatch;
   const Activations<float>& acts = activations_of(e, chunk, slot);
   if (state.range.has_head) return mean_loss(acts, e.B, e.T, e.stream);
   const size_t output_bytes = btc_floats(e) * sizeof(float);
   if (hands_over_locally(e)) {
-    const int next = take_slot(e, chunk + 1, key_of(e, microbatch, chunk + 1));
-    copy_device(e.chunks[chunk + 1].inputs.buffers[next], range_output(acts), output_bytes, e.stream);
+    record.output_buffer = take_slot(e, chunk + 1, key_of(e, microbatch, chunk + 1));
+    copy_device(e.chunks[chunk + 1].inputs.buffers[record.output_buffer], range_output(acts), output_bytes, e.stream);
   } else if (e.recompute) {
-    copy_device(e.sends.buffers[take(e.sends, key)], range_output(acts), output_bytes, e.stream);
+    record.output_buffer = take(e.sends, key);
+    copy_device(e.sends.buffers[record.output_buffer], range_output(acts), output_bytes, e.stream);
   }
   return 0;
 }
@@ -125,14 +141,16 @@ double forward_step(Executor& e, const std::vector<ParameterTensors<float>>& par
 // buffer, or with p == 1 straight into the previous chunk's output gradient.
 void backward_step(Executor& e, const std::vector<ParameterTensors<float>>& params,
                    const std::vector<ParameterTensors<float>>& grads, float* grad_wte_head, int microbatch, int chunk,
-                   const int* host_targets, double loss_scale) {
+                   const int* host_targets, double loss_scale, ExecutedStep& record) {
   ChunkState& state = e.chunks[chunk];
   const int key = key_of(e, microbatch, chunk);
   const int slot = held(state.inputs, key);
   const size_t BT = size_t(e.B) * e.T;
+  record_compute(record, ActionKind::backward, microbatch, chunk, slot);
   if (e.recompute && state.working_microbatch != microbatch) {
     forward_chunk(e, params, chunk, slot, microbatch_of(host_targets, microbatch, BT), loss_scale, e.B, e.T);
     state.working_microbatch = microbatch;
+    record.recomputed = true;
   }
   const void* input = state.inputs.buffers[slot];
   const bool embedding = state.range.has_embedding;
@@ -154,31 +172,38 @@ void backward_step(Executor& e, const std::vector<ParameterTensors<float>>& para
 
 // A step of sends and receives: one NCCL group in the listed order; receives take their
 // buffers first, sends give theirs back after (the stream orders any reuse after the send).
-void transfer_step(Executor& e, const Step& step) {
+void transfer_step(Executor& e, const Step& step, ExecutedStep& record) {
   std::vector<Transfer> transfers;
   const size_t count = btc_floats(e);
+  record.compute = false;
+  record.messages.clear();
   for (const Action& a : step) {
     const int key = key_of(e, a.microbatch, a.chunk);
+    int buffer;
     switch (a.kind) {
       case ActionKind::send_forward: {
         ChunkState& state = e.chunks[a.chunk];
-        const void* output = e.recompute ? e.sends.buffers[held(e.sends, key)]
-                                         : range_output(state.acts[held(state.inputs, key)]);
+        buffer = e.recompute ? held(e.sends, key) : held(state.inputs, key);
+        const void* output = e.recompute ? e.sends.buffers[buffer] : range_output(state.acts[buffer]);
         transfers.push_back({true, true, const_cast<void*>(output), count});
         break;
       }
       case ActionKind::recv_forward:
-        transfers.push_back({false, false, e.chunks[a.chunk].inputs.buffers[take_slot(e, a.chunk, key)], count});
+        buffer = take_slot(e, a.chunk, key);
+        transfers.push_back({false, false, e.chunks[a.chunk].inputs.buffers[buffer], count});
         break;
       case ActionKind::send_backward:
-        transfers.push_back({true, false, e.grad_inputs.buffers[held(e.grad_inputs, key)], count});
+        buffer = held(e.grad_inputs, key);
+        transfers.push_back({true, false, e.grad_inputs.buffers[buffer], count});
         break;
       case ActionKind::recv_backward:
-        transfers.push_back({false, true, e.grad_outputs.buffers[take(e.grad_outputs, key)], count});
+        buffer = take(e.grad_outputs, key);
+        transfers.push_back({false, true, e.grad_outputs.buffers[buffer], count});
         break;
       default:
         throw std::runtime_error("executor: " + to_text(a) + " in a transfer step");
     }
+    record.messages.push_back({a.kind, a.microbatch, a.chunk, peer_of(e, transfers.back().with_next), buffer});
   }
   exchange_group(e.groups, transfers.data(), transfers.size(), ncclFloat32, e.stream);
   for (const Action& a : step) {
@@ -250,6 +275,7 @@ Executor create_executor(const GPTConfig& config, int B, int T, const StageSched
     e.chunks.push_back(std::move(state));
   }
   e.targets = device_alloc<int>(size_t(B) * T);
+  e.trace.resize(schedule.size());
   e.step_start.resize(schedule.size());
   e.step_end.resize(schedule.size());
   for (size_t i = 0; i < schedule.size(); ++i) {
@@ -281,7 +307,6 @@ double execute_step(Executor& e, const std::vector<ParameterTensors<float>>& par
   check_views(e, params, "execute_step");
   check_views(e, grads, "execute_step");
   double loss_sum = 0;
-  e.trace.clear();
   for (ChunkState& state : e.chunks) state.working_microbatch = -1;
   for (size_t i = 0; i < e.schedule.size(); ++i) {
     const Step& step = e.schedule[i];
@@ -289,15 +314,16 @@ double execute_step(Executor& e, const std::vector<ParameterTensors<float>>& par
     nvtxRangePushA(name.c_str());
     CUDA_CHECK(cudaEventRecord(e.step_start[i], e.stream));
     if (!is_compute(step)) {
-      transfer_step(e, step);
+      transfer_step(e, step, e.trace[i]);
     } else if (step[0].kind == ActionKind::forward) {
-      loss_sum += forward_step(e, params, step[0].microbatch, step[0].chunk, host_tokens, host_targets, loss_scale);
+      loss_sum += forward_step(e, params, step[0].microbatch, step[0].chunk, host_tokens, host_targets, loss_scale,
+                               e.trace[i]);
     } else {
-      backward_step(e, params, grads, grad_wte_head, step[0].microbatch, step[0].chunk, host_targets, loss_scale);
+      backward_step(e, params, grads, grad_wte_head, step[0].microbatch, step[0].chunk, host_targets, loss_scale,
+                    e.trace[i]);
     }
     CUDA_CHECK(cudaEventRecord(e.step_end[i], e.stream));
     nvtxRangePop();
-    e.trace.push_back(name);
   }
   CUDA_CHECK(cudaStreamSynchronize(e.stream));
   update_accounting(e);
@@ -345,8 +371,27 @@ ForwardResult execute_forward(Executor& e, const std::vector<ParameterTensors<fl
   return result;
 }
 
-std::string trace_text(const Executor& e) {
+std::string to_text(const ExecutedStep& step) {
+  const auto named = [](ActionKind kind, int microbatch, int chunk) {
+    return to_text(Action{kind, microbatch, 0}) + "@c" + std::to_string(chunk);
+  };
+  if (step.compute) {
+    std::string text = named(step.kind, step.microbatch, step.chunk) + " slot " + std::to_string(step.slot);
+    if (step.output_buffer >= 0) text += " output " + std::to_string(step.output_buffer);
+    if (step.recomputed) text += " (recomputed)";
+    return text;
+  }
   std::string text;
-  for (const std::string& step : e.trace) text += (text.empty() ? "" : " ") + step;
+  for (const ExecutedMessage& m : step.messages) {
+    const bool outgoing = m.kind == ActionKind::send_forward || m.kind == ActionKind::send_backward;
+    text += (text.empty() ? "" : " + ") + named(m.kind, m.microbatch, m.chunk) + (outgoing ? "->" : "<-") +
+            std::to_string(m.peer) + " buffer " + std::to_string(m.buffer);
+  }
+  return text;
+}
+
+std::string trace_text(const std::vector<ExecutedStep>& trace) {
+  std::string text;
+  for (const ExecutedStep& step : trace) text += (text.empty() ? "" : "; ") + to_text(step);
   return text;
 }

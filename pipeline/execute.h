@@ -1,8 +1,9 @@
 // The executor of one pipeline stage: walks the stage's schedule (pipeline/schedule.h) step by
 // step against the model's layer ranges, running each F and B on the device and each group of
-// sends and receives as one NCCL group, and accounts for what it did: the trace of executed
-// steps, every step's time (CUDA events, and an NVTX range named as the step, so Nsight Systems
-// shows the schedule), the activation slots it allocated and their bytes.
+// sends and receives as one NCCL group, and accounts for what it did: the trace of what each
+// executed step used (microbatch, chunk, slot, peer), every step's time (CUDA events, and an
+// NVTX range named as the step, so Nsight Systems shows the schedule), the activation slots it
+// allocated and their bytes.
 //
 // Buffers. A microbatch in flight on a chunk holds one activation slot from the chunk's pool,
 // taken when its input arrives (the receive, or the forward on the first virtual stage) and
@@ -47,6 +48,30 @@ struct ChunkState {
   BackwardScratch<float> scratch;
 };
 
+// What one executed schedule step used, recorded by the function that ran it from the values
+// it computed with, so a test can check the executor against the schedule (not the schedule
+// against itself). Buffers are indices into their pool.
+struct ExecutedMessage {
+  ActionKind kind;        // send_forward, recv_forward, send_backward or recv_backward
+  int microbatch, chunk;  // whose activation or gradient
+  int peer;               // the pipeline rank at the other end
+  int buffer;             // rF, and sF without recompute: the chunk's slot; sF with recompute: the send
+                          // buffer; sB: the input-gradient buffer; rB: the output-gradient buffer
+};
+struct ExecutedStep {
+  bool compute;           // a forward or backward, else a group of messages
+  ActionKind kind;        // compute: forward or backward
+  int microbatch, chunk;  // compute: what it ran on
+  int slot;               // compute: the chunk's slot it read (and a forward wrote)
+  int output_buffer;      // forward: where its output went for the hand-over, the next chunk's slot
+                          // (p == 1) or a send buffer (recompute), else -1
+  bool recomputed;        // backward: ran its forward again first
+  std::vector<ExecutedMessage> messages;  // transfer: in the order posted
+};
+// "F3@c0 slot 1", "F3@c0 slot 1 output 0" (its output_buffer), "B3@c0 slot 1 (recomputed)",
+// "sF3@c0->2 buffer 1 + rB1@c0<-2 buffer 0" (to stage 2, from stage 2).
+std::string to_text(const ExecutedStep& step);
+
 // What the executor measured and allocated.
 struct ExecutorAccounting {
   std::vector<int> slots;           // per chunk: activation slots allocated
@@ -74,7 +99,7 @@ struct Executor {
   BufferPool grad_inputs;          // gradients of chunk inputs waiting for their send
   int* targets;                    // (B, T) the head's targets of the current forward
   std::vector<cudaEvent_t> step_start, step_end;  // one pair per schedule step
-  std::vector<std::string> trace;  // the last step's executed steps, as text
+  std::vector<ExecutedStep> trace;  // the last step's executed steps, one per schedule step
   ExecutorAccounting accounting;
 };
 
@@ -107,5 +132,5 @@ struct ForwardResult {
 ForwardResult execute_forward(Executor& executor, const std::vector<ParameterTensors<float>>& params,
                               const int* host_tokens, const int* host_targets, int B, int T);
 
-// The trace as one line, steps joined by spaces: to_text of the schedule when all went to plan.
-std::string trace_text(const Executor& executor);
+// A trace as one line, steps joined by "; ".
+std::string trace_text(const std::vector<ExecutedStep>& trace);
