@@ -156,17 +156,17 @@ parse_run() {
 # runs_of TESTS: the runs of a TESTS field, one a line, trimmed.
 runs_of() { tr ';' '\n' <<<"$1" | sed -E 's/^[[:space:]]+|[[:space:]]+$//g' | grep -v '^$'; }
 
-# targets_of TESTS...: the make targets of their runs, and ./train, which tests run as a program.
+# targets_of TESTS...: the make targets of their runs, and ./train for the unit tests that run
+# it as a program (Trainer.*, TrainLayout.*).
 targets_of() {
   local spec run
-  {
-    echo train
-    for spec in "$@"; do
-      while IFS= read -r run; do
-        parse_run "$run" && target_of "$run_binary"
-      done < <(runs_of "$spec")
-    done
-  } | sort -u
+  for spec in "$@"; do
+    while IFS= read -r run; do
+      parse_run "$run" || continue
+      target_of "$run_binary"
+      if [ "$run_binary" = unit ] && [[ "$run_filter" == *Train* || "$run_filter" == '*' ]]; then echo train; fi
+    done < <(runs_of "$spec")
+  done | sort -u
 }
 
 running=""       # the process (timeout) of the test run in progress
