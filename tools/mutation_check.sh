@@ -58,7 +58,7 @@ fault adamw-without-bias-correction kernels/adamw.cu \
 # model/
 fault head-backward-without-zeroed-dresidual model/gpt.cu \
   '/cudaMemsetAsync(dresidual, 0, btc_bytes, stream)/d' \
-  'unit GPT.*'
+  'unit GPT.*; pytorch *'
 fault mlp-residual-from-block-input model/gpt.cu \
   's/residual_forward(a.residual3, a.residual2,/residual_forward(a.residual3, x,/' \
   'unit GPT.*'
