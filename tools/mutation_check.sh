@@ -24,7 +24,8 @@ cd "$(dirname "$0")/.." || exit 2
 #   mpi2/4/8        build/cpu/tests/mpi_tests under mpirun -np 2, 4 or 8
 #   pytorch         tests/pytorch_check.py (our trainer against PyTorch)
 # FILTER is a gtest filter; SECONDS the run's time limit (default 300: a hang is caught by it).
-# A fault is caught when one of its runs fails: a non-zero exit status or a timeout.
+# A fault is caught when one of its runs fails: a non-zero exit status or a timeout. Faults
+# tried and found neutral (no behaviour changed) are listed in docs/testing.md, with the reason.
 names=() files=() scripts=() tests=()
 fault() { names+=("$1"); files+=("$2"); scripts+=("$3"); tests+=("$4"); }
 
@@ -55,7 +56,9 @@ fault adamw-without-bias-correction kernels/adamw.cu \
   's@const C m_hat = new_m / bias_correction1;@const C m_hat = new_m;@' \
   'unit AdamW.*'
 
-# model/
+# model/. The head's input gradient accumulates (+=) onto dresidual, so it must start at zero;
+# without that it starts as NaN (fresh memory), which the finite-difference measure of
+# tests/gradient_check.h ignores until it is NaN-aware (issue 16): the PyTorch check sees it.
 fault head-backward-without-zeroed-dresidual model/gpt.cu \
   '/cudaMemsetAsync(dresidual, 0, btc_bytes, stream)/d' \
   'unit GPT.*; pytorch *'
@@ -66,7 +69,8 @@ fault model-file-layers-and-heads-swapped model/checkpoint.cpp \
   's/header\[4\] = config.num_layers;/header[4] = config.num_heads;/; s/header\[5\] = config.num_heads;/header[5] = config.num_layers;/' \
   'unit Checkpoint.*'
 
-# pipeline/
+# pipeline/. The step times are read from events (cudaEventElapsedTime), which is only valid
+# once the stream has reached them: under the stream delay it has not.
 fault afab-backwards-in-reverse pipeline/schedule.cpp \
   's/for (int i = 0; i < m; i++) order.push_back(backward(i));/for (int i = 0; i < m; i++) order.push_back(backward(m - 1 - i));/' \
   'mpi4 PipelineLayouts.AfabGivesTheSingleStageRun'
@@ -76,14 +80,12 @@ fault one-f-one-b-warmup-one-too-long pipeline/schedule.cpp \
 fault step-times-read-before-the-step-ends pipeline/execute.cu \
   '/^  CUDA_CHECK(cudaStreamSynchronize(e.stream));$/{N;/\n  update_accounting(e);$/s/^[^\n]*\n//}' \
   'CUDA_CPU_STREAM_DELAY_US=200 unit Trainer.*'
-fault slot-given-back-before-the-backward pipeline/execute.cu \
-  '/^  give_back(state.inputs, key);$/d; /^  gpt_backward(e.config, state.range/i\  give_back(state.inputs, key);' \
-  'unit Trainer.*; mpi4 Pipeline*'
 fault slot-freed-before-its-backward pipeline/execute.cu \
   '/^  if (e.recompute) state.working_microbatch = microbatch;$/a\  state.inputs.free.push_back(slot);' \
   'mpi4 Pipeline.*'
 
-# comm/
+# comm/. A transfer to the wrong neighbour never finds its receive: the run hangs, and its
+# time limit (60 s, the test takes about 5) is what catches it, as in make test.
 fault transfer-to-the-wrong-neighbour comm/p2p.cpp \
   's/const int peer = t.with_next ? next : previous;/const int peer = t.with_next ? previous : next;/' \
   'mpi4 Pipeline.InterleavedOnFourStagesGivesTheSingleStageStepBitwise 60'
@@ -97,7 +99,8 @@ fault mesh-ranks-in-the-other-order comm/mesh.cpp \
   's@mesh.dp_rank = world_rank / pp;@mesh.dp_rank = world_rank % dp;@; s@mesh.pp_rank = world_rank % pp;@mesh.pp_rank = world_rank / dp;@' \
   'mpi4 Mesh.*'
 
-# trainer/
+# trainer/. The optimizer's faults change the single-stage reference as much as the pipeline,
+# so only an outside reference sees them: PyTorch's losses and gradient norms.
 fault clip-factor-doubled trainer/optimizer.cpp \
   's/clip_factor(norm, settings.grad_clip)/clip_factor(norm, 2 * settings.grad_clip)/' \
   'unit Trainer.*; pytorch *'
