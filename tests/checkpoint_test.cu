@@ -72,6 +72,16 @@ TEST(Checkpoint, ModelFileIsLaidOutAsLlmCs) {
   EXPECT_EQ(read_bytes(dir.file("model.bin")), llmc_model_file(kTinyHeader, params));
 }
 
+// kTiny has as many layers as heads (as GPT-2 124M has), so it cannot tell those two fields
+// apart; here all six differ, and each must sit at its own index of llm.c's header.
+TEST(Checkpoint, ModelFileHeaderHoldsEachFieldAtLlmCsIndex) {
+  TempDir dir;
+  const GPTConfig config = {7, 11, 128, 3, 2, 8};  // maxT, V, Vp, L, NH, C
+  const std::vector<float> params = varied_values(num_parameters(config), 2);
+  write_model_file(dir.file("model.bin"), config, params, CheckpointDtype::fp32);
+  EXPECT_EQ(read_bytes(dir.file("model.bin")), llmc_model_file({20240326, 3, 7, 11, 3, 2, 8, 128}, params));
+}
+
 TEST(Checkpoint, ReadsAFileWrittenAsLlmCWritesIt) {
   TempDir dir;
   const std::vector<float> params = varied_values(kTinyParameters, 2);

@@ -1,0 +1,367 @@
+#!/usr/bin/env bash
+# The mutation check (docs/testing.md): applies small faults to the sources one at a time,
+# rebuilds what each touches (make's incremental build of the CPU build), runs the tests that
+# should catch it, records whether they did, and restores the file. A test suite that lets a
+# fault through has a gap.
+#
+#   tools/mutation_check.sh                 every fault, then the table and a summary line
+#   tools/mutation_check.sh NAME...         the named faults only
+#   tools/mutation_check.sh --list          the faults: file, change and tests
+#   tools/mutation_check.sh --no-baseline   skip the first pass, the tests without any fault
+#
+# It refuses to run on a tree with changes or untracked files (git status): it restores each
+# file with git checkout, which would also throw away an edit of yours. It restores the
+# current file on any exit, including Ctrl-C and kill (not kill -9), and stops the test it
+# was running. Do not edit the tree while it runs. Logs: build/mutation-logs/.
+set -u
+
+cd "$(dirname "$0")/.." || exit 2
+
+# ---- the faults ----
+# fault NAME FILE SED TESTS: SED is a GNU sed script run as `sed -i -e SED FILE`, which must
+# change FILE. TESTS: runs separated by ';', each "[VAR=VALUE ...] BINARY FILTER [SECONDS]":
+#   unit, cpu       build/cpu/tests/unit_tests, cpu_tests
+#   mpi2/4/8        build/cpu/tests/mpi_tests under mpirun -np 2, 4 or 8
+#   pytorch         tests/pytorch_check.py (our trainer against PyTorch)
+# FILTER is a gtest filter; SECONDS the run's time limit (default 300: a hang is caught by it).
+# A fault is caught when one of its runs fails: a non-zero exit status or a timeout. Faults
+# tried and found neutral (no behaviour changed) are listed in docs/testing.md, with the reason.
+names=() files=() scripts=() tests=()
+fault() { names+=("$1"); files+=("$2"); scripts+=("$3"); tests+=("$4"); }
+
+# kernels/: backward terms with the wrong sign, an element a forward never writes (fresh device
+# memory is NaN in the CPU build), barriers taken out, an accumulation turned into a write.
+fault layernorm-backward-sign kernels/layernorm.cu \
+  's/(g - g_mean - xhat \* g_xhat_mean)/(g - g_mean + xhat * g_xhat_mean)/' \
+  'unit LayerNorm.*'
+fault gelu-backward-sign kernels/gelu.cu \
+  's/s\.at_2u + 2 \* x \* s\.at_2u/s.at_2u - 2 * x * s.at_2u/' \
+  'unit Gelu.*'
+fault softmax-backward-sign kernels/attention.cu \
+  's/(to_compute(gradient\[j\]) - dot)/(to_compute(gradient[j]) + dot)/' \
+  'unit Attention.*'
+fault embedding-forward-skips-last-element kernels/embedding.cu \
+  's/if (i < count) {/if (i + 1 < count) {/' \
+  'unit Embedding.*'
+fault layernorm-weight-partials-without-syncthreads kernels/layernorm.cu \
+  '/^  __syncthreads();$/d' \
+  'unit LayerNorm.*; cpu LayerNorm.*'
+fault classifier-without-syncthreads kernels/classifier.cu \
+  '/^  __syncthreads();$/d' \
+  'unit Classifier.*'
+fault position-gradient-overwritten kernels/embedding.cu \
+  's/dwpe\[i\] = from_compute<Element>(to_compute(dwpe\[i\]) + sum);/dwpe[i] = from_compute<Element>(sum);/' \
+  'unit Embedding.*'
+fault adamw-without-bias-correction kernels/adamw.cu \
+  's@const C m_hat = new_m / bias_correction1;@const C m_hat = new_m;@' \
+  'unit AdamW.*'
+
+# model/. The head's input gradient accumulates (+=) onto dresidual, so it must start at zero;
+# without that it starts as NaN (fresh memory), which the finite-difference measure of
+# tests/gradient_check.h ignores until it is NaN-aware (issue 16): the PyTorch check sees it.
+fault head-backward-without-zeroed-dresidual model/gpt.cu \
+  '/cudaMemsetAsync(dresidual, 0, btc_bytes, stream)/d' \
+  'unit GPT.*; pytorch *'
+fault mlp-residual-from-block-input model/gpt.cu \
+  's/residual_forward(a.residual3, a.residual2,/residual_forward(a.residual3, x,/' \
+  'unit GPT.*'
+fault model-file-layers-and-heads-swapped model/checkpoint.cpp \
+  's/header\[4\] = config.num_layers;/header[4] = config.num_heads;/; s/header\[5\] = config.num_heads;/header[5] = config.num_layers;/' \
+  'unit Checkpoint.*'
+
+# pipeline/. The step times are read from events (cudaEventElapsedTime), which is only valid
+# once the stream has reached them: under the stream delay it has not.
+fault afab-backwards-in-reverse pipeline/schedule.cpp \
+  's/for (int i = 0; i < m; i++) order.push_back(backward(i));/for (int i = 0; i < m; i++) order.push_back(backward(m - 1 - i));/' \
+  'mpi4 PipelineLayouts.AfabGivesTheSingleStageRun'
+fault one-f-one-b-warmup-one-too-long pipeline/schedule.cpp \
+  's/std::min(p - stage - 1, m);/std::min(p - stage, m);/' \
+  'unit Schedule.*:Simulator.*; mpi4 Pipeline.*'
+fault step-times-read-before-the-step-ends pipeline/execute.cu \
+  '/^  CUDA_CHECK(cudaStreamSynchronize(e.stream));$/{N;/\n  update_accounting(e);$/s/^[^\n]*\n//}' \
+  'CUDA_CPU_STREAM_DELAY_US=200 unit Trainer.*'
+fault slot-freed-before-its-backward pipeline/execute.cu \
+  '/^  if (e.recompute) state.working_microbatch = microbatch;$/a\  state.inputs.free.push_back(slot);' \
+  'mpi4 Pipeline.*'
+
+# comm/. A transfer to the wrong neighbour never finds its receive: the run hangs, and its
+# time limit (60 s, the test takes about 5) is what catches it, as in make test.
+fault transfer-to-the-wrong-neighbour comm/p2p.cpp \
+  's/const int peer = t.with_next ? next : previous;/const int peer = t.with_next ? previous : next;/' \
+  'mpi4 Pipeline.InterleavedOnFourStagesGivesTheSingleStageStepBitwise 60'
+fault data-parallel-sum-skipped comm/collectives.cpp \
+  's/if (groups.mesh.dp == 1) return;/if (groups.mesh.dp >= 1) return;/' \
+  'mpi4 Collectives.*'
+fault tied-embedding-allreduce-skipped comm/collectives.cpp \
+  's/if (groups.embedding == nullptr) return;/if (groups.embedding == nullptr || groups.mesh.pp > 1) return;/' \
+  'mpi4 Collectives.*:Pipeline.*'
+fault mesh-ranks-in-the-other-order comm/mesh.cpp \
+  's@mesh.dp_rank = world_rank / pp;@mesh.dp_rank = world_rank % dp;@; s@mesh.pp_rank = world_rank % pp;@mesh.pp_rank = world_rank / dp;@' \
+  'mpi4 Mesh.*'
+
+# trainer/. The optimizer's faults change the single-stage reference as much as the pipeline,
+# so only an outside reference sees them: PyTorch's losses and gradient norms.
+fault clip-factor-doubled trainer/optimizer.cpp \
+  's/clip_factor(norm, settings.grad_clip)/clip_factor(norm, 2 * settings.grad_clip)/' \
+  'unit Trainer.*; pytorch *'
+fault tied-embedding-head-share-dropped trainer/trainer.cpp \
+  '/if (head) sum_tied_embedding_gradient/d' \
+  'unit Trainer.*; pytorch *'
+fault data-reader-wraps-one-token-early trainer/data.cpp \
+  's/index = index + 1 == n ? 0 : index + 1;/index = index + 2 == n ? 0 : index + 1;/' \
+  'unit Data.*'
+fault replicas-read-overlapping-microbatches trainer/trainer.cpp \
+  's/reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) \* m;/reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) * (m - 1);/' \
+  'mpi4 PipelineLayouts.OneFOneBGivesTheSingleStageRun'
+fault warmup-one-step-ahead trainer/lr_schedule.cpp \
+  's@return schedule.peak \* step / schedule.warmup;@return schedule.peak * (step + 1) / schedule.warmup;@' \
+  'unit Trainer.*'
+
+# cpu/: the emulation the CPU build's results rest on.
+fault cublas-transposes-swapped cpu/cublas.cpp \
+  '0,/to_cblas(s.transa), to_cblas(s.transb)/s//to_cblas(s.transb), to_cblas(s.transa)/' \
+  'unit Cublas.*'
+fault nccl-sum-is-max cpu/nccl.cpp \
+  's/if (op == ncclSum) return MPI_SUM;/if (op == ncclSum) return MPI_MAX;/' \
+  'mpi4 Nccl.*'
+fault syncthreads-does-not-wait cpu/block_scheduler.cpp \
+  's/void __syncthreads() { cpu::block_barrier(1); }/void __syncthreads() {}/' \
+  'unit BlockSync.*; cpu Scheduler.*'
+fault stream-synchronize-returns-at-once cpu/streams.cpp \
+  '/^cudaError_t cudaStreamSynchronize(cudaStream_t stream) {$/,/^}$/{/cpu::synchronize_stream(stream);/d}' \
+  'cpu GpuRules.*'
+
+# ---- running ----
+
+# target_of BINARY: the make target a run of BINARY needs.
+target_of() {
+  case "$1" in
+    unit) echo build/cpu/tests/unit_tests ;;
+    cpu) echo build/cpu/tests/cpu_tests ;;
+    mpi[0-9]*) echo build/cpu/tests/mpi_tests ;;
+    pytorch) echo build/cpu/tools/reference_run ;;
+    *) echo "mutation_check: unknown binary '$1' in a test run" >&2; return 1 ;;
+  esac
+}
+
+# parse_run RUN: sets run_env (array), run_binary, run_filter, run_limit.
+parse_run() {
+  local -a words
+  read -ra words <<<"$1"
+  run_env=()
+  while [ "${#words[@]}" -gt 0 ] && [[ "${words[0]}" == *=* ]]; do
+    run_env+=("${words[0]}")
+    words=("${words[@]:1}")
+  done
+  run_binary=${words[0]:-}
+  run_filter=${words[1]:-}
+  run_limit=${words[2]:-300}
+  [ -n "$run_binary" ] && [ -n "$run_filter" ] && target_of "$run_binary" >/dev/null
+}
+
+# runs_of TESTS: the runs of a TESTS field, one a line, trimmed.
+runs_of() { tr ';' '\n' <<<"$1" | sed -E 's/^[[:space:]]+|[[:space:]]+$//g' | grep -v '^$'; }
+
+# targets_of TESTS...: the make targets of their runs, and ./train for the unit tests that run
+# it as a program (Trainer.*, TrainLayout.*).
+targets_of() {
+  local spec run
+  for spec in "$@"; do
+    while IFS= read -r run; do
+      parse_run "$run" || continue
+      target_of "$run_binary"
+      if [ "$run_binary" = unit ] && [[ "$run_filter" == *Train* || "$run_filter" == '*' ]]; then echo train; fi
+    done < <(runs_of "$spec")
+  done | sort -u
+}
+
+running=""       # the process (timeout) of the test run in progress
+current_file=""  # the file carrying a fault
+
+stop_run() {
+  if [ -n "$running" ]; then
+    kill -TERM "$running" 2>/dev/null  # timeout passes it on to the run's whole process group
+    wait "$running" 2>/dev/null
+    running=""
+  fi
+}
+restore() {
+  stop_run
+  if [ -n "$current_file" ]; then
+    git checkout -- "$current_file" && echo "mutation_check: restored $current_file" >&2
+    current_file=""
+  fi
+}
+trap restore EXIT
+trap 'echo "mutation_check: interrupted" >&2; exit 130' INT TERM HUP
+
+# execute RUN LOG: runs one test run, output in LOG; sets run_verdict to passed, failed,
+# timed out, or no test (it exited 0 without running a test).
+execute() {
+  parse_run "$1" || { run_verdict="bad run"; return; }
+  local -a command
+  case "$run_binary" in
+    unit) command=(build/cpu/tests/unit_tests "--gtest_filter=$run_filter") ;;
+    cpu) command=(build/cpu/tests/cpu_tests "--gtest_filter=$run_filter") ;;
+    mpi*) command=("${MPIRUN:-mpirun}" -np "${run_binary#mpi}" build/cpu/tests/mpi_tests "--gtest_filter=$run_filter") ;;
+    pytorch) command=(/usr/bin/python3 tests/pytorch_check.py "--gtest_filter=$run_filter") ;;
+  esac
+  env REFERENCE_RUN=build/cpu/tools/reference_run "${run_env[@]}" \
+    timeout --kill-after=10 "$run_limit" "${command[@]}" >"$2" 2>&1 </dev/null &
+  running=$!
+  wait "$running"
+  local status=$?
+  running=""
+  if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+    run_verdict="timed out"
+  elif [ "$status" -ne 0 ]; then
+    run_verdict=failed
+  elif grep -qE '^tests: [0-9]+ passed, [0-9]+ failed' "$2" && ! grep -qE '^tests: 0 passed, 0 failed' "$2"; then
+    run_verdict=passed
+  else
+    run_verdict="no test"
+  fi
+}
+
+# build TARGET...: make's incremental build of the CPU build, output in $log_dir/build.log.
+build() { make -j2 GPU=0 "$@" >"$log_dir/build.log" 2>&1; }
+
+list_faults() {
+  local i
+  for i in "${!names[@]}"; do
+    printf '%s\n  file:  %s\n  sed:   %s\n  tests: %s\n' "${names[$i]}" "${files[$i]}" "${scripts[$i]}" "${tests[$i]}"
+  done
+}
+
+# ---- arguments ----
+baseline=1
+selected=()
+for argument in "$@"; do
+  case "$argument" in
+    --list) list_faults; exit 0 ;;
+    --no-baseline) baseline=0 ;;
+    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "mutation_check: unknown option $argument (see --help)" >&2; exit 2 ;;
+    *)
+      found=""
+      for i in "${!names[@]}"; do [ "${names[$i]}" = "$argument" ] && found=$i; done
+      if [ -z "$found" ]; then
+        echo "mutation_check: no fault named $argument (tools/mutation_check.sh --list names them)" >&2
+        exit 2
+      fi
+      selected+=("$found")
+      ;;
+  esac
+done
+[ "${#selected[@]}" -gt 0 ] || selected=("${!names[@]}")
+
+if [ -n "$(git status --porcelain)" ]; then
+  echo "mutation_check: the tree has changes or untracked files (git status); commit or stash them first:" >&2
+  echo "  the check restores each file it breaks with git checkout" >&2
+  exit 2
+fi
+
+log_dir=build/mutation-logs
+mkdir -p "$log_dir"
+start=$SECONDS
+build_seconds=0
+test_seconds=0
+
+selected_tests=()
+for i in "${selected[@]}"; do selected_tests+=("${tests[$i]}"); done
+mapfile -t all_targets < <(targets_of "${selected_tests[@]}")
+echo "== building ${all_targets[*]}"
+if ! build "${all_targets[@]}"; then
+  tail -n 20 "$log_dir/build.log"
+  echo "mutation_check: the tree does not build without a fault" >&2
+  exit 1
+fi
+
+# The baseline: every run passes without a fault, or a catch would mean nothing.
+if [ "$baseline" = 1 ]; then
+  mapfile -t baseline_runs < <(for spec in "${selected_tests[@]}"; do runs_of "$spec"; done | sort -u)
+  for run in "${baseline_runs[@]}"; do
+    t0=$SECONDS
+    execute "$run" "$log_dir/baseline.log"
+    test_seconds=$((test_seconds + SECONDS - t0))
+    echo "== baseline: $run: $run_verdict in $((SECONDS - t0)) s"
+    if [ "$run_verdict" != passed ]; then
+      echo "mutation_check: '$run' does not pass without a fault (log: $log_dir/baseline.log)" >&2
+      exit 1
+    fi
+  done
+fi
+
+rows=()
+caught_count=0
+for i in "${selected[@]}"; do
+  name=${names[$i]} file=${files[$i]}
+  fault_start=$SECONDS
+  fault_log_dir="$log_dir/$name"
+  mkdir -p "$fault_log_dir"
+  current_file=$file
+  sed -i -e "${scripts[$i]}" "$file"
+  result="" cells=()
+  if git diff --quiet -- "$file"; then
+    result="NOT APPLIED (the sed changed nothing)"
+  else
+    git diff -- "$file" >"$fault_log_dir/fault.diff"
+    mapfile -t targets < <(targets_of "${tests[$i]}")
+    t0=$SECONDS
+    build "${targets[@]}"
+    build_status=$?
+    cp "$log_dir/build.log" "$fault_log_dir/build.log"
+    build_seconds=$((build_seconds + SECONDS - t0))
+    if [ "$build_status" -ne 0 ]; then
+      result="BUILD FAILED"
+    else
+      mapfile -t runs < <(runs_of "${tests[$i]}")
+      k=0 failures=() broken=""
+      for run in "${runs[@]}"; do
+        t0=$SECONDS
+        execute "$run" "$fault_log_dir/run$k.log"
+        test_seconds=$((test_seconds + SECONDS - t0))
+        cells+=("\`$run\` $run_verdict")
+        case "$run_verdict" in
+          failed | "timed out") failures+=("$run_verdict") ;;
+          passed) ;;
+          *) broken=$run_verdict ;;
+        esac
+        k=$((k + 1))
+      done
+      if [ -n "$broken" ]; then
+        result="ERROR ($broken)"
+      elif [ "${#failures[@]}" -gt 0 ]; then
+        result=caught
+        caught_count=$((caught_count + 1))
+      else
+        result=MISSED
+      fi
+    fi
+  fi
+  restore
+  if ! git diff --quiet -- "$file"; then
+    echo "mutation_check: $file is still modified after git checkout; stopping" >&2
+    exit 1
+  fi
+  tests_cell=$(printf '%s; ' "${cells[@]}")
+  tests_cell=${tests_cell%; }
+  [ -n "$tests_cell" ] || tests_cell=${tests[$i]}
+  rows+=("| $name | $file | $tests_cell | $result |")
+  echo "== $name ($file): $result in $((SECONDS - fault_start)) s"
+done
+
+# The binaries back in line with the restored sources.
+t0=$SECONDS
+echo "== rebuilding ${all_targets[*]} from the restored sources"
+build "${all_targets[@]}" || echo "mutation_check: the final rebuild failed (log: $log_dir/build.log)" >&2
+build_seconds=$((build_seconds + SECONDS - t0))
+
+echo
+echo "| fault | file | tests | caught? |"
+echo "|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
+echo
+echo "$caught_count of ${#selected[@]} faults caught in $((SECONDS - start)) s" \
+  "($build_seconds s building, $test_seconds s testing, baseline included)"
+[ "$caught_count" -eq "${#selected[@]}" ]
