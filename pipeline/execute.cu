@@ -4,6 +4,7 @@
 
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "comm/p2p.h"
@@ -275,6 +276,7 @@ Executor create_executor(const GPTConfig& config, int B, int T, const StageSched
     e.chunks.push_back(std::move(state));
   }
   e.targets = device_alloc<int>(size_t(B) * T);
+  e.progress = std::make_shared<ExecutorProgress>();
   e.trace.resize(schedule.size());
   e.step_start.resize(schedule.size());
   e.step_end.resize(schedule.size());
@@ -308,11 +310,21 @@ double execute_step(Executor& e, const std::vector<ParameterTensors<float>>& par
   check_views(e, grads, "execute_step");
   double loss_sum = 0;
   for (ChunkState& state : e.chunks) state.working_microbatch = -1;
+  ExecutorProgress& progress = *e.progress;
+  {
+    std::lock_guard<std::mutex> lock(progress.mutex);
+    progress.walks += 1;
+    progress.walking = true;
+    progress.queued = 0;
+  }
   for (size_t i = 0; i < e.schedule.size(); ++i) {
     const Step& step = e.schedule[i];
     const std::string name = to_text(step);
     nvtxRangePushA(name.c_str());
-    CUDA_CHECK(cudaEventRecord(e.step_start[i], e.stream));
+    {
+      std::lock_guard<std::mutex> lock(progress.mutex);
+      CUDA_CHECK(cudaEventRecord(e.step_start[i], e.stream));
+    }
     if (!is_compute(step)) {
       transfer_step(e, step, e.trace[i]);
     } else if (step[0].kind == ActionKind::forward) {
@@ -322,10 +334,18 @@ double execute_step(Executor& e, const std::vector<ParameterTensors<float>>& par
       backward_step(e, params, grads, grad_wte_head, step[0].microbatch, step[0].chunk, host_targets, loss_scale,
                     e.trace[i]);
     }
-    CUDA_CHECK(cudaEventRecord(e.step_end[i], e.stream));
+    {
+      std::lock_guard<std::mutex> lock(progress.mutex);
+      CUDA_CHECK(cudaEventRecord(e.step_end[i], e.stream));
+      progress.queued = int(i) + 1;
+    }
     nvtxRangePop();
   }
   CUDA_CHECK(cudaStreamSynchronize(e.stream));
+  {
+    std::lock_guard<std::mutex> lock(progress.mutex);
+    progress.walking = false;
+  }
   update_accounting(e);
   return loss_sum;
 }
@@ -337,6 +357,10 @@ ForwardResult execute_forward(Executor& e, const std::vector<ParameterTensors<fl
   ForwardResult result{0.0, nullptr};
   const size_t BT = size_t(B) * T, count = BT * e.config.channels;
   const int key = -1;  // a key no training microbatch uses; chunk c's is key - c
+  {
+    std::lock_guard<std::mutex> lock(e.progress->mutex);
+    e.progress->walks += 1;
+  }
   nvtxRangePushA("forward only");
   for (int chunk = 0; chunk < e.v; ++chunk) {
     ChunkState& state = e.chunks[chunk];
@@ -369,6 +393,17 @@ ForwardResult execute_forward(Executor& e, const std::vector<ParameterTensors<fl
   CUDA_CHECK(cudaStreamSynchronize(e.stream));
   nvtxRangePop();
   return result;
+}
+
+SchedulePosition schedule_position(const Executor& e) {
+  ExecutorProgress& progress = *e.progress;
+  std::lock_guard<std::mutex> lock(progress.mutex);
+  if (!progress.walking) return {progress.walks, -1};
+  for (int i = 0; i < progress.queued; ++i)
+    if (cudaEventQuery(e.step_end[i]) == cudaErrorNotReady) return {progress.walks, i};
+  // Every queued step has run: the device waits for the host, which is queuing the next (or,
+  // after the last, is about to leave).
+  return {progress.walks, std::min<int>(progress.queued, int(e.schedule.size()) - 1)};
 }
 
 std::string to_text(const ExecutedStep& step) {

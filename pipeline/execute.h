@@ -22,6 +22,8 @@
 #include <cuda_runtime.h>
 
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -84,6 +86,19 @@ struct ExecutorAccounting {
   double span_ms;                   // the last step: from its first schedule step's start to its last's end
 };
 
+// Where the executor is, for a watchdog on another thread (what watches a run belongs to the
+// trainer; the executor only publishes). The host queues a step's schedule on the stream long
+// before the device has run it, so the step the device is in is the first queued schedule step
+// whose end event has not completed: schedule_position asks the events. The executor holds the
+// mutex while it records a step's events and counts it queued, so that a query never meets an
+// event being recorded again.
+struct ExecutorProgress {
+  std::mutex mutex;
+  unsigned long long walks = 0;  // execute_step and execute_forward calls begun
+  bool walking = false;          // within execute_step
+  int queued = 0;                // the current execute_step's schedule steps queued on the stream
+};
+
 struct Executor {
   GPTConfig config;
   int B, T;  // the largest microbatch
@@ -101,7 +116,17 @@ struct Executor {
   std::vector<cudaEvent_t> step_start, step_end;  // one pair per schedule step
   std::vector<ExecutedStep> trace;  // the last step's executed steps, one per schedule step
   ExecutorAccounting accounting;
+  std::shared_ptr<ExecutorProgress> progress;  // shared with whoever watches
 };
+
+// What schedule_position found.
+struct SchedulePosition {
+  unsigned long long walk;  // the walks count: any change means the executor moved on
+  int step;                 // within execute_step: the schedule step the device is in (index into
+                            // the schedule); -1 outside it (between steps, or a forward-only pass)
+};
+// Safe to call from any thread while the executor runs (not while it is created or destroyed).
+SchedulePosition schedule_position(const Executor& executor);
 
 // chunk_ranges[c] is chunk c of this stage (split_layers' entry c p + stage). Allocates the
 // scratch, the working sets (recompute) and the events; slots come during the first step.

@@ -8,12 +8,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <string>
 #include <thread>
 
 namespace {
 
 constexpr int kFailureTag = 1;
-constexpr int kMessageBytes = 1000;
+constexpr int kMessageBytes = 4000;
 
 // How often rank 0's listener looks for a message. A line printed 50 ms after it arrived is as
 // good as at once for a person; 20 wake-ups a second cost nothing measurable. (A blocking receive
@@ -30,6 +32,11 @@ constexpr auto kGracePeriod = std::chrono::seconds(5);
 // How long the printing rank waits before the abort, for mpirun to forward its line.
 constexpr auto kForwardingTime = std::chrono::milliseconds(300);
 
+// How long rank 0's listener goes on printing messages after the first, before it aborts the job.
+// When a rank stops, its neighbours' watchdogs fire within a poll interval of each other (half a
+// second at most, trainer/watchdog.cpp), and their reports together show where the hang is.
+constexpr auto kMoreReportsTime = std::chrono::milliseconds(1000);
+
 }  // namespace
 
 struct ErrorChannel {
@@ -42,11 +49,14 @@ struct ErrorChannel {
 
 namespace {
 
-// Prints line and aborts the job, once: rank 0's listener and its main thread may both try.
-[[noreturn]] void print_and_abort(ErrorChannel* channel, const std::string& line) {
+// Prints line and aborts the job, once: rank 0's listener and its main thread (and its
+// watchdog) may all try.
+[[noreturn]] void print_and_abort(ErrorChannel* channel, const std::string& line,
+                                  const std::function<void()>& before_abort = {}) {
   if (!channel->spoken.test_and_set()) {
     std::fprintf(stderr, "%s\n", line.c_str());
     std::fflush(stderr);
+    if (before_abort) before_abort();
     // mpirun forwards a rank's output asynchronously and drops what it has not read when the job
     // is torn down: give it a moment to read the line (seen lost about once in 16 runs without).
     std::this_thread::sleep_for(kForwardingTime);
@@ -59,10 +69,14 @@ namespace {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+// Prints every message that arrives until closing, or until kMoreReportsTime after the first
+// when aborting (the first ends the job: print_and_abort prints the last one heard).
 void listen(ErrorChannel* channel) {
   char message[kMessageBytes];
   MPI_Request request;
   MPI_Irecv(message, kMessageBytes, MPI_CHAR, MPI_ANY_SOURCE, kFailureTag, channel->comm, &request);
+  std::optional<std::chrono::steady_clock::time_point> first_heard;
+  std::string last;
   while (!channel->closing.load()) {
     int arrived = 0;
     MPI_Status status;
@@ -70,8 +84,13 @@ void listen(ErrorChannel* channel) {
     if (arrived) {
       int length = 0;
       MPI_Get_count(&status, MPI_CHAR, &length);
-      print_and_abort(channel, std::string(message, length));
+      if (!last.empty()) std::fprintf(stderr, "%s\n", last.c_str());
+      last.assign(message, length);
+      if (!first_heard) first_heard = std::chrono::steady_clock::now();
+      MPI_Irecv(message, kMessageBytes, MPI_CHAR, MPI_ANY_SOURCE, kFailureTag, channel->comm, &request);
     }
+    if (first_heard && std::chrono::steady_clock::now() - *first_heard >= kMoreReportsTime)
+      print_and_abort(channel, last);
     std::this_thread::sleep_for(kPollInterval);
   }
   MPI_Cancel(&request);
@@ -97,12 +116,13 @@ void close_error_channel(ErrorChannel* channel) {
   delete channel;
 }
 
-void fail_run(ErrorChannel* channel, const std::string& line) {
-  if (channel->rank == 0) print_and_abort(channel, line);
+void fail_run(ErrorChannel* channel, const std::string& line, const std::function<void()>& before_abort) {
+  // Rank 0 too sends its line to its own listener, which prints it with any other rank's.
   // The send is never waited for: rank 0 may be dead. The grace period is the wait.
   MPI_Request request;
   MPI_Isend(line.data(), int(std::min<size_t>(line.size(), kMessageBytes)), MPI_CHAR, 0, kFailureTag, channel->comm,
             &request);
+  if (before_abort) before_abort();
   std::this_thread::sleep_for(kGracePeriod);
   print_and_abort(channel, line);
 }

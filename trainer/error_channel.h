@@ -2,8 +2,10 @@
 // of a step leaves its pipeline neighbours waiting in a transfer that will never complete, and
 // on a GPU nothing wakes them: a stream waits for a receive forever. World rank 0 may be one of
 // them, yet it is the rank that speaks for the run. So a thread of world rank 0 listens, on a
-// communicator of its own, for one message: a failing rank sends its one line there, and the
-// listener prints it and calls MPI_Abort, which ends every process wherever it waits.
+// communicator of its own, for failures: a failing rank (rank 0 included) sends its line there,
+// and the listener prints it, and any other that comes within a second (the watchdogs of a
+// stopped rank's neighbours fire together, trainer/watchdog.h), then calls MPI_Abort, which ends
+// every process wherever it waits.
 //
 //   rank 2: throws  -> aborts its NCCL communicators (trainer/run.cpp) -> fail_run: sends the line
 //   rank 0: listener receives it -> prints "train: error: rank 2 (...) failed: ..." -> MPI_Abort
@@ -12,6 +14,7 @@
 // itself and aborts the job after a grace period (error_channel.cpp says why it is that long).
 // Needs MPI_THREAD_MULTIPLE (comm/rank_device.h): the listener calls MPI beside the main thread.
 #pragma once
+#include <functional>
 #include <string>
 
 struct ErrorChannel;
@@ -24,7 +27,10 @@ ErrorChannel* open_error_channel();
 // rank 0's listener and frees the channel. A rank that fails instead of coming here is still heard.
 void close_error_channel(ErrorChannel* channel);
 
-// Ends the job with line (one line, no newline; at most 1000 characters are sent) printed to
-// stderr once, by world rank 0 if it can. Called by the rank that failed, after aborting its
-// communicators; never returns.
-[[noreturn]] void fail_run(ErrorChannel* channel, const std::string& line);
+// Ends the job with message (one line, or a few: a watchdog's report; no final newline; at most
+// 4000 characters are sent) printed to stderr once, by world rank 0's listener if it can. Called by the rank
+// that failed; never returns. before_abort, when given, runs once the message is on its way to
+// rank 0 (or printed, on rank 0), before the job is aborted: the watchdog aborts its
+// communicators there, so that the errors this makes on the main thread come after its report.
+[[noreturn]] void fail_run(ErrorChannel* channel, const std::string& message,
+                           const std::function<void()>& before_abort = {});

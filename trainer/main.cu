@@ -49,8 +49,11 @@ int train(int argc, char** argv) {
     return 0;
   }
   ErrorChannel* channel = open_error_channel();
+  const StuckHandler on_stuck = [channel](const std::string& report, const std::function<void()>& abort_communicators) {
+    fail_run(channel, report, abort_communicators);
+  };
   try {
-    run_training(setup, out);
+    run_training(setup, out, on_stuck);
   } catch (const std::exception& error) {
     const Mesh& mesh = setup.mesh;
     fail_run(channel, "train: error: rank " + std::to_string(world.rank) + " (stage " + std::to_string(mesh.pp_rank) +

@@ -47,6 +47,9 @@ struct TrainOptions {
   uint64_t seed = 1337;
   bool shuffle = false;
   std::string log;  // JSON lines, one per step; empty: none
+  // what watches the run (docs/training.md, "When things go wrong")
+  int timeout = 300;    // seconds a schedule step may take before the watchdog ends the run; 0: none
+  int max_skipped = 5;  // consecutive steps skipped for a non-finite loss or gradient before the run stops
   // pipeline and data parallelism (issue 5)
   int pp = 0;                     // pipeline stages; 0: world size / dp
   int dp = 1;                     // data-parallel replicas

@@ -1,17 +1,21 @@
 // One training run on one rank of the mesh (trainer/run.h).
 #include "trainer/run.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdarg>
+#include <cstdlib>
 #include <optional>
 
 #include "model/parameters.h"
 #include "pipeline/simulate.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/optimizer.h"
+#include "trainer/preflight.h"
 #include "trainer/ranks.h"
 #include "trainer/sampler.h"
 #include "trainer/tokenizer.h"
+#include "trainer/watchdog.h"
 
 namespace {
 
@@ -60,13 +64,13 @@ void open_run_files(const RunSetup& setup, RunFiles& files) {
   files.train_reader = make_batch_reader(setup.data.train, setup.B, setup.T, options.shuffle, options.seed);
   if (options.val_every > 0)
     files.val_reader = make_batch_reader(setup.data.val, setup.B, setup.T, false, options.seed);
-  if (options.sample_every > 0)
-    files.tokenizer = sample_tokenizer(setup.data.train.format, setup.start.config.vocab_size, options.tokenizer);
+  if (options.sample_every > 0) files.tokenizer = setup.tokenizer;
   if (!options.log.empty() && setup.mesh.world_rank == 0) files.log.emplace(options.log, setup.start.resumed);
 }
 
-// The step loop with validation, samples, checkpoints and logging, on a trainer created for setup.
-RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, std::FILE* out) {
+// The step loop with validation, samples, checkpoints and logging, on a trainer created for setup;
+// what it does goes to activity, for the watchdog.
+RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, RunActivity& activity, std::FILE* out) {
   const TrainOptions& options = setup.options;
   const StartingPoint& start = setup.start;
   const GPTConfig& config = start.config;
@@ -92,6 +96,8 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, st
   while (position.step < options.steps) {
     const double lr = learning_rate(schedule, position.step);
     const auto begin = std::chrono::steady_clock::now();
+    activity.training_step = position.step + 1;
+    activity.phase = kTrainingStepPhase;
     const StepResult step = train_step(trainer, train_reader, settings, lr, position.step + 1);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     position.step += 1;
@@ -101,6 +107,7 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, st
                       seconds * 1e3, tokens_per_step / seconds, step.stages};
     if (val_reader && (every(options.val_every, position.step) || position.step == options.steps)) {
       record.has_val_loss = true;
+      activity.phase = "validation";
       record.val_loss = validation_loss(trainer, *val_reader, options.val_batches);
     }
     say(out, "%s\n", format_step_line(record).c_str());
@@ -109,6 +116,7 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, st
     result.steps.push_back(record);
 
     if (tokenizer && every(options.sample_every, position.step)) {
+      activity.phase = "sampling";
       const int start_token = sample_start_token(setup.data.train.format, *tokenizer, config.vocab_size);
       const std::vector<int> tokens = generate_tokens(trainer, start_token, options.sample_len,
                                                       options.sample_temperature, position.sampler_state);
@@ -117,9 +125,13 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, st
       result.samples.push_back(text);
     }
     if (!options.save.empty() && (every(options.save_every, position.step) || position.step == options.steps)) {
+      // Writing a large model may rightly take longer than a step: not watched.
+      activity.watched = false;
       save_checkpoint(options.save, trainer, position);
+      activity.watched = true;
       say(out, "saved %s and %s\n", options.save.c_str(), training_state_path(options.save).c_str());
     }
+    activity.phase = "between steps";
   }
   return result;
 }
@@ -139,6 +151,8 @@ RunSetup prepare_run(const TrainOptions& options) {
                   options.recompute, options.layers_per_stage};
   setup.virtual_stages = check_layout(config, setup.mesh, setup.layout);
   setup.data = load_data(options, config.vocab_size);
+  check_run_outputs_and_data(options, setup.data, setup.B, setup.T);
+  setup.tokenizer = load_sample_tokenizer(options, setup.data.train.format, config.vocab_size);
   return setup;
 }
 
@@ -175,7 +189,7 @@ std::string schedule_report(const RunSetup& setup) {
   return report;
 }
 
-RunResult run_training(const RunSetup& setup, std::FILE* out) {
+RunResult run_training(const RunSetup& setup, std::FILE* out, const StuckHandler& on_stuck) {
   const GPTConfig& config = setup.start.config;
   const TrainOptions& options = setup.options;
   const Mesh& mesh = setup.mesh;
@@ -194,20 +208,39 @@ RunResult run_training(const RunSetup& setup, std::FILE* out) {
     say(out, "  stage %zu chunk %zu: %s\n", i % mesh.pp, i / mesh.pp, layers_text(setup.virtual_stages[i]).c_str());
 
   CommGroups groups = create_world_groups(mesh);
+  // The watchdog's thread and this one may both come to abort them.
+  std::atomic_flag communicators_aborted;
+  const std::function<void()> abort_communicators = [&] {
+    if (!communicators_aborted.test_and_set()) abort_world_groups(groups);
+  };
+  const std::function<void(const std::string&)> stuck = [&](const std::string& report) {
+    if (on_stuck) on_stuck(report, abort_communicators);
+    std::fprintf(stderr, "%s\n", report.c_str());
+    std::fflush(stderr);
+    abort_communicators();
+    std::_Exit(1);
+  };
   Trainer trainer;
+  RunActivity activity;
+  Watchdog* watchdog = nullptr;
   RunResult result;
   try {
     trainer = create_trainer(config, setup.B, setup.T, setup.layout, groups);
-    result = run_steps(setup, trainer, files, out);
+    if (options.timeout > 0)
+      watchdog = start_watchdog(options.timeout, {mesh.world_rank, mesh.pp_rank, mesh.dp_rank}, trainer.executor,
+                                activity, stuck);
+    result = run_steps(setup, trainer, files, activity, out);
   } catch (...) {
     // This rank's error, perhaps its alone, while its peers wait on it in a transfer. Its
     // communicators are aborted, not destroyed: a destroy would wait for those peers. Its device
     // memory is left allocated on purpose: on a GPU, cudaFree synchronises the device, which
     // waits for every receive already queued on its stream, and the peer that should send may
     // never come. The process ends next (trainer/main.cu), which frees it all.
-    abort_world_groups(groups);
+    stop_watchdog(watchdog);
+    abort_communicators();
     throw;
   }
+  stop_watchdog(watchdog);
   destroy_trainer(trainer);
   destroy_world_groups(groups);
   return result;

@@ -3,6 +3,8 @@
 // and the step loop with validation, samples, checkpoints and logging.
 #pragma once
 #include <cstdio>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "trainer/data.h"
 #include "trainer/log.h"
 #include "trainer/options.h"
+#include "trainer/tokenizer.h"
 #include "trainer/trainer.h"
 
 // What a run is, decided and checked by each rank alone, before any communication, so that a
@@ -24,11 +27,12 @@ struct RunSetup {
   Mesh mesh;
   PipelineLayout layout;
   std::vector<LayerRange> virtual_stages;  // split_layers
+  std::optional<Tokenizer> tokenizer;      // the samples' (trainer/preflight.h), when samples are asked for
 };
 
 // Throws std::runtime_error with one line: bad data or checkpoint, dp pp != the world size,
 // fewer layers than stages x chunks, a --layers-per-stage that does not fit, a schedule that
-// does not fit the microbatches.
+// does not fit the microbatches, or what a later step would fail on (trainer/preflight.h).
 RunSetup prepare_run(const TrainOptions& options);
 
 // The chosen schedule's grid for every stage, its timeline and the simulator's predicted idle
@@ -41,10 +45,16 @@ struct RunResult {
   std::vector<std::string> samples;  // the decoded samples, in order
 };
 
+// How the job ends when this rank's watchdog (trainer/watchdog.h, --timeout) finds it stuck:
+// called once, on the watchdog's thread, with the report and a function that aborts this rank's
+// communicators (call it after the report is on its way); must not return. Empty: the report is
+// printed to stderr, the communicators aborted and the process exits with status 1.
+using StuckHandler = std::function<void(const std::string& report, const std::function<void()>& abort_communicators)>;
+
 // Runs options.steps optimizer steps (fewer when resuming), printing the banner, each step's line
 // and the samples to out (nullptr: silent; give it on world rank 0 only). Every rank of the world
 // calls it. Throws std::runtime_error with one line on bad input. An error once the communicators
 // exist may be this rank's alone while its peers wait on it: the communicators are then aborted
 // and the device memory is left allocated (trainer/run.cpp says why); the caller ends the job.
-RunResult run_training(const RunSetup& setup, std::FILE* out);
+RunResult run_training(const RunSetup& setup, std::FILE* out, const StuckHandler& on_stuck = {});
 RunResult run_training(const TrainOptions& options, std::FILE* out);
