@@ -1,10 +1,14 @@
-// TRAIN_TEST_FAIL, the test-only failure (trainer/failure_injection.h).
+// TRAIN_TEST_FAIL and TRAIN_TEST_NAN, the test-only failures (trainer/failure_injection.h).
 #include "trainer/failure_injection.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+
+#include "kernels/cuda_check.cuh"
+#include "model/parameters.h"
 
 void fail_if_injected(int world_rank, int t) {
   const char* setting = std::getenv("TRAIN_TEST_FAIL");
@@ -14,4 +18,23 @@ void fail_if_injected(int world_rank, int t) {
     throw std::runtime_error("TRAIN_TEST_FAIL=" + std::string(setting) + ": expected rank=R,step=S");
   if (rank == world_rank && step == t)
     throw std::runtime_error("TRAIN_TEST_FAIL: the failure injected in step " + std::to_string(t));
+}
+
+void inject_nan_if_asked(int world_rank, int t, const ParameterLayout& layout, float* gradients, cudaStream_t stream) {
+  const char* setting = std::getenv("TRAIN_TEST_NAN");
+  if (setting == nullptr) return;
+  int rank = -1, step = -1, layer = -1, length = 0;
+  char name[16] = {};
+  if (std::sscanf(setting, "rank=%d,step=%d,tensor=%15[a-z0-9],layer=%d%n", &rank, &step, name, &layer, &length) != 4 ||
+      setting[length] != '\0')
+    throw std::runtime_error("TRAIN_TEST_NAN=" + std::string(setting) + ": expected rank=R,step=S,tensor=NAME,layer=L");
+  if (rank != world_rank || step != t) return;
+  for (const ParameterRegion& r : layout.regions) {
+    if (r.tied_copy || std::string(parameter_tensor_name(r.tensor)) != name || r.layer != layer) continue;
+    static const float nan = std::nanf("");
+    CUDA_CHECK(cudaMemcpyAsync(gradients + r.offset, &nan, sizeof(float), cudaMemcpyHostToDevice, stream));
+    return;
+  }
+  throw std::runtime_error("TRAIN_TEST_NAN: rank " + std::to_string(world_rank) + " holds no tensor " + name +
+                           " layer " + std::to_string(layer));
 }

@@ -1,10 +1,25 @@
-// Test only: a failure on demand, to check that a rank failing in the middle of a step ends the
-// whole job quickly and says so (tests/train_failure_test.py). TRAIN_TEST_FAIL="rank=R,step=S"
-// makes world rank R throw in optimizer step S, after the step has begun on the device and before
-// the stage's first transfer, so that its pipeline neighbours wait in transfers that never come.
-// Unset (every real run), it does nothing.
+// Test only: failures on demand, set by environment variables that no real run sets (unset, they
+// do nothing).
+//
+// TRAIN_TEST_FAIL="rank=R,step=S" checks that a rank failing in the middle of a step ends the
+// whole job quickly and says so (tests/train_failure_test.py): world rank R throws in optimizer
+// step S, after the step has begun on the device and before the stage's first transfer, so that
+// its pipeline neighbours wait in transfers that never come.
+//
+// TRAIN_TEST_NAN="rank=R,step=S,tensor=NAME,layer=L" checks the non-finite guard
+// (tests/train_guard_test.py): world rank R writes a NaN into the first element of its gradient
+// of tensor NAME (llm.c's name: wte, fcw, ...) at layer L (0 for the tensors outside the layers)
+// in step S, after the schedule and before the gradient sums.
 #pragma once
+#include <cuda_runtime.h>
+
+#include "model/parameter_layout.h"
 
 // Throws std::runtime_error when TRAIN_TEST_FAIL names this rank and step (t = 1, 2, ...), or is
 // not of the form rank=R,step=S.
 void fail_if_injected(int world_rank, int t);
+
+// Writes the NaN when TRAIN_TEST_NAN names this rank and step (gradients: the stage allocation of
+// layout, on the device). Throws std::runtime_error when it is malformed or names a tensor the
+// rank does not hold.
+void inject_nan_if_asked(int world_rank, int t, const ParameterLayout& layout, float* gradients, cudaStream_t stream);

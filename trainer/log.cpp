@@ -2,6 +2,7 @@
 #include "trainer/log.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
@@ -20,6 +21,9 @@ std::string short_count(double value) {
   return format("%.0f", value);
 }
 
+// JSON has no NaN or infinity.
+std::string json_number(double value) { return std::isfinite(value) ? format("%.17g", value) : "null"; }
+
 }  // namespace
 
 std::string format_step_line(const StepRecord& r) {
@@ -30,6 +34,7 @@ std::string format_step_line(const StepRecord& r) {
   line += " | norm " + format("%.2f", r.grad_norm);
   line += " | " + format("%.0f", r.ms) + " ms";
   line += " | " + short_count(r.tokens_per_s) + " tok/s";
+  if (!r.skipped.empty()) line += " | skipped: " + r.skipped;
   return line;
 }
 
@@ -44,10 +49,10 @@ std::string format_stages_line(const std::vector<StageRecord>& stages) {
 
 std::string format_step_json(const StepRecord& r) {
   std::string json = "{\"step\": " + std::to_string(r.step);
-  json += ", \"loss\": " + format("%.17g", r.loss);
+  json += ", \"loss\": " + json_number(r.loss);
   if (r.has_val_loss) json += ", \"val_loss\": " + format("%.17g", r.val_loss);
   json += ", \"lr\": " + format("%.17g", r.lr);
-  json += ", \"grad_norm\": " + format("%.17g", r.grad_norm);
+  json += ", \"grad_norm\": " + json_number(r.grad_norm);
   json += ", \"ms\": " + format("%.3f", r.ms);
   json += ", \"tokens_per_s\": " + format("%.1f", r.tokens_per_s);
   if (!r.stages.empty()) {
@@ -61,6 +66,7 @@ std::string format_step_json(const StepRecord& r) {
     }
     json += "]";
   }
+  if (!r.skipped.empty()) json += ", \"skipped\": \"" + r.skipped + "\"";  // our own text: no quotes to escape
   return json + "}";
 }
 

@@ -25,10 +25,12 @@ struct StepRecord {
   double ms;            // wall time of the step
   double tokens_per_s;  // the step's B T microbatches dp tokens over its wall time
   std::vector<StageRecord> stages;  // replica 0's stages, in order
+  std::string skipped;  // why the step was not applied (the non-finite guard), else empty
 };
 
 // "step 12/300 | loss 2.4817 | lr 3.0e-04 | norm 0.84 | 412 ms | 9.9k tok/s", with
-// " | val 2.5012" after the loss when validation ran.
+// " | val 2.5012" after the loss when validation ran, and " | skipped: non-finite gradient (...)"
+// at the end when the step was not applied.
 std::string format_step_line(const StepRecord& record);
 
 // "stages | 0: idle 21% act 1.2MB dev 40.1MB | 1: ...", one entry per stage.
@@ -36,7 +38,8 @@ std::string format_stages_line(const std::vector<StageRecord>& stages);
 
 // {"step": 12, "loss": 2.4817..., "val_loss": ... (only when computed), "lr": ..., "grad_norm": ...,
 //  "ms": ..., "tokens_per_s": ..., "stages": [{"stage": 0, "idle": 0.21, "activation_bytes": ...,
-//  "device_bytes": ...}, ...]}, numbers with enough digits to read back the doubles exactly.
+//  "device_bytes": ...}, ...], "skipped": "..." (only when skipped)}, numbers with enough digits to
+//  read back the doubles exactly; a loss or norm that is not finite is null.
 std::string format_step_json(const StepRecord& record);
 
 // The --log file: appended to when a run resumes, else started afresh. Throws naming the path

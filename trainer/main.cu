@@ -15,6 +15,7 @@
 #include "comm/rank_device.h"
 #include "trainer/error_channel.h"
 #include "trainer/options.h"
+#include "trainer/preemption.h"
 #include "trainer/ranks.h"
 #include "trainer/run.h"
 
@@ -39,34 +40,39 @@ int train(int argc, char** argv) {
     if (out) std::printf("%s", schedule_report(setup).c_str());
     return 0;
   }
+  RunResult result;
   if (world.size == 1) {
     try {
-      run_training(setup, out);
+      result = run_training(setup, out);
     } catch (const std::exception& error) {
       std::fprintf(stderr, "train: error: %s\n", error.what());
       return 1;
     }
-    return 0;
+    if (!result.error.empty()) std::fprintf(stderr, "train: error: %s\n", result.error.c_str());
+    return result.exit_status;
   }
   ErrorChannel* channel = open_error_channel();
   const StuckHandler on_stuck = [channel](const std::string& report, const std::function<void()>& abort_communicators) {
     fail_run(channel, report, abort_communicators);
   };
   try {
-    run_training(setup, out, on_stuck);
+    result = run_training(setup, out, on_stuck);
   } catch (const std::exception& error) {
     const Mesh& mesh = setup.mesh;
     fail_run(channel, "train: error: rank " + std::to_string(world.rank) + " (stage " + std::to_string(mesh.pp_rank) +
                           ", replica " + std::to_string(mesh.dp_rank) + ") failed: " + error.what());
   }
   close_error_channel(channel);
-  return 0;
+  // Every rank stopped after the same step with the same status (trainer/run.h).
+  if (out && !result.error.empty()) std::fprintf(stderr, "train: error: %s\n", result.error.c_str());
+  return result.exit_status;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (!start_rank_on_own_device(&argc, &argv, "train")) return 1;
+  catch_stop_signals();
   const int status = train(argc, argv);
   MPI_Finalize();
   return status;

@@ -72,9 +72,23 @@ double gradient_norm(Optimizer& optimizer, const CommGroups& groups, const float
   return std::sqrt(double(squared_norm));
 }
 
+std::vector<float> download_norm_partials(const Optimizer& optimizer, cudaStream_t stream) {
+  std::vector<float> partials(norm_slot_count(optimizer.config.num_layers));
+  CUDA_CHECK(cudaMemcpyAsync(partials.data(), optimizer.norm_partials, partials.size() * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  return partials;
+}
+
 double adamw_step(Optimizer& optimizer, const CommGroups& groups, float* parameters, const float* gradients,
                   const AdamWSettings& settings, double learning_rate, int t, cudaStream_t stream) {
   const double norm = gradient_norm(optimizer, groups, gradients, stream);
+  adamw_update_stage(optimizer, parameters, gradients, settings, learning_rate, t, norm, stream);
+  return norm;
+}
+
+void adamw_update_stage(Optimizer& optimizer, float* parameters, const float* gradients,
+                        const AdamWSettings& settings, double learning_rate, int t, double norm, cudaStream_t stream) {
   const double grad_scale = settings.grad_clip > 0 ? clip_factor(norm, settings.grad_clip) : 1.0;
   for (const ParameterRegion& r : optimizer.regions) {
     const double weight_decay = parameter_tensor_has_weight_decay(r.tensor) ? settings.weight_decay : 0.0;
@@ -82,5 +96,4 @@ double adamw_step(Optimizer& optimizer, const CommGroups& groups, float* paramet
                         optimizer.v + r.offset, r.count, learning_rate, settings.beta1, settings.beta2, settings.eps,
                         weight_decay, grad_scale, t, stream);
   }
-  return norm;
 }

@@ -40,6 +40,14 @@ void destroy_optimizer(Optimizer& optimizer);
 // order. Every stage of every replica gets the same value. Waits for stream.
 double gradient_norm(Optimizer& optimizer, const CommGroups& groups, const float* gradients, cudaStream_t stream);
 
+// The table gradient_norm last gathered (norm_slot_count(L) squared sums, every stage's), on the
+// host. Waits for stream.
+std::vector<float> download_norm_partials(const Optimizer& optimizer, cudaStream_t stream);
+
+// The update of adamw_step alone, with the norm gradient_norm returned (adamw_step is the two).
+void adamw_update_stage(Optimizer& optimizer, float* parameters, const float* gradients,
+                        const AdamWSettings& settings, double learning_rate, int t, double norm, cudaStream_t stream);
+
 // One AdamW step t (1, 2, ...) of the stage's regions with the given learning rate, the gradient
 // scaled by clip_factor(norm, grad_clip) when clipping is on. parameters and gradients are the
 // stage's allocations. Returns the norm before clipping.

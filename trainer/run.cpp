@@ -11,6 +11,7 @@
 #include "pipeline/simulate.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/optimizer.h"
+#include "trainer/preemption.h"
 #include "trainer/preflight.h"
 #include "trainer/ranks.h"
 #include "trainer/sampler.h"
@@ -49,6 +50,20 @@ std::string layers_text(const LayerRange& range) {
   if (range.has_embedding) text += " + embedding";
   if (range.has_head) text += " + head";
   return text;
+}
+
+// "resume with --resume FILE (step 12)", or why there is nothing to resume from.
+std::string last_checkpoint_text(const TrainOptions& options, int saved_step) {
+  if (options.save.empty()) return "nothing saved (no --save)";
+  if (saved_step < 0) return "no checkpoint written yet";
+  return "resume with --resume " + options.save + " (step " + std::to_string(saved_step) + ")";
+}
+
+std::string diverged_message(const TrainOptions& options, int skipped, const std::string& last_reason,
+                             int saved_step) {
+  return std::to_string(skipped) + " steps in a row skipped (--max-skipped " + std::to_string(options.max_skipped) +
+         "), the last for a " + last_reason + ": the run has diverged; lower --lr or use --grad-clip; " +
+         last_checkpoint_text(options, saved_step);
 }
 
 // What the step loop reads and writes besides the trainer.
@@ -93,6 +108,8 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, Ru
   const AdamWSettings settings{options.beta1, options.beta2, options.eps, options.weight_decay, options.grad_clip};
   const double tokens_per_step = double(options.microbatches) * B * T * mesh.dp;
   RunResult result;
+  int skipped_in_a_row = 0;
+  int saved_step = start.resumed ? start.position.step : -1;  // the step --save's files hold; -1: none written
   while (position.step < options.steps) {
     const double lr = learning_rate(schedule, position.step);
     const auto begin = std::chrono::steady_clock::now();
@@ -104,7 +121,7 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, Ru
     position.data_position = train_reader.next_microbatch;
 
     StepRecord record{position.step, options.steps, step.loss, false, 0.0, lr, step.grad_norm,
-                      seconds * 1e3, tokens_per_step / seconds, step.stages};
+                      seconds * 1e3, tokens_per_step / seconds, step.stages, step.skipped};
     if (val_reader && (every(options.val_every, position.step) || position.step == options.steps)) {
       record.has_val_loss = true;
       activity.phase = "validation";
@@ -114,6 +131,12 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, Ru
     if (mesh.world_size > 1) say(out, "  %s\n", format_stages_line(record.stages).c_str());
     if (log) log->write(record);
     result.steps.push_back(record);
+    skipped_in_a_row = step.applied ? 0 : skipped_in_a_row + 1;
+    if (skipped_in_a_row >= options.max_skipped) {
+      result.exit_status = 1;
+      result.error = diverged_message(options, skipped_in_a_row, step.skipped, saved_step);
+      break;
+    }
 
     if (tokenizer && every(options.sample_every, position.step)) {
       activity.phase = "sampling";
@@ -124,12 +147,26 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, Ru
       say(out, "sample after step %d:\n%s\n---\n", position.step, printable(text).c_str());
       result.samples.push_back(text);
     }
-    if (!options.save.empty() && (every(options.save_every, position.step) || position.step == options.steps)) {
-      // Writing a large model may rightly take longer than a step: not watched.
-      activity.watched = false;
-      save_checkpoint(options.save, trainer, position);
-      activity.watched = true;
-      say(out, "saved %s and %s\n", options.save.c_str(), training_state_path(options.save).c_str());
+    const bool stopping = step.stop_signal != 0;
+    if (!options.save.empty() &&
+        (every(options.save_every, position.step) || position.step == options.steps || stopping)) {
+      if (step.applied) {
+        // Writing a large model may rightly take longer than a step: not watched.
+        activity.watched = false;
+        save_checkpoint(options.save, trainer, position);
+        activity.watched = true;
+        saved_step = position.step;
+        say(out, "saved %s and %s\n", options.save.c_str(), training_state_path(options.save).c_str());
+      } else {
+        // The checkpoint of the last applied step stays: a run that diverges does not overwrite it.
+        say(out, "not saved: step %d was skipped; %s\n", position.step, last_checkpoint_text(options, saved_step).c_str());
+      }
+    }
+    if (stopping) {
+      say(out, "stopped by %s after step %d of %d; %s\n", stop_signal_name(step.stop_signal), position.step,
+          options.steps, last_checkpoint_text(options, saved_step).c_str());
+      result.exit_status = stop_exit_status(step.stop_signal);
+      break;
     }
     activity.phase = "between steps";
   }

@@ -43,6 +43,11 @@ std::string schedule_report(const RunSetup& setup);
 struct RunResult {
   std::vector<StepRecord> steps;     // the steps this run did (after the resumed step, if any)
   std::vector<std::string> samples;  // the decoded samples, in order
+  // The program's exit status: 0; after a stop signal, trainer/preemption.h's; 1 when the run
+  // stopped because --max-skipped steps in a row were not finite, with error saying so (one line,
+  // the same on every rank).
+  int exit_status = 0;
+  std::string error;
 };
 
 // How the job ends when this rank's watchdog (trainer/watchdog.h, --timeout) finds it stuck:
@@ -51,8 +56,10 @@ struct RunResult {
 // printed to stderr, the communicators aborted and the process exits with status 1.
 using StuckHandler = std::function<void(const std::string& report, const std::function<void()>& abort_communicators)>;
 
-// Runs options.steps optimizer steps (fewer when resuming), printing the banner, each step's line
-// and the samples to out (nullptr: silent; give it on world rank 0 only). Every rank of the world
+// Runs options.steps optimizer steps (fewer when resuming, or when stopped early: a stop signal,
+// trainer/preemption.h, or --max-skipped non-finite steps in a row), printing the banner, each
+// step's line and the samples to out (nullptr: silent; give it on world rank 0 only). A skipped
+// step is never saved: --save keeps the last applied step's checkpoint. Every rank of the world
 // calls it. Throws std::runtime_error with one line on bad input. An error once the communicators
 // exist may be this rank's alone while its peers wait on it: the communicators are then aborted
 // and the device memory is left allocated (trainer/run.cpp says why); the caller ends the job.

@@ -1,6 +1,8 @@
 // One pipeline stage on the device and its training step (trainer/trainer.h).
 #include "trainer/trainer.h"
 
+#include <cmath>
+#include <csignal>
 #include <stdexcept>
 
 #include "comm/collectives.h"
@@ -10,6 +12,8 @@
 #include "kernels/device_memory.cuh"
 #include "pipeline/layer_split.h"
 #include "trainer/failure_injection.h"
+#include "trainer/nonfinite.h"
+#include "trainer/preemption.h"
 
 namespace {
 
@@ -202,8 +206,9 @@ StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings
   if (head) CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config) * sizeof(float), trainer.stream));
   const double loss_scale = 1.0 / (double(BT) * m * mesh.dp);
   fail_if_injected(trainer.world.rank, t);
-  double loss = execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head,
-                             trainer.host_tokens.data(), trainer.host_targets.data(), loss_scale);
+  const double loss = execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head,
+                                   trainer.host_tokens.data(), trainer.host_targets.data(), loss_scale);
+  inject_nan_if_asked(trainer.world.rank, t, trainer.parameter_layout, trainer.gradient_memory, trainer.stream);
   // The tied embedding: the head's share joins wte's gradient on the stage with the head (zero
   // there unless it also has the embedding), then the first and last stage add their copies.
   float* grad_wte = wte_of(trainer, trainer.gradient_memory);
@@ -212,12 +217,29 @@ StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings
   for (const ParameterRegion& r : trainer.optimizer.regions)
     allreduce_data_parallel_gradients(trainer.groups, trainer.gradient_memory + r.offset, r.count, ncclFloat32,
                                       trainer.stream);
-  const double norm = adamw_step(trainer.optimizer, trainer.groups, trainer.parameter_memory, trainer.gradient_memory,
-                                 settings, learning_rate, t, trainer.stream);
+  const double norm = gradient_norm(trainer.optimizer, trainer.groups, trainer.gradient_memory, trainer.stream);
+  // Only the stages with the head hold losses; the others add zeros. The same exchange counts the
+  // ranks that received a stop signal, and comes before the update so that every rank decides on
+  // the same loss whether to apply it.
+  const int stop_signal = received_stop_signal();
+  double sums[3] = {loss, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
+  sum_over_world(trainer.world, sums, 3);
+  StepResult result;
+  result.loss = sums[0] / (double(m) * mesh.dp);
+  result.grad_norm = norm;
+  result.stop_signal = sums[2] > 0 ? SIGINT : sums[1] > 0 ? SIGTERM : 0;
+  if (std::isfinite(result.loss) && std::isfinite(norm)) {
+    adamw_update_stage(trainer.optimizer, trainer.parameter_memory, trainer.gradient_memory, settings, learning_rate,
+                       t, norm, trainer.stream);
+  } else {
+    result.applied = false;
+    const std::vector<float> partials = download_norm_partials(trainer.optimizer, trainer.stream);
+    result.skipped = skipped_step_reason(
+        norm, first_nonfinite_gradient(partials, config, trainer.virtual_stages, mesh.pp));
+  }
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));
-  // Only the stages with the head hold losses; the others add zeros.
-  sum_over_world(trainer.world, &loss, 1);
-  return {loss / (double(m) * mesh.dp), norm, gather_stage_records(trainer)};
+  result.stages = gather_stage_records(trainer);
+  return result;
 }
 
 double validation_loss(Trainer& trainer, BatchReader& reader, int batches) {

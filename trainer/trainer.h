@@ -7,6 +7,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <string>
 #include <vector>
 
 #include "comm/groups.h"
@@ -83,13 +84,20 @@ struct StepResult {
   double loss;       // the mean of the step's microbatch losses over all replicas (every rank)
   double grad_norm;  // the global gradient norm before clipping
   std::vector<StageRecord> stages;  // on world rank 0: replica 0's stages, in order
+  // The non-finite guard: a step whose loss or norm is not finite (the same on every rank and
+  // every layout) is not applied: no rank changes its parameters or moments.
+  bool applied = true;
+  std::string skipped;  // why not (trainer/nonfinite.h), else empty
+  int stop_signal = 0;  // a stop signal any rank had received when the step's losses were summed
+                        // (trainer/preemption.h: SIGINT over SIGTERM), else 0
 };
 
 // Optimizer step t (1, 2, ...): zeroes the gradients; runs the schedule over this replica's
 // microbatches of the step (replica r reads the step's microbatches r m .. r m + m - 1 of reader;
 // the reader advances by dp m), each loss scaled by 1 / (B T m dp) so that the summed gradient is
 // that of the step's mean loss; adds the tied embedding's two shares, sums the replicas'
-// gradients; then AdamW with clipping.
+// gradients; then AdamW with clipping, unless the loss or the norm is not finite. The loss sum
+// over the ranks also carries each rank's received_stop_signal.
 StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings& settings, double learning_rate,
                       int t);
 

@@ -1,0 +1,179 @@
+#!/usr/bin/python3
+"""A run that must stop early stops well (docs/training.md, "When things go wrong").
+
+Preemption (trainer/preemption.h): SIGTERM to one rank of `mpirun -np 4 ./train` mid-run makes
+every rank finish the step, write the checkpoint, say so and exit 0, and resuming from that
+checkpoint gives bitwise the losses of the run nobody interrupted; SIGINT does the same with exit
+status 130. The non-finite guard (trainer/nonfinite.h): a learning rate that diverges makes the
+run skip the non-finite steps, naming them on the step line and in the log, and stop after
+--max-skipped of them in a row with one error line and exit 1, its checkpoint bitwise the one of
+the last applied step; a NaN injected into one stage's gradient under mpirun (TRAIN_TEST_NAN,
+trainer/failure_injection.h) skips that step only, naming the stage and tensor.
+    /usr/bin/python3 tests/train_stop_test.py [--gtest_filter=PATTERN]
+TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun; MPICH's hydra is
+assumed, for -prepend-rank and its forwarding of SIGTERM and SIGINT). One line per check, then
+"tests: N passed, M failed", as tools/run_tests.sh expects.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from train_failure_test import ROOT, SMALL_MODEL, selected, write_text  # noqa: E402
+from train_watchdog_test import rank_pids  # noqa: E402
+
+TRAIN = os.environ.get("TRAIN", os.path.join(ROOT, "train"))
+MPIRUN = os.environ.get("MPIRUN", "mpirun").split()
+# Each run here takes a few seconds; a run that is not over in 120 s hangs.
+RUN_LIMIT = 120
+TINY_MODEL = ["--layers", "2", "--heads", "2", "--dim", "32", "--seq-len", "16", "--batch", "2",
+              "--val-every", "0", "--sample-every", "0"]
+
+
+def run(command, stop_after_line=None, stop=None):
+    """Runs command; when a line of its output matches stop_after_line, calls stop(). Returns
+    (exit status, output lines)."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                               cwd=ROOT)
+    lines = []
+    try:
+        for raw in process.stdout:
+            lines.append(raw.decode(errors="replace").rstrip("\n"))
+            if stop_after_line and re.search(stop_after_line, lines[-1]):
+                stop(process)
+                stop_after_line = None
+        process.wait(timeout=RUN_LIMIT)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        return None, lines
+    return process.returncode, lines
+
+
+def losses(log):
+    """{step: the loss as the log writes it} (text, so that equal means bitwise equal)."""
+    with open(log) as file:
+        return {json.loads(line)["step"]: re.search(r'"loss": ([^,]+),', line).group(1) for line in file}
+
+
+def mpi_train(data, options):
+    return MPIRUN + ["-prepend-rank", "-np", "4", TRAIN, "--train-data", data] + SMALL_MODEL + options
+
+
+def preempted_then_resumed(directory, signal_number, expected_status, to_mpirun):
+    data = os.path.join(directory, "text.txt")
+    write_text(data)
+    steps = ["--steps", "12"]
+    status, _ = run(mpi_train(data, steps + ["--log", os.path.join(directory, "straight.jsonl")]))
+    if status != 0:
+        return False, "the uninterrupted run failed (status %s)" % status
+    checkpoint = os.path.join(directory, "x.bin")
+
+    def send(process):
+        os.kill(process.pid if to_mpirun else rank_pids(data)[2], signal_number)
+
+    status, lines = run(mpi_train(data, steps + ["--save", checkpoint, "--log", os.path.join(directory, "a.jsonl")]),
+                        r"^\[0\] step 4/12 \|", send)
+    stopped = [line for line in lines if "stopped by" in line]
+    match = re.match(r"\[0\] stopped by (\w+) after step (\d+) of 12; resume with --resume (\S+) \(step (\d+)\)$",
+                     stopped[0]) if len(stopped) == 1 else None
+    name = "SIGTERM" if signal_number == signal.SIGTERM else "SIGINT"
+    if status != expected_status or not match or match.group(1) != name or match.group(3) != checkpoint:
+        return False, "status %s (expected %d), stop lines %s" % (status, expected_status, stopped or lines[-3:])
+    stop_step = int(match.group(2))
+    if not 4 <= stop_step < 12 or "[0] saved %s and %s.state" % (checkpoint, checkpoint) not in lines:
+        return False, "stopped after step %d; saved lines %s" % (stop_step, [l for l in lines if "saved" in l])
+    status, _ = run(mpi_train(data, steps + ["--resume", checkpoint, "--log", os.path.join(directory, "b.jsonl")]))
+    if status != 0:
+        return False, "the resumed run failed (status %s)" % status
+    straight = losses(os.path.join(directory, "straight.jsonl"))
+    first, resumed = losses(os.path.join(directory, "a.jsonl")), losses(os.path.join(directory, "b.jsonl"))
+    joined = {**first, **resumed}
+    ok = sorted(first) == list(range(1, stop_step + 1)) and joined == straight
+    return ok, "%s to %s after step 4's line: stopped after step %d with status %d; resumed losses %s" % (
+        name, "mpirun" if to_mpirun else "rank 2", stop_step, expected_status,
+        "bitwise those of the run without a stop" if ok else "differ: %s vs %s" % (joined, straight))
+
+
+def diverging_learning_rate(directory):
+    """--lr 1e6 without clipping: a few applied steps, then non-finite ones until --max-skipped 3."""
+    data = os.path.join(directory, "text.txt")
+    write_text(data)
+    options = [TRAIN, "--train-data", data] + TINY_MODEL + ["--lr", "1e6", "--grad-clip", "0", "--lr-schedule",
+                                                               "constant", "--warmup", "2", "--max-skipped", "3"]
+    checkpoint, log = os.path.join(directory, "x.bin"), os.path.join(directory, "log.jsonl")
+    status, lines = run(options + ["--steps", "40", "--save", checkpoint, "--save-every", "1", "--log", log])
+    errors = [line for line in lines if line.startswith("train: error:")]
+    with open(log) as file:
+        records = [json.loads(line) for line in file]
+    applied = [r["step"] for r in records if "skipped" not in r]
+    skipped = [r for r in records if "skipped" in r]
+    last_good = max(applied) if applied else 0
+    expected = ("train: error: 3 steps in a row skipped (--max-skipped 3), the last for a %s: the run has diverged; "
+                "lower --lr or use --grad-clip; resume with --resume %s (step %d)" % (
+                    skipped[-1]["skipped"] if skipped else "?", checkpoint, last_good))
+    step_lines = [line for line in lines if re.match(r"step \d+/40 \|.*\| skipped: non-finite ", line)]
+    if status != 1 or errors != [expected] or len(skipped) != 3 or applied != list(range(1, last_good + 1)) or \
+            any(r["loss"] is not None and r["grad_norm"] is not None for r in skipped) or len(step_lines) != 3:
+        return False, "status %s, errors %s (expected %r), log %s" % (status, errors, expected, records[-4:])
+    # The checkpoint left is the last applied step's: bitwise the one a run of exactly that many steps writes.
+    reference = os.path.join(directory, "reference.bin")
+    run(options + ["--steps", str(last_good), "--save", reference])
+    same = all(open(a, "rb").read() == open(b, "rb").read()
+               for a, b in [(checkpoint, reference), (checkpoint + ".state", reference + ".state")])
+    return same, "status 1 after steps 1-%d applied and 3 skipped (%s); checkpoint %s step %d's" % (
+        last_good, skipped[-1]["skipped"], "bitwise" if same else "NOT", last_good)
+
+
+def nan_in_one_stage(directory):
+    data = os.path.join(directory, "text.txt")
+    write_text(data)
+    log = os.path.join(directory, "log.jsonl")
+    os.environ["TRAIN_TEST_NAN"] = "rank=2,step=3,tensor=fcw,layer=2"
+    try:
+        status, lines = run(mpi_train(data, ["--steps", "6", "--log", log]))
+    finally:
+        del os.environ["TRAIN_TEST_NAN"]
+    reason = "non-finite gradient (first in stage 2, tensor fcw layer 2)"
+    skipped_lines = [line for line in lines if "skipped" in line]
+    with open(log) as file:
+        records = [json.loads(line) for line in file]
+    ok = (status == 0 and len(skipped_lines) == 1 and skipped_lines[0].startswith("[0] step 3/6 |") and
+          skipped_lines[0].endswith("| skipped: " + reason) and
+          [r.get("skipped") for r in records] == [None, None, reason, None, None, None])
+    return ok, "status %s; skipped lines %s" % (status, skipped_lines)
+
+
+CASES = {
+    "Preemption.SigtermToOneRankSavesAndTheResumedRunMatchesBitwise":
+        lambda d: preempted_then_resumed(d, signal.SIGTERM, 0, False),
+    "Preemption.SigintToMpirunSavesAndExitsWith130":
+        lambda d: preempted_then_resumed(d, signal.SIGINT, 130, True),
+    "NonFiniteGuard.DivergingRunStopsAfterMaxSkippedAndKeepsTheLastGoodCheckpoint": diverging_learning_rate,
+    "NonFiniteGuard.NanInOneStageSkipsThatStepAndNamesIt": nan_in_one_stage,
+}
+
+
+def main():
+    gtest_filter = "*"
+    for argument in sys.argv[1:]:
+        if argument.startswith("--gtest_filter="):
+            gtest_filter = argument[len("--gtest_filter="):]
+    passed = failed = 0
+    for name, check in CASES.items():
+        if not selected(name, gtest_filter):
+            continue
+        with tempfile.TemporaryDirectory(prefix="train_stop_") as directory:
+            ok, detail = check(directory)
+        passed += ok
+        failed += not ok
+        print("%s %s: %s" % ("PASSED" if ok else "FAILED", name, detail), flush=True)
+    print("tests: %d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
