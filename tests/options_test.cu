@@ -325,6 +325,8 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--seed N", "(default: 1337)"},
       {"--shuffle", "(default: off)"},
       {"--log FILE", "(default: none)"},
+      {"--timeout N", "(default: 300)"},
+      {"--max-skipped N", "(default: 5)"},
       {"--pp N", "(default: 0)"},
       {"--dp N", "(default: 1)"},
       {"--schedule afab|1f1b|interleaved", "(default: 1f1b)"},
