@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_failure_test import ROOT, SMALL_MODEL, selected, write_text  # noqa: E402
@@ -36,21 +37,22 @@ TINY_MODEL = ["--layers", "2", "--heads", "2", "--dim", "32", "--seq-len", "16",
 
 def run(command, stop_after_line=None, stop=None):
     """Runs command; when a line of its output matches stop_after_line, calls stop(). Returns
-    (exit status, output lines)."""
+    (exit status, output lines); the status is None when the run was killed after RUN_LIMIT s."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                cwd=ROOT)
+    # Reading the output blocks until the run ends: a timer bounds it.
+    killer = threading.Timer(RUN_LIMIT, lambda: os.killpg(process.pid, signal.SIGKILL))
+    killer.start()
     lines = []
-    try:
-        for raw in process.stdout:
-            lines.append(raw.decode(errors="replace").rstrip("\n"))
-            if stop_after_line and re.search(stop_after_line, lines[-1]):
-                stop(process)
-                stop_after_line = None
-        process.wait(timeout=RUN_LIMIT)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        return None, lines
-    return process.returncode, lines
+    for raw in process.stdout:
+        lines.append(raw.decode(errors="replace").rstrip("\n"))
+        if stop_after_line and re.search(stop_after_line, lines[-1]):
+            stop(process)
+            stop_after_line = None
+    process.wait()
+    killed = not killer.is_alive()
+    killer.cancel()
+    return (None if killed else process.returncode), lines
 
 
 def losses(log):

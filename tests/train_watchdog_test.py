@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -67,6 +68,9 @@ def run_and_stop(directory, stopped_rank):
                         "--timeout", str(WATCHDOG_SECONDS)] + SMALL_MODEL
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                cwd=ROOT)
+    # A run that never reaches step 3 is killed, not waited for.
+    killer = threading.Timer(TIMEOUT, lambda: os.killpg(process.pid, signal.SIGKILL))
+    killer.start()
     lines = []
     stopped_at = None
     for raw in process.stdout:
@@ -75,6 +79,7 @@ def run_and_stop(directory, stopped_rank):
             os.kill(rank_pids(data)[stopped_rank], signal.SIGSTOP)
             stopped_at = time.monotonic()
             break
+    killer.cancel()
     status = None
     try:
         rest, _ = process.communicate(timeout=TIMEOUT)
