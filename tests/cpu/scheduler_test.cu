@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "cpu/launch_kernel.h"
@@ -17,12 +18,13 @@
 
 namespace {
 
-// Launches and waits for the kernel: a failure while it runs shows at the next synchronisation.
+// Launches and waits for the kernel: a failure while it runs shows at the next synchronisation,
+// and ends the process there (the death tests' statement must die; CUDA_CHECK would throw).
 template <typename... Params, typename... Args>
 void launch_and_wait(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                      Args... args) {
   launch(kernel, grid, block, shared_bytes, stream, args...);
-  CUDA_CHECK(cudaDeviceSynchronize());
+  if (cudaDeviceSynchronize() != cudaSuccess) std::exit(EXIT_FAILURE);
 }
 
 // Restores the settings a test changes.
