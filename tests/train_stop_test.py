@@ -15,6 +15,7 @@ assumed, for -prepend-rank and its forwarding of SIGTERM and SIGINT). One line p
 "tests: N passed, M failed", as tools/run_tests.sh expects.
 """
 import json
+import math
 import os
 import re
 import signal
@@ -53,6 +54,14 @@ def run(command, stop_after_line=None, stop=None):
     killed = not killer.is_alive()
     killer.cancel()
     return (None if killed else process.returncode), lines
+
+
+def read_log(path):
+    """The log's records; a non-finite number is printf's nan or inf there (trainer/log.h), read as NaN."""
+    with open(path) as file:
+        return [json.loads(re.sub(r"(:\s*)(-?)(nan|inf)\b",
+                                  lambda m: m.group(1) + ("NaN" if m.group(3) == "nan" else m.group(2) + "Infinity"),
+                                  line)) for line in file]
 
 
 def losses(log):
@@ -109,8 +118,7 @@ def diverging_learning_rate(directory):
     checkpoint, log = os.path.join(directory, "x.bin"), os.path.join(directory, "log.jsonl")
     status, lines = run(options + ["--steps", "40", "--save", checkpoint, "--save-every", "1", "--log", log])
     errors = [line for line in lines if line.startswith("train: error:")]
-    with open(log) as file:
-        records = [json.loads(line) for line in file]
+    records = read_log(log)
     applied = [r["step"] for r in records if "skipped" not in r]
     skipped = [r for r in records if "skipped" in r]
     last_good = max(applied) if applied else 0
@@ -119,7 +127,7 @@ def diverging_learning_rate(directory):
                     skipped[-1]["skipped"] if skipped else "?", checkpoint, last_good))
     step_lines = [line for line in lines if re.match(r"step \d+/40 \|.*\| skipped: non-finite ", line)]
     if status != 1 or errors != [expected] or len(skipped) != 3 or applied != list(range(1, last_good + 1)) or \
-            any(r["loss"] is not None and r["grad_norm"] is not None for r in skipped) or len(step_lines) != 3:
+            any(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in skipped) or len(step_lines) != 3:
         return False, "status %s, errors %s (expected %r), log %s" % (status, errors, expected, records[-4:])
     # The checkpoint left is the last applied step's: bitwise the one a run of exactly that many steps writes.
     reference = os.path.join(directory, "reference.bin")
@@ -141,8 +149,7 @@ def nan_in_one_stage(directory):
         del os.environ["TRAIN_TEST_NAN"]
     reason = "non-finite gradient (first in stage 2, tensor fcw layer 2)"
     skipped_lines = [line for line in lines if "skipped" in line]
-    with open(log) as file:
-        records = [json.loads(line) for line in file]
+    records = read_log(log)
     ok = (status == 0 and len(skipped_lines) == 1 and skipped_lines[0].startswith("[0] step 3/6 |") and
           skipped_lines[0].endswith("| skipped: " + reason) and
           [r.get("skipped") for r in records] == [None, None, reason, None, None, None])

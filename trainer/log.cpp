@@ -2,7 +2,6 @@
 #include "trainer/log.h"
 
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <stdexcept>
 
@@ -20,9 +19,6 @@ std::string short_count(double value) {
   if (value >= 1e3) return format("%.1fk", value / 1e3);
   return format("%.0f", value);
 }
-
-// JSON has no NaN or infinity.
-std::string json_number(double value) { return std::isfinite(value) ? format("%.17g", value) : "null"; }
 
 }  // namespace
 
@@ -49,10 +45,10 @@ std::string format_stages_line(const std::vector<StageRecord>& stages) {
 
 std::string format_step_json(const StepRecord& r) {
   std::string json = "{\"step\": " + std::to_string(r.step);
-  json += ", \"loss\": " + json_number(r.loss);
+  json += ", \"loss\": " + format("%.17g", r.loss);
   if (r.has_val_loss) json += ", \"val_loss\": " + format("%.17g", r.val_loss);
   json += ", \"lr\": " + format("%.17g", r.lr);
-  json += ", \"grad_norm\": " + json_number(r.grad_norm);
+  json += ", \"grad_norm\": " + format("%.17g", r.grad_norm);
   json += ", \"ms\": " + format("%.3f", r.ms);
   json += ", \"tokens_per_s\": " + format("%.1f", r.tokens_per_s);
   if (!r.stages.empty()) {

@@ -39,7 +39,7 @@ std::string format_stages_line(const std::vector<StageRecord>& stages);
 // {"step": 12, "loss": 2.4817..., "val_loss": ... (only when computed), "lr": ..., "grad_norm": ...,
 //  "ms": ..., "tokens_per_s": ..., "stages": [{"stage": 0, "idle": 0.21, "activation_bytes": ...,
 //  "device_bytes": ...}, ...], "skipped": "..." (only when skipped)}, numbers with enough digits to
-//  read back the doubles exactly; a loss or norm that is not finite is null.
+//  read back the doubles exactly (printf's nan and inf when not finite, as tools/compare_losses.py reads them).
 std::string format_step_json(const StepRecord& record);
 
 // The --log file: appended to when a run resumes, else started afresh. Throws naming the path
