@@ -2,7 +2,9 @@
 // (tensor, layer)'s squared sum, gathered on every stage in llm.c's order (comm/collectives.h's
 // norm-partials table), and a NaN or an infinity in a gradient makes its slot's sum NaN or
 // infinite: so the first non-finite slot is the first tensor, in llm.c's order, whose gradient is
-// not finite, and every rank finds the same one without another exchange.
+// not finite, and every rank finds the same one without another exchange. (A gradient so large
+// that its squares overflow fp32, above about 1e19, counts as not finite too: its norm is not,
+// and no clipping could make an update from it.)
 #pragma once
 #include <string>
 #include <vector>
