@@ -3,7 +3,8 @@
 // sends and receives as one NCCL group, and accounts for what it did: the trace of what each
 // executed step used (microbatch, chunk, slot, peer), every step's time (CUDA events, and an
 // NVTX range named as the step, so Nsight Systems shows the schedule), the activation slots it
-// allocated and their bytes.
+// allocated and their bytes. While it runs, it publishes which schedule step the device is in,
+// for a watchdog on another thread (schedule_position).
 //
 // Buffers. A microbatch in flight on a chunk holds one activation slot from the chunk's pool,
 // taken when its input arrives (the receive, or the forward on the first virtual stage) and
