@@ -10,6 +10,10 @@
 #   make cuda       compile and link the GPU build, even without a GPU
 #   make bench      build the CPU build's micro-benchmarks into build/cpu/tools/
 #   make ptxas-report  registers and spills per kernel for sm_90
+#   make sanitize   the CPU build under AddressSanitizer and UndefinedBehaviorSanitizer
+#                   (build/sanitize/): unit_tests' families and mpi_tests -np 4
+#   make fuzz       libFuzzer targets for every parser (build/fuzz/), each run briefly;
+#                   FUZZ_SECONDS=3600 for a long campaign (docs/testing.md)
 
 GPU ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 CUDA ?= /usr/local/cuda
@@ -61,7 +65,7 @@ TEST_BINS := $(BUILD)/tests/unit_tests $(if $(MPI_TEST_SRCS),$(BUILD)/tests/mpi_
              $(if $(and $(CPU_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_tests) \
              $(if $(and $(CPU_MPI_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_mpi_tests)
 
-.PHONY: all train test cuda bench ptxas-report clean
+.PHONY: all train test cuda bench ptxas-report sanitize fuzz clean
 all: $(if $(TRAIN_SRCS),train) $(TEST_BINS) data/kjv.txt
 
 # The default corpus: the King James Bible from Debian's bible-kjv package (written
@@ -123,6 +127,33 @@ BENCH_SRCS := $(wildcard tools/*_bench.cu)
 bench: $(BENCH_SRCS:tools/%.cu=build/cpu/tools/%)
 build/cpu/tools/%: build/cpu/tools/%.o $(call objs,$(LIB_SRCS),build/cpu) $(CPU_RUNTIME_SRCS:%.cpp=build/cpu/%.o)
 	$(CXX) -o $@ $^ $(CPU_LIBS)
+
+# ---- sanitizers (CPU build, docs/testing.md) ----
+# Its own objects in build/sanitize, so that build/cpu stays as it is. Every UBSan finding is
+# fatal. The environment: LeakSanitizer on with tools/sanitize/lsan.supp (each entry says why
+# it is not our leak); strict memory (pkeys and a SIGSEGV handler) is not combined with ASan.
+SANITIZE := build/sanitize
+SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+SANITIZE_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1 \
+  UBSAN_OPTIONS=print_stacktrace=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/sanitize/lsan.supp:print_suppressions=0
+# unit_tests' families but the ones that run the uninstrumented ./train (TrainLayout.*, and
+# Trainer.ProgramReportsAnErrorInOneLineAndExitsWithStatus1): SANITIZE_FILTER to narrow it.
+SANITIZE_FILTER ?= *:-TrainLayout.*:Trainer.ProgramReportsAnErrorInOneLineAndExitsWithStatus1
+sanitize:
+	tools/setup_deps.sh sanitize
+	$(MAKE) $(SANITIZE)/tests/unit_tests $(SANITIZE)/tests/mpi_tests
+	$(SANITIZE_ENV) $(SANITIZE)/tests/unit_tests --gtest_filter='$(SANITIZE_FILTER)'
+	$(SANITIZE_ENV) $(MPIRUN) -np 4 $(SANITIZE)/tests/mpi_tests
+$(SANITIZE)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPU_FLAGS) $(SANITIZE_FLAGS) -x c++ -c $< -o $@
+$(SANITIZE)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPU_FLAGS) $(SANITIZE_FLAGS) -c $< -o $@
+$(SANITIZE)/tests/unit_tests: $(call objs,$(TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/gtest_main.cu $(LIB_SRCS) $(CPU_RUNTIME_SRCS),$(SANITIZE))
+	$(CXX) $(SANITIZE_FLAGS) -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS)
+$(SANITIZE)/tests/mpi_tests: $(call objs,$(MPI_TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/mpi_gtest_main.cu $(LIB_SRCS) $(CPU_RUNTIME_SRCS),$(SANITIZE))
+	$(CXX) $(SANITIZE_FLAGS) -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS)
 
 clean:
 	rm -rf build train
