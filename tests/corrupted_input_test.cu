@@ -26,11 +26,14 @@ constexpr int kMutationsPerParser = 4000;
 
 // Values that break naive header checks: signs, int32/int64 limits, powers of two whose
 // products wrap, and neighbours of the field's own value.
-std::vector<int64_t> interesting_values(int64_t original) {
+std::vector<int64_t> interesting_values(int64_t field) {
+  const uint64_t original = uint64_t(field);  // unsigned, so that the neighbours wrap as the field would
+  auto wrapped = [](uint64_t value) { return int64_t(value); };
   return {0,          1,          -1,        2,         3,         127,       128,       255,
           256,        32767,      65535,     65536,     65537,     1 << 20,   1 << 24,   (1 << 24) + 1,
           INT32_MAX,  INT32_MIN,  1u << 31,  UINT32_MAX, 1ll << 32, 3037000500ll, 1ll << 40, 1ll << 62,
-          INT64_MAX,  INT64_MIN,  original - 1, original + 1, original * 2, original * 65536, -original};
+          INT64_MAX,  INT64_MIN,  wrapped(original - 1), wrapped(original + 1), wrapped(original * 2),
+          wrapped(original * 65536), wrapped(0 - original)};
 }
 
 // One seeded mutation of a valid input whose header is `header_bytes` long, of fields
@@ -181,8 +184,8 @@ TEST(CorruptedInput, TokenShardGivesTokensBelowTheVocabularyOrOneLine) {
 
 TEST(CorruptedInput, TextDataGivesTokensBelowTheVocabularyOrOneLine) {
   const Bytes valid = with_selector(0, valid_text());
-  const Outcomes outcomes = feed_file_mutations(feed_text, valid, 16, 1, 6);
-  expect_valid_and_both_outcomes(feed_text, valid, outcomes);
+  const Outcomes outcomes = feed_file_mutations(feed_text_data, valid, 16, 1, 6);
+  expect_valid_and_both_outcomes(feed_text_data, valid, outcomes);
 }
 
 TEST(CorruptedInput, TokenizerFileGivesAConsistentTokenizerOrOneLine) {
@@ -307,4 +310,11 @@ TEST(CorruptedInput, LayerCountsBeyondAnIntAreRejectedInOneLine) {
   EXPECT_EQ(error_of([] { split_layers(1000, 65536, 65536); }),
             "--layers 1000 is fewer than --pp 65536 x --virtual-stages 65536 = 4294967296 pipeline chunks (each "
             "needs at least one layer)");
+}
+
+// A shape from the flags or a header whose parameter count wraps a size_t (12 C^2 L with
+// C = 2^30, L = 16 is 12 x 2^64) would size the allocation by the wrapped count.
+TEST(CorruptedInput, ModelShapeWhoseParameterCountWrapsIsRejectedInOneLine) {
+  EXPECT_EQ(error_of([] { make_gpt_config(16, 1, 1 << 30, 64, 256); }),
+            "model config: parameter count 2.21e+20 is 2^59 or more (16 bytes each with gradients and moments)");
 }

@@ -195,7 +195,7 @@ inline void feed_token_shard(const Bytes& bytes) {
   read_like_the_trainer(data, bytes[0]);
 }
 
-inline void feed_text(const Bytes& bytes) {
+inline void feed_text_data(const Bytes& bytes) {
   if (bytes.empty()) return;
   const int vocab_sizes[] = {kByteVocabSize, 128, 65536, 0};
   const MemoryFile file(Bytes(bytes.begin() + 1, bytes.end()));
