@@ -130,16 +130,19 @@ build/cpu/tools/%: build/cpu/tools/%.o $(call objs,$(LIB_SRCS),build/cpu) $(CPU_
 
 # ---- sanitizers (CPU build, docs/testing.md) ----
 # Its own objects in build/sanitize, so that build/cpu stays as it is; -O1 and line tables only
-# (-g1), as ASan advises, to build quicker. Every UBSan finding is fatal. LeakSanitizer is on, with
-# tools/sanitize/lsan.supp (each entry says why it is not our leak). Strict memory (pkeys and a
-# SIGSEGV handler) is not combined with ASan: its families run without it.
+# (-g1), as ASan advises, to build quicker. Every UBSan finding is fatal. LeakSanitizer is on,
+# with tools/sanitize/lsan.supp: the one deliberate leak, device memory a failed run leaves
+# (each entry says why it is not a bug). Strict memory (pkeys and a
+# SIGSEGV handler) is not combined with ASan: its families run without it. Use after return is
+# not looked for: it gives every fiber frame a fake stack, and LayerNorm.* and Atomics.* took
+# 123 s instead of 4 s.
 # unit_tests is built from the families where memory is indexed by what we compute or read:
 # the parsers (CorruptedInput and each parser's own), the model, the kernels, the schedules and
 # the trainer in process. Left out: cuBLAS and CUDA semantics (cpu/'s, not ours to index),
 # the error measures, the rank/device rules, and TrainLayout, which runs the uninstrumented ./train.
 SANITIZE := build/sanitize
 SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-SANITIZE_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+SANITIZE_ENV := ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=0 \
   UBSAN_OPTIONS=print_stacktrace=1 LSAN_OPTIONS=suppressions=$(CURDIR)/tools/sanitize/lsan.supp
 SANITIZE_TEST_SRCS := $(filter-out tests/cublas_test.cu tests/measures_test.cu tests/rank_device_test.cu \
                         tests/train_layout_test.cu,$(TEST_SRCS))

@@ -7,18 +7,7 @@
 #pragma once
 #include <cstddef>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define CPU_FIBERS_UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define CPU_FIBERS_UNDER_ASAN 1
-#endif
-#endif
-
-#ifdef CPU_FIBERS_UNDER_ASAN
-#include <sanitizer/asan_interface.h>
-#include <sanitizer/common_interface_defs.h>
-#endif
+#include "cpu/sanitizer.h"
 
 namespace cpu {
 
@@ -33,7 +22,7 @@ struct FiberSanitizerState {
 // Before a jump to a suspended context on [bottom, bottom + bytes). The context leaving saves
 // its fake stack in *leaving; nullptr when it never resumes (ASan then frees its fake stack).
 inline void sanitizer_start_switch(FiberSanitizerState* leaving, const void* bottom, size_t bytes) {
-#ifdef CPU_FIBERS_UNDER_ASAN
+#ifdef CPU_UNDER_ASAN
   __sanitizer_start_switch_fiber(leaving ? &leaving->fake_stack : nullptr, bottom, bytes);
 #endif
 }
@@ -41,7 +30,7 @@ inline void sanitizer_start_switch(FiberSanitizerState* leaving, const void* bot
 // Before a jump to a fiber not started yet on [bottom, bottom + bytes): the stack is reused, and
 // a fiber abandoned on it (a deadlocked or failed block) left its frames' redzones poisoned.
 inline void sanitizer_start_new_fiber(FiberSanitizerState* leaving, void* bottom, size_t bytes) {
-#ifdef CPU_FIBERS_UNDER_ASAN
+#ifdef CPU_UNDER_ASAN
   __asan_unpoison_memory_region(bottom, bytes);
   __sanitizer_start_switch_fiber(leaving ? &leaving->fake_stack : nullptr, bottom, bytes);
 #endif
@@ -56,7 +45,7 @@ inline void sanitizer_start_block(FiberSanitizerState& scheduler, void* bottom, 
 
 // First thing after a jump returns to a suspended context: restores its fake stack.
 inline void sanitizer_finish_switch(FiberSanitizerState* resumed) {
-#ifdef CPU_FIBERS_UNDER_ASAN
+#ifdef CPU_UNDER_ASAN
   __sanitizer_finish_switch_fiber(resumed ? resumed->fake_stack : nullptr, nullptr, nullptr);
 #endif
 }
@@ -64,7 +53,7 @@ inline void sanitizer_finish_switch(FiberSanitizerState* resumed) {
 // First thing in a new fiber. A block's first fiber is entered from the scheduler, whose stack
 // (the calling OS thread's) it records for the jumps back.
 inline void sanitizer_finish_first_switch(FiberSanitizerState& scheduler) {
-#ifdef CPU_FIBERS_UNDER_ASAN
+#ifdef CPU_UNDER_ASAN
   const void* from_bottom = nullptr;
   size_t from_bytes = 0;
   __sanitizer_finish_switch_fiber(nullptr, &from_bottom, &from_bytes);
