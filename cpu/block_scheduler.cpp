@@ -26,6 +26,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "cpu/fiber_sanitizer.h"
+
 namespace fc = boost::context::detail;
 
 namespace cpu {
@@ -55,6 +57,8 @@ struct Stack {
 
 struct Thread {
   fc::fcontext_t context = nullptr;  // where it resumes, while suspended
+  int stack = -1;                    // the fiber stack it runs on, once started
+  FiberSanitizerState sanitizer;     // its fake stack while suspended (AddressSanitizer)
   Wait wait = Wait::none;
   Collective collective{};
   unsigned mask = 0;
@@ -80,6 +84,7 @@ struct Block {
   int current = -1;
   fc::fcontext_t scheduler = nullptr;  // BlockRunner::run, waiting for the block to end
   fc::fcontext_t discard = nullptr;    // where a finished fiber's context is "saved"
+  FiberSanitizerState scheduler_sanitizer;  // the scheduler's stack, and fake stack while a block runs
   int new_runner_stack = -1;
   // barrier and warp collectives in progress
   int barrier_arrived = 0, barrier_true = 0;
@@ -129,18 +134,25 @@ void runner(fc::transfer_t from);
 // fiber it came from where that fiber asked (the transfer's data).
 void switch_to_next(Block& b, fc::fcontext_t* save) {
   fc::fcontext_t target;
+  // A fiber that ends (its context "saved" in discard) gives up its fake stack.
+  FiberSanitizerState* leaving = save == &b.discard ? nullptr : &b.threads[b.current].sanitizer;
   if (b.queue_head < b.queue.size()) {
     const int id = b.queue[b.queue_head++];
     b.set_thread_index(id);
     target = b.threads[id].context;
+    const Stack& s = b.stacks[b.threads[id].stack];
+    sanitizer_start_switch(leaving, s.memory, s.bytes);
   } else if (b.next_unstarted < b.n) {
     b.new_runner_stack = take_stack(b);
     const Stack& s = b.stacks[b.new_runner_stack];
     target = fc::make_fcontext(s.top(), s.bytes - 4096, runner);
+    sanitizer_start_new_fiber(leaving, s.memory, s.bytes);
   } else {
     target = b.scheduler;
+    sanitizer_start_switch(leaving, b.scheduler_sanitizer.stack_bottom, b.scheduler_sanitizer.stack_bytes);
   }
   fc::transfer_t t = fc::jump_fcontext(target, save);
+  sanitizer_finish_switch(leaving);
   *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
 }
 
@@ -153,6 +165,7 @@ void suspend(Block& b) {
 // paths (a shuffle is a few ns) carry no string temporaries.
 [[noreturn, gnu::cold, gnu::noinline]] void fail_in_fiber(Block& b, const std::string& what) {
   b.error = what;
+  sanitizer_start_switch(nullptr, b.scheduler_sanitizer.stack_bottom, b.scheduler_sanitizer.stack_bytes);
   fc::jump_fcontext(b.scheduler, &b.discard);
   __builtin_unreachable();  // the scheduler abandons this fiber
 }
@@ -168,12 +181,14 @@ void release(Block& b, int id, uint64_t result) {
 // When the thread it runs blocks, the fiber stays with that thread; once the
 // thread ends, the fiber goes on starting threads.
 void runner(fc::transfer_t from) {
-  *static_cast<fc::fcontext_t*>(from.data) = from.fctx;
   Block& b = *current_block;
+  sanitizer_finish_first_switch(b.scheduler_sanitizer);
+  *static_cast<fc::fcontext_t*>(from.data) = from.fctx;
   const int my_stack = b.new_runner_stack;
   while (b.next_unstarted < b.n) {
     const int id = b.order.empty() ? b.next_unstarted : b.order[b.next_unstarted];
     ++b.next_unstarted;
+    b.threads[id].stack = my_stack;
     b.set_thread_index(id);
     b.body(b.call);
   }
@@ -259,7 +274,9 @@ bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   current_block = &b;
   b.new_runner_stack = take_stack(b);
   const Stack& first = b.stacks[b.new_runner_stack];
+  sanitizer_start_block(b.scheduler_sanitizer, first.memory, first.bytes);
   fc::transfer_t t = fc::jump_fcontext(fc::make_fcontext(first.top(), first.bytes - 4096, runner), &b.scheduler);
+  sanitizer_finish_switch(&b.scheduler_sanitizer);
   *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
   const bool waiting = b.barrier_arrived > 0 || std::any_of(b.warp_arrived.begin(), b.warp_arrived.end(), [](unsigned w) { return w != 0; });
   if (b.error.empty() && waiting) b.error = deadlock_report(b);

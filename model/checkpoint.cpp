@@ -66,13 +66,6 @@ GPTConfig validated_header_config(const std::string& path, int64_t maxT, int64_t
   return config;
 }
 
-// The parameter count in long double (exact below 2^64), so that a corrupt header with
-// huge fields cannot wrap size_t around and pass the size check: 12C^2 + 13C per layer.
-long double unwrapped_parameter_count(const GPTConfig& c) {
-  const long double C = c.channels, L = c.num_layers;
-  return (static_cast<long double>(c.padded_vocab_size) + c.max_seq_len) * C + L * (12 * C * C + 13 * C) + 2 * C;
-}
-
 std::string integer_string(long double value) {
   char text[64];
   std::snprintf(text, sizeof(text), "%.0Lf", value);

@@ -2,12 +2,14 @@
 #include "model/config.h"
 
 #include <climits>
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
 namespace {
 
 constexpr int kVocabPadding = 128;
+constexpr long double kMostParameters = 576460752303423488.0L;  // 2^59
 
 void require_positive(const char* field, int value) {
   if (value <= 0) throw std::runtime_error(std::string(field) + " " + std::to_string(value) + " is not positive");
@@ -28,6 +30,18 @@ void validate_gpt_config(const GPTConfig& config) {
   if (config.padded_vocab_size < config.vocab_size)
     throw std::runtime_error("padded_vocab_size " + std::to_string(config.padded_vocab_size) +
                              " is smaller than vocab_size " + std::to_string(config.vocab_size));
+  const long double parameters = unwrapped_parameter_count(config);
+  if (parameters >= kMostParameters) {
+    char count[32];
+    std::snprintf(count, sizeof(count), "%.3Lg", parameters);
+    throw std::runtime_error(std::string("parameter count ") + count +
+                             " is 2^59 or more (16 bytes each with gradients and moments)");
+  }
+}
+
+long double unwrapped_parameter_count(const GPTConfig& c) {
+  const long double C = c.channels, L = c.num_layers;
+  return (static_cast<long double>(c.padded_vocab_size) + c.max_seq_len) * C + L * (12 * C * C + 13 * C) + 2 * C;
 }
 
 GPTConfig make_gpt_config(int layers, int heads, int channels, int max_seq_len, int vocab_size) {

@@ -16,6 +16,12 @@ struct GPTConfig {
 GPTConfig make_gpt_config(int layers, int heads, int channels, int max_seq_len, int vocab_size);
 
 // Throws std::runtime_error with one line naming the first bad field: a field that is
-// not positive, channels not divisible by num_heads, padded_vocab_size below vocab_size.
+// not positive, channels not divisible by num_heads, padded_vocab_size below vocab_size;
+// or a parameter count of 2^59 or more, whose values, gradients and AdamW moments (16 bytes
+// each) would not fit in 64-bit memory and whose sizes would wrap a size_t.
 // The message has no prefix, so that the caller can say where the config came from.
 void validate_gpt_config(const GPTConfig& config);
+
+// The parameter count in long double (exact below 2^64), so that huge fields cannot wrap it
+// around: what num_parameters (model/parameters.h) gives once the config is valid.
+long double unwrapped_parameter_count(const GPTConfig& config);

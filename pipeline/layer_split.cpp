@@ -1,6 +1,7 @@
 // Contiguous layer ranges for the virtual stages (pipeline/layer_split.h).
 #include "pipeline/layer_split.h"
 
+#include <cstdint>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -18,12 +19,14 @@ std::string join(const std::vector<int>& counts) {
 std::vector<LayerRange> split_layers(int num_layers, int p, int v, const std::vector<int>& layers_per_stage) {
   if (p < 1) throw std::runtime_error("--pp " + std::to_string(p) + " must be at least 1");
   if (v < 1) throw std::runtime_error("--virtual-stages " + std::to_string(v) + " must be at least 1");
-  const int chunks = p * v;
+  // In 64 bits: p * v may exceed an int, and then so does it exceed num_layers.
+  const int64_t chunk_count = int64_t(p) * v;
   const std::string pipeline_chunks =
-      "--pp " + std::to_string(p) + " x --virtual-stages " + std::to_string(v) + " = " + std::to_string(chunks);
-  if (num_layers < chunks)
+      "--pp " + std::to_string(p) + " x --virtual-stages " + std::to_string(v) + " = " + std::to_string(chunk_count);
+  if (num_layers < chunk_count)
     throw std::runtime_error("--layers " + std::to_string(num_layers) + " is fewer than " + pipeline_chunks +
                              " pipeline chunks (each needs at least one layer)");
+  const int chunks = int(chunk_count);
   std::vector<int> counts = layers_per_stage;
   if (counts.empty()) {
     const int extra = num_layers % chunks;
@@ -39,7 +42,7 @@ std::vector<LayerRange> split_layers(int num_layers, int p, int v, const std::ve
       if (counts[i] < 1)
         throw std::runtime_error(flag + ": entry " + std::to_string(i) + " is " + std::to_string(counts[i]) +
                                  "; every chunk needs at least one layer");
-    const int sum = std::accumulate(counts.begin(), counts.end(), 0);
+    const int64_t sum = std::accumulate(counts.begin(), counts.end(), int64_t(0));  // int entries may overflow an int
     if (sum != num_layers)
       throw std::runtime_error(flag + " adds up to " + std::to_string(sum) + " layers, but the model has --layers " +
                                std::to_string(num_layers));

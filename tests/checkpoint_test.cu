@@ -212,10 +212,8 @@ TEST(Checkpoint, ModelFileBf16FileOfFp32Size) {
 TEST(Checkpoint, ModelFileHugeFieldsDoNotWrapAround) {
   ModelFileCase c;
   // L = C = 2^30: 12 L C^2 is about 2^93 parameters, which size_t would wrap around.
-  const std::string error = c.read_error(llmc_model_file({20240326, 3, 5, 11, 1 << 30, 1, 1 << 30, 128}, c.params));
-  const std::string start = c.path + ": file is 12320 bytes but its header describes 1024 + 4 x ";
-  EXPECT_EQ(error.substr(0, start.size()), start);
-  EXPECT_TRUE(error.ends_with(" parameter bytes (truncated)")) << error;
+  EXPECT_EQ(c.read_error(llmc_model_file({20240326, 3, 5, 11, 1 << 30, 1, 1 << 30, 128}, c.params)),
+            c.path + ": header parameter count 1.49e+28 is 2^59 or more (16 bytes each with gradients and moments)");
 }
 
 TEST(Checkpoint, ModelFileHeaderDisagreesWithTheFlags) {

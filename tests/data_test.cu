@@ -376,7 +376,8 @@ TEST(Tokenizer, Version1IsGpt2WithEndOfTextLast) {
 
 TEST(Tokenizer, MalformedFilesNameTheProblem) {
   TempDir dir;
-  const std::vector<std::string> pieces = {"a", "bc", "d"};
+  // Long enough that the cut files still hold the 2 bytes per token the header's count promises.
+  const std::vector<std::string> pieces = {"a", "bcdef", "d"};
   const std::string good = tokenizer_bytes(pieces, 2, 2);
   struct Case {
     std::string name, bytes, message;
@@ -390,7 +391,9 @@ TEST(Tokenizer, MalformedFilesNameTheProblem) {
        ": header vocabulary size 3 is not GPT-2's 50257, which version 1 requires"},
       {"empty.bin", tokenizer_bytes({}, 2, 0), ": header vocabulary size 0 is not in [1, 16777216]"},
       {"eot.bin", tokenizer_bytes(pieces, 2, 3), ": header eot token 3 is not below the vocabulary size 3"},
-      {"zero.bin", tokenizer_bytes({"a", "", "d"}, 2, 0), ": token 1 has length 0"},
+      {"zero.bin", tokenizer_bytes({"a", "", "def"}, 2, 0), ": token 1 has length 0"},
+      {"promise.bin", good.substr(0, 1029),
+       ": header vocabulary size 3 needs at least 1030 bytes (1024 + 2 per token), the file has 1029"},
       {"cut_length.bin", good.substr(0, good.size() - 2), ": ends before token 2 of 3"},
       {"cut_piece.bin", good.substr(0, good.size() - 3), ": ends inside token 1 of 3"},
       {"trailing.bin", good + "z", ": bytes after the last of 3 tokens"},

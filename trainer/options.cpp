@@ -246,9 +246,15 @@ void check_consistency(const TrainOptions& options) {
   }
 }
 
-}  // namespace
+// The messages quote what the user typed; a control character in it (a newline, an escape) would
+// break the one line a message is, or the terminal, so each is shown as '?'.
+std::string one_line(std::string text) {
+  for (char& c : text)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return text;
+}
 
-TrainOptions parse_train_options(int argc, const char* const* argv) {
+TrainOptions parse_arguments(int argc, const char* const* argv) {
   TrainOptions options;
   for (int i = 1; i < argc; i++) {
     const std::string_view argument = argv[i];
@@ -284,6 +290,16 @@ TrainOptions parse_train_options(int argc, const char* const* argv) {
   }
   check_consistency(options);
   return options;
+}
+
+}  // namespace
+
+TrainOptions parse_train_options(int argc, const char* const* argv) {
+  try {
+    return parse_arguments(argc, argv);
+  } catch (const std::runtime_error& error) {
+    throw std::runtime_error(one_line(error.what()));
+  }
 }
 
 std::string train_options_help() {

@@ -1,6 +1,8 @@
 // Decoding tokens for the trainer's samples, and reading llm.c's tokenizer file. See tokenizer.h.
 #include "trainer/tokenizer.h"
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -40,6 +42,10 @@ Tokenizer id_tokenizer(int vocab_size) {
 Tokenizer load_tokenizer(const std::string& path) {
   std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!file) throw std::runtime_error(path + ": cannot open (" + std::strerror(errno) + ")");
+  struct stat info;
+  if (fstat(fileno(file.get()), &info) != 0) throw std::runtime_error(path + ": cannot stat (" + std::strerror(errno) + ")");
+  if (!S_ISREG(info.st_mode)) throw std::runtime_error(path + ": not a regular file");
+  const uint64_t file_bytes = uint64_t(info.st_size);
   uint32_t header[256];
   if (std::fread(header, sizeof(uint32_t), 256, file.get()) != 256) {
     throw std::runtime_error(path + ": too short for the 1024-byte header of an llm.c tokenizer file");
@@ -61,6 +67,14 @@ Tokenizer load_tokenizer(const std::string& path) {
   if (vocab_size == 0 || vocab_size > (1u << 24)) {
     throw std::runtime_error(path + ": header vocabulary size " + std::to_string(vocab_size) +
                              " is not in [1, 16777216]");
+  }
+  // Each token takes at least 2 bytes (its length and one byte), so the header's count is checked
+  // against the file before anything is allocated for it.
+  const uint64_t least_bytes = sizeof(header) + 2 * uint64_t(vocab_size);
+  if (file_bytes < least_bytes) {
+    throw std::runtime_error(path + ": header vocabulary size " + std::to_string(vocab_size) + " needs at least " +
+                             std::to_string(least_bytes) + " bytes (1024 + 2 per token), the file has " +
+                             std::to_string(file_bytes));
   }
   const uint32_t eot_token = version == 1 ? kGpt2VocabSize - 1 : header[3];
   if (eot_token >= vocab_size) {
