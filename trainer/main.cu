@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <stdexcept>
 #include <string>
 
@@ -34,6 +35,11 @@ int train(int argc, char** argv) {
     setup = prepare_run(options);
   } catch (const std::runtime_error& error) {
     if (out) std::fprintf(stderr, "train: error: %s\n", error.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // Sizes that pass every check can still ask for more host memory than there is
+    // (--seq-len 2000000000): the same on every rank, so it is reported like the rest.
+    if (out) std::fprintf(stderr, "train: error: out of host memory while setting up the run: the model or data sizes are too large for this machine\n");
     return 1;
   }
   if (setup.options.print_schedule) {
