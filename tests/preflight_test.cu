@@ -134,3 +134,19 @@ TEST(Preflight, ProgramWithAnUnwritableSaveFailsAtOnceInOneLine) {
   EXPECT_TRUE(read_bytes(dir.file("out.txt")).empty());
   EXPECT_LT(seconds, 10.0);  // the default run's first step alone takes longer than that here
 }
+
+// Sizes that pass every check can still exceed host memory (a 2e9-token context): one line and
+// status 1, not std::terminate's abort (status 134).
+TEST(Preflight, ProgramAskingForMoreHostMemoryThanThereIsFailsInOneLine) {
+  if (!std::filesystem::exists("./train")) GTEST_SKIP() << "./train is not built (make train)";
+  TempDir dir;
+  const std::string command = "./train --steps 1 --seq-len 2000000000 > " + dir.file("out.txt") + " 2> " +
+                              dir.file("err.txt");
+  const int status = std::system(command.c_str());
+
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  const std::vector<char> err = read_bytes(dir.file("err.txt"));
+  EXPECT_EQ(std::string(err.begin(), err.end()),
+            "train: error: out of host memory while setting up the run: the model or data sizes are too large "
+            "for this machine\n");
+}
