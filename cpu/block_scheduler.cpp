@@ -2,7 +2,8 @@
 // fcontext, a few ns per switch), all on the calling OS thread.
 //
 // Threads that never synchronise cost no fiber of their own: a "runner" fiber calls
-// the kernel for one thread after another. When the thread it is running blocks
+// the kernel for one thread after another (a loop instantiated per kernel, with the
+// kernel's body inlined: cpu/launch_kernel.h). When the thread it is running blocks
 // (__syncthreads, a shuffle, a vote), the runner's fiber becomes that thread's
 // fiber, and the threads not yet started get a new runner. So a kernel without
 // synchronisation runs as a plain loop, and one that synchronises everywhere ends
@@ -66,7 +67,7 @@ struct Thread {
 
 struct Block {
   // the launch
-  KernelBody body = nullptr;
+  StartThreads start_threads = nullptr;
   const void* call = nullptr;
   dim3 block_dim;
   int n = 0;
@@ -76,8 +77,7 @@ struct Block {
   std::vector<int> lane_order;  // order in which a warp's released lanes are queued
   std::vector<int> queue;  // FIFO of ready threads
   size_t queue_head = 0;
-  int next_unstarted = 0;
-  int current = -1;
+  ThreadStarts starts;  // the runners' progress
   fc::fcontext_t scheduler = nullptr;  // BlockRunner::run, waiting for the block to end
   fc::fcontext_t discard = nullptr;    // where a finished fiber's context is "saved"
   int new_runner_stack = -1;
@@ -90,8 +90,10 @@ struct Block {
   size_t stack_bytes = 0;
   std::string error;
 
+  // The running thread, from threadIdx (which the runners' loop sets).
+  int current() const { return int((threadIdx.z * block_dim.y + threadIdx.y) * block_dim.x + threadIdx.x); }
+
   void set_thread_index(int id) {
-    current = id;
     if (block_dim.y == 1 && block_dim.z == 1) {  // the common case, without divisions
       threadIdx.x = unsigned(id);
       threadIdx.y = threadIdx.z = 0;
@@ -133,7 +135,7 @@ void switch_to_next(Block& b, fc::fcontext_t* save) {
     const int id = b.queue[b.queue_head++];
     b.set_thread_index(id);
     target = b.threads[id].context;
-  } else if (b.next_unstarted < b.n) {
+  } else if (b.starts.next < b.n) {
     b.new_runner_stack = take_stack(b);
     const Stack& s = b.stacks[b.new_runner_stack];
     target = fc::make_fcontext(s.top(), s.bytes - 4096, runner);
@@ -146,7 +148,8 @@ void switch_to_next(Block& b, fc::fcontext_t* save) {
 
 // From inside a fiber: wait until released.
 void suspend(Block& b) {
-  switch_to_next(b, &b.threads[b.current].context);
+  ++b.starts.suspensions;
+  switch_to_next(b, &b.threads[b.current()].context);
 }
 
 // Errors leave the fiber for good. Cold and out of line, so that the frames of the hot
@@ -161,7 +164,7 @@ void release(Block& b, int id, uint64_t result) {
   Thread& t = b.threads[id];
   t.result = result;
   t.wait = Wait::none;
-  if (id != b.current) b.queue.push_back(id);
+  if (id != b.current()) b.queue.push_back(id);
 }
 
 // A fiber that starts threads one after another until none are left unstarted.
@@ -171,12 +174,7 @@ void runner(fc::transfer_t from) {
   *static_cast<fc::fcontext_t*>(from.data) = from.fctx;
   Block& b = *current_block;
   const int my_stack = b.new_runner_stack;
-  while (b.next_unstarted < b.n) {
-    const int id = b.order.empty() ? b.next_unstarted : b.order[b.next_unstarted];
-    ++b.next_unstarted;
-    b.set_thread_index(id);
-    b.body(b.call);
-  }
+  b.start_threads(b.call, b.starts);
   // No thread is left to start, so switch_to_next starts no runner on this stack.
   b.free_stacks.push_back(my_stack);
   switch_to_next(b, &b.discard);
@@ -228,7 +226,7 @@ BlockRunner::~BlockRunner() {
 
 bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   Block& b = impl_->block;
-  b.body = launch.body;
+  b.start_threads = launch.start_threads;
   b.call = launch.call;
   b.block_dim = launch.block_dim;
   b.n = int(launch.block_dim.x * launch.block_dim.y * launch.block_dim.z);
@@ -248,8 +246,7 @@ bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   }
   b.queue.clear();
   b.queue_head = 0;
-  b.next_unstarted = 0;
-  b.current = -1;
+  b.starts = ThreadStarts{0, b.n, b.order.empty() ? nullptr : b.order.data(), b.block_dim, 0};
   b.barrier_arrived = b.barrier_true = 0;
   b.warp_arrived.assign((b.n + 31) / 32, 0u);
   b.error.clear();
@@ -282,7 +279,7 @@ Block& block_of_caller(const char* what) {
 
 int block_barrier(int predicate) {
   Block& b = block_of_caller("__syncthreads");
-  const int id = b.current;
+  const int id = b.current();
   ++b.barrier_arrived;
   b.barrier_true += predicate != 0;
   b.threads[id].wait = Wait::barrier;
@@ -310,7 +307,7 @@ int block_barrier(int predicate) {
 
 [[noreturn, gnu::cold, gnu::noinline]] void fail_bad_collective_call(Block& b, Collective kind, unsigned mask,
                                                                      int width) {
-  const int lane = b.current % 32, warp = b.current / 32;
+  const int lane = b.current() % 32, warp = b.current() / 32;
   if (!(mask >> lane & 1u))
     fail_in_fiber(b, std::string(collective_name(kind)) + " called by lane " + std::to_string(lane) + " of warp " +
                          std::to_string(warp) + " whose mask does not include it");
@@ -378,7 +375,7 @@ void complete_collective(Block& b, int warp, unsigned mask) {
 uint64_t warp_collective(Collective kind, unsigned mask, uint64_t bits, int operand, int width,
                          const WarpReduction* reduction = nullptr) {
   Block& b = block_of_caller(collective_name(kind));
-  const int id = b.current, warp = id / 32, lane = id % 32;
+  const int id = b.current(), warp = id / 32, lane = id % 32;
   if (!(mask >> lane & 1u) || width < 1 || width > 32 || (width & (width - 1)))
     fail_bad_collective_call(b, kind, mask, width);
   Thread& t = b.threads[id];
@@ -426,6 +423,6 @@ int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predic
 int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
 unsigned __activemask() {
   cpu::Block& b = cpu::block_of_caller("__activemask");
-  const int first = b.current / 32 * 32, lanes = std::min(32, b.n - first);
+  const int first = b.current() / 32 * 32, lanes = std::min(32, b.n - first);
   return lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
 }
