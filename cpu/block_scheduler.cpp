@@ -48,10 +48,15 @@ const char* collective_name(Collective c) {
   return "?";
 }
 
+// A fiber's stack. Its top is set back by a different multiple of 64 bytes for each stack:
+// page-aligned tops would put the active frames of all fibers in the same few sets of the L1
+// cache, so that a warp's 32 lanes switching in turn would miss it at every switch.
 struct Stack {
   void* memory = nullptr;  // lowest address, a guard page
   size_t bytes = 0;
-  void* top() const { return static_cast<char*>(memory) + bytes; }
+  size_t set_back = 0;
+  void* top() const { return static_cast<char*>(memory) + bytes - set_back; }
+  size_t usable() const { return bytes - 4096 - set_back; }
 };
 
 struct Thread {
@@ -111,10 +116,11 @@ int take_stack(Block& b) {
   if (b.free_stacks.empty()) {
     const size_t page = 4096;
     Stack s;
-    s.bytes = b.stack_bytes + page;
+    s.bytes = b.stack_bytes + 2 * page;  // the guard page, and room to set the top back
     s.memory = mmap(nullptr, s.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (s.memory == MAP_FAILED) throw std::runtime_error("cpu: cannot map a fiber stack");
     mprotect(s.memory, page, PROT_NONE);  // an overflow faults instead of corrupting
+    s.set_back = b.stacks.size() * 7 % 64 * 64;
     b.stacks.push_back(s);
     return int(b.stacks.size()) - 1;
   }
@@ -138,7 +144,7 @@ void switch_to_next(Block& b, fc::fcontext_t* save) {
   } else if (b.starts.next < b.n) {
     b.new_runner_stack = take_stack(b);
     const Stack& s = b.stacks[b.new_runner_stack];
-    target = fc::make_fcontext(s.top(), s.bytes - 4096, runner);
+    target = fc::make_fcontext(s.top(), s.usable(), runner);
   } else {
     target = b.scheduler;
   }
@@ -256,7 +262,7 @@ bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   current_block = &b;
   b.new_runner_stack = take_stack(b);
   const Stack& first = b.stacks[b.new_runner_stack];
-  fc::transfer_t t = fc::jump_fcontext(fc::make_fcontext(first.top(), first.bytes - 4096, runner), &b.scheduler);
+  fc::transfer_t t = fc::jump_fcontext(fc::make_fcontext(first.top(), first.usable(), runner), &b.scheduler);
   *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
   const bool waiting = b.barrier_arrived > 0 || std::any_of(b.warp_arrived.begin(), b.warp_arrived.end(), [](unsigned w) { return w != 0; });
   if (b.error.empty() && waiting) b.error = deadlock_report(b);
