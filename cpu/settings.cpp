@@ -35,7 +35,7 @@ long long node_local_ranks() {
 }
 
 // The cores this process may run on (its affinity mask, which taskset and launchers narrow),
-// shared evenly by the ranks of the node: each rank's default BLAS and block threads.
+// shared evenly by the ranks of the node: each rank's default block threads.
 long long cores_per_rank() {
   cpu_set_t set;
   const long long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
@@ -58,7 +58,9 @@ Settings read_settings() {
   const long long cores = cores_per_rank();
   s.block_threads = int(read_number("CUDA_CPU_BLOCK_THREADS", s.thread_order == ThreadOrder::natural ? cores : 1, 1));
   s.stack_bytes = size_t(read_number("CUDA_CPU_STACK_KB", 64, 16)) << 10;
-  s.blas_threads = int(read_number("CUDA_CPU_BLAS_THREADS", cores, 1));
+  // OpenBLAS's threads split a GEMM by rows and columns, and its results depend on the split
+  // (docs/cpu-build.md, "Threads"), so a default of more than one would change the bits.
+  s.blas_threads = int(read_number("CUDA_CPU_BLAS_THREADS", 1, 1));
   const long long ram = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
   s.device_bytes = size_t(read_number("CUDA_CPU_DEVICE_MB", ram >> 20, 1)) << 20;
   s.devices = int(read_number("CUDA_CPU_DEVICES", 8, 1));
