@@ -256,8 +256,10 @@ bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   b.barrier_arrived = b.barrier_true = 0;
   b.warp_arrived.assign((b.n + 31) / 32, 0u);
   b.error.clear();
-  b.free_stacks.clear();
-  for (int s = int(b.stacks.size()) - 1; s >= 0; --s) b.free_stacks.push_back(s);
+  if (b.free_stacks.size() != b.stacks.size()) {  // a failed block left fibers behind
+    b.free_stacks.clear();
+    for (int s = int(b.stacks.size()) - 1; s >= 0; --s) b.free_stacks.push_back(s);
+  }
 
   current_block = &b;
   b.new_runner_stack = take_stack(b);

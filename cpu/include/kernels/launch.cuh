@@ -30,9 +30,10 @@ struct KernelCall {
     const Call& call = *static_cast<const Call*>(c);
     start_threads(starts, [&] { std::apply(call.kernel, call.params); });
   }
-  // Runs the block's threads calling `kernel` directly, its body inlined in the loop.
+  // Runs the block's threads calling `kernel` directly, its body inlined in the loop (flatten:
+  // g++ -O2 would otherwise inline only small kernels).
   template <auto kernel>
-  static void start_known(const void* c, ThreadStarts& starts) {
+  [[gnu::flatten]] static void start_known(const void* c, ThreadStarts& starts) {
     const auto params = static_cast<const Call*>(c)->params;  // each thread gets its own copies
     start_threads(starts, [&] { std::apply(kernel, params); });
   }
