@@ -34,18 +34,29 @@ template <typename RunThread>
 void start_threads(ThreadStarts& starts, RunThread run_thread) {
   const int* const order = starts.order;
   const dim3 dim = starts.block_dim;
-  const bool one_dimensional = dim.y == 1 && dim.z == 1;
+  const int count = starts.count;
   uint64_t suspensions = starts.suspensions;
-  for (int position = starts.next; position < starts.count;) {
+  if (!order && dim.y == 1 && dim.z == 1) {  // the common case: one store of the index per thread
+    threadIdx.y = threadIdx.z = 0;  // and so they stay: whoever resumes a thread of the block sets them so
+    for (int id = starts.next; id < count;) {
+      starts.next = id + 1;
+      threadIdx.x = unsigned(id);
+      run_thread();
+      if (starts.suspensions == suspensions) {
+        ++id;
+      } else {
+        suspensions = starts.suspensions;
+        id = starts.next;
+      }
+    }
+    return;
+  }
+  for (int position = starts.next; position < count;) {
     starts.next = position + 1;
     const int id = order ? order[position] : position;
-    if (one_dimensional) {
-      threadIdx = uint3{unsigned(id), 0, 0};
-    } else {
-      threadIdx.x = id % dim.x;
-      threadIdx.y = (id / dim.x) % dim.y;
-      threadIdx.z = id / (dim.x * dim.y);
-    }
+    threadIdx.x = id % dim.x;
+    threadIdx.y = (id / dim.x) % dim.y;
+    threadIdx.z = id / (dim.x * dim.y);
     run_thread();
     if (starts.suspensions == suspensions) {
       ++position;
