@@ -2,7 +2,8 @@
 // fcontext, a few ns per switch), all on the calling OS thread.
 //
 // Threads that never synchronise cost no fiber of their own: a "runner" fiber calls
-// the kernel for one thread after another. When the thread it is running blocks
+// the kernel for one thread after another (a loop instantiated per kernel, with the
+// kernel's body inlined: cpu/launch_kernel.h). When the thread it is running blocks
 // (__syncthreads, a shuffle, a vote), the runner's fiber becomes that thread's
 // fiber, and the threads not yet started get a new runner. So a kernel without
 // synchronisation runs as a plain loop, and one that synchronises everywhere ends
@@ -49,15 +50,20 @@ const char* collective_name(Collective c) {
   return "?";
 }
 
+// A fiber's stack. Its top is set back by a different multiple of 64 bytes for each stack:
+// page-aligned tops would put the active frames of all fibers in the same few sets of the L1
+// cache, so that a warp's 32 lanes switching in turn would miss it at every switch.
 struct Stack {
   void* memory = nullptr;  // lowest address, a guard page
   size_t bytes = 0;
-  void* top() const { return static_cast<char*>(memory) + bytes; }
+  size_t set_back = 0;
+  void* top() const { return static_cast<char*>(memory) + bytes - set_back; }
+  size_t usable() const { return bytes - 4096 - set_back; }
 };
 
 struct Thread {
   fc::fcontext_t context = nullptr;  // where it resumes, while suspended
-  int stack = -1;                    // the fiber stack it runs on, once started
+  int stack = -1;                    // the fiber stack it runs on, once it has waited
   FiberSanitizerState sanitizer;     // its fake stack while suspended (AddressSanitizer)
   Wait wait = Wait::none;
   Collective collective{};
@@ -70,7 +76,7 @@ struct Thread {
 
 struct Block {
   // the launch
-  KernelBody body = nullptr;
+  StartThreads start_threads = nullptr;
   const void* call = nullptr;
   dim3 block_dim;
   int n = 0;
@@ -80,12 +86,12 @@ struct Block {
   std::vector<int> lane_order;  // order in which a warp's released lanes are queued
   std::vector<int> queue;  // FIFO of ready threads
   size_t queue_head = 0;
-  int next_unstarted = 0;
-  int current = -1;
+  ThreadStarts starts;  // the runners' progress
   fc::fcontext_t scheduler = nullptr;  // BlockRunner::run, waiting for the block to end
   fc::fcontext_t discard = nullptr;    // where a finished fiber's context is "saved"
   FiberSanitizerState scheduler_sanitizer;  // the scheduler's stack, and fake stack while a block runs
   int new_runner_stack = -1;
+  int running_stack = -1;  // the stack of the fiber running now
   // barrier and warp collectives in progress
   int barrier_arrived = 0, barrier_true = 0;
   std::vector<unsigned> warp_arrived;
@@ -95,8 +101,10 @@ struct Block {
   size_t stack_bytes = 0;
   std::string error;
 
+  // The running thread, from threadIdx (which the runners' loop sets).
+  int current() const { return int((threadIdx.z * block_dim.y + threadIdx.y) * block_dim.x + threadIdx.x); }
+
   void set_thread_index(int id) {
-    current = id;
     if (block_dim.y == 1 && block_dim.z == 1) {  // the common case, without divisions
       threadIdx.x = unsigned(id);
       threadIdx.y = threadIdx.z = 0;
@@ -114,10 +122,11 @@ int take_stack(Block& b) {
   if (b.free_stacks.empty()) {
     const size_t page = 4096;
     Stack s;
-    s.bytes = b.stack_bytes + page;
+    s.bytes = b.stack_bytes + 2 * page;  // the guard page, and room to set the top back
     s.memory = mmap(nullptr, s.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (s.memory == MAP_FAILED) throw std::runtime_error("cpu: cannot map a fiber stack");
     mprotect(s.memory, page, PROT_NONE);  // an overflow faults instead of corrupting
+    s.set_back = b.stacks.size() * 7 % 64 * 64;
     b.stacks.push_back(s);
     return int(b.stacks.size()) - 1;
   }
@@ -135,17 +144,17 @@ void runner(fc::transfer_t from);
 void switch_to_next(Block& b, fc::fcontext_t* save) {
   fc::fcontext_t target;
   // A fiber that ends (its context "saved" in discard) gives up its fake stack.
-  FiberSanitizerState* leaving = save == &b.discard ? nullptr : &b.threads[b.current].sanitizer;
+  FiberSanitizerState* leaving = save == &b.discard ? nullptr : &b.threads[b.current()].sanitizer;
   if (b.queue_head < b.queue.size()) {
     const int id = b.queue[b.queue_head++];
     b.set_thread_index(id);
     target = b.threads[id].context;
     const Stack& s = b.stacks[b.threads[id].stack];
     sanitizer_start_switch(leaving, s.memory, s.bytes);
-  } else if (b.next_unstarted < b.n) {
+  } else if (b.starts.next < b.n) {
     b.new_runner_stack = take_stack(b);
     const Stack& s = b.stacks[b.new_runner_stack];
-    target = fc::make_fcontext(s.top(), s.bytes - 4096, runner);
+    target = fc::make_fcontext(s.top(), s.usable(), runner);
     sanitizer_start_new_fiber(leaving, s.memory, s.bytes);
   } else {
     target = b.scheduler;
@@ -154,11 +163,15 @@ void switch_to_next(Block& b, fc::fcontext_t* save) {
   fc::transfer_t t = fc::jump_fcontext(target, save);
   sanitizer_finish_switch(leaving);
   *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
+  b.running_stack = b.threads[b.current()].stack;  // only a suspended thread is resumed here
 }
 
 // From inside a fiber: wait until released.
 void suspend(Block& b) {
-  switch_to_next(b, &b.threads[b.current].context);
+  ++b.starts.suspensions;
+  Thread& t = b.threads[b.current()];
+  t.stack = b.running_stack;  // the fiber now belongs to this thread until it ends
+  switch_to_next(b, &t.context);
 }
 
 // Errors leave the fiber for good. Cold and out of line, so that the frames of the hot
@@ -174,7 +187,7 @@ void release(Block& b, int id, uint64_t result) {
   Thread& t = b.threads[id];
   t.result = result;
   t.wait = Wait::none;
-  if (id != b.current) b.queue.push_back(id);
+  if (id != b.current()) b.queue.push_back(id);
 }
 
 // A fiber that starts threads one after another until none are left unstarted.
@@ -185,13 +198,8 @@ void runner(fc::transfer_t from) {
   sanitizer_finish_first_switch(b.scheduler_sanitizer);
   *static_cast<fc::fcontext_t*>(from.data) = from.fctx;
   const int my_stack = b.new_runner_stack;
-  while (b.next_unstarted < b.n) {
-    const int id = b.order.empty() ? b.next_unstarted : b.order[b.next_unstarted];
-    ++b.next_unstarted;
-    b.threads[id].stack = my_stack;
-    b.set_thread_index(id);
-    b.body(b.call);
-  }
+  b.running_stack = my_stack;
+  b.start_threads(b.call, b.starts);
   // No thread is left to start, so switch_to_next starts no runner on this stack.
   b.free_stacks.push_back(my_stack);
   switch_to_next(b, &b.discard);
@@ -243,7 +251,7 @@ BlockRunner::~BlockRunner() {
 
 bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   Block& b = impl_->block;
-  b.body = launch.body;
+  b.start_threads = launch.start_threads;
   b.call = launch.call;
   b.block_dim = launch.block_dim;
   b.n = int(launch.block_dim.x * launch.block_dim.y * launch.block_dim.z);
@@ -263,19 +271,20 @@ bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   }
   b.queue.clear();
   b.queue_head = 0;
-  b.next_unstarted = 0;
-  b.current = -1;
+  b.starts = ThreadStarts{0, b.n, b.order.empty() ? nullptr : b.order.data(), b.block_dim, 0};
   b.barrier_arrived = b.barrier_true = 0;
   b.warp_arrived.assign((b.n + 31) / 32, 0u);
   b.error.clear();
-  b.free_stacks.clear();
-  for (int s = int(b.stacks.size()) - 1; s >= 0; --s) b.free_stacks.push_back(s);
+  if (b.free_stacks.size() != b.stacks.size()) {  // a failed block left fibers behind
+    b.free_stacks.clear();
+    for (int s = int(b.stacks.size()) - 1; s >= 0; --s) b.free_stacks.push_back(s);
+  }
 
   current_block = &b;
   b.new_runner_stack = take_stack(b);
   const Stack& first = b.stacks[b.new_runner_stack];
   sanitizer_start_block(b.scheduler_sanitizer, first.memory, first.bytes);
-  fc::transfer_t t = fc::jump_fcontext(fc::make_fcontext(first.top(), first.bytes - 4096, runner), &b.scheduler);
+  fc::transfer_t t = fc::jump_fcontext(fc::make_fcontext(first.top(), first.usable(), runner), &b.scheduler);
   sanitizer_finish_switch(&b.scheduler_sanitizer);
   *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
   const bool waiting = b.barrier_arrived > 0 || std::any_of(b.warp_arrived.begin(), b.warp_arrived.end(), [](unsigned w) { return w != 0; });
@@ -299,7 +308,7 @@ Block& block_of_caller(const char* what) {
 
 int block_barrier(int predicate) {
   Block& b = block_of_caller("__syncthreads");
-  const int id = b.current;
+  const int id = b.current();
   ++b.barrier_arrived;
   b.barrier_true += predicate != 0;
   b.threads[id].wait = Wait::barrier;
@@ -327,7 +336,7 @@ int block_barrier(int predicate) {
 
 [[noreturn, gnu::cold, gnu::noinline]] void fail_bad_collective_call(Block& b, Collective kind, unsigned mask,
                                                                      int width) {
-  const int lane = b.current % 32, warp = b.current / 32;
+  const int lane = b.current() % 32, warp = b.current() / 32;
   if (!(mask >> lane & 1u))
     fail_in_fiber(b, std::string(collective_name(kind)) + " called by lane " + std::to_string(lane) + " of warp " +
                          std::to_string(warp) + " whose mask does not include it");
@@ -395,7 +404,7 @@ void complete_collective(Block& b, int warp, unsigned mask) {
 uint64_t warp_collective(Collective kind, unsigned mask, uint64_t bits, int operand, int width,
                          const WarpReduction* reduction = nullptr) {
   Block& b = block_of_caller(collective_name(kind));
-  const int id = b.current, warp = id / 32, lane = id % 32;
+  const int id = b.current(), warp = id / 32, lane = id % 32;
   if (!(mask >> lane & 1u) || width < 1 || width > 32 || (width & (width - 1)))
     fail_bad_collective_call(b, kind, mask, width);
   Thread& t = b.threads[id];
@@ -443,6 +452,6 @@ int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predic
 int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
 unsigned __activemask() {
   cpu::Block& b = cpu::block_of_caller("__activemask");
-  const int first = b.current / 32 * 32, lanes = std::min(32, b.n - first);
+  const int first = b.current() / 32 * 32, lanes = std::min(32, b.n - first);
   return lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
 }

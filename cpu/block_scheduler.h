@@ -13,7 +13,7 @@
 namespace cpu {
 
 struct BlockLaunch {
-  KernelBody body;
+  StartThreads start_threads;
   const void* call;
   dim3 block_dim;
   uint3 block_index;  // for messages; blockIdx itself is set by the caller

@@ -32,7 +32,7 @@ std::map<const void*, size_t> shared_limits;  // kernels that opted in to more
 
 // Everything a worker needs to run blocks of one launch.
 struct Grid {
-  KernelBody body;
+  StartThreads start_threads;
   std::shared_ptr<const void> call;
   const void* kernel;
   int device;
@@ -64,7 +64,7 @@ void run_blocks(Grid& g) {
     blockIdx.y = unsigned(linear / g.grid.x % g.grid.y);
     blockIdx.z = unsigned(linear / (uint64_t(g.grid.x) * g.grid.y));
     if (g.order != ThreadOrder::natural) std::memset(shared.data(), 0xff, g.shared_bytes);  // NaN
-    BlockLaunch b{g.body, g.call.get(), g.block, blockIdx, g.order, g.seed ^ (linear * 0x9e3779b97f4a7c15ull)};
+    BlockLaunch b{g.start_threads, g.call.get(), g.block, blockIdx, g.order, g.seed ^ (linear * 0x9e3779b97f4a7c15ull)};
     if (!runner.run(b, error)) {
       std::lock_guard<std::mutex> lock(g.error_mutex);
       if (!g.failed.exchange(true)) g.error = error;
@@ -162,7 +162,7 @@ void run_grid(Grid& g, int block_threads) {
 }  // namespace
 
 void launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-                   KernelBody body, std::shared_ptr<const void> call) {
+                   StartThreads start_threads, std::shared_ptr<const void> call) {
   if (sticky_error() != cudaSuccess) {
     set_error(sticky_error());
     return;
@@ -175,7 +175,7 @@ void launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared_byte
   // The settings in force at the launch (tests change them between launches).
   const Settings& s = settings();
   auto g = std::make_shared<Grid>();
-  g->body = body;
+  g->start_threads = start_threads;
   g->call = std::move(call);
   g->kernel = kernel;
   g->device = stream_device(stream);

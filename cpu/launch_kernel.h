@@ -5,11 +5,66 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <memory>
 
 namespace cpu {
-// Runs kernel body for one thread; `call` holds the kernel pointer and its arguments.
-using KernelBody = void (*)(const void* call);
+
+// How far a block's runner fibers have got in starting its threads; owned by the scheduler.
+struct ThreadStarts {
+  int next = 0;                // position, in the start order, of the next thread to start
+  int count = 0;               // threads in the block
+  const int* order = nullptr;  // thread ids in start order; null: natural (id = position)
+  dim3 block_dim;
+  uint64_t suspensions = 0;    // waits so far in the block (a thread left its fiber)
+};
+
+// A runner's loop: starts the block's threads one after another until none are left unstarted.
+// `call` holds the kernel and its arguments; instantiated per kernel by launch.cuh.
+using StartThreads = void (*)(const void* call, ThreadStarts& starts);
+
 void launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-                   KernelBody body, std::shared_ptr<const void> call);
+                   StartThreads start_threads, std::shared_ptr<const void> call);
+
+// The runner's loop, with the thread's body (the kernel call) inlined so that a kernel that
+// never waits runs as a plain loop over its threads. A thread that waits leaves this fiber
+// holding its frame, and another runner starts the threads after it; so once a wait has
+// happened, the loop goes on from wherever the others have got to.
+template <typename RunThread>
+void start_threads(ThreadStarts& starts, RunThread run_thread) {
+  const int* const order = starts.order;
+  const dim3 dim = starts.block_dim;
+  const int count = starts.count;
+  uint64_t suspensions = starts.suspensions;
+  if (!order && dim.y == 1 && dim.z == 1) {  // the common case: one store of the index per thread
+    threadIdx.y = threadIdx.z = 0;  // and so they stay: whoever resumes a thread of the block sets them so
+    for (int id = starts.next; id < count;) {
+      starts.next = id + 1;
+      threadIdx.x = unsigned(id);
+      run_thread();
+      if (starts.suspensions == suspensions) {
+        ++id;
+      } else {
+        suspensions = starts.suspensions;
+        id = starts.next;
+      }
+    }
+    return;
+  }
+  for (int position = starts.next; position < count;) {
+    starts.next = position + 1;
+    const int id = order ? order[position] : position;
+    threadIdx.x = id % dim.x;
+    threadIdx.y = (id / dim.x) % dim.y;
+    threadIdx.z = id / (dim.x * dim.y);
+    run_thread();
+    if (starts.suspensions == suspensions) {
+      ++position;
+    } else {
+      suspensions = starts.suspensions;
+      position = starts.next;
+    }
+  }
+}
+
 }  // namespace cpu

@@ -1,8 +1,10 @@
 // Reads the CPU build's settings (cpu/settings.h) from the environment once.
 #include "cpu/settings.h"
 
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +25,23 @@ long long read_number(const char* name, long long fallback, long long least) {
   return value;
 }
 
+// The ranks of this job on this node, from the launcher's environment (MPI is not yet
+// initialised when the settings are read): MPICH's Hydra sets MPI_LOCALNRANKS, Open MPI
+// OMPI_COMM_WORLD_LOCAL_SIZE. Without a launcher, 1.
+long long node_local_ranks() {
+  for (const char* name : {"MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"})
+    if (const char* text = std::getenv(name); text && *text) return std::max(1LL, std::atoll(text));
+  return 1;
+}
+
+// The cores this process may run on (its affinity mask, which taskset and launchers narrow),
+// shared evenly by the ranks of the node: each rank's default block threads.
+long long cores_per_rank() {
+  cpu_set_t set;
+  const long long cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return std::max(1LL, cores / node_local_ranks());
+}
+
 Settings read_settings() {
   Settings s;
   if (const char* order = std::getenv("CUDA_CPU_THREAD_ORDER"); order && *order) {
@@ -35,8 +54,12 @@ Settings read_settings() {
     }
   }
   s.seed = uint64_t(read_number("CUDA_CPU_SEED", 1, 0));
-  s.block_threads = int(read_number("CUDA_CPU_BLOCK_THREADS", 1, 1));
+  // A reversed or shuffled order is a reproducible order of blocks too, which needs one OS thread.
+  const long long cores = cores_per_rank();
+  s.block_threads = int(read_number("CUDA_CPU_BLOCK_THREADS", s.thread_order == ThreadOrder::natural ? cores : 1, 1));
   s.stack_bytes = size_t(read_number("CUDA_CPU_STACK_KB", 64, 16)) << 10;
+  // OpenBLAS's threads split a GEMM by rows and columns, and its results depend on the split
+  // (docs/cpu-build.md, "Threads"), so a default of more than one would change the bits.
   s.blas_threads = int(read_number("CUDA_CPU_BLAS_THREADS", 1, 1));
   const long long ram = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
   s.device_bytes = size_t(read_number("CUDA_CPU_DEVICE_MB", ram >> 20, 1)) << 20;

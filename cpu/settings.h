@@ -4,9 +4,13 @@
 //                          points. reverse and shuffle expose a missing __syncthreads;
 //                          they also poison dynamic shared memory (NaN bytes) per block.
 //   CUDA_CPU_SEED          seed of the shuffled order (default 1); each launch derives its own.
-//   CUDA_CPU_BLOCK_THREADS OS threads that run blocks of one launch at once (default 1).
+//   CUDA_CPU_BLOCK_THREADS OS threads that run blocks of one launch at once (default: the cores
+//                          per rank: the cores of the process's affinity mask divided by the
+//                          ranks on the node (the launcher's MPI_LOCALNRANKS or
+//                          OMPI_COMM_WORLD_LOCAL_SIZE), at least 1; 1 in the reverse and shuffle
+//                          orders, whose order of blocks is reproducible). Results do not depend on it.
 //   CUDA_CPU_STACK_KB      stack of each fiber (default 64).
-//   CUDA_CPU_BLAS_THREADS  OpenBLAS threads per process (default 1).
+//   CUDA_CPU_BLAS_THREADS  OpenBLAS threads per process (default 1: more change a GEMM's bits).
 //   CUDA_CPU_DEVICE_MB     the memory each device reports (default: the machine's RAM).
 //   CUDA_CPU_DEVICES       devices per node, as a GPU node has (default 8): each MPI rank of a node
 //                          must select its own (cudaSetDevice), as on a GPU machine.

@@ -186,7 +186,7 @@ __global__ void empty_kernel() {}
 // Calls the CPU build's launch directly, so that the error can be read instead of exiting.
 cudaError_t try_launch(dim3 grid, dim3 block, size_t shared_bytes) {
   cpu::launch_kernel(reinterpret_cast<const void*>(&empty_kernel), grid, block, shared_bytes, nullptr,
-                     [](const void*) { empty_kernel(); }, nullptr);
+                     [](const void*, cpu::ThreadStarts& starts) { cpu::start_threads(starts, empty_kernel); }, nullptr);
   return cudaGetLastError();
 }
 
