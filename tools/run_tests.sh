@@ -21,7 +21,8 @@ set -u
 # The modes: name | environment | unit_tests filter | mpi_tests filter | mpi_tests ranks.
 # An empty filter: the mode does not run that binary; cpu_tests and Python checks run in the
 # natural mode only. Every run also keeps to $FILTER (make test FILTER='Suite.*').
-# The thread orders and 2 OS threads per launch run all of unit_tests, not only the kernel
+# The thread orders and 1 OS thread per launch (the natural mode runs one per core: cpu/settings.h)
+# run all of unit_tests, not only the kernel
 # and model families: a mode takes 13-30 s on 2 cores shared with others (2026-11-23), and
 # all four add 1.5 minutes to the 7 of make test.
 # Strict memory and the stream delay are for the code that hands device memory and streams
@@ -34,7 +35,7 @@ np 8                |                                               |           
 shuffle seed 1      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=1 | *                             |                                   |
 shuffle seed 2      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=2 | *                             |                                   |
 reverse             | CUDA_CPU_THREAD_ORDER=reverse                 | *                             |                                   |
-2 block threads     | CUDA_CPU_BLOCK_THREADS=2                      | *                             |                                   |
+1 block thread      | CUDA_CPU_BLOCK_THREADS=1                      | *                             |                                   |
 strict memory       | CUDA_CPU_STRICT_MEMORY=1                      | Trainer.*:GPT.*:TrainLayout.* | Pipeline*:TrainLayout.*:Trainer.* | 4
 stream delay 200 us | CUDA_CPU_STREAM_DELAY_US=200                  | Trainer.*:GPT.*:TrainLayout.* | Pipeline*:TrainLayout.*:Trainer.* | 4
 TABLE
