@@ -8,7 +8,7 @@
 # Not Debian or Ubuntu: it names the packages (by their Debian names) and stops.
 #
 # Test hooks (tests/setup_deps_test.py): SETUP_DEPS_PRETEND_MISSING="pkg..." reports those
-# packages missing; SETUP_DEPS_DRY_RUN=1 prints the install command without running it;
+# packages missing; SETUP_DEPS_DRY_RUN=1 acts as root but prints the install command without running it;
 # SETUP_DEPS_PRETEND_UNPRIVILEGED=1 acts as a user who is not root and cannot sudo -n;
 # SETUP_DEPS_OS_RELEASE=FILE reads FILE in place of /etc/os-release.
 set -euo pipefail
@@ -61,7 +61,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   candidates=$(apt-cache policy "${missing[@]}" 2>/dev/null | grep -c '^  Candidate: [^(]' || true)
   [ "$candidates" -eq ${#missing[@]} ] || install="apt-get update && $install"
   # apt-get asks no questions with DEBIAN_FRONTEND=noninteractive, which sudo would drop but for env.
-  if [ "${SETUP_DEPS_PRETEND_UNPRIVILEGED:-}" != 1 ] && [ "$(id -u)" -eq 0 ]; then
+  if [ "${SETUP_DEPS_PRETEND_UNPRIVILEGED:-}" != 1 ] && { [ "$(id -u)" -eq 0 ] || [ "${SETUP_DEPS_DRY_RUN:-}" = 1 ]; }; then
     run=(env DEBIAN_FRONTEND=noninteractive sh -c "$install")
     said="running: $install"
   elif [ "${SETUP_DEPS_PRETEND_UNPRIVILEGED:-}" != 1 ] && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
