@@ -3,12 +3,14 @@
 
 #include <chrono>
 #include <cstdarg>
+#include <filesystem>
 #include <optional>
 
 #include "model/parameters.h"
 #include "pipeline/simulate.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/optimizer.h"
+#include "trainer/progress.h"
 #include "trainer/ranks.h"
 #include "trainer/sampler.h"
 #include "trainer/tokenizer.h"
@@ -32,6 +34,21 @@ TrainValSplit load_data(const TrainOptions& options, int vocab_size) {
 }
 
 bool every(int interval, int step) { return interval > 0 && step % interval == 0; }
+
+double seconds_since(std::chrono::steady_clock::time_point begin) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+}
+
+// Before reading what may take a while (a model file, token shards), say so: the banner comes
+// only after everything is read.
+void say_reading(std::FILE* out, const TrainOptions& options) {
+  const std::string& model_file = options.resume.empty() ? options.init : options.resume;
+  std::error_code no_size;
+  const auto size = model_file.empty() ? 0 : std::filesystem::file_size(model_file, no_size);
+  if (!model_file.empty() && !no_size) say(out, "reading the model file %s (%.3g MB)\n", model_file.c_str(), size / 1e6);
+  for (const std::string& data : {options.train_data, options.val_data})
+    if (is_shard_pattern(data)) say(out, "reading the token shards %s\n", data.c_str());
+}
 
 // Bytes of one activation slot of a chunk, as the executor allocates it.
 size_t slot_bytes(const RunSetup& setup, const LayerRange& range) {
@@ -88,12 +105,15 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, st
   const LrSchedule schedule = lr_schedule_from_options(options);
   const AdamWSettings settings{options.beta1, options.beta2, options.eps, options.weight_decay, options.grad_clip};
   const double tokens_per_step = double(options.microbatches) * B * T * mesh.dp;
+  const auto run_begin = std::chrono::steady_clock::now();
+  std::vector<double> step_seconds;
   RunResult result;
   while (position.step < options.steps) {
     const double lr = learning_rate(schedule, position.step);
     const auto begin = std::chrono::steady_clock::now();
     const StepResult step = train_step(trainer, train_reader, settings, lr, position.step + 1);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    const double seconds = seconds_since(begin);
+    step_seconds.push_back(seconds);
     position.step += 1;
     position.data_position = train_reader.next_microbatch;
 
@@ -103,7 +123,8 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, st
       record.has_val_loss = true;
       record.val_loss = validation_loss(trainer, *val_reader, options.val_batches);
     }
-    say(out, "%s\n", format_step_line(record).c_str());
+    say(out, "%s | %s\n", format_step_line(record).c_str(),
+        format_progress(seconds_since(run_begin), median(step_seconds), options.steps - position.step).c_str());
     if (mesh.world_size > 1) say(out, "  %s\n", format_stages_line(record.stages).c_str());
     if (log) log->write(record);
     result.steps.push_back(record);
@@ -121,12 +142,14 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, st
       say(out, "saved %s and %s\n", options.save.c_str(), training_state_path(options.save).c_str());
     }
   }
+  say(out, "%s\n", format_summary_line(result.steps, seconds_since(run_begin), {options.save, options.log}).c_str());
   return result;
 }
 
 }  // namespace
 
-RunSetup prepare_run(const TrainOptions& options) {
+RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
+  say_reading(out, options);
   RunSetup setup;
   setup.options = options;
   setup.start = load_starting_point(options);
@@ -213,4 +236,6 @@ RunResult run_training(const RunSetup& setup, std::FILE* out) {
   return result;
 }
 
-RunResult run_training(const TrainOptions& options, std::FILE* out) { return run_training(prepare_run(options), out); }
+RunResult run_training(const TrainOptions& options, std::FILE* out) {
+  return run_training(prepare_run(options, out), out);
+}

@@ -28,8 +28,8 @@ struct RunSetup {
 
 // Throws std::runtime_error with one line: bad data or checkpoint, dp pp != the world size,
 // fewer layers than stages x chunks, a --layers-per-stage that does not fit, a schedule that
-// does not fit the microbatches.
-RunSetup prepare_run(const TrainOptions& options);
+// does not fit the microbatches. Says on out (nullptr: silent) what it reads that may take a while.
+RunSetup prepare_run(const TrainOptions& options, std::FILE* out = nullptr);
 
 // The chosen schedule's grid for every stage, its timeline and the simulator's predicted idle
 // share and activation memory (peak in-flight microbatches x slot bytes) per stage
@@ -42,7 +42,8 @@ struct RunResult {
 };
 
 // Runs options.steps optimizer steps (fewer when resuming), printing the banner, each step's line
-// and the samples to out (nullptr: silent; give it on world rank 0 only). Every rank of the world
+// with the time elapsed and left, the samples and a closing summary line to out (nullptr: silent;
+// give it on world rank 0 only). Every rank of the world
 // calls it. Throws std::runtime_error with one line on bad input. An error once the communicators
 // exist may be this rank's alone while its peers wait on it: the communicators are then aborted
 // and the device memory is left allocated (trainer/run.cpp says why); the caller ends the job.
