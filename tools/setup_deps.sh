@@ -80,8 +80,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "$me: missing ${missing[*]}; $said" >&2
   if [ "${SETUP_DEPS_DRY_RUN:-}" != 1 ]; then
     "${run[@]}" >&2 || { echo "$me: the installation failed (above)" >&2; exit 1; }
-    left=$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${missing[@]}" 2>/dev/null | awk '$2 == "ii"' | wc -l || true)
-    [ "$left" -eq ${#missing[@]} ] || { echo "$me: still missing after apt-get: see its output above" >&2; exit 1; }
+    now_installed=$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${missing[@]}" 2>/dev/null | awk '$2 == "ii"' | wc -l || true)
+    [ "$now_installed" -eq ${#missing[@]} ] || { echo "$me: still missing after apt-get: see its output above" >&2; exit 1; }
   fi
 fi
 
