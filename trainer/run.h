@@ -43,9 +43,9 @@ struct RunResult {
 
 // Runs options.steps optimizer steps (fewer when resuming), printing the banner, each step's line
 // with the time elapsed and left, the samples and a closing summary line to out (nullptr: silent;
-// give it on world rank 0 only). Every rank of the world
-// calls it. Throws std::runtime_error with one line on bad input. An error once the communicators
-// exist may be this rank's alone while its peers wait on it: the communicators are then aborted
-// and the device memory is left allocated (trainer/run.cpp says why); the caller ends the job.
+// give it on world rank 0 only). Every rank of the world calls it. Throws std::runtime_error with
+// one line on bad input. An error once the communicators exist may be this rank's alone while its
+// peers wait on it: the communicators are then aborted and the device memory is left allocated
+// (trainer/run.cpp says why); the caller ends the job.
 RunResult run_training(const RunSetup& setup, std::FILE* out);
 RunResult run_training(const TrainOptions& options, std::FILE* out);
