@@ -18,6 +18,20 @@
 GPU ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 CUDA ?= /usr/local/cuda
 NVCC ?= $(CUDA)/bin/nvcc
+
+# A fresh Debian machine: before anything is built, tools/setup_deps.sh checks (one dpkg-query)
+# that the packages the goals need are installed and installs the missing ones, or stops
+# printing the apt-get command that would. Once per make command (not in sub-makes); not for
+# `make clean`; SETUP_DEPS=0 skips it where it cannot check (not Debian or Ubuntu).
+ifeq ($(MAKELEVEL)$(filter 0,$(SETUP_DEPS)),0)
+  ifneq ($(filter-out clean,$(or $(MAKECMDGOALS),all)),)
+    DEPS_GROUPS := build $(if $(filter test,$(MAKECMDGOALS)),test) \
+                   $(if $(or $(filter 1,$(GPU)),$(filter cuda ptxas-report,$(MAKECMDGOALS))),cuda)
+    ifneq ($(shell CUDA='$(CUDA)' tools/setup_deps.sh $(DEPS_GROUPS) >&2; echo $$?),0)
+      $(error the packages are not set up: tools/setup_deps.sh $(strip $(DEPS_GROUPS)) said why above)
+    endif
+  endif
+endif
 CXX := g++
 MPI_INCLUDE := $(shell pkg-config --cflags-only-I mpich 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/mpich)
 MPI_LIBS := -lmpich
@@ -112,7 +126,7 @@ $(REFERENCE_RUN): $(call objs,tools/reference_run.cu,$(BUILD)) $(LIB_OBJS) $(RUN
 
 test: $(TEST_BINS) $(if $(TRAIN_SRCS),train) $(REFERENCE_RUN) data/kjv.txt
 	@MPIRUN="$(MPIRUN)" FILTER='$(FILTER)' REFERENCE_RUN=$(REFERENCE_RUN) tools/run_tests.sh $(TEST_BINS) tests/pytorch_check.py tests/compare_losses_test.py tests/train_failure_test.py \
-	  tests/train_watchdog_test.py tests/train_stop_test.py
+	  tests/train_watchdog_test.py tests/train_stop_test.py tests/setup_deps_test.py tests/plot_log_test.py
 
 # ---- the GPU build without a GPU: compile and link everything ----
 cuda:

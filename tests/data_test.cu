@@ -427,6 +427,24 @@ TEST(Tokenizer, SampleTokenizerFollowsTheData) {
       "byte text decodes 256 tokens, but the model's vocabulary has 300 (use a vocabulary of 256 or a tokenizer file)");
 }
 
-TEST(Tokenizer, PrintableReplacesControlCharactersButKeepsLinesAndTabs) {
-  EXPECT_EQ(printable(std::string("a\tb\nc\x1b[2J\x7f\x00\xc3\xa9", 13)), "a\tb\nc?[2J??\xc3\xa9");
+// A byte model's sample is printed through printable: the terminal gets valid UTF-8.
+TEST(Tokenizer, PrintableKeepsWellFormedUtf8WithItsLinesAndTabs) {
+  // e-acute (2 bytes), n-ary sum (3), U+FFFD (3), a smiling face (4), U+10FFFF (4): the edges of each length.
+  const std::string text = "In the beginning\tGod\n\xc3\xa9 \xe2\x88\x91 \xef\xbf\xbd \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf \\x41";
+  EXPECT_EQ(printable(text), text);
+}
+
+TEST(Tokenizer, PrintableEscapesEveryByteOfWhatIsNotUtf8) {
+  EXPECT_EQ(printable("a\xff\xfe b"), "a\\xff\\xfe b");          // never in UTF-8
+  EXPECT_EQ(printable("\x80\xbf"), "\\x80\\xbf");                 // continuations without a lead
+  EXPECT_EQ(printable("cut \xe2\x88"), "cut \\xe2\\x88");         // a sequence the sample's end cut short
+  EXPECT_EQ(printable("\xe2x\xe2\x88\xe2\x88\x91"), "\\xe2x\\xe2\\x88\xe2\x88\x91");  // broken, then whole
+  EXPECT_EQ(printable("\xc0\xaf \xe0\x80\xaf"), "\\xc0\\xaf \\xe0\\x80\\xaf");  // overlong '/'
+  EXPECT_EQ(printable("\xed\xa0\x80"), "\\xed\\xa0\\x80");         // a UTF-16 surrogate
+  EXPECT_EQ(printable("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");  // above U+10FFFF
+}
+
+TEST(Tokenizer, PrintableEscapesControlCharactersATerminalWouldObey) {
+  EXPECT_EQ(printable(std::string("c\x1b[2J\x7f\x00\r", 8)), "c\\x1b[2J\\x7f\\x00\\x0d");
+  EXPECT_EQ(printable("\xc2\x9b" "2J \xc2\xa0"), "\\xc2\\x9b2J \xc2\xa0");  // C1's CSI escaped, no-break space kept
 }

@@ -32,7 +32,7 @@ int train(int argc, char** argv) {
       if (out) std::printf("%s", train_options_help().c_str());
       return 0;
     }
-    setup = prepare_run(options);
+    setup = prepare_run(options, out);
   } catch (const std::runtime_error& error) {
     if (out) std::fprintf(stderr, "train: error: %s\n", error.what());
     return 1;

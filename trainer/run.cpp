@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdlib>
+#include <filesystem>
 #include <optional>
 
 #include "model/parameters.h"
@@ -13,6 +14,7 @@
 #include "trainer/optimizer.h"
 #include "trainer/preemption.h"
 #include "trainer/preflight.h"
+#include "trainer/progress.h"
 #include "trainer/ranks.h"
 #include "trainer/sampler.h"
 #include "trainer/tokenizer.h"
@@ -37,6 +39,21 @@ TrainValSplit load_data(const TrainOptions& options, int vocab_size) {
 }
 
 bool every(int interval, int step) { return interval > 0 && step % interval == 0; }
+
+double seconds_since(std::chrono::steady_clock::time_point begin) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+}
+
+// Before reading what may take a while (a model file, token shards), say so: the banner comes
+// only after everything is read.
+void say_reading(std::FILE* out, const TrainOptions& options) {
+  const std::string& model_file = options.resume.empty() ? options.init : options.resume;
+  std::error_code no_size;
+  const auto size = model_file.empty() ? 0 : std::filesystem::file_size(model_file, no_size);
+  if (!model_file.empty() && !no_size) say(out, "reading the model file %s (%.3g MB)\n", model_file.c_str(), size / 1e6);
+  for (const std::string& data : {options.train_data, options.val_data})
+    if (is_shard_pattern(data)) say(out, "reading the token shards %s\n", data.c_str());
+}
 
 // Bytes of one activation slot of a chunk, as the executor allocates it.
 size_t slot_bytes(const RunSetup& setup, const LayerRange& range) {
@@ -107,6 +124,8 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, Ru
   const LrSchedule schedule = lr_schedule_from_options(options);
   const AdamWSettings settings{options.beta1, options.beta2, options.eps, options.weight_decay, options.grad_clip};
   const double tokens_per_step = double(options.microbatches) * B * T * mesh.dp;
+  const auto run_begin = std::chrono::steady_clock::now();
+  std::vector<double> step_seconds;
   RunResult result;
   int skipped_in_a_row = 0;
   int saved_step = start.resumed ? start.position.step : -1;  // the step --save's files hold; -1: none written
@@ -116,7 +135,8 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, Ru
     activity.training_step = position.step + 1;
     activity.phase = kTrainingStepPhase;
     const StepResult step = train_step(trainer, train_reader, settings, lr, position.step + 1);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    const double seconds = seconds_since(begin);
+    step_seconds.push_back(seconds);
     position.step += 1;
     position.data_position = train_reader.next_microbatch;
 
@@ -127,7 +147,8 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, Ru
       activity.phase = "validation";
       record.val_loss = validation_loss(trainer, *val_reader, options.val_batches);
     }
-    say(out, "%s\n", format_step_line(record).c_str());
+    say(out, "%s | %s\n", format_step_line(record).c_str(),
+        format_progress(seconds_since(run_begin), median(step_seconds), options.steps - position.step).c_str());
     if (mesh.world_size > 1) say(out, "  %s\n", format_stages_line(record.stages).c_str());
     if (log) log->write(record);
     result.steps.push_back(record);
@@ -170,12 +191,14 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, Ru
     }
     activity.phase = "between steps";
   }
+  say(out, "%s\n", format_summary_line(result.steps, seconds_since(run_begin), {options.save, options.log}).c_str());
   return result;
 }
 
 }  // namespace
 
-RunSetup prepare_run(const TrainOptions& options) {
+RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
+  say_reading(out, options);
   RunSetup setup;
   setup.options = options;
   setup.start = load_starting_point(options);
@@ -283,4 +306,6 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const StuckHandler
   return result;
 }
 
-RunResult run_training(const TrainOptions& options, std::FILE* out) { return run_training(prepare_run(options), out); }
+RunResult run_training(const TrainOptions& options, std::FILE* out) {
+  return run_training(prepare_run(options, out), out);
+}

@@ -33,7 +33,8 @@ struct RunSetup {
 // Throws std::runtime_error with one line: bad data or checkpoint, dp pp != the world size,
 // fewer layers than stages x chunks, a --layers-per-stage that does not fit, a schedule that
 // does not fit the microbatches, or what a later step would fail on (trainer/preflight.h).
-RunSetup prepare_run(const TrainOptions& options);
+// Says on out (nullptr: silent) what it reads that may take a while.
+RunSetup prepare_run(const TrainOptions& options, std::FILE* out = nullptr);
 
 // The chosen schedule's grid for every stage, its timeline and the simulator's predicted idle
 // share and activation memory (peak in-flight microbatches x slot bytes) per stage
@@ -58,10 +59,11 @@ using StuckHandler = std::function<void(const std::string& report, const std::fu
 
 // Runs options.steps optimizer steps (fewer when resuming, or when stopped early: a stop signal,
 // trainer/preemption.h, or --max-skipped non-finite steps in a row), printing the banner, each
-// step's line and the samples to out (nullptr: silent; give it on world rank 0 only). A skipped
-// step is never saved: --save keeps the last applied step's checkpoint. Every rank of the world
-// calls it. Throws std::runtime_error with one line on bad input. An error once the communicators
-// exist may be this rank's alone while its peers wait on it: the communicators are then aborted
-// and the device memory is left allocated (trainer/run.cpp says why); the caller ends the job.
+// step's line with the time elapsed and left, the samples and a closing summary line to out
+// (nullptr: silent; give it on world rank 0 only). A skipped step is never saved: --save keeps
+// the last applied step's checkpoint. Every rank of the world calls it. Throws
+// std::runtime_error with one line on bad input. An error once the communicators exist may be
+// this rank's alone while its peers wait on it: the communicators are then aborted and the
+// device memory is left allocated (trainer/run.cpp says why); the caller ends the job.
 RunResult run_training(const RunSetup& setup, std::FILE* out, const StuckHandler& on_stuck = {});
 RunResult run_training(const TrainOptions& options, std::FILE* out);

@@ -3,6 +3,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -147,11 +148,56 @@ std::string decode(const Tokenizer& tokenizer, const int* tokens, size_t count) 
   return text;
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[at] (RFC 3629: no overlong forms, no
+// surrogates, nothing above U+10FFFF), or 0 when none starts there.
+size_t utf8_sequence_length(std::string_view text, size_t at) {
+  const auto byte = [&](size_t i) { return at + i < text.size() ? static_cast<unsigned char>(text[at + i]) : 0u; };
+  const auto continuation = [&](size_t i, unsigned low = 0x80, unsigned high = 0xBF) {
+    return byte(i) >= low && byte(i) <= high;
+  };
+  const unsigned lead = byte(0);
+  if (lead < 0x80) return 1;
+  if (lead >= 0xC2 && lead <= 0xDF) return continuation(1) ? 2 : 0;
+  if (lead >= 0xE0 && lead <= 0xEF) {
+    const unsigned low = lead == 0xE0 ? 0xA0 : 0x80, high = lead == 0xED ? 0x9F : 0xBF;
+    return continuation(1, low, high) && continuation(2) ? 3 : 0;
+  }
+  if (lead >= 0xF0 && lead <= 0xF4) {
+    const unsigned low = lead == 0xF0 ? 0x90 : 0x80, high = lead == 0xF4 ? 0x8F : 0xBF;
+    return continuation(1, low, high) && continuation(2) && continuation(3) ? 4 : 0;
+  }
+  return 0;
+}
+
+// Control characters a terminal could act on: C0 but newline and tab, DEL, and C1 (U+0080 to
+// U+009F, bytes C2 80 to C2 9F), which some terminals read as escape sequences.
+bool is_control(std::string_view sequence) {
+  const unsigned char lead = static_cast<unsigned char>(sequence[0]);
+  if (sequence.size() == 1) return (lead < 0x20 && lead != '\n' && lead != '\t') || lead == 0x7F;
+  return lead == 0xC2 && static_cast<unsigned char>(sequence[1]) < 0xA0;
+}
+
+}  // namespace
+
 std::string printable(std::string_view text) {
-  std::string safe(text);
-  for (char& c : safe) {
-    const unsigned char byte = static_cast<unsigned char>(c);
-    if ((byte < 0x20 && c != '\n' && c != '\t') || byte == 0x7F) c = '?';
+  std::string safe;
+  safe.reserve(text.size());
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t length = utf8_sequence_length(text, at);
+    const std::string_view sequence = text.substr(at, std::max<size_t>(length, 1));
+    if (length > 0 && !is_control(sequence)) {
+      safe += sequence;
+    } else {
+      for (const char c : sequence) {
+        char escape[5];
+        std::snprintf(escape, sizeof(escape), "\\x%02x", static_cast<unsigned char>(c));
+        safe += escape;
+      }
+    }
+    at += sequence.size();
   }
   return safe;
 }

@@ -34,5 +34,7 @@ Tokenizer sample_tokenizer(TokenFormat format, int vocab_size, const std::string
 
 // Bytes or pieces concatenated; ids written in decimal, separated by single spaces.
 std::string decode(const Tokenizer& tokenizer, const int* tokens, size_t count);
-// The text with control characters other than newline and tab replaced by '?', safe for a terminal.
+// The text as valid UTF-8, safe for a terminal: well-formed UTF-8 sequences as they are, newlines
+// and tabs kept, and every other byte (one of a broken or cut sequence, a control character) as
+// \xNN (lowercase hex). A byte model's sample may end or start inside a character, or be no UTF-8.
 std::string printable(std::string_view text);

@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""tools/plot_log.py (the picture of a --log file) as a specification.
+
+Logs come from short real runs of ./train (a 2-layer model, 8 steps, validation every 4 steps:
+about 2 s each), one under `mpirun -np 2` (two pipeline stages) and one single process, and from
+copies of them edited as a resumed or diverged run would write them. Each check runs the tool and
+reads the SVG it writes as XML: the panels and curves carry ids (plot_log.py's docstring), the
+titles stay text, and a curve's path has one point per value. Run by tools/run_tests.sh with
+Debian's /usr/bin/python3 (which has python3-matplotlib):
+    /usr/bin/python3 tests/plot_log_test.py [--gtest_filter=PATTERN]
+TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun). One line per
+check, then "tests: N passed, M failed".
+"""
+import fnmatch
+import functools
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ElementTree
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOL = os.path.join(ROOT, "tools", "plot_log.py")
+TRAIN = os.environ.get("TRAIN", os.path.join(ROOT, "train"))
+MPIRUN = os.environ.get("MPIRUN", "mpirun")
+SMALL_RUN = ["--steps", "8", "--layers", "2", "--heads", "2", "--dim", "32", "--seq-len", "16", "--batch", "2",
+             "--microbatches", "2", "--val-every", "4", "--val-batches", "2", "--sample-every", "0"]
+PANELS = {"loss": "loss", "learning_rate": "learning rate", "grad_norm": "gradient norm (before clipping)",
+          "tokens_per_s": "tokens/s", "stage_idle": "idle share per stage (mean of 20 steps)"}
+SVG = "{http://www.w3.org/2000/svg}"
+DIRECTORY = tempfile.TemporaryDirectory()
+
+
+@functools.lru_cache(maxsize=None)
+def real_log(ranks):
+    """The log of the small run on this many ranks (1: a single process), written once."""
+    path = os.path.join(DIRECTORY.name, "ranks%d.jsonl" % ranks)
+    launcher = [] if ranks == 1 else [MPIRUN, "-np", str(ranks)]
+    subprocess.run(launcher + [TRAIN] + SMALL_RUN + ["--log", path], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+    return path
+
+
+def edited_copy(name, source, edit):
+    """A copy of the log at source with edit applied to its list of lines."""
+    with open(source) as file:
+        lines = file.read().splitlines()
+    path = os.path.join(DIRECTORY.name, name + ".jsonl")
+    with open(path, "w") as file:
+        file.write("\n".join(edit(lines)) + "\n")
+    return path
+
+
+def plot(log):
+    """(exit status, stderr, the SVG's root element or None) of the tool on log."""
+    output = log[:-len(".jsonl")] + ".svg"
+    done = subprocess.run([TOOL, log, "-o", output], capture_output=True, text=True, timeout=120)
+    root = ElementTree.parse(output).getroot() if done.returncode == 0 else None
+    return done.returncode, done.stderr.strip(), root
+
+
+def element(root, gid):
+    return next((e for e in root.iter() if e.get("id") == gid), None)
+
+
+def points(root, gid):
+    """The number of points of the first path under the element with id gid (0 if none)."""
+    group = element(root, gid)
+    path = next(group.iter(SVG + "path"), None) if group is not None else None
+    return len(re.findall(r"[ML]", path.get("d"))) if path is not None else 0
+
+
+def texts(root):
+    return {"".join(e.itertext()).strip() for e in root.iter(SVG + "text")}
+
+
+def pipeline_run():
+    status, said, root = plot(real_log(2))
+    if root is None:
+        return False, "status %d: %s" % (status, said)
+    missing = [gid for gid in list(PANELS) + ["training_loss", "validation_loss", "stage_0_idle", "stage_1_idle"]
+               if element(root, gid) is None]
+    untitled = [title for title in PANELS.values() if title not in texts(root)]
+    counts = {gid: points(root, gid) for gid in ["training_loss", "validation_loss", "learning_rate_line",
+                                                 "stage_0_idle", "stage_1_idle"]}
+    expected = {"training_loss": 8, "validation_loss": 2, "learning_rate_line": 8, "stage_0_idle": 8, "stage_1_idle": 8}
+    ok = root.tag == SVG + "svg" and not missing and not untitled and counts == expected
+    return ok, "ids missing %s, titles missing %s, points %s" % (missing, untitled, counts)
+
+
+def single_process():
+    status, said, root = plot(real_log(1))
+    if root is None:
+        return False, "status %d: %s" % (status, said)
+    ok = (element(root, "stage_idle") is not None and element(root, "stage_0_idle") is None
+          and "one stage: no pipeline, nothing waits" in texts(root))
+    return ok, "idle panel: %s, its note: %s" % (element(root, "stage_idle") is not None,
+                                                 "one stage: no pipeline, nothing waits" in texts(root))
+
+
+def resumed_log():
+    # A run that crashed after step 6 and resumed from its save at step 4 writes steps 5 and 6 again.
+    log = edited_copy("resumed", real_log(1), lambda lines: lines[:6] + lines[4:])
+    status, said, root = plot(log)
+    if root is None:
+        return False, "status %d: %s" % (status, said)
+    return points(root, "training_loss") == 8, "%d training points for 8 steps" % points(root, "training_loss")
+
+
+def non_finite_loss():
+    # printf's %.17g, as ./train writes a NaN: "nan" or "-nan", which JSON has no word for.
+    log = edited_copy("nan", real_log(1), lambda lines: [re.sub(r'"loss": [^,]+', '"loss": -nan', line, count=1)
+                                                         if line.startswith('{"step": 3,') else line for line in lines])
+    status, said, root = plot(log)
+    return root is not None and element(root, "training_loss") is not None, "status %d %s" % (status, said)
+
+
+def malformed_line():
+    log = edited_copy("malformed", real_log(1), lambda lines: lines[:2] + [lines[2][:30]] + lines[3:])
+    status, said, _ = plot(log)
+    expected = "plot_log.py: %s line 3: not a JSON record" % log
+    return status == 1 and said == expected, "status %d, said %r" % (status, said)
+
+
+def missing_log():
+    log = os.path.join(DIRECTORY.name, "absent.jsonl")
+    status, said, _ = plot(log)
+    expected = "plot_log.py: %s: cannot read the log: No such file or directory" % log
+    return status == 1 and said == expected, "status %d, said %r" % (status, said)
+
+
+CHECKS = {
+    "PlotLog.PipelineRunGivesAnSvgWithEveryPanelAndOnePointPerValue": pipeline_run,
+    "PlotLog.SingleProcessIdlePanelSaysThereIsOneStage": single_process,
+    "PlotLog.ResumedLogKeepsOneRecordPerStep": resumed_log,
+    "PlotLog.NonFiniteLossDoesNotStopThePicture": non_finite_loss,
+    "PlotLog.MalformedLineFailsNamingIt": malformed_line,
+    "PlotLog.MissingLogFailsInOneLine": missing_log,
+}
+
+
+def selected(name, gtest_filter):
+    """gtest's filter syntax: positive patterns, then optionally '-' and negative ones, ':'-separated."""
+    positive, _, negative = gtest_filter.partition("-")
+    matches = lambda patterns: any(fnmatch.fnmatchcase(name, p) for p in patterns.split(":") if p)
+    return matches(positive or "*") and not matches(negative)
+
+
+def main():
+    gtest_filter = "*"
+    for argument in sys.argv[1:]:
+        if argument.startswith("--gtest_filter="):
+            gtest_filter = argument[len("--gtest_filter="):]
+    names = [name for name in CHECKS if selected(name, gtest_filter)]
+    passed = 0
+    with DIRECTORY:
+        for name in names:
+            try:
+                ok, detail = CHECKS[name]()
+            except (OSError, subprocess.SubprocessError, ElementTree.ParseError) as error:
+                said = (getattr(error, "stderr", None) or "").strip().splitlines()
+                ok, detail = False, "did not run: %s" % (said[-1] if said else error)
+            passed += ok
+            print("%s %s: %s" % ("PASSED" if ok else "FAILED", name, detail))
+    print("tests: %d passed, %d failed" % (passed, len(names) - passed))
+    return 0 if passed == len(names) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+// Elapsed time, time left and the run's summary line (trainer/progress.h).
+#include "trainer/progress.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "model/checkpoint.h"
+
+namespace {
+
+std::string format(const char* pattern, double value) {
+  char text[64];
+  std::snprintf(text, sizeof(text), pattern, value);
+  return text;
+}
+
+}  // namespace
+
+std::string format_duration(double seconds) {
+  const long whole = std::lround(std::max(seconds, 0.0));
+  char text[32];
+  if (whole < 60) {
+    std::snprintf(text, sizeof(text), "%lds", whole);
+  } else if (whole < 3600) {
+    std::snprintf(text, sizeof(text), "%ldm%02lds", whole / 60, whole % 60);
+  } else {
+    std::snprintf(text, sizeof(text), "%ldh%02ldm", whole / 3600, whole / 60 % 60);
+  }
+  return text;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  const size_t middle = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + middle, values.end());
+  if (values.size() % 2 == 1) return values[middle];
+  return (values[middle] + *std::max_element(values.begin(), values.begin() + middle)) / 2;
+}
+
+std::string format_progress(double elapsed_seconds, double median_step_seconds, int steps_left) {
+  std::string text = format_duration(elapsed_seconds) + " elapsed";
+  if (steps_left > 0) text += ", ~" + format_duration(median_step_seconds * steps_left) + " left";
+  return text;
+}
+
+std::string format_summary_line(const std::vector<StepRecord>& steps, double wall_seconds, const RunOutputs& outputs) {
+  if (steps.empty()) return "done: no steps to do in " + format_duration(wall_seconds);
+  const StepRecord& last = steps.back();
+  std::string line = "done: " + std::to_string(last.step) + "/" + std::to_string(last.steps) + " steps";
+  if (int(steps.size()) != last.step) line += " (" + std::to_string(steps.size()) + " in this run)";
+  line += " in " + format_duration(wall_seconds) + " | loss " + format("%.4f", last.loss);
+  const StepRecord* last_val = nullptr;
+  const StepRecord* best_val = nullptr;
+  std::vector<double> tokens_per_s;
+  for (const StepRecord& step : steps) {
+    tokens_per_s.push_back(step.tokens_per_s);
+    if (!step.has_val_loss) continue;
+    last_val = &step;
+    if (best_val == nullptr || step.val_loss < best_val->val_loss) best_val = &step;
+  }
+  if (last_val != nullptr) {
+    line += " | val " + format("%.4f", last_val->val_loss) + ", best " + format("%.4f", best_val->val_loss) +
+            " at step " + std::to_string(best_val->step);
+  }
+  const double median_tokens = median(tokens_per_s);
+  line += " | median " + (median_tokens >= 1e3 ? format("%.1fk", median_tokens / 1e3) : format("%.0f", median_tokens)) +
+          " tok/s";
+  line += outputs.checkpoint.empty() ? " | no checkpoint (--save FILE)"
+                                     : " | saved " + outputs.checkpoint + " and " + training_state_path(outputs.checkpoint);
+  line += outputs.log.empty() ? " | no log (--log FILE)" : " | log " + outputs.log;
+  return line;
+}
