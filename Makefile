@@ -25,7 +25,7 @@ NVCC ?= $(CUDA)/bin/nvcc
 # `make clean`; SETUP_DEPS=0 skips it where it cannot check (not Debian or Ubuntu).
 ifeq ($(MAKELEVEL)$(filter 0,$(SETUP_DEPS)),0)
   ifneq ($(filter-out clean,$(or $(MAKECMDGOALS),all)),)
-    DEPS_GROUPS := build $(if $(filter test,$(MAKECMDGOALS)),test) \
+    DEPS_GROUPS := build $(if $(filter test,$(MAKECMDGOALS)),test) $(filter sanitize fuzz,$(MAKECMDGOALS)) \
                    $(if $(or $(filter 1,$(GPU)),$(filter cuda ptxas-report,$(MAKECMDGOALS))),cuda)
     ifneq ($(shell CUDA='$(CUDA)' tools/setup_deps.sh $(DEPS_GROUPS) >&2; echo $$?),0)
       $(error the packages are not set up: tools/setup_deps.sh $(strip $(DEPS_GROUPS)) said why above)
@@ -164,7 +164,6 @@ SANITIZE_TEST_SRCS := $(filter-out tests/cublas_test.cu tests/measures_test.cu t
 # Trainer.ProgramReports... runs the uninstrumented ./train too.
 SANITIZE_FILTER ?= *:-Trainer.ProgramReportsAnErrorInOneLineAndExitsWithStatus1
 sanitize:
-	tools/setup_deps.sh sanitize
 	$(MAKE) $(SANITIZE)/tests/unit_tests $(SANITIZE)/tests/mpi_tests
 	$(SANITIZE_ENV) $(SANITIZE)/tests/unit_tests --gtest_filter='$(SANITIZE_FILTER)'
 	$(SANITIZE_ENV) $(MPIRUN) -np 4 $(SANITIZE)/tests/mpi_tests
@@ -197,7 +196,6 @@ FUZZ_TARGETS := model_file training_state token_shard text_data tokenizer comman
 FUZZ_SECONDS ?= 20
 FUZZ_RUN_FLAGS = -max_total_time=$(FUZZ_SECONDS) -malloc_limit_mb=64 -timeout=10 -print_final_stats=1
 fuzz:
-	tools/setup_deps.sh fuzz
 	$(MAKE) $(FUZZ_TARGETS:%=$(FUZZ)/%) $(FUZZ)/write_seeds
 	$(FUZZ)/write_seeds $(FUZZ)/corpus
 	@for target in $(FUZZ_TARGETS); do \

@@ -17,7 +17,7 @@
 namespace {
 
 StepRecord step_record(int step, int steps, double loss, double tokens_per_s) {
-  return {step, steps, loss, false, 0.0, 3e-4, 0.5, 100.0, tokens_per_s, {}};
+  return {step, steps, loss, false, 0.0, 3e-4, 0.5, 100.0, tokens_per_s, {}, {}};
 }
 
 StepRecord with_val(StepRecord record, double val_loss) {
