@@ -246,7 +246,10 @@ struct BlockRunner::Impl {
 BlockRunner::BlockRunner(size_t stack_bytes) : impl_(new Impl) { impl_->block.stack_bytes = stack_bytes; }
 
 BlockRunner::~BlockRunner() {
-  for (Stack& s : impl_->block.stacks) munmap(s.memory, s.bytes);
+  for (Stack& s : impl_->block.stacks) {
+    sanitizer_release_stack(s.memory, s.bytes);
+    munmap(s.memory, s.bytes);
+  }
 }
 
 bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
