@@ -6,6 +6,9 @@
 // runs on the stream's worker thread, so MPI must be initialised with MPI_THREAD_MULTIPLE. Buffers
 // must be memory of the communicator's device, and two ranks of one node may not share a device
 // (NCCL's "Duplicate GPU detected"). MPI errors abort (MPI_ERRORS_ARE_FATAL).
+// MPI itself sees only host copies of the buffers (Staging below): its progress engine runs in
+// whichever thread calls MPI next, and with CUDA_CPU_STRICT_MEMORY only the stream's worker may
+// touch device memory.
 #include <cuda_bf16.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -160,9 +163,43 @@ MPI_Op reduction(ncclRedOp_t op, ncclDataType_t type, const char* function) {
 
 // ---- groups ----
 
-// A collected call: posts its nonblocking MPI call when the group runs on its stream.
-// What it captures (a staging copy, say) lives until the group has completed.
-using Post = std::function<MPI_Request()>;
+// The host copies of one group's device buffers, made on the stream's worker (which may touch
+// them). MPI's progress runs in whichever thread calls MPI next (another library's listener,
+// say), and in strict memory mode no thread but the worker may touch device memory, as a GPU's
+// host threads may not: so MPI gets host buffers. in() copies a buffer MPI reads; out() gives
+// one MPI writes, copied back by finish() once the group completes (initial: copied in first,
+// for in-place forms). A buffer named twice gets one copy, so in-place calls stay in place.
+class Staging {
+ public:
+  const void* in(const void* device, size_t bytes) { return copy(const_cast<void*>(device), bytes, true, false); }
+  void* out(void* device, size_t bytes, bool initial = false) { return copy(device, bytes, initial, true); }
+  void finish() {
+    for (Buffer& b : buffers_)
+      if (b.written) std::memcpy(b.device, b.host.data(), b.host.size());
+  }
+
+ private:
+  struct Buffer {
+    void* device;
+    std::vector<char> host;
+    bool written;
+  };
+  void* copy(void* device, size_t bytes, bool initial, bool written) {
+    for (Buffer& b : buffers_)
+      if (b.device == device && b.host.size() == bytes) {
+        b.written |= written;
+        return b.host.data();
+      }
+    Buffer& b = buffers_.emplace_back(Buffer{device, std::vector<char>(bytes), written});
+    if (initial) std::memcpy(b.host.data(), device, bytes);
+    return b.host.data();
+  }
+  std::vector<Buffer> buffers_;
+};
+
+// A collected call: posts its nonblocking MPI call on the group's staging when the group runs
+// on its stream.
+using Post = std::function<MPI_Request(Staging&)>;
 
 struct Collected {
   ncclComm_t comm;
@@ -223,10 +260,20 @@ ncclResult_t queue_collected() {
   for (ncclComm_t comm : comms) change_in_flight(comm, +1);
   const char* name = calls.size() == 1 ? calls.front().function : "ncclGroupEnd";
   cpu::enqueue(stream, name, [calls = std::move(calls), comms] {
+    auto staging = std::make_unique<Staging>();
     std::vector<MPI_Request> requests;
     requests.reserve(calls.size());
-    for (const Collected& c : calls) requests.push_back(c.post());
-    if (!wait_without_spinning(requests, comms)) cpu::set_sticky_error(cudaErrorLaunchFailure);
+    for (const Collected& c : calls) requests.push_back(c.post(*staging));
+    if (wait_without_spinning(requests, comms)) {
+      staging->finish();
+    } else {
+      cpu::set_sticky_error(cudaErrorLaunchFailure);
+      // The requests stay pending until the process ends (an abort): their buffers must too.
+      static std::mutex abandoned_mutex;
+      static std::vector<std::unique_ptr<Staging>> abandoned;
+      std::lock_guard<std::mutex> lock(abandoned_mutex);
+      abandoned.push_back(std::move(staging));
+    }
     for (ncclComm_t comm : comms) change_in_flight(comm, -1);
   });
   return ncclSuccess;
@@ -412,9 +459,9 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
   const Element e = element(datatype, "ncclSend");
   const int n = mpi_count(count, "ncclSend");
   if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclSend", "sendbuff"); r != ncclSuccess) return r;
-  return submit(comm, stream, "ncclSend", [=] {
+  return submit(comm, stream, "ncclSend", [=](Staging& staging) {
     MPI_Request request;
-    MPI_Isend(sendbuff, n, e.mpi, peer, 0, comm->mpi, &request);
+    MPI_Isend(staging.in(sendbuff, count * e.bytes), n, e.mpi, peer, 0, comm->mpi, &request);
     return request;
   });
 }
@@ -425,9 +472,9 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
   const Element e = element(datatype, "ncclRecv");
   const int n = mpi_count(count, "ncclRecv");
   if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclRecv", "recvbuff"); r != ncclSuccess) return r;
-  return submit(comm, stream, "ncclRecv", [=] {
+  return submit(comm, stream, "ncclRecv", [=](Staging& staging) {
     MPI_Request request;
-    MPI_Irecv(recvbuff, n, e.mpi, peer, 0, comm->mpi, &request);
+    MPI_Irecv(staging.out(recvbuff, count * e.bytes), n, e.mpi, peer, 0, comm->mpi, &request);
     return request;
   });
 }
@@ -439,21 +486,22 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   const Element e = element(datatype, "ncclAllReduce");
   const MPI_Op mpi_op = reduction(op, datatype, "ncclAllReduce");
   const int n = mpi_count(count, "ncclAllReduce");
-  const void* in = sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff;
+  const bool in_place = sendbuff == recvbuff;
   if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclAllReduce", "sendbuff"); r != ncclSuccess)
     return r;
   if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclAllReduce", "recvbuff"); r != ncclSuccess)
     return r;
-  return submit(comm, stream, "ncclAllReduce", [=] {
+  return submit(comm, stream, "ncclAllReduce", [=](Staging& staging) {
+    const size_t bytes = count * e.bytes;
+    const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, bytes);
     MPI_Request request;
-    MPI_Iallreduce(in, recvbuff, n, e.mpi, mpi_op, comm->mpi, &request);
+    MPI_Iallreduce(in, staging.out(recvbuff, bytes, in_place), n, e.mpi, mpi_op, comm->mpi, &request);
     return request;
   });
 }
 
-// sendbuff: (nranks, recvcount); recvbuff: (recvcount), this rank's row of the sum.
-// In place (recvbuff inside sendbuff) works on a staging copy of sendbuff, since MPI
-// forbids overlapping buffers and its own in-place form puts the result elsewhere.
+// sendbuff: (nranks, recvcount); recvbuff: (recvcount), this rank's row of the sum. In place
+// (recvbuff inside sendbuff) needs nothing more: MPI gets separate host copies of the two.
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   if (ncclResult_t r = check_comm(comm, "ncclReduceScatter"); r != ncclSuccess) return r;
@@ -461,22 +509,15 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   const MPI_Op mpi_op = reduction(op, datatype, "ncclReduceScatter");
   const int n = mpi_count(recvcount, "ncclReduceScatter");
   const size_t send_bytes = comm_size(comm) * recvcount * e.bytes;
-  const char* send_begin = static_cast<const char*>(sendbuff);
-  const char* recv_begin = static_cast<const char*>(recvbuff);
-  const bool overlaps = recv_begin < send_begin + send_bytes && send_begin < recv_begin + recvcount * e.bytes;
   if (ncclResult_t r = check_buffer(sendbuff, send_bytes, comm, "ncclReduceScatter", "sendbuff"); r != ncclSuccess)
     return r;
   if (ncclResult_t r = check_buffer(recvbuff, recvcount * e.bytes, comm, "ncclReduceScatter", "recvbuff");
       r != ncclSuccess)
     return r;
-  return submit(comm, stream, "ncclReduceScatter", [=, staging = std::make_shared<std::vector<char>>()] {
-    const void* in = sendbuff;
-    if (overlaps) {
-      staging->assign(send_begin, send_begin + send_bytes);
-      in = staging->data();
-    }
+  return submit(comm, stream, "ncclReduceScatter", [=](Staging& staging) {
     MPI_Request request;
-    MPI_Ireduce_scatter_block(in, recvbuff, n, e.mpi, mpi_op, comm->mpi, &request);
+    MPI_Ireduce_scatter_block(staging.in(sendbuff, send_bytes), staging.out(recvbuff, recvcount * e.bytes), n, e.mpi,
+                              mpi_op, comm->mpi, &request);
     return request;
   });
 }
@@ -489,15 +530,17 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   const Element e = element(datatype, "ncclAllGather");
   const int n = mpi_count(sendcount, "ncclAllGather");
   const char* own_row = static_cast<const char*>(recvbuff) + comm_rank(comm) * sendcount * e.bytes;
-  const void* in = sendbuff == own_row ? MPI_IN_PLACE : sendbuff;
+  const bool in_place = sendbuff == own_row;
   if (ncclResult_t r = check_buffer(sendbuff, sendcount * e.bytes, comm, "ncclAllGather", "sendbuff"); r != ncclSuccess)
     return r;
   if (ncclResult_t r = check_buffer(recvbuff, comm_size(comm) * sendcount * e.bytes, comm, "ncclAllGather", "recvbuff");
       r != ncclSuccess)
     return r;
-  return submit(comm, stream, "ncclAllGather", [=] {
+  return submit(comm, stream, "ncclAllGather", [=](Staging& staging) {
+    const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, sendcount * e.bytes);
     MPI_Request request;
-    MPI_Iallgather(in, n, e.mpi, recvbuff, n, e.mpi, comm->mpi, &request);
+    MPI_Iallgather(in, n, e.mpi, staging.out(recvbuff, comm_size(comm) * sendcount * e.bytes, in_place), n, e.mpi,
+                   comm->mpi, &request);
     return request;
   });
 }
@@ -515,10 +558,10 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
       return r;
   if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclBroadcast", "recvbuff"); r != ncclSuccess)
     return r;
-  return submit(comm, stream, "ncclBroadcast", [=] {
+  return submit(comm, stream, "ncclBroadcast", [=](Staging& staging) {
     if (copy_first) std::memcpy(recvbuff, sendbuff, count * e.bytes);
     MPI_Request request;
-    MPI_Ibcast(recvbuff, n, e.mpi, root, comm->mpi, &request);
+    MPI_Ibcast(staging.out(recvbuff, count * e.bytes, comm_rank(comm) == root), n, e.mpi, root, comm->mpi, &request);
     return request;
   });
 }
@@ -531,15 +574,18 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   const Element e = element(datatype, "ncclReduce");
   const MPI_Op mpi_op = reduction(op, datatype, "ncclReduce");
   const int n = mpi_count(count, "ncclReduce");
-  const void* in = comm_rank(comm) == root && sendbuff == recvbuff ? MPI_IN_PLACE : sendbuff;
+  const bool is_root = comm_rank(comm) == root, in_place = is_root && sendbuff == recvbuff;
   if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclReduce", "sendbuff"); r != ncclSuccess)
     return r;
   if (comm_rank(comm) == root)
     if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclReduce", "recvbuff"); r != ncclSuccess)
       return r;
-  return submit(comm, stream, "ncclReduce", [=] {
+  return submit(comm, stream, "ncclReduce", [=](Staging& staging) {
+    const size_t bytes = count * e.bytes;
+    const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, bytes);
+    void* out = is_root ? staging.out(recvbuff, bytes, in_place) : nullptr;  // only the root's is used
     MPI_Request request;
-    MPI_Ireduce(in, recvbuff, n, e.mpi, mpi_op, root, comm->mpi, &request);
+    MPI_Ireduce(in, out, n, e.mpi, mpi_op, root, comm->mpi, &request);
     return request;
   });
 }
