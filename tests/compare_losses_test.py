@@ -8,13 +8,14 @@ tools/run_tests.sh with Debian's /usr/bin/python3:
     /usr/bin/python3 tests/compare_losses_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train). One line per check, then "tests: N passed, M failed".
 """
-import fnmatch
 import functools
 import os
 import re
 import subprocess
 import sys
 import tempfile
+
+from check_runner import run_checks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "compare_losses.py")
@@ -159,32 +160,14 @@ CHECKS = {
 }
 
 
-def selected(name, gtest_filter):
-    """gtest's filter syntax: positive patterns, then optionally '-' and negative ones, ':'-separated."""
-    positive, _, negative = gtest_filter.partition("-")
-    matches = lambda patterns: any(fnmatch.fnmatchcase(name, p) for p in patterns.split(":") if p)
-    return matches(positive or "*") and not matches(negative)
-
-
-def main():
-    gtest_filter = "*"
-    for argument in sys.argv[1:]:
-        if argument.startswith("--gtest_filter="):
-            gtest_filter = argument[len("--gtest_filter="):]
-    names = [name for name in CHECKS if selected(name, gtest_filter)]
-    passed = 0
-    with DIRECTORY:
-        for name in names:
-            try:
-                ok, detail = CHECKS[name]()
-            except (OSError, subprocess.SubprocessError) as error:
-                said = (getattr(error, "stderr", None) or "").strip().splitlines()
-                ok, detail = False, "%s did not run: %s" % (TRAIN, said[-1] if said else error)
-            passed += ok
-            print("%s %s: %s" % ("PASSED" if ok else "FAILED", name, detail))
-    print("tests: %d passed, %d failed" % (passed, len(names) - passed))
-    return 0 if passed == len(names) else 1
+def run_one(name):
+    try:
+        return CHECKS[name]()
+    except (OSError, subprocess.SubprocessError) as error:
+        said = (getattr(error, "stderr", None) or "").strip().splitlines()
+        return False, "%s did not run: %s" % (TRAIN, said[-1] if said else error)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with DIRECTORY:
+        sys.exit(run_checks(CHECKS, run_one))

@@ -11,7 +11,6 @@ Debian's /usr/bin/python3 (which has python3-matplotlib):
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun). One line per
 check, then "tests: N passed, M failed".
 """
-import fnmatch
 import functools
 import os
 import re
@@ -19,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ElementTree
+
+from check_runner import run_checks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "plot_log.py")
@@ -140,32 +141,14 @@ CHECKS = {
 }
 
 
-def selected(name, gtest_filter):
-    """gtest's filter syntax: positive patterns, then optionally '-' and negative ones, ':'-separated."""
-    positive, _, negative = gtest_filter.partition("-")
-    matches = lambda patterns: any(fnmatch.fnmatchcase(name, p) for p in patterns.split(":") if p)
-    return matches(positive or "*") and not matches(negative)
-
-
-def main():
-    gtest_filter = "*"
-    for argument in sys.argv[1:]:
-        if argument.startswith("--gtest_filter="):
-            gtest_filter = argument[len("--gtest_filter="):]
-    names = [name for name in CHECKS if selected(name, gtest_filter)]
-    passed = 0
-    with DIRECTORY:
-        for name in names:
-            try:
-                ok, detail = CHECKS[name]()
-            except (OSError, subprocess.SubprocessError, ElementTree.ParseError) as error:
-                said = (getattr(error, "stderr", None) or "").strip().splitlines()
-                ok, detail = False, "did not run: %s" % (said[-1] if said else error)
-            passed += ok
-            print("%s %s: %s" % ("PASSED" if ok else "FAILED", name, detail))
-    print("tests: %d passed, %d failed" % (passed, len(names) - passed))
-    return 0 if passed == len(names) else 1
+def run_one(name):
+    try:
+        return CHECKS[name]()
+    except (OSError, subprocess.SubprocessError, ElementTree.ParseError) as error:
+        said = (getattr(error, "stderr", None) or "").strip().splitlines()
+        return False, "did not run: %s" % (said[-1] if said else error)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with DIRECTORY:
+        sys.exit(run_checks(CHECKS, run_one))

@@ -12,12 +12,13 @@ check, then "tests: N passed, M failed" (exit status 1 on a failure), as tools/r
 expects. Without torch it says that it skipped and counts nothing, unless CI=true: there a
 missing torch is one failure.
 """
-import fnmatch
 import math
 import os
 import subprocess
 import sys
 import tempfile
+
+from check_runner import run_checks, selected_names
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -62,13 +63,6 @@ def check_names():
             ["PyTorch.AdamWLoss/step%d" % step for step in range(1, STEPS + 1)] +
             ["PyTorch.GradNormBeforeClipping", "PyTorch.ClippingInSomeButNotAllSteps"] +
             ["PyTorch.ParametersAfterLastUpdate/" + name for name, _ in SHAPES])
-
-
-def selected(name, gtest_filter):
-    """gtest's filter syntax: positive patterns, then optionally '-' and negative ones, ':'-separated."""
-    positive, _, negative = gtest_filter.partition("-")
-    matches = lambda patterns: any(fnmatch.fnmatchcase(name, p) for p in patterns.split(":") if p)
-    return matches(positive or "*") and not matches(negative)
 
 
 def padded(np, name, values):
@@ -196,11 +190,7 @@ def our_run(np, model_path, tokens_path, output_path):
 
 
 def main():
-    gtest_filter = "*"
-    for argument in sys.argv[1:]:
-        if argument.startswith("--gtest_filter="):
-            gtest_filter = argument[len("--gtest_filter="):]
-    names = [name for name in check_names() if selected(name, gtest_filter)]
+    names = selected_names(check_names())
     if not names:
         print("tests: 0 passed, 0 failed")
         return 0
@@ -274,13 +264,7 @@ def main():
             "max |diff| %.2e = %.1e of the updates' max |move| %.2e (bound %.0e)" % (
                 difference, difference / moved, moved, PARAMETER_TOLERANCE))
 
-    passed = 0
-    for name in names:
-        ok, detail = results[name]
-        passed += ok
-        print("%s %s: %s" % ("PASSED" if ok else "FAILED", name, detail))
-    print("tests: %d passed, %d failed" % (passed, len(names) - passed))
-    return 0 if passed == len(names) else 1
+    return run_checks(names, results.get)
 
 
 if __name__ == "__main__":

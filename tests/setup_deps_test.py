@@ -8,12 +8,13 @@ the install command without running it, a user who is neither root nor can sudo,
     /usr/bin/python3 tests/setup_deps_test.py [--gtest_filter=PATTERN]
 One line per check, then "tests: N passed, M failed".
 """
-import fnmatch
 import os
 import subprocess
 import sys
 import tempfile
 import time
+
+from check_runner import run_checks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tools", "setup_deps.sh")
@@ -95,30 +96,12 @@ CHECKS = {
 }
 
 
-def selected(name, gtest_filter):
-    """gtest's filter syntax: positive patterns, then optionally '-' and negative ones, ':'-separated."""
-    positive, _, negative = gtest_filter.partition("-")
-    matches = lambda patterns: any(fnmatch.fnmatchcase(name, p) for p in patterns.split(":") if p)
-    return matches(positive or "*") and not matches(negative)
-
-
-def main():
-    gtest_filter = "*"
-    for argument in sys.argv[1:]:
-        if argument.startswith("--gtest_filter="):
-            gtest_filter = argument[len("--gtest_filter="):]
-    names = [name for name in CHECKS if selected(name, gtest_filter)]
-    passed = 0
-    for name in names:
-        try:
-            ok, detail = CHECKS[name]()
-        except (OSError, subprocess.SubprocessError) as error:
-            ok, detail = False, "did not run: %s" % error
-        passed += ok
-        print("%s %s: %s" % ("PASSED" if ok else "FAILED", name, detail))
-    print("tests: %d passed, %d failed" % (passed, len(names) - passed))
-    return 0 if passed == len(names) else 1
+def run_one(name):
+    try:
+        return CHECKS[name]()
+    except (OSError, subprocess.SubprocessError) as error:
+        return False, "did not run: %s" % error
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_checks(CHECKS, run_one))

@@ -13,7 +13,6 @@ that cannot run 4 ranks (fewer GPUs), each check says SKIPPED and counts nothing
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun). One line per
 check, then "tests: N passed, M failed" (exit status 1 on a failure), as tools/run_tests.sh expects.
 """
-import fnmatch
 import os
 import random
 import re
@@ -22,6 +21,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from check_runner import run_checks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,13 +41,6 @@ CASES = {
     "RankFailure.ReplicaRankIsNamedByStageAndReplica": ("rank=3,step=2", ["--dp", "2"], (1, 1)),
     "RankFailure.RunWithoutFailureEndsCleanly": (None, [], None),
 }
-
-
-def selected(name, gtest_filter):
-    """gtest's filter syntax: positive patterns, then optionally '-' and negative ones, ':'-separated."""
-    positive, _, negative = gtest_filter.partition("-")
-    matches = lambda patterns: any(fnmatch.fnmatchcase(name, p) for p in patterns.split(":") if p)
-    return matches(positive or "*") and not matches(negative)
 
 
 def write_text(path):
@@ -129,25 +123,5 @@ def check(name):
         status, seconds, TIMEOUT, errors, len(steps_done), step - 1)
 
 
-def main():
-    gtest_filter = "*"
-    for argument in sys.argv[1:]:
-        if argument.startswith("--gtest_filter="):
-            gtest_filter = argument[len("--gtest_filter="):]
-    passed = failed = 0
-    for name in CASES:
-        if not selected(name, gtest_filter):
-            continue
-        ok, detail = check(name)
-        if ok is None:
-            print("SKIPPED %s: %s" % (name, detail), flush=True)
-            continue
-        passed += ok
-        failed += not ok
-        print("%s %s: %s" % ("PASSED" if ok else "FAILED", name, detail), flush=True)
-    print("tests: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_checks(CASES, check))

@@ -24,9 +24,9 @@ import sys
 import tempfile
 import threading
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_failure_test import ROOT, SMALL_MODEL, selected, write_text  # noqa: E402
-from train_watchdog_test import rank_pids  # noqa: E402
+from check_runner import run_checks
+from train_failure_test import ROOT, SMALL_MODEL, write_text
+from train_watchdog_test import rank_pids
 
 TRAIN = os.environ.get("TRAIN", os.path.join(ROOT, "train"))
 MPIRUN = os.environ.get("MPIRUN", "mpirun").split()
@@ -166,23 +166,10 @@ CASES = {
 }
 
 
-def main():
-    gtest_filter = "*"
-    for argument in sys.argv[1:]:
-        if argument.startswith("--gtest_filter="):
-            gtest_filter = argument[len("--gtest_filter="):]
-    passed = failed = 0
-    for name, check in CASES.items():
-        if not selected(name, gtest_filter):
-            continue
-        with tempfile.TemporaryDirectory(prefix="train_stop_") as directory:
-            ok, detail = check(directory)
-        passed += ok
-        failed += not ok
-        print("%s %s: %s" % ("PASSED" if ok else "FAILED", name, detail), flush=True)
-    print("tests: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+def check(name):
+    with tempfile.TemporaryDirectory(prefix="train_stop_") as directory:
+        return CASES[name](directory)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_checks(CASES, check))

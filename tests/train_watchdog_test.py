@@ -25,8 +25,8 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_failure_test import ROOT, SMALL_MODEL, processes_running, selected, write_text  # noqa: E402
+from check_runner import run_checks
+from train_failure_test import ROOT, SMALL_MODEL, processes_running, write_text
 
 # --timeout 5, and the report's rank-0 printing and abort take well under a second; a rank 0
 # that is itself stopped leaves the reporting rank to print and abort after its 5 s grace period.
@@ -145,22 +145,5 @@ def check(name):
         status, seconds, TIMEOUT, ", ".join(detail))
 
 
-def main():
-    gtest_filter = "*"
-    for argument in sys.argv[1:]:
-        if argument.startswith("--gtest_filter="):
-            gtest_filter = argument[len("--gtest_filter="):]
-    passed = failed = 0
-    for name in CASES:
-        if not selected(name, gtest_filter):
-            continue
-        ok, detail = check(name)
-        passed += ok
-        failed += not ok
-        print("%s %s: %s" % ("PASSED" if ok else "FAILED", name, detail), flush=True)
-    print("tests: %d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_checks(CASES, check))
