@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/file_tools.h"
+#include "tests/tiny_run.h"
 #include "trainer/run.h"
 
 namespace {
@@ -20,20 +21,11 @@ void write_text(const std::string& path, size_t bytes) {
   write_bytes(path, text);
 }
 
-// A tiny run on 4 kB of text, with nothing periodic switched on.
+// The tiny run, 3 steps, on 4 kB of text.
 TrainOptions tiny_options(const TempDir& dir) {
   write_text(dir.file("text.txt"), 4000);
-  TrainOptions options;
-  options.train_data = dir.file("text.txt");
-  options.layers = 2;
-  options.heads = 2;
-  options.dim = 16;
-  options.seq_len = 16;
-  options.batch = 2;
-  options.microbatches = 2;
+  TrainOptions options = tiny_run_options(dir.file("text.txt"));
   options.steps = 3;
-  options.val_every = 0;
-  options.sample_every = 0;
   return options;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tests/file_tools.h"
+#include "tests/tiny_run.h"
 #include "trainer/options.h"
 #include "trainer/progress.h"
 #include "trainer/run.h"
@@ -81,18 +82,10 @@ TEST(Progress, ShortRunPrintsTimeLeftOnEachStepAndEndsWithTheSummary) {
   std::string text;
   for (int i = 0; i < 400; ++i) text += "In the beginning God created the heaven and the earth.\n";
   std::ofstream(dir.file("text.txt")) << text;
-  TrainOptions options;
-  options.train_data = dir.file("text.txt");
-  options.layers = 1;
-  options.heads = 2;
-  options.dim = 16;
-  options.seq_len = 16;
-  options.batch = 2;
-  options.microbatches = 2;
+  TrainOptions options = tiny_run_options(dir.file("text.txt"));
   options.steps = 4;
   options.val_every = 2;
   options.val_batches = 1;
-  options.sample_every = 0;
   options.log = dir.file("run.jsonl");
   std::FILE* out = std::fopen(dir.file("out.txt").c_str(), "w");
   ASSERT_NE(out, nullptr);

@@ -18,6 +18,7 @@
 #include "model/config.h"
 #include "model/parameters.h"
 #include "tests/file_tools.h"
+#include "tests/tiny_run.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/options.h"
 #include "trainer/run.h"
@@ -37,24 +38,6 @@ std::string word_text(size_t words) {
 }
 
 void write_text(const std::string& path, const std::string& text) { write_bytes(path, {text.begin(), text.end()}); }
-
-// The tiny run's options on the given text file, with nothing periodic switched on.
-TrainOptions tiny_options(const std::string& data) {
-  TrainOptions options;
-  options.train_data = data;
-  options.layers = 2;
-  options.heads = 2;
-  options.dim = 16;
-  options.seq_len = 16;
-  options.batch = 2;
-  options.microbatches = 2;
-  options.steps = 10;
-  options.warmup = 2;
-  options.lr = 3e-3f;
-  options.val_every = 0;
-  options.sample_every = 0;
-  return options;
-}
 
 std::vector<double> losses_of(const RunResult& run) {
   std::vector<double> losses;
@@ -111,7 +94,7 @@ TEST(Trainer, ScheduleFollowsTheOptions) {
 TEST(Trainer, SameSeedGivesBitwiseTheSameLosses) {
   TempDir dir;
   write_text(dir.file("text.txt"), word_text(3000));
-  TrainOptions options = tiny_options(dir.file("text.txt"));
+  TrainOptions options = tiny_run_options(dir.file("text.txt"));
   options.steps = 5;
 
   const std::vector<double> first = losses_of(run_training(options, nullptr));
@@ -131,7 +114,7 @@ TEST(Trainer, SameSeedGivesBitwiseTheSameLosses) {
 TEST(Trainer, ResumeContinuesBitwise) {
   TempDir dir;
   write_text(dir.file("text.txt"), word_text(3000));
-  TrainOptions options = tiny_options(dir.file("text.txt"));
+  TrainOptions options = tiny_run_options(dir.file("text.txt"));
   options.lr_schedule = "constant";
   options.warmup = 3;
   options.shuffle = true;
@@ -173,7 +156,7 @@ TEST(Trainer, LossFallsOnRepetitiveText) {
   std::string text;
   while (text.size() < 20000) text += "in the beginning god created the heaven and the earth.\n";
   write_text(dir.file("text.txt"), text);
-  TrainOptions options = tiny_options(dir.file("text.txt"));
+  TrainOptions options = tiny_run_options(dir.file("text.txt"));
   options.steps = 30;
   options.lr = 1e-2f;
   options.min_lr = 1e-3f;
@@ -190,10 +173,10 @@ TEST(Trainer, InitStartsFromAnLlmcCheckpoint) {
   TempDir dir;
   write_text(dir.file("text.txt"), word_text(3000));
   write_tiny_checkpoint(dir.file("model.bin"), 7);
-  TrainOptions from_file = tiny_options(dir.file("text.txt"));
+  TrainOptions from_file = tiny_run_options(dir.file("text.txt"));
   from_file.steps = 3;
   from_file.init = dir.file("model.bin");
-  TrainOptions fresh = tiny_options(dir.file("text.txt"));
+  TrainOptions fresh = tiny_run_options(dir.file("text.txt"));
   fresh.steps = 3;
   fresh.seed = 7;
 
@@ -207,7 +190,7 @@ TEST(Trainer, InitRejectsAnExplicitFlagThatDisagreesWithTheCheckpoint) {
   TempDir dir;
   write_text(dir.file("text.txt"), word_text(3000));
   write_tiny_checkpoint(dir.file("model.bin"), 7);
-  TrainOptions options = tiny_options(dir.file("text.txt"));
+  TrainOptions options = tiny_run_options(dir.file("text.txt"));
   options.init = dir.file("model.bin");
   options.dim = 32;
   options.given = {"dim"};
@@ -222,7 +205,7 @@ TEST(Trainer, TruncatedCheckpointGivesItsError) {
   std::vector<char> bytes = read_bytes(dir.file("model.bin"));
   bytes.resize(bytes.size() - 100);
   write_bytes(dir.file("model.bin"), bytes);
-  TrainOptions options = tiny_options(dir.file("text.txt"));
+  TrainOptions options = tiny_run_options(dir.file("text.txt"));
   options.init = dir.file("model.bin");
 
   const std::string error = run_error(options);
@@ -234,7 +217,7 @@ TEST(Trainer, TruncatedCheckpointGivesItsError) {
 TEST(Trainer, LogHasOneJsonLinePerStepWithValidationWhenComputed) {
   TempDir dir;
   write_text(dir.file("text.txt"), word_text(3000));
-  TrainOptions options = tiny_options(dir.file("text.txt"));
+  TrainOptions options = tiny_run_options(dir.file("text.txt"));
   options.steps = 3;
   options.val_every = 2;
   options.val_batches = 2;
