@@ -41,7 +41,7 @@ FILTER ?= *
 WARNINGS := -Wall -Wextra -Wno-unused-parameter
 CPU_FLAGS := -std=c++20 -O2 -g -fno-strict-aliasing $(WARNINGS) -MMD -MP \
              -Icpu/include -I. -isystem $(CUDA)/include $(MPI_INCLUDE)
-CPU_LIBS := -rdynamic -lboost_context -lopenblas $(MPI_LIBS) -lpthread -ldl
+CPU_LIBS := -rdynamic -lboost_context $(MPI_LIBS) -lpthread -ldl
 GPU_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 GPU_COMMON_FLAGS := -std=c++20 -O2 -g -Xcompiler -Wall,-Wno-unused-parameter -I. $(MPI_INCLUDE)
 GPU_FLAGS := $(GPU_COMMON_FLAGS) $(GPU_ARCH) -MMD -MP

@@ -15,9 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "cpu/blas_library.h"
+#include "cpu/blas_threads.h"
 #include "cpu/memory.h"
 #include "cpu/runtime_state.h"
-#include "cpu/settings.h"
 #include "cpu/streams.h"
 
 // cuBLAS's header only declares the handle's type; each implementation defines it.
@@ -92,22 +93,42 @@ cublasStatus_t queue_gemm(const char* function, cublasHandle_t handle, const Sha
 // For real matrices the conjugate transpose is the transpose.
 CBLAS_TRANSPOSE to_cblas(cublasOperation_t op) { return op == CUBLAS_OP_N ? CblasNoTrans : CblasTrans; }
 
-// BLAS semantics, which cuBLAS shares: beta == 0 sets C without reading it.
-void blas_gemm(const Shape& s, float alpha, const float* A, const float* B, float beta, float* C) {
-  cblas_sgemm(CblasColMajor, to_cblas(s.transa), to_cblas(s.transb), s.m, s.n, s.k, alpha, A, s.lda, B, s.ldb,
-              beta, C, s.ldc);
+// One single-threaded OpenBLAS call. BLAS semantics, which cuBLAS shares: beta == 0 sets C
+// without reading it.
+void blas_call(const Shape& s, float alpha, const float* A, const float* B, float beta, float* C) {
+  cpu::blas_library().sgemm(CblasColMajor, to_cblas(s.transa), to_cblas(s.transb), s.m, s.n, s.k, alpha, A, s.lda,
+                            B, s.ldb, beta, C, s.ldc);
 }
-void blas_gemm(const Shape& s, double alpha, const double* A, const double* B, double beta, double* C) {
-  cblas_dgemm(CblasColMajor, to_cblas(s.transa), to_cblas(s.transb), s.m, s.n, s.k, alpha, A, s.lda, B, s.ldb,
-              beta, C, s.ldc);
+void blas_call(const Shape& s, double alpha, const double* A, const double* B, double beta, double* C) {
+  cpu::blas_library().dgemm(CblasColMajor, to_cblas(s.transa), to_cblas(s.transb), s.m, s.n, s.k, alpha, A, s.lda,
+                            B, s.ldb, beta, C, s.ldc);
 }
+
+// A GEMM runs as tiles of C, 1024 rows by 256 columns (the last ones smaller), each tile one
+// call: the tiles are a function of the shape alone, so the BLAS threads that share them out
+// (cpu/blas_threads.h) cannot change a bit of the result. (OpenBLAS's own threads split by their
+// count, and the edge tiles of a split run other kernels: docs/cpu-build.md, "GEMMs".) Tiles this
+// size keep about 95% of a whole call's speed on one thread.
+constexpr int tile_rows = 1024, tile_cols = 256;
 
 // batch_count GEMMs; matrix i of each operand starts i * stride elements after the first.
 template <typename T>
 void gemm_batched(const Shape& s, T alpha, const T* A, long long stride_a, const T* B, long long stride_b, T beta,
                   T* C, long long stride_c, int batch_count) {
-  for (long long i = 0; i < batch_count; ++i)
-    blas_gemm(s, alpha, A + i * stride_a, B + i * stride_b, beta, C + i * stride_c);
+  const int row_tiles = (s.m + tile_rows - 1) / tile_rows, col_tiles = (s.n + tile_cols - 1) / tile_cols;
+  const int tiles = row_tiles * col_tiles;
+  cpu::run_blas_tasks(batch_count * tiles, [&](int task) {
+    const long long matrix = task / tiles;
+    const int row = task % tiles % row_tiles * tile_rows, col = task % tiles / row_tiles * tile_cols;
+    Shape tile = s;
+    tile.m = std::min(tile_rows, s.m - row);
+    tile.n = std::min(tile_cols, s.n - col);
+    // Rows of op(A) are columns of a transposed A; columns of op(B) are rows of a transposed B.
+    const long long a_offset = s.transa == CUBLAS_OP_N ? row : (long long)row * s.lda;
+    const long long b_offset = s.transb == CUBLAS_OP_N ? (long long)col * s.ldb : col;
+    blas_call(tile, alpha, A + matrix * stride_a + a_offset, B + matrix * stride_b + b_offset, beta,
+              C + matrix * stride_c + (long long)col * s.ldc + row);
+  });
 }
 
 // Copies the (rows, cols) bf16 matrix at `in` (leading dimension ld) into `out` as fp32,
@@ -140,8 +161,8 @@ void gemm_batched_bf16(const Shape& s, float alpha, const __nv_bfloat16* A, long
     widen(A + i * stride_a, rows_a(s), cols_a(s), s.lda, handle.a_fp32);
     widen(B + i * stride_b, rows_b(s), cols_b(s), s.ldb, handle.b_fp32);
     if (c_type == CUDA_R_32F) {
-      blas_gemm(packed, alpha, handle.a_fp32.data(), handle.b_fp32.data(), beta,
-                static_cast<float*>(C) + i * stride_c);
+      gemm_batched(packed, alpha, handle.a_fp32.data(), 0, handle.b_fp32.data(), 0, beta,
+                   static_cast<float*>(C) + i * stride_c, 0, 1);
       continue;
     }
     __nv_bfloat16* C_i = static_cast<__nv_bfloat16*>(C) + i * stride_c;
@@ -149,7 +170,7 @@ void gemm_batched_bf16(const Shape& s, float alpha, const __nv_bfloat16* A, long
     packed_c.ldc = std::max(1, s.m);
     handle.c_fp32.resize(size_t(s.m) * s.n);
     if (beta != 0.0f) widen(C_i, s.m, s.n, s.ldc, handle.c_fp32);
-    blas_gemm(packed_c, alpha, handle.a_fp32.data(), handle.b_fp32.data(), beta, handle.c_fp32.data());
+    gemm_batched(packed_c, alpha, handle.a_fp32.data(), 0, handle.b_fp32.data(), 0, beta, handle.c_fp32.data(), 0, 1);
     narrow(handle.c_fp32, s.m, s.n, C_i, s.ldc);
   }
 }
@@ -228,13 +249,6 @@ cublasStatus_t gemm_ex(const char* function, cublasHandle_t handle, const Shape&
 
 cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
   if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  static const bool blas_threads_set = [] {
-    // In strict mode only stream workers may touch device memory, and OpenBLAS's own threads are
-    // not stream workers: the GEMM then runs on the worker alone.
-    openblas_set_num_threads(cpu::settings().strict_memory ? 1 : cpu::settings().blas_threads);
-    return true;
-  }();
-  (void)blas_threads_set;
   *handle = new cublasContext{cpu::current_device()};
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -58,9 +58,11 @@ Settings read_settings() {
   const long long cores = cores_per_rank();
   s.block_threads = int(read_number("CUDA_CPU_BLOCK_THREADS", s.thread_order == ThreadOrder::natural ? cores : 1, 1));
   s.stack_bytes = size_t(read_number("CUDA_CPU_STACK_KB", 64, 16)) << 10;
-  // OpenBLAS's threads split a GEMM by rows and columns, and its results depend on the split
-  // (docs/cpu-build.md, "Threads"), so a default of more than one would change the bits.
-  s.blas_threads = int(read_number("CUDA_CPU_BLAS_THREADS", 1, 1));
+  s.blas_threads = int(read_number("CUDA_CPU_BLAS_THREADS", cores, 1));
+  const char* core = std::getenv("CUDA_CPU_BLAS_CORE");
+  s.blas_core = core && *core ? core
+                : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "Haswell"
+                                                                                  : "auto";
   const long long ram = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
   s.device_bytes = size_t(read_number("CUDA_CPU_DEVICE_MB", ram >> 20, 1)) << 20;
   s.devices = int(read_number("CUDA_CPU_DEVICES", 8, 1));

@@ -10,7 +10,14 @@
 //                          OMPI_COMM_WORLD_LOCAL_SIZE), at least 1; 1 in the reverse and shuffle
 //                          orders, whose order of blocks is reproducible). Results do not depend on it.
 //   CUDA_CPU_STACK_KB      stack of each fiber (default 64).
-//   CUDA_CPU_BLAS_THREADS  OpenBLAS threads per process (default 1: more change a GEMM's bits).
+//   CUDA_CPU_BLAS_THREADS  OS threads that share one GEMM (default: the cores per rank, as block
+//                          threads). A GEMM is cut into the same column panels whatever their
+//                          number, each panel one single-threaded OpenBLAS call, so results do not
+//                          depend on it.
+//   CUDA_CPU_BLAS_CORE     OpenBLAS's kernel set (its OPENBLAS_CORETYPE name): a GEMM's bits depend
+//                          on it, and OpenBLAS's own choice depends on how well it knows the CPU
+//                          (docs/cpu-build.md, "GEMMs"). Default Haswell, on every CPU with AVX2
+//                          and FMA (else OpenBLAS's choice); "auto" is OpenBLAS's choice anywhere.
 //   CUDA_CPU_DEVICE_MB     the memory each device reports (default: the machine's RAM).
 //   CUDA_CPU_DEVICES       devices per node, as a GPU node has (default 8): each MPI rank of a node
 //                          must select its own (cudaSetDevice), as on a GPU machine.
@@ -22,6 +29,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace cpu {
 
@@ -33,6 +41,7 @@ struct Settings {
   int block_threads = 1;
   size_t stack_bytes = 64 << 10;
   int blas_threads = 1;
+  std::string blas_core;  // "auto": OpenBLAS's choice
   size_t device_bytes = 0;
   int devices = 8;
   bool strict_memory = false;

@@ -7,7 +7,6 @@
 // thread as on every core (they do not, which is why OpenBLAS stays on one: docs/cpu-build.md).
 // Usage: build/cpu/tools/gpt2_step_bench [STEPS] (make bench); the best of STEPS timed steps (default 2)
 // after one warm-up step.
-#include <cblas.h>
 #include <sched.h>
 
 #include <chrono>
@@ -16,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/blas_library.h"
 #include "cpu/settings.h"
 #include "model/config.h"
 #include "model/parameters.h"
@@ -76,7 +76,7 @@ std::vector<std::vector<float>> run_each_once(const std::vector<Gemm>& gemms) {
   for (const Gemm& g : gemms) {
     const std::vector<float> a = filled(size_t(g.M) * g.K, 1), b = filled(size_t(g.K) * g.N, 2);
     std::vector<float> c(size_t(g.M) * g.N);
-    cblas_sgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans, g.transpose_b ? CblasTrans : CblasNoTrans,
+    cpu::blas_library().sgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans, g.transpose_b ? CblasTrans : CblasNoTrans,
                 g.M, g.N, g.K, 1.0f, a.data(), g.transpose_a ? g.M : g.K, b.data(), g.transpose_b ? g.K : g.N, 0.0f,
                 c.data(), g.N);
     results.push_back(std::move(c));
@@ -91,7 +91,7 @@ double sgemm_seconds(const std::vector<Gemm>& gemms) {
     const std::vector<float> a = filled(size_t(g.M) * g.K, 1), b = filled(size_t(g.K) * g.N, 2);
     std::vector<float> c(size_t(g.M) * g.N);
     auto once = [&] {
-      cblas_sgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans, g.transpose_b ? CblasTrans : CblasNoTrans,
+      cpu::blas_library().sgemm(CblasRowMajor, g.transpose_a ? CblasTrans : CblasNoTrans, g.transpose_b ? CblasTrans : CblasNoTrans,
                   g.M, g.N, g.K, 1.0f, a.data(), g.transpose_a ? g.M : g.K, b.data(), g.transpose_b ? g.K : g.N, 1.0f,
                   c.data(), g.N);
     };
@@ -108,8 +108,8 @@ int run(int steps) {
   const GPTConfig config = make_gpt_config(12, 12, 768, 1024, 50257);
   const int B = 1, T = 1024;
   const cpu::Settings& s = cpu::settings();
-  std::printf("GPT-2 124M-shaped step: L=12 NH=12 C=768 V=50257 T=%d B=%d; %d BLAS threads, %d block threads\n", T, B,
-              s.blas_threads, s.block_threads);
+  std::printf("GPT-2 124M-shaped step: L=12 NH=12 C=768 V=50257 T=%d B=%d; %d BLAS threads, %d block threads, "
+              "OpenBLAS's %s kernels\n", T, B, s.blas_threads, s.block_threads, cpu::blas_library().core.c_str());
 
   Trainer trainer = create_trainer(config, B, T, 1);
   std::vector<float> parameters = filled(num_parameters(config), 3);
@@ -139,18 +139,18 @@ int run(int steps) {
   for (const Gemm& g : gemms) flops += g.flops();
   cpu_set_t set;
   const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  openblas_set_num_threads(s.blas_threads);
+  cpu::blas_library().set_num_threads(1);
   const double gemm_time = sgemm_seconds(gemms);
-  openblas_set_num_threads(cores);
+  cpu::blas_library().set_num_threads(cores);
   const double machine_gemm_time = sgemm_seconds(gemms);
   const auto every_core = run_each_once(gemms);
-  openblas_set_num_threads(1);
+  cpu::blas_library().set_num_threads(1);
   const bool same_bits = run_each_once(gemms) == every_core;
 
   std::printf("model FLOPs per step (its GEMMs, attention over the full T x T): %.3f TFLOP\n", flops * 1e-12);
   std::printf("step: %.2f s, %.1f GFLOP/s\n", step, flops / step * 1e-9);
-  std::printf("OpenBLAS sgemm on the step's shapes, %d thread(s): %.2f s, %.1f GFLOP/s; the model at %.0f%% of it\n",
-              s.blas_threads, gemm_time, flops / gemm_time * 1e-9, 100.0 * gemm_time / step);
+  std::printf("OpenBLAS sgemm on the step's shapes, 1 thread: %.2f s, %.1f GFLOP/s; the model at %.0f%% of it\n",
+              gemm_time, flops / gemm_time * 1e-9, 100.0 * gemm_time / step);
   std::printf("OpenBLAS sgemm on the step's shapes, %d thread(s) (every core): %.2f s, %.1f GFLOP/s; the model at %.0f%% of it\n",
               cores, machine_gemm_time, flops / machine_gemm_time * 1e-9, 100.0 * machine_gemm_time / step);
   std::printf("sgemm results on 1 and %d threads bitwise equal: %s\n", cores, same_bits ? "yes" : "no");

@@ -1,0 +1,150 @@
+// The CPU build's GEMMs (cpu/cublas.cpp, cpu/blas_threads.h, cpu/blas_library.h): a GEMM's bits
+// do not depend on how many threads share it, the tiles add up to the whole product, the helper
+// threads may touch the device's memory under strict memory, and OpenBLAS runs the kernel set
+// the settings ask for.
+#include <gtest/gtest.h>
+#include <strings.h>
+
+#include <cublas_v2.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cpu/blas_library.h"
+#include "cpu/settings.h"
+#include "kernels/cublas_check.cuh"
+#include "kernels/cuda_check.cuh"
+#include "tests/device_buffer.h"
+
+namespace {
+
+// A batch of column-major GEMMs C = op(A) op(B) + C whose m and n cut into full and partial
+// tiles (tiles are 1024 x 256): m = 1500 is one full row tile and one of 476 rows, n = 600 two
+// full column tiles and one of 88 columns.
+struct Problem {
+  cublasOperation_t transa, transb;
+  int m = 1500, n = 600, k = 70, batch = 2;
+  int lda() const { return transa == CUBLAS_OP_N ? m : k; }
+  int ldb() const { return transb == CUBLAS_OP_N ? k : n; }
+  long long stride_a() const { return (long long)m * k; }
+  long long stride_b() const { return (long long)k * n; }
+  long long stride_c() const { return (long long)m * n; }
+  float a(int b, int i, int l, const std::vector<float>& A) const {  // op(A)(i, l) of matrix b
+    return A[b * stride_a() + (transa == CUBLAS_OP_N ? (long long)l * m + i : (long long)i * k + l)];
+  }
+  float b(int b, int l, int j, const std::vector<float>& B) const {  // op(B)(l, j) of matrix b
+    return B[b * stride_b() + (transb == CUBLAS_OP_N ? (long long)j * k + l : (long long)l * n + j)];
+  }
+};
+
+std::vector<float> random_values(size_t count, unsigned seed) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> values(count);
+  for (float& v : values) v = normal(generator);
+  return values;
+}
+
+class Blas : public testing::Test {
+ protected:
+  void SetUp() override {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    CUBLAS_CHECK(cublasCreate(&handle_));
+  }
+  void TearDown() override {
+    CUBLAS_CHECK(cublasDestroy(handle_));
+    cpu::settings() = saved_;
+  }
+
+  // C after one strided-batched GEMM on `threads` BLAS threads (the pool keeps the size it
+  // had at its first use, at least 2 here: this machine has 2 cores, so the default is 2).
+  std::vector<float> gemm(const Problem& p, int threads, const std::vector<float>& A, const std::vector<float>& B,
+                          const std::vector<float>& C) {
+    cpu::settings().blas_threads = threads;
+    DeviceBuffer<float> a(A), b(B), c(C);
+    const float one = 1.0f;
+    CUBLAS_CHECK(cublasSgemmStridedBatched(handle_, p.transa, p.transb, p.m, p.n, p.k, &one, a.data(), p.lda(),
+                                           p.stride_a(), b.data(), p.ldb(), p.stride_b(), &one, c.data(), p.m,
+                                           p.stride_c(), p.batch));
+    return c.to_host();
+  }
+
+  cublasHandle_t handle_ = nullptr;
+  cpu::Settings saved_ = cpu::settings();
+};
+
+TEST_F(Blas, ResultsAreBitwiseTheSameOnOneThreadAndOnSeveral) {
+  for (cublasOperation_t transa : {CUBLAS_OP_N, CUBLAS_OP_T})
+    for (cublasOperation_t transb : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+      const Problem p{transa, transb};
+      const auto A = random_values(p.batch * p.stride_a(), 1), B = random_values(p.batch * p.stride_b(), 2),
+                 C = random_values(p.batch * p.stride_c(), 3);
+      const std::vector<float> one = gemm(p, 1, A, B, C), several = gemm(p, 4, A, B, C);
+      EXPECT_EQ(std::memcmp(one.data(), several.data(), one.size() * sizeof(float)), 0)
+          << "transa " << transa << ", transb " << transb;
+    }
+}
+
+// Every tile lands where it belongs, the partial ones included: each element against a double
+// sum. fp32 products summed over k = 70 terms of size about 1 (normal values): the rounding error
+// is at most about k * 2^-24 times the sum of |terms|, so 70 * 6e-8 * sum|terms| bounds it.
+TEST_F(Blas, TilesMakeUpTheWholeProduct) {
+  for (cublasOperation_t transa : {CUBLAS_OP_N, CUBLAS_OP_T})
+    for (cublasOperation_t transb : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+      const Problem p{transa, transb};
+      const auto A = random_values(p.batch * p.stride_a(), 4), B = random_values(p.batch * p.stride_b(), 5),
+                 C = random_values(p.batch * p.stride_c(), 6);
+      const std::vector<float> result = gemm(p, 2, A, B, C);
+      int wrong = 0;
+      for (int b = 0; b < p.batch; ++b)
+        for (int j = 0; j < p.n; ++j)
+          for (int i = 0; i < p.m; ++i) {
+            const size_t at = b * p.stride_c() + (size_t)j * p.m + i;
+            double sum = C[at], magnitude = std::fabs(C[at]);
+            for (int l = 0; l < p.k; ++l) {
+              const double term = double(p.a(b, i, l, A)) * p.b(b, l, j, B);
+              sum += term;
+              magnitude += std::fabs(term);
+            }
+            wrong += std::fabs(result[at] - sum) > (p.k + 1) * 6e-8 * magnitude;
+          }
+      EXPECT_EQ(wrong, 0) << "elements off their double sum, transa " << transa << ", transb " << transb;
+    }
+}
+
+// Under strict memory only a stream operation's threads may touch its device's memory: the
+// helpers run tiles as part of the GEMM's operation, so they may, and the result is complete.
+TEST_F(Blas, HelperThreadsMayTouchTheDevicesMemoryUnderStrictMemory) {
+  cpu::settings().strict_memory = true;
+  const Problem p{CUBLAS_OP_T, CUBLAS_OP_N};
+  const auto A = random_values(p.batch * p.stride_a(), 7), B = random_values(p.batch * p.stride_b(), 8),
+             C = random_values(p.batch * p.stride_c(), 9);
+  const std::vector<float> strict = gemm(p, 2, A, B, C);
+  cpu::settings().strict_memory = false;
+  const std::vector<float> plain = gemm(p, 1, A, B, C);
+  EXPECT_EQ(std::memcmp(strict.data(), plain.data(), plain.size() * sizeof(float)), 0);
+}
+
+TEST_F(Blas, OpenBlasRunsTheKernelSetTheSettingsName) {
+  const std::string& asked = cpu::settings().blas_core;
+  const std::string& running = cpu::blas_library().core;
+  if (asked == "auto")
+    EXPECT_FALSE(running.empty()) << "CUDA_CPU_BLAS_CORE=auto: OpenBLAS's own choice has a name";
+  else
+    EXPECT_EQ(strcasecmp(asked.c_str(), running.c_str()), 0) << "asked for " << asked << ", running " << running;
+}
+
+// A kernel set OpenBLAS does not run (a misspelt name, or one this CPU lacks the instructions
+// for) ends the process in one line, before any GEMM could give other bits than asked for.
+TEST_F(Blas, AKernelSetOpenBlasDoesNotRunEndsTheProcessNamingIt) {
+  EXPECT_EXIT(
+      {
+        cpu::settings().blas_core = "NoSuchCore";
+        cpu::blas_library();
+      },
+      testing::ExitedWithCode(1), "cpu: OpenBLAS: CUDA_CPU_BLAS_CORE=NoSuchCore but OpenBLAS runs its [A-Za-z0-9]+ kernels");
+}
+
+}  // namespace
