@@ -34,8 +34,11 @@ std::map<const char*, Held> allocations;  // by start
 std::vector<DeviceMemory> usage;                // per device
 std::map<const char*, size_t> pinned;  // start -> bytes
 
-// Strict mode: one protection key per device (0: none yet), allocated on the device's first allocation.
+// Strict mode: one protection key per device (0: none yet), allocated on the device's first
+// allocation; or, where there are none (pkey_alloc fails), page protection (cpu/memory.h).
 std::atomic<int> device_keys[64];
+std::atomic<bool> by_pages{false};
+bool pages_open[64] = {};  // per device: whether its stream operations are in flight (memory_mutex)
 std::once_flag fault_handler_installed;
 struct sigaction previous_handler;
 
@@ -47,20 +50,29 @@ size_t page_rounded(size_t bytes) {
 // Writes to stderr without allocating: it runs inside the fault handler.
 void write_error(const char* text) { [[maybe_unused]] ssize_t n = write(STDERR_FILENO, text, std::strlen(text)); }
 
-void report_fault(int signal, siginfo_t* info, void* context) {
-  if (info->si_code != SEGV_PKUERR) {  // not ours: let the previous handler (or the default) see it
-    sigaction(SIGSEGV, &previous_handler, nullptr);
-    return;
-  }
-  const char* address = static_cast<const char*>(info->si_addr);
+// The allocation whose pages hold `address` ({nullptr, 0, -1} if none, or if the lock is taken:
+// the fault handler must not wait).
+Allocation allocation_of_page(const char* address) {
   Allocation a{nullptr, 0, -1};
   if (memory_mutex.try_lock()) {
     auto it = allocations.upper_bound(address);
     if (it != allocations.begin()) {
-      const Allocation& held = std::prev(it)->second.allocation;
-      if (address < held.start + held.bytes) a = held;
+      const Held& held = std::prev(it)->second;
+      if (address < held.allocation.start + std::max(held.allocation.bytes, held.mapped_bytes)) a = held.allocation;
     }
     memory_mutex.unlock();
+  }
+  return a;
+}
+
+void report_fault(int signal, siginfo_t* info, void* context) {
+  const char* address = static_cast<const char*>(info->si_addr);
+  const Allocation a = info->si_code == SEGV_PKUERR || (by_pages && info->si_code == SEGV_ACCERR)
+                           ? allocation_of_page(address)
+                           : Allocation{nullptr, 0, -1};
+  if (info->si_code != SEGV_PKUERR && !a.start) {  // not ours: let the previous handler (or the default) see it
+    sigaction(SIGSEGV, &previous_handler, nullptr);
+    return;
   }
   char where[160] = "";
   if (a.start)
@@ -97,13 +109,11 @@ int key_of(int device) {
     action.sa_flags = SA_SIGINFO;
     sigaction(SIGSEGV, &action, &previous_handler);
   });
+  if (by_pages) return 0;
   key = pkey_alloc(0, PKEY_DISABLE_ACCESS);
   if (key < 0) {
-    std::fprintf(stderr,
-                 "cpu: CUDA_CPU_STRICT_MEMORY needs memory protection keys (pkey_alloc: %s); this machine's CPU or "
-                 "kernel has none: run without it\n",
-                 std::strerror(errno));
-    std::exit(EXIT_FAILURE);
+    by_pages = true;
+    return 0;
   }
   device_keys[device] = key;
   return key;
@@ -139,8 +149,12 @@ void* allocate_device_memory(size_t bytes, int device) {
     memory = mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED) return nullptr;
     std::memset(memory, 0xff, rounded);
-    if (pkey_mprotect(memory, rounded, PROT_READ | PROT_WRITE, key_of(device)) != 0) {
-      std::fprintf(stderr, "cpu: CUDA_CPU_STRICT_MEMORY: pkey_mprotect: %s\n", std::strerror(errno));
+    const int key = key_of(device);
+    const int status = by_pages ? mprotect(memory, rounded, pages_open[device] ? PROT_READ | PROT_WRITE : PROT_NONE)
+                                : pkey_mprotect(memory, rounded, PROT_READ | PROT_WRITE, key);
+    if (status != 0) {
+      std::fprintf(stderr, "cpu: CUDA_CPU_STRICT_MEMORY: %s: %s\n", by_pages ? "mprotect" : "pkey_mprotect",
+                   std::strerror(errno));
       std::exit(EXIT_FAILURE);
     }
   } else {
@@ -172,8 +186,17 @@ bool free_device_memory(void* p) {
   return true;
 }
 
+void set_device_memory_open(int device, bool open) {
+  if (device < 0 || device >= int(std::size(pages_open))) return;  // strict memory refuses such devices
+  std::lock_guard<std::mutex> lock(memory_mutex);
+  pages_open[device] = open;  // also before the device's first strict allocation, which reads it
+  if (!by_pages) return;
+  for (const auto& [start, held] : allocations)
+    if (held.mapped_bytes && held.allocation.device == device) mprotect(const_cast<char*>(start), held.mapped_bytes, open ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+
 void allow_device_access(int device) {
-  if (!settings().strict_memory) return;
+  if (!settings().strict_memory || by_pages) return;
   for (int d = 0; d < int(std::size(device_keys)); ++d)
     if (const int key = device_keys[d].load()) pkey_set(key, d == device ? 0 : PKEY_DISABLE_ACCESS);
 }

@@ -3,6 +3,12 @@
 // (pkeys(7)) that host threads may not use, and each stream worker may use only its own device's:
 // a host dereference of a device pointer, or a kernel's access to another device's memory, faults
 // and is reported naming the address, the allocation and what was running.
+// Where the CPU or the kernel has no protection keys (some virtual machines), protection is by
+// page instead, which is one setting for all threads: a device's memory is closed (PROT_NONE) while
+// none of its stream operations is queued or running, and open while any is. That still catches
+// the host reading device memory after a synchronisation (the usual mistake) and a kernel touching
+// an idle device's memory, but not a host read while the device's work is in flight
+// (docs/cpu-build.md).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +33,9 @@ bool free_device_memory(void* p);
 // Strict memory: the calling thread may touch `device`'s memory and no other device's. Stream
 // workers call it before each operation; host threads never do, so they touch none.
 void allow_device_access(int device);
+// Strict memory without protection keys: the streams say when a device's first operation is
+// queued (open) and when its last one has finished (closed). The caller holds the streams' mutex.
+void set_device_memory_open(int device, bool open);
 
 // Host memory from cudaMallocHost (page-locked on a GPU machine: copies to and from it are
 // asynchronous, where pageable memory makes them wait).

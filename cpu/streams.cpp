@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -54,6 +55,7 @@ struct State {
   std::condition_variable changed;
   std::vector<std::shared_ptr<StreamQueue>> queues;  // live queues, every device
   std::vector<std::shared_ptr<StreamQueue>> legacy;  // per device, made on first use
+  std::map<int, uint64_t> in_flight;  // per device: operations queued or running (strict memory by pages)
 };
 State& state() {
   static State& s = *new State;
@@ -90,6 +92,7 @@ void run_worker(std::shared_ptr<StreamQueue> queue) {
     op = Operation{};  // what the work captured goes before the operation counts as done
     lock.lock();
     queue->completed += 1;
+    if (--s.in_flight[queue->device] == 0) set_device_memory_open(queue->device, false);
     s.changed.notify_all();
   }
   std::erase(s.queues, queue);
@@ -131,6 +134,7 @@ Ticket enqueue_locked(const std::shared_ptr<StreamQueue>& queue, std::string nam
         op.after.push_back(last_of(other));
   const Ticket ticket{queue, op.number};
   queue->pending.push_back(std::move(op));
+  if (s.in_flight[queue->device]++ == 0) set_device_memory_open(queue->device, true);
   s.changed.notify_all();
   return ticket;
 }
