@@ -32,13 +32,17 @@
 #include <mutex>
 
 #include "cpu/memory.h"
+#include "cpu/nccl_check.h"
 #include "cpu/runtime_state.h"
+#include "cpu/settings.h"
 #include "cpu/streams.h"
 
 struct ncclComm {
-  ncclComm(MPI_Comm mpi, int device) : mpi(mpi), device(device) {}
+  ncclComm(MPI_Comm mpi, int device) : mpi(mpi), device(device) { MPI_Comm_dup(mpi, &check_mpi); }
   MPI_Comm mpi;
+  MPI_Comm check_mpi;  // CUDA_CPU_NCCL_CHECK's exchanges, apart from the calls' own messages
   int device;
+  int64_t calls = 0;  // calls made on it (the host's count: CUDA_CPU_NCCL_CHECK names calls by it)
   std::atomic<bool> aborted{false};  // ncclCommAbort: queued work gives up waiting
   std::mutex mutex;
   std::condition_variable idle;
@@ -206,6 +210,7 @@ struct Collected {
   cudaStream_t stream;
   const char* function;
   Post post;
+  cpu::NcclSignature signature;
 };
 
 thread_local int group_depth = 0;
@@ -246,11 +251,29 @@ void wait_until_idle(ncclComm_t comm) {
   comm->idle.wait(lock, [comm] { return comm->in_flight == 0; });
 }
 
+// CUDA_CPU_NCCL_CHECK: each communicator's calls of the group against its partners' (cpu/nccl_check.h).
+ncclResult_t check_matching(const std::vector<Collected>& calls) {
+  std::vector<ncclComm_t> comms;
+  for (const Collected& c : calls)
+    if (std::find(comms.begin(), comms.end(), c.comm) == comms.end()) comms.push_back(c.comm);
+  for (ncclComm_t comm : comms) {
+    std::vector<cpu::NcclSignature> signatures;
+    for (const Collected& c : calls)
+      if (c.comm == comm) signatures.push_back(c.signature);
+    const std::string problem = cpu::check_signatures(
+        signatures, comm->check_mpi, [](void* c) { return static_cast<ncclComm*>(c)->aborted.load(); }, comm);
+    if (!problem.empty()) return fail(ncclInvalidUsage, "CUDA_CPU_NCCL_CHECK: " + problem);
+  }
+  return ncclSuccess;
+}
+
 // Queues the collected calls on their stream as one operation.
 ncclResult_t queue_collected() {
   std::vector<Collected> calls;
   calls.swap(collected);
   if (calls.empty()) return ncclSuccess;
+  if (cpu::settings().nccl_check)
+    if (ncclResult_t r = check_matching(calls); r != ncclSuccess) return r;
   const cudaStream_t stream = calls.front().stream;
   for (const Collected& c : calls)
     if (c.stream != stream) cpu::unsupported("an NCCL group whose calls use different streams");
@@ -279,10 +302,14 @@ ncclResult_t queue_collected() {
   return ncclSuccess;
 }
 
-// Outside a group, each call is its own group.
-ncclResult_t submit(ncclComm_t comm, cudaStream_t stream, const char* function, Post post) {
+// Outside a group, each call is its own group. `signature` describes the call for
+// CUDA_CPU_NCCL_CHECK (its rank and number are filled in here).
+ncclResult_t submit(ncclComm_t comm, cudaStream_t stream, const char* function, cpu::NcclSignature signature,
+                    Post post) {
   if (ncclResult_t r = check_stream(stream, comm, function); r != ncclSuccess) return r;
-  collected.push_back({comm, stream, function, std::move(post)});
+  signature.rank = comm_rank(comm);
+  signature.number = ++comm->calls;
+  collected.push_back({comm, stream, function, std::move(post), signature});
   return group_depth == 0 ? queue_collected() : ncclSuccess;
 }
 
@@ -413,6 +440,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   wait_until_idle(comm);
+  MPI_Comm_free(&comm->check_mpi);
   MPI_Comm_free(&comm->mpi);
   delete comm;
   return ncclSuccess;
@@ -459,7 +487,7 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
   const Element e = element(datatype, "ncclSend");
   const int n = mpi_count(count, "ncclSend");
   if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclSend", "sendbuff"); r != ncclSuccess) return r;
-  return submit(comm, stream, "ncclSend", [=](Staging& staging) {
+  return submit(comm, stream, "ncclSend", cpu::NcclSignature{int32_t(cpu::NcclCall::send), datatype, -1, -1, peer, 0, int64_t(count), 0}, [=](Staging& staging) {
     MPI_Request request;
     MPI_Isend(staging.in(sendbuff, count * e.bytes), n, e.mpi, peer, 0, comm->mpi, &request);
     return request;
@@ -472,7 +500,7 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
   const Element e = element(datatype, "ncclRecv");
   const int n = mpi_count(count, "ncclRecv");
   if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclRecv", "recvbuff"); r != ncclSuccess) return r;
-  return submit(comm, stream, "ncclRecv", [=](Staging& staging) {
+  return submit(comm, stream, "ncclRecv", cpu::NcclSignature{int32_t(cpu::NcclCall::recv), datatype, -1, -1, peer, 0, int64_t(count), 0}, [=](Staging& staging) {
     MPI_Request request;
     MPI_Irecv(staging.out(recvbuff, count * e.bytes), n, e.mpi, peer, 0, comm->mpi, &request);
     return request;
@@ -491,7 +519,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
     return r;
   if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclAllReduce", "recvbuff"); r != ncclSuccess)
     return r;
-  return submit(comm, stream, "ncclAllReduce", [=](Staging& staging) {
+  return submit(comm, stream, "ncclAllReduce", cpu::NcclSignature{int32_t(cpu::NcclCall::all_reduce), datatype, op, -1, -1, 0, int64_t(count), 0}, [=](Staging& staging) {
     const size_t bytes = count * e.bytes;
     const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, bytes);
     MPI_Request request;
@@ -514,7 +542,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   if (ncclResult_t r = check_buffer(recvbuff, recvcount * e.bytes, comm, "ncclReduceScatter", "recvbuff");
       r != ncclSuccess)
     return r;
-  return submit(comm, stream, "ncclReduceScatter", [=](Staging& staging) {
+  return submit(comm, stream, "ncclReduceScatter", cpu::NcclSignature{int32_t(cpu::NcclCall::reduce_scatter), datatype, op, -1, -1, 0, int64_t(recvcount), 0}, [=](Staging& staging) {
     MPI_Request request;
     MPI_Ireduce_scatter_block(staging.in(sendbuff, send_bytes), staging.out(recvbuff, recvcount * e.bytes), n, e.mpi,
                               mpi_op, comm->mpi, &request);
@@ -536,7 +564,7 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   if (ncclResult_t r = check_buffer(recvbuff, comm_size(comm) * sendcount * e.bytes, comm, "ncclAllGather", "recvbuff");
       r != ncclSuccess)
     return r;
-  return submit(comm, stream, "ncclAllGather", [=](Staging& staging) {
+  return submit(comm, stream, "ncclAllGather", cpu::NcclSignature{int32_t(cpu::NcclCall::all_gather), datatype, -1, -1, -1, 0, int64_t(sendcount), 0}, [=](Staging& staging) {
     const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, sendcount * e.bytes);
     MPI_Request request;
     MPI_Iallgather(in, n, e.mpi, staging.out(recvbuff, comm_size(comm) * sendcount * e.bytes, in_place), n, e.mpi,
@@ -558,7 +586,7 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
       return r;
   if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclBroadcast", "recvbuff"); r != ncclSuccess)
     return r;
-  return submit(comm, stream, "ncclBroadcast", [=](Staging& staging) {
+  return submit(comm, stream, "ncclBroadcast", cpu::NcclSignature{int32_t(cpu::NcclCall::broadcast), datatype, -1, root, -1, 0, int64_t(count), 0}, [=](Staging& staging) {
     if (copy_first) std::memcpy(recvbuff, sendbuff, count * e.bytes);
     MPI_Request request;
     MPI_Ibcast(staging.out(recvbuff, count * e.bytes, comm_rank(comm) == root), n, e.mpi, root, comm->mpi, &request);
@@ -580,7 +608,7 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   if (comm_rank(comm) == root)
     if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclReduce", "recvbuff"); r != ncclSuccess)
       return r;
-  return submit(comm, stream, "ncclReduce", [=](Staging& staging) {
+  return submit(comm, stream, "ncclReduce", cpu::NcclSignature{int32_t(cpu::NcclCall::reduce), datatype, op, root, -1, 0, int64_t(count), 0}, [=](Staging& staging) {
     const size_t bytes = count * e.bytes;
     const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, bytes);
     void* out = is_root ? staging.out(recvbuff, bytes, in_place) : nullptr;  // only the root's is used
