@@ -32,7 +32,10 @@ class WithSettings : public testing::Test {
  protected:
   // Death tests re-execute the binary: safe with the OS threads that OpenBLAS starts.
   void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
-  void TearDown() override { cpu::settings() = saved_; }
+  void TearDown() override {  // once the test's kernels are done: they read the settings
+    cudaDeviceSynchronize();
+    cpu::settings() = saved_;
+  }
   cpu::Settings saved_ = cpu::settings();
 };
 using Scheduler = WithSettings;
@@ -79,12 +82,12 @@ TEST_F(Scheduler, WithItsSyncthreadsTheKernelIsRightInEveryOrder) {
 
 __global__ void read_shared_before_write(float* out) {
   DYNAMIC_SHARED(float, tile);
-  out[threadIdx.x] = tile[threadIdx.x];
+  out[blockIdx.x * blockDim.x + threadIdx.x] = tile[threadIdx.x];
 }
 
 TEST_F(Scheduler, DynamicSharedMemoryIsPoisonedWhenTheOrderIsNotNatural) {
   cpu::settings().thread_order = cpu::ThreadOrder::shuffle;
-  DeviceBuffer<float> out(32);
+  DeviceBuffer<float> out(3 * 32);
   launch(read_shared_before_write, dim3(3), dim3(32), 32 * sizeof(float), nullptr, out.data());
   for (float x : out.to_host()) EXPECT_TRUE(std::isnan(x));
 }
