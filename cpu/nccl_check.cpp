@@ -1,12 +1,11 @@
-// The collective-matching check of the CPU build's NCCL (cpu/nccl_check.h).
+// The collective-matching check of the CPU build's NCCL (cpu/nccl_check.h). A call meets each
+// partner's first call of its channel not yet met, which is how NCCL pairs them; a rank sends each
+// operation's calls to each partner in one message, in the order its stream runs them.
 #include "cpu/nccl_check.h"
 
 #include <nccl.h>
 
 #include <algorithm>
-#include <chrono>
-#include <map>
-#include <thread>
 
 namespace cpu {
 namespace {
@@ -57,106 +56,97 @@ std::vector<int> partners(const NcclSignature& s, int size) {
   return ranks;
 }
 
-// The calls that involve `partner`, in the order both sides agree on: collectives in call order,
-// then the transfers from the lower rank to the higher, then those the other way, each in call
-// order. (A group "send to b, receive from b" on rank a is "receive from a, send to a" on b.)
-std::vector<NcclSignature> in_pair_order(const std::vector<NcclSignature>& calls, int partner, int size) {
-  std::vector<NcclSignature> collectives, upward, downward;
-  for (const NcclSignature& s : calls) {
-    const auto involved = partners(s, size);
-    if (std::find(involved.begin(), involved.end(), partner) == involved.end()) continue;
-    if (!is_transfer(s)) {
-      collectives.push_back(s);
-      continue;
-    }
-    const int from = s.call == int32_t(NcclCall::send) ? s.rank : partner;
-    (from < (from == s.rank ? partner : s.rank) ? upward : downward).push_back(s);
-  }
-  collectives.insert(collectives.end(), upward.begin(), upward.end());
-  collectives.insert(collectives.end(), downward.begin(), downward.end());
-  return collectives;
+// 0 for a collective; for a transfer, 1 + (from, to) of the data, the same on both sides.
+int64_t channel_of(const NcclSignature& s, int size) {
+  if (!is_transfer(s)) return 0;
+  const bool send = s.call == int32_t(NcclCall::send);
+  const int64_t from = send ? s.rank : s.peer, to = send ? s.peer : s.rank;
+  return 1 + from * size + to;
 }
 
-// Whether `mine` and the partner's `theirs` are the two halves of one exchange.
+// Whether a call and the partner's call of the same channel are the two halves of one exchange.
 bool match(const NcclSignature& mine, const NcclSignature& theirs) {
   if (mine.count != theirs.count || mine.datatype != theirs.datatype) return false;
-  if (is_transfer(mine) || is_transfer(theirs))
-    return is_transfer(mine) && is_transfer(theirs) && mine.call != theirs.call && mine.peer == theirs.rank &&
-           theirs.peer == mine.rank;
-  return mine.call == theirs.call && mine.op == theirs.op && mine.root == theirs.root;
+  return is_transfer(mine) || (mine.call == theirs.call && mine.op == theirs.op && mine.root == theirs.root);
 }
 
-// Waits for `request` without holding a core (as cpu/nccl.cpp's waits); false if gave_up.
-bool wait(MPI_Request& request, bool (*gave_up)(void*), void* context) {
-  auto sleep = std::chrono::microseconds(1);
-  for (;;) {
-    int done = 0;
-    MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-    if (done) return true;
-    if (gave_up(context)) return false;
-    std::this_thread::sleep_for(sleep);
-    sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
-  }
-}
+std::string rank_call(const NcclSignature& s) { return "rank " + std::to_string(s.rank) + "'s " + describe(s); }
 
 }  // namespace
 
+NcclSignature nccl_signature(NcclCall call, int datatype, size_t count, int op, int root, int peer) {
+  return NcclSignature{int32_t(call), datatype, op, root, peer, 0, int64_t(count), 0};
+}
+
 std::string describe(const NcclSignature& s) {
   std::string text = std::string(call_name(s.call)) + " #" + std::to_string(s.number) + " (";
-  if (is_transfer(s)) text += std::string(s.call == int32_t(NcclCall::send) ? "to" : "from") + " rank " +
-                              std::to_string(s.peer) + ", ";
+  if (is_transfer(s))
+    text += std::string(s.call == int32_t(NcclCall::send) ? "to" : "from") + " rank " + std::to_string(s.peer) + ", ";
   text += "count " + std::to_string(s.count) + ", " + type_name(s.datatype);
   if (s.op >= 0) text += ", " + op_name(s.op);
   if (s.root >= 0) text += ", root " + std::to_string(s.root);
   return text + ")";
 }
 
-std::string check_signatures(const std::vector<NcclSignature>& calls, MPI_Comm check, bool (*gave_up)(void*),
-                             void* context) {
-  if (calls.empty()) return "";
-  int size = 0;
-  MPI_Comm_size(check, &size);
-  const int me = calls.front().rank;
-  std::map<int, std::vector<NcclSignature>> mine;  // by partner, in pair order
-  for (const NcclSignature& s : calls)
-    for (int partner : partners(s, size)) mine.try_emplace(partner, in_pair_order(calls, partner, size));
+NcclMatcher::NcclMatcher(MPI_Comm check) : comm_(check) { MPI_Comm_size(comm_, &size_); }
 
-  // Each side sends its list to the other, then receives the other's, whatever its length.
-  std::vector<MPI_Request> sends;
-  for (auto& [partner, list] : mine) {
-    sends.emplace_back();
-    MPI_Isend(list.data(), int(list.size() * sizeof(NcclSignature)), MPI_BYTE, partner, 0, check, &sends.back());
+int64_t NcclMatcher::channel(const NcclSignature& call) const { return channel_of(call, size_); }
+
+std::vector<NcclMeeting> NcclMatcher::announce(const std::vector<NcclSignature>& calls) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::map<int, std::vector<NcclSignature>> by_partner;
+  std::vector<NcclMeeting> meetings;
+  for (const NcclSignature& s : calls) {
+    meetings.push_back({s, partners(s, size_)});
+    for (int partner : meetings.back().partners) by_partner[partner].push_back(s);
   }
+  for (auto& [partner, list] : by_partner) {
+    Outgoing& out = outgoing_.emplace_back(Outgoing{std::move(list), MPI_REQUEST_NULL});
+    MPI_Isend(out.calls.data(), int(out.calls.size() * sizeof(NcclSignature)), MPI_BYTE, partner, 0, comm_,
+              &out.request);
+  }
+  return meetings;
+}
+
+std::string NcclMatcher::meet(NcclMeeting& meeting) {
+  std::lock_guard<std::mutex> lock(mutex_);
   std::string problem;
-  for (auto& [partner, list] : mine) {
+  const int64_t own = channel_of(meeting.call, size_);
+  std::erase_if(meeting.partners, [&](int partner) {
+    std::deque<NcclSignature>& theirs = unmatched_[partner];
+    const auto met = std::find_if(theirs.begin(), theirs.end(),
+                                  [&](const NcclSignature& s) { return channel_of(s, size_) == own; });
+    if (met == theirs.end()) return false;
+    if (problem.empty() && !match(meeting.call, *met))
+      problem = rank_call(meeting.call) + " does not match " + rank_call(*met);
+    theirs.erase(met);
+    return true;
+  });
+  return problem;
+}
+
+bool NcclMatcher::receive() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::erase_if(outgoing_, [](Outgoing& out) {
+    int sent = 0;
+    MPI_Test(&out.request, &sent, MPI_STATUS_IGNORE);
+    return sent != 0;
+  });
+  bool any = false;
+  for (;;) {
     MPI_Message message;
     MPI_Status status;
-    for (auto sleep = std::chrono::microseconds(1);;) {
-      int arrived = 0;
-      MPI_Improbe(partner, 0, check, &arrived, &message, &status);
-      if (arrived) break;
-      if (gave_up(context)) return "";
-      std::this_thread::sleep_for(sleep);
-      sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
-    }
+    int arrived = 0;
+    MPI_Improbe(MPI_ANY_SOURCE, 0, comm_, &arrived, &message, &status);
+    if (!arrived) return any;
     int bytes = 0;
     MPI_Get_count(&status, MPI_BYTE, &bytes);
-    std::vector<NcclSignature> theirs(bytes / sizeof(NcclSignature));
-    MPI_Mrecv(theirs.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
-    if (!problem.empty()) continue;
-    for (size_t i = 0; i < std::min(list.size(), theirs.size()) && problem.empty(); ++i)
-      if (!match(list[i], theirs[i]))
-        problem = "rank " + std::to_string(me) + "'s " + describe(list[i]) + " does not match rank " +
-                  std::to_string(partner) + "'s " + describe(theirs[i]);
-    if (problem.empty() && list.size() != theirs.size())
-      problem = "rank " + std::to_string(me) + " made " + std::to_string(list.size()) + " calls involving rank " +
-                std::to_string(partner) + " in this group (the first " + describe(list.front()) + "), rank " +
-                std::to_string(partner) + " made " + std::to_string(theirs.size()) + " involving rank " +
-                std::to_string(me);
+    std::vector<NcclSignature> received(bytes / sizeof(NcclSignature));
+    MPI_Mrecv(received.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+    std::deque<NcclSignature>& theirs = unmatched_[status.MPI_SOURCE];
+    theirs.insert(theirs.end(), received.begin(), received.end());
+    any = true;
   }
-  for (MPI_Request& request : sends)
-    if (!wait(request, gave_up, context)) return "";
-  return problem;
 }
 
 }  // namespace cpu

@@ -1,13 +1,15 @@
 // CUDA_CPU_NCCL_CHECK (cpu/nccl_check.h): calls that NCCL would pair but that do not match
 // fail on both ranks with a message naming both calls, instead of hanging or exchanging
-// garbage; calls that match run as without the check. CPU build only (cpu_mpi_tests, under
-// mpirun -np 4): the check is the CPU build's.
+// garbage; calls that match run as without the check, however the ranks group them. As in
+// NCCL, the failure is the communicator's asynchronous error, and every later call on it fails
+// with the message. CPU build only (cpu_mpi_tests, under mpirun -np 4): the check is the CPU
+// build's.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <nccl.h>
 
-#include <regex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/nccl_check.cuh"
@@ -42,6 +44,18 @@ class NcclCheck : public testing::Test {
   }
   bool even() const { return world_rank_ % 2 == 0; }
 
+  // The communicator's asynchronous error once the stream is done, and the message a call on it
+  // then fails with ("" when none).
+  std::pair<ncclResult_t, std::string> failure(ncclComm_t comm) {
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    ncclResult_t async = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(comm, &async));
+    if (async == ncclSuccess) return {async, ""};
+    DeviceBuffer<float> probe(1);
+    EXPECT_EQ(ncclAllReduce(probe.data(), probe.data(), 1, ncclFloat32, ncclSum, comm, stream_), async);
+    return {async, ncclGetLastError(comm)};
+  }
+
   int world_rank_ = 0;
   ncclComm_t world_ = nullptr, pair_ = nullptr;
   cudaStream_t stream_ = nullptr;
@@ -61,7 +75,7 @@ TEST_F(NcclCheck, MatchingCallsRunAsWithoutTheCheck) {
   NCCL_CHECK(ncclRecv(from_next.data(), 8, ncclFloat32, next, world_, stream_));
   NCCL_CHECK(ncclRecv(from_previous.data(), 8, ncclFloat32, previous, world_, stream_));
   NCCL_CHECK(ncclGroupEnd());
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
+  EXPECT_EQ(failure(world_).first, ncclSuccess);
   EXPECT_EQ(values.to_host(), std::vector<float>(8, 1 + 2 + 3 + 4));
   EXPECT_EQ(from_next.to_host(), std::vector<float>(8, float(next + 1)));
   EXPECT_EQ(from_previous.to_host(), std::vector<float>(8, float(previous + 1)));
@@ -69,45 +83,72 @@ TEST_F(NcclCheck, MatchingCallsRunAsWithoutTheCheck) {
   for (int r = 0; r < 4; ++r) EXPECT_EQ(all[r * 8], float(r + 1)) << "row " << r;
 }
 
-// Even ranks reduce 8 values, odd ranks 16: both ranks of each pair fail, naming both calls.
+// Even ranks reduce 8 values, odd ranks 16: both ranks of each pair fail, naming both calls, and
+// nothing is exchanged.
 TEST_F(NcclCheck, MismatchedCountFailsOnBothRanksNamingBothCalls) {
-  DeviceBuffer<float> values(16);
-  const ncclResult_t result =
-      ncclAllReduce(values.data(), values.data(), even() ? 8 : 16, ncclFloat32, ncclSum, pair_, stream_);
-  EXPECT_EQ(result, ncclInvalidUsage);
-  const std::string expected = even() ? "rank 0's ncclAllReduce #1 \\(count 8, ncclFloat32, ncclSum\\) does not "
-                                        "match rank 1's ncclAllReduce #1 \\(count 16, ncclFloat32, ncclSum\\)"
-                                      : "rank 1's ncclAllReduce #1 \\(count 16, ncclFloat32, ncclSum\\) does not "
-                                        "match rank 0's ncclAllReduce #1 \\(count 8, ncclFloat32, ncclSum\\)";
-  EXPECT_TRUE(std::regex_search(ncclGetLastError(pair_), std::regex("CUDA_CPU_NCCL_CHECK: " + expected)))
-      << ncclGetLastError(pair_);
-  // The failed call was not queued, and the pair goes on: a matching call after it runs.
-  NCCL_CHECK(ncclAllReduce(values.data(), values.data(), 16, ncclFloat32, ncclSum, pair_, stream_));
+  DeviceBuffer<float> values(std::vector<float>(16, float(world_rank_ + 1)));
+  NCCL_CHECK(ncclAllReduce(values.data(), values.data(), even() ? 8 : 16, ncclFloat32, ncclSum, pair_, stream_));
+  const auto [error, message] = failure(pair_);
+  EXPECT_EQ(error, ncclInvalidUsage);
+  const std::string expected = even() ? "CUDA_CPU_NCCL_CHECK: rank 0's ncclAllReduce #1 (count 8, ncclFloat32, "
+                                        "ncclSum) does not match rank 1's ncclAllReduce #1 (count 16, ncclFloat32, "
+                                        "ncclSum)"
+                                      : "CUDA_CPU_NCCL_CHECK: rank 1's ncclAllReduce #1 (count 16, ncclFloat32, "
+                                        "ncclSum) does not match rank 0's ncclAllReduce #1 (count 8, ncclFloat32, "
+                                        "ncclSum)";
+  EXPECT_NE(message.find(expected), std::string::npos) << message;
+  EXPECT_EQ(values.to_host(), std::vector<float>(16, float(world_rank_ + 1)));
 }
 
 TEST_F(NcclCheck, SendAndReceiveOfDifferentTypesFailOnBothRanks) {
   DeviceBuffer<float> buffer(8);
   const int peer = even() ? 1 : 0;
-  const ncclResult_t result = even() ? ncclSend(buffer.data(), 8, ncclFloat32, peer, pair_, stream_)
-                                     : ncclRecv(buffer.data(), 8, ncclInt32, peer, pair_, stream_);
-  EXPECT_EQ(result, ncclInvalidUsage);
-  const std::string last = ncclGetLastError(pair_);
-  EXPECT_NE(last.find("ncclSend #1 (to rank 1, count 8, ncclFloat32)"), std::string::npos) << last;
-  EXPECT_NE(last.find("ncclRecv #1 (from rank 0, count 8, ncclInt32)"), std::string::npos) << last;
+  if (even()) NCCL_CHECK(ncclSend(buffer.data(), 8, ncclFloat32, peer, pair_, stream_));
+  else NCCL_CHECK(ncclRecv(buffer.data(), 8, ncclInt32, peer, pair_, stream_));
+  const auto [error, message] = failure(pair_);
+  EXPECT_EQ(error, ncclInvalidUsage);
+  EXPECT_NE(message.find("ncclSend #1 (to rank 1, count 8, ncclFloat32)"), std::string::npos) << message;
+  EXPECT_NE(message.find("ncclRecv #1 (from rank 0, count 8, ncclInt32)"), std::string::npos) << message;
 }
 
-// One rank broadcasts from root 0, the other from root 1; and a collective against a send.
-TEST_F(NcclCheck, OtherRootsAndACollectiveAgainstATransferFail) {
+// One rank broadcasts from root 0, the other from root 1.
+TEST_F(NcclCheck, BroadcastsFromDifferentRootsFailOnBothRanks) {
   DeviceBuffer<float> buffer(8);
-  EXPECT_EQ(ncclBroadcast(buffer.data(), buffer.data(), 8, ncclFloat32, even() ? 0 : 1, pair_, stream_),
-            ncclInvalidUsage);
-  EXPECT_NE(std::string(ncclGetLastError(pair_)).find("root"), std::string::npos) << ncclGetLastError(pair_);
-  const ncclResult_t result = even() ? ncclAllReduce(buffer.data(), buffer.data(), 8, ncclFloat32, ncclSum, pair_, stream_)
-                                     : ncclSend(buffer.data(), 8, ncclFloat32, 0, pair_, stream_);
-  EXPECT_EQ(result, ncclInvalidUsage);
-  const std::string last = ncclGetLastError(pair_);
-  EXPECT_NE(last.find("ncclAllReduce #2"), std::string::npos) << last;
-  EXPECT_NE(last.find("ncclSend #2 (to rank 0"), std::string::npos) << last;
+  NCCL_CHECK(ncclBroadcast(buffer.data(), buffer.data(), 8, ncclFloat32, even() ? 0 : 1, pair_, stream_));
+  const auto [error, message] = failure(pair_);
+  EXPECT_EQ(error, ncclInvalidUsage);
+  EXPECT_NE(message.find("ncclBroadcast #1 (count 8, ncclFloat32, root 0)"), std::string::npos) << message;
+  EXPECT_NE(message.find("ncclBroadcast #1 (count 8, ncclFloat32, root 1)"), std::string::npos) << message;
+}
+
+// NCCL pairs the k-th send from a to b with b's k-th receive from a, whatever the groups: here the
+// even rank sends and receives in one group, the odd rank receives, then sends, in two calls.
+TEST_F(NcclCheck, RanksMayGroupTheirTransfersDifferently) {
+  DeviceBuffer<float> mine(std::vector<float>(8, float(world_rank_ + 1))), theirs(8);
+  const int peer = even() ? 1 : 0;
+  if (even()) {
+    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(ncclSend(mine.data(), 8, ncclFloat32, peer, pair_, stream_));
+    NCCL_CHECK(ncclRecv(theirs.data(), 8, ncclFloat32, peer, pair_, stream_));
+    NCCL_CHECK(ncclGroupEnd());
+  } else {
+    NCCL_CHECK(ncclRecv(theirs.data(), 8, ncclFloat32, peer, pair_, stream_));
+    NCCL_CHECK(ncclSend(mine.data(), 8, ncclFloat32, peer, pair_, stream_));
+  }
+  EXPECT_EQ(failure(pair_).first, ncclSuccess);
+  const int peer_world_rank = world_rank_ / 2 * 2 + peer;
+  EXPECT_EQ(theirs.to_host(), std::vector<float>(8, float(peer_world_rank + 1)));
+}
+
+// Rank 3 all-reduces 4 values where the others reduce 8: the operation fails on every rank.
+TEST_F(NcclCheck, OneRanksCountInACollectiveFailsItOnEveryRank) {
+  DeviceBuffer<float> values(8);
+  NCCL_CHECK(ncclAllReduce(values.data(), values.data(), world_rank_ == 3 ? 4 : 8, ncclFloat32, ncclSum, world_,
+                           stream_));
+  const auto [error, message] = failure(world_);
+  EXPECT_EQ(error, ncclInvalidUsage);
+  EXPECT_NE(message.find("(count 4, ncclFloat32, ncclSum)"), std::string::npos) << message;
+  EXPECT_NE(message.find("(count 8, ncclFloat32, ncclSum)"), std::string::npos) << message;
 }
 
 }  // namespace
