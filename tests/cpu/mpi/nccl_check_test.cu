@@ -122,22 +122,24 @@ TEST_F(NcclCheck, BroadcastsFromDifferentRootsFailOnBothRanks) {
 }
 
 // NCCL pairs the k-th send from a to b with b's k-th receive from a, whatever the groups: here the
-// even rank sends and receives in one group, the odd rank receives, then sends, in two calls.
+// even rank receives 4 values and sends 8 in one group, the odd rank receives the 8, then sends
+// the 4, in two calls. Each receive meets the send of its own direction, not the first call.
 TEST_F(NcclCheck, RanksMayGroupTheirTransfersDifferently) {
-  DeviceBuffer<float> mine(std::vector<float>(8, float(world_rank_ + 1))), theirs(8);
+  const size_t sent = even() ? 8 : 4, received = even() ? 4 : 8;
+  DeviceBuffer<float> mine(std::vector<float>(sent, float(world_rank_ + 1))), theirs(received);
   const int peer = even() ? 1 : 0;
   if (even()) {
     NCCL_CHECK(ncclGroupStart());
-    NCCL_CHECK(ncclSend(mine.data(), 8, ncclFloat32, peer, pair_, stream_));
-    NCCL_CHECK(ncclRecv(theirs.data(), 8, ncclFloat32, peer, pair_, stream_));
+    NCCL_CHECK(ncclRecv(theirs.data(), received, ncclFloat32, peer, pair_, stream_));
+    NCCL_CHECK(ncclSend(mine.data(), sent, ncclFloat32, peer, pair_, stream_));
     NCCL_CHECK(ncclGroupEnd());
   } else {
-    NCCL_CHECK(ncclRecv(theirs.data(), 8, ncclFloat32, peer, pair_, stream_));
-    NCCL_CHECK(ncclSend(mine.data(), 8, ncclFloat32, peer, pair_, stream_));
+    NCCL_CHECK(ncclRecv(theirs.data(), received, ncclFloat32, peer, pair_, stream_));
+    NCCL_CHECK(ncclSend(mine.data(), sent, ncclFloat32, peer, pair_, stream_));
   }
   EXPECT_EQ(failure(pair_).first, ncclSuccess);
   const int peer_world_rank = world_rank_ / 2 * 2 + peer;
-  EXPECT_EQ(theirs.to_host(), std::vector<float>(8, float(peer_world_rank + 1)));
+  EXPECT_EQ(theirs.to_host(), std::vector<float>(received, float(peer_world_rank + 1)));
 }
 
 // Rank 3 all-reduces 4 values where the others reduce 8: the operation fails on every rank.
