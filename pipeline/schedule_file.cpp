@@ -24,12 +24,18 @@ std::vector<StageSchedule> rows_of(const std::vector<std::vector<Action>>& stage
   return rows;
 }
 
+// An error's text ends with the grid's last row, without the newline after it.
+std::string without_final_newline(std::string text) {
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
 [[noreturn]] void fail(const ScheduleGrid& grid, int stage, int step, const std::string& problem) {
   std::vector<int> marked(grid.stages.size(), -1);
   if (stage >= 0 && size_t(stage) < marked.size()) marked[stage] = step;
   throw std::runtime_error("schedule error: stage " + std::to_string(stage) +
                            (step >= 0 ? " step " + std::to_string(step) : "") + " " + problem + "\n" +
-                           format_grid_with_communication(rows_of(grid.stages), marked));
+                           without_final_newline(format_grid_with_communication(rows_of(grid.stages), marked)));
 }
 
 // Where each compute of one stage is, by (kind, microbatch, chunk).
@@ -148,10 +154,14 @@ PipelineSchedule schedule_from_grid(const ScheduleGrid& grid, int p, int m) {
   if (grid.placement == PlacementKind::v_shape) v = 2;
   for (int s = 0; s < p; s++) check_stage_order(grid, s, m, v);
   const Placement placement{grid.placement, p, v};
-  PipelineSchedule schedule{placement, add_communication_in_time_order(grid.stages, placement)};
-  const Simulation simulation = simulate(schedule.stages, {1, 1, 1, 0}, placement.kind);
-  if (!simulation.deadlock.empty()) throw std::runtime_error("schedule error: " + simulation.deadlock);
-  return schedule;
+  try {
+    PipelineSchedule schedule{placement, add_communication_in_time_order(grid.stages, placement)};
+    const Simulation simulation = simulate(schedule.stages, {1, 1, 1, 0}, placement.kind);
+    if (!simulation.deadlock.empty()) throw std::runtime_error("schedule error: " + simulation.deadlock);
+    return schedule;
+  } catch (const std::runtime_error& error) {
+    throw std::runtime_error(without_final_newline(error.what()));
+  }
 }
 
 std::string schedule_grid_text(const PipelineSchedule& schedule) {

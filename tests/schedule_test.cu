@@ -339,7 +339,7 @@ TEST(ScheduleFile, RejectsAMissingOrMisplacedComputeWithTheStepMarked) {
             "schedule error: stage 0 step 4 has no W1 after I1: every microbatch's F, then B or I then W, exactly "
             "once per chunk\n"
             "stage 0 | F0   F1   I0   W0   >I1<\n"
-            "stage 1 | F0   I0   F1   I1   W0   W1\n");
+            "stage 1 | F0   I0   F1   I1   W0   W1");
   EXPECT_NE(grid_error("stage 0 | F0 W0 I0\n", 1, 1).find("stage 0 step 1 runs W0 before I0"), std::string::npos);
   EXPECT_NE(grid_error("stage 0 | F0 F1 B1 B0\n", 1, 2).find("stage 0 step 3 runs B0 after microbatch 1's"),
             std::string::npos);
@@ -362,7 +362,7 @@ TEST(ScheduleFile, RejectsOrdersThatWaitForEachOther) {
             "stage 0 waits at step 1 (I0) for the gradient of microbatch 0 from stage 1 chunk 0\n"
             "stage 1 waits at step 1 (F1) for the activation of microbatch 1 from stage 0 chunk 0\n"
             "stage 0 | F0   >I0< F1   W0   I1   W1\n"
-            "stage 1 | F0   >F1< I0   I1   W0   W1\n");
+            "stage 1 | F0   >F1< I0   I1   W0   W1");
 }
 
 TEST(Schedule, GridHasOneRowPerStage) {

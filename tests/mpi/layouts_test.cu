@@ -85,6 +85,27 @@ std::vector<Case> uneven_cases_of(int dp, int pp) {
   return {{dp, pp, ScheduleKind::one_f_one_b, 1, false, 3, 6, {2, 1, 2, 1}}};
 }
 
+// The zero-bubble schedules on the layouts with 2 or 4 stages and 1 or 2 replicas: m = pp + 1
+// (at least p, not a multiple of it), recompute off and on; zb-v on 2 pp layers (one per chunk).
+std::vector<Case> zero_bubble_cases_of(ScheduleKind schedule, int dp, int pp) {
+  const bool v_shape = schedule == ScheduleKind::zb_v;
+  std::vector<Case> cases;
+  for (bool recompute : {false, true})
+    cases.push_back({dp, pp, schedule, v_shape ? 2 : 1, recompute, pp + 1, v_shape ? 2 * pp : 4});
+  return cases;
+}
+
+void expect_zero_bubble_layouts_match(ScheduleKind schedule) {
+  ASSERT_GE(size_of_world(), 2) << kOneRank;
+  bool ran = false;
+  for (const auto& [dp, pp] : layouts_of_world(false))
+    if (pp > 1 && dp <= 2) {
+      expect_cases_match(zero_bubble_cases_of(schedule, dp, pp), kSteps, tolerance_of(dp));
+      ran = true;
+    }
+  EXPECT_TRUE(ran) << "no layout of " << size_of_world() << " ranks has 2 or 4 stages and 1 or 2 replicas";
+}
+
 void expect_every_layout_matches(ScheduleKind schedule) {
   ASSERT_GE(size_of_world(), 2) << kOneRank;
   const auto layouts = layouts_of_world(schedule == ScheduleKind::interleaved);
@@ -97,6 +118,10 @@ void expect_every_layout_matches(ScheduleKind schedule) {
 TEST(PipelineLayouts, AfabGivesTheSingleStageRun) { expect_every_layout_matches(ScheduleKind::afab); }
 TEST(PipelineLayouts, OneFOneBGivesTheSingleStageRun) { expect_every_layout_matches(ScheduleKind::one_f_one_b); }
 TEST(PipelineLayouts, InterleavedGivesTheSingleStageRun) { expect_every_layout_matches(ScheduleKind::interleaved); }
+
+TEST(PipelineLayouts, ZeroBubbleH1GivesTheSingleStageRun) { expect_zero_bubble_layouts_match(ScheduleKind::zb_h1); }
+TEST(PipelineLayouts, ZeroBubbleH2GivesTheSingleStageRun) { expect_zero_bubble_layouts_match(ScheduleKind::zb_h2); }
+TEST(PipelineLayouts, ZeroBubbleVGivesTheSingleStageRun) { expect_zero_bubble_layouts_match(ScheduleKind::zb_v); }
 
 TEST(PipelineLayouts, UnevenLayerSplitGivesTheSingleStageRun) {
   ASSERT_GE(size_of_world(), 2) << kOneRank;
