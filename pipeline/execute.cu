@@ -39,10 +39,14 @@ void update_accounting(Executor& e) {
   a.transfer_bytes = pool_bytes(e.sends) + pool_bytes(e.grad_outputs) + pool_bytes(e.grad_inputs);
   a.step_ms.assign(e.schedule.size(), 0.0f);
   a.step_start_ms.assign(e.origin_marked ? e.schedule.size() : 0, 0.0f);
+  a.step_end_ms.assign(a.step_start_ms.size(), 0.0f);
   a.busy_ms = 0;
   for (size_t i = 0; i < e.schedule.size(); ++i) {
     CUDA_CHECK(cudaEventElapsedTime(&a.step_ms[i], e.step_start[i], e.step_end[i]));
-    if (e.origin_marked) CUDA_CHECK(cudaEventElapsedTime(&a.step_start_ms[i], e.origin, e.step_start[i]));
+    if (e.origin_marked) {
+      CUDA_CHECK(cudaEventElapsedTime(&a.step_start_ms[i], e.origin, e.step_start[i]));
+      CUDA_CHECK(cudaEventElapsedTime(&a.step_end_ms[i], e.origin, e.step_end[i]));
+    }
     if (is_compute(e.schedule[i])) a.busy_ms += a.step_ms[i];
   }
   e.origin_marked = false;

@@ -87,8 +87,9 @@ struct ExecutorAccounting {
   size_t activation_bytes;
   size_t transfer_bytes;            // the gradient and send buffers
   std::vector<float> step_ms;       // the last step: each schedule step's time
-  std::vector<float> step_start_ms;  // the last step, when mark_timeline_origin preceded it: each schedule
-                                     // step's start after the origin; else empty
+  // The last step, when mark_timeline_origin preceded it: each schedule step's start and end after
+  // the origin (monotone in the events' times, so a step never ends after the next one starts); else empty.
+  std::vector<float> step_start_ms, step_end_ms;
   double busy_ms;                   // the last step: time in F, B, I and W
   double span_ms;                   // the last step: from its first schedule step's start to its last's end
 };

@@ -24,7 +24,7 @@ std::string executed_category(const ExecutedStep& step) {
   return step_category({Action{step.kind, step.microbatch, step.chunk}});
 }
 
-// This rank's events, one line each: name, category, start (ms), duration (ms), details, tab-separated.
+// This rank's events, one line each: name, category, start (ms), end (ms), details, tab-separated.
 std::string own_events(const Trainer& trainer) {
   const Executor& e = trainer.executor;
   const ExecutorAccounting& a = e.accounting;
@@ -34,7 +34,7 @@ std::string own_events(const Trainer& trainer) {
   text.precision(17);
   for (size_t i = 0; i < e.trace.size(); ++i)
     text << executed_name(e.trace[i]) << '\t' << executed_category(e.trace[i]) << '\t' << a.step_start_ms[i] << '\t'
-         << a.step_ms[i] << '\t' << to_text(e.trace[i]) << '\n';
+         << a.step_end_ms[i] << '\t' << to_text(e.trace[i]) << '\n';
   return text.str();
 }
 
@@ -60,14 +60,14 @@ void write_measured_timeline(const Trainer& trainer, const PipelineSchedule& sch
     std::istringstream lines(texts[rank]);
     for (std::string line; std::getline(lines, line);) {
       std::istringstream fields(line);
-      std::string name, category, start, duration, details;
+      std::string name, category, start, end, details;
       std::getline(fields, name, '\t');
       std::getline(fields, category, '\t');
       std::getline(fields, start, '\t');
-      std::getline(fields, duration, '\t');
+      std::getline(fields, end, '\t');
       std::getline(fields, details);
-      timeline.events.push_back(
-          {replica, stage, name, category, std::stod(start) * 1e3, std::stod(duration) * 1e3, details});
+      const double start_us = std::stod(start) * 1e3;
+      timeline.events.push_back({replica, stage, name, category, start_us, std::stod(end) * 1e3 - start_us, details});
     }
   }
   // The flows follow the schedule's matching of sends and receives, which the executor ran
