@@ -59,6 +59,8 @@ struct StageState {
   double busy = 0;
   int in_flight = 0, pending = 0;
   int peak_in_flight = 0, peak_pending = 0;
+  std::vector<int> chunk_in_flight, chunk_pending;            // per chunk, now
+  std::vector<int> chunk_peak_in_flight, chunk_peak_pending;  // per chunk, the most
   // (microbatch, chunk) through F; through B or I (the input gradient); through I (split); through W.
   std::set<std::pair<int, int>> forwarded, backwarded, split, weighted;
   std::set<Message> received;
@@ -75,6 +77,9 @@ class Simulator {
       if (layout_.v > 2) fail(0, "has chunk " + std::to_string(layout_.v - 1) + ", but the v placement holds two");
       layout_.v = 2;
     }
+    for (StageState& state : state_)
+      state.chunk_in_flight = state.chunk_pending = state.chunk_peak_in_flight = state.chunk_peak_pending =
+          std::vector<int>(layout_.v, 0);
   }
 
   Simulation run() {
@@ -93,7 +98,8 @@ class Simulator {
     for (const StageState& state : state_) result.makespan = std::max(result.makespan, state.clock);
     for (const StageState& state : state_)
       result.stages.push_back({state.busy, result.makespan > 0 ? 1 - state.busy / result.makespan : 0,
-                               state.peak_in_flight, state.peak_pending});
+                               state.peak_in_flight, state.peak_pending, state.chunk_peak_in_flight,
+                               state.chunk_peak_pending});
     result.messages = message_links();
     result.deadlock = deadlock_report();
     return result;
@@ -135,7 +141,7 @@ class Simulator {
     for (const Action& a : step) {
       if (is_send(a)) continue;
       state.received.insert(message_of(a, s, layout_));
-      if (a.kind == ActionKind::recv_forward) take_slot(state);
+      if (a.kind == ActionKind::recv_forward) take_slot(state, a.chunk);
     }
     state.clock = completion;
     (*end_time_)[s][state.step] = completion;
@@ -155,14 +161,16 @@ class Simulator {
         fail(s, "runs " + to_text(a) + " before receiving its input");
       state.forwarded.insert(key);
       cost = costs_.forward;
-      if (vs == 0) take_slot(state);
-      if (vs < layout_.virtual_stages() - 1 && layout_.stage_of(vs + 1) == s) take_slot(state);  // the local hand-over
+      if (vs == 0) take_slot(state, a.chunk);
+      if (vs < layout_.virtual_stages() - 1 && layout_.stage_of(vs + 1) == s)
+        take_slot(state, layout_.chunk_of(vs + 1));  // the local hand-over
     } else if (a.kind == ActionKind::backward_weight) {
       if (state.weighted.count(key)) fail(s, "repeats " + to_text(a));
       if (!state.split.count(key)) fail(s, "runs " + to_text(a) + " before its I" + to_text(a).substr(1));
       state.weighted.insert(key);
       cost = costs_.backward_weight;
       state.pending--;
+      state.chunk_pending[a.chunk]--;
     } else {
       const bool split = a.kind == ActionKind::backward_input;
       if (!state.forwarded.count(key)) fail(s, "runs " + to_text(a) + " before its forward");
@@ -173,9 +181,12 @@ class Simulator {
       state.backwarded.insert(key);
       cost = costs_.backward_input + (split ? 0 : costs_.backward_weight);
       state.in_flight--;
+      state.chunk_in_flight[a.chunk]--;
       if (split) {
         state.split.insert(key);
         state.peak_pending = std::max(state.peak_pending, ++state.pending);
+        int& pending = state.chunk_pending[a.chunk];
+        state.chunk_peak_pending[a.chunk] = std::max(state.chunk_peak_pending[a.chunk], ++pending);
       }
     }
     state.clock += cost;
@@ -184,7 +195,11 @@ class Simulator {
 
   // A microbatch's slot on a chunk is taken when its input arrives (as the executor takes it): the
   // receive, the first virtual stage's forward, or the forward of the chunk before it on this stage.
-  static void take_slot(StageState& state) { state.peak_in_flight = std::max(state.peak_in_flight, ++state.in_flight); }
+  static void take_slot(StageState& state, int chunk) {
+    state.peak_in_flight = std::max(state.peak_in_flight, ++state.in_flight);
+    int& in_flight = state.chunk_in_flight[chunk];
+    state.chunk_peak_in_flight[chunk] = std::max(state.chunk_peak_in_flight[chunk], ++in_flight);
+  }
 
   // A compute's input is a received message, or, when the neighbouring virtual stage is on this
   // stage, that chunk's own forward (backward) here.

@@ -32,6 +32,9 @@ struct StageSimulation {
   // virtual stage's forward, or a local hand-over's forward) until B or I, as the executor holds them.
   int peak_in_flight;
   int peak_pending;    // most (microbatch, chunk) pairs through I and not yet through W at once
+  // The same per chunk (the executor's pools are per chunk: it allocates the sum of these peaks);
+  // filled by simulate only.
+  std::vector<int> chunk_peak_in_flight, chunk_peak_pending;
 };
 
 // A message of a schedule: the step of the stage that sends it and the step of the stage that

@@ -37,7 +37,7 @@ class DataflowSimulator {
     for (const StageState& state : state_) result.makespan = std::max(result.makespan, state.clock);
     for (const StageState& state : state_)
       result.stages.push_back({state.busy, result.makespan > 0 ? 1 - state.busy / result.makespan : 0,
-                               state.peak_in_flight, state.peak_pending});
+                               state.peak_in_flight, state.peak_pending, {}, {}});
     result.deadlock = deadlock_report();
     return result;
   }

@@ -299,25 +299,24 @@ std::string schedule_report(const RunSetup& setup) {
     }
     report += "\n";
   }
+  // What the executor allocates: each chunk's pools grow to that chunk's peaks.
   for (int s = 0; s < p; ++s) {
-    size_t largest_slot = 0, largest_weight_buffer = 0, working = 0;
-    std::string layers;
+    const StageSimulation& stage = simulation.stages[s];
+    std::string slots, weights, layers;
+    double bytes = 0;
     for (int chunk = 0; chunk < v; ++chunk) {
       const LayerRange& range = setup.virtual_stages[schedule.placement.virtual_stage(s, chunk)];
-      largest_slot = std::max(largest_slot, slot_bytes(setup, range));
-      largest_weight_buffer = std::max(largest_weight_buffer, weight_buffer_bytes(setup, range));
-      if (layout.recompute) working += activation_bytes<float>(setup.start.config, setup.B, setup.T, range);
+      const size_t slot = slot_bytes(setup, range), weight_buffer = weight_buffer_bytes(setup, range);
+      const int held = stage.chunk_peak_in_flight[chunk], pending = stage.chunk_peak_pending[chunk];
+      slots += (chunk ? " + " : "peak ") + std::to_string(held) + " in flight x " + std::to_string(slot) + " B";
+      if (pending > 0)
+        weights += " + " + std::to_string(pending) + " awaiting W x " + std::to_string(weight_buffer) + " B";
+      bytes += double(held) * slot + double(pending) * weight_buffer;
+      if (layout.recompute) bytes += activation_bytes<float>(setup.start.config, setup.B, setup.T, range);
       layers += (chunk ? ", " : "") + layers_text(range);
     }
-    const StageSimulation& stage = simulation.stages[s];
-    const double bytes = double(stage.peak_in_flight) * largest_slot +
-                         double(stage.peak_pending) * largest_weight_buffer + working;
-    std::string weights;
-    if (stage.peak_pending > 0)
-      weights = " + " + std::to_string(stage.peak_pending) + " awaiting W x " + std::to_string(largest_weight_buffer) + " B";
-    std::snprintf(line, sizeof(line), "stage %d: idle %.3f, peak %d in flight x %zu B%s%s = %.0f B (%s)\n", s,
-                  stage.idle_share, stage.peak_in_flight, largest_slot, weights.c_str(),
-                  layout.recompute ? " + working set" : "", bytes, layers.c_str());
+    std::snprintf(line, sizeof(line), "stage %d: idle %.3f, %s%s%s = %.0f B (%s)\n", s, stage.idle_share,
+                  slots.c_str(), weights.c_str(), layout.recompute ? " + working set" : "", bytes, layers.c_str());
     report += line;
   }
   return report;

@@ -37,8 +37,8 @@ struct RunSetup {
 RunSetup prepare_run(const TrainOptions& options, std::FILE* out = nullptr);
 
 // The chosen schedule's grid for every stage, its timeline and the simulator's predicted idle
-// share and activation memory (peak slots x slot bytes, plus with split backwards the peak
-// weight-gradient-input buffers x their bytes) per stage, at --schedule-costs (by default t_f =
+// share and activation memory per stage (each chunk's peak slots x its slot bytes, plus with split
+// backwards its peak weight-gradient-input buffers x their bytes: what the executor allocates), at --schedule-costs (by default t_f =
 // t_i = t_w, so B = 2 t_f, no latency); and, where it differs, the prediction with transfers that
 // do not hold the compute stream (pipeline/simulate.h's simulate_dataflow).
 std::string schedule_report(const RunSetup& setup);

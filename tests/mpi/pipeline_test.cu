@@ -193,24 +193,30 @@ TEST(Pipeline, ExecutedTraceFollowsTheSchedule) {
   }
 }
 
-// The executor's pools grow to the simulator's peaks and no further: the slots to the most
-// microbatches whose input has arrived and whose B or I has not run, the weight-gradient-input
-// buffers to the most between I and W. ZB-H1 holds 1F1B's slots (4 - s on stage s) and s + 1
-// weight buffers; ZB-H2 up to 2p - 1 = 7 slots on stage 0.
+// The executor's pools grow to the simulator's peaks and no further, chunk by chunk: the slots to
+// the most microbatches whose input has arrived and whose B or I has not run, the weight-gradient-
+// input buffers to the most between I and W (what --print-schedule reports as the memory). ZB-H1
+// holds 1F1B's slots (4 - s on stage s) and s + 1 weight buffers; ZB-H2 up to 2p - 1 = 7 slots on
+// stage 0.
 TEST(Pipeline, ExecutorPoolsAreTheSimulatorsPeaks) {
   WorldGroups world(1, 4);
   const int stage = rank_in_world();
-  for (ScheduleKind kind : {ScheduleKind::afab, ScheduleKind::one_f_one_b, ScheduleKind::zb_h1, ScheduleKind::zb_h2}) {
+  for (ScheduleKind kind : {ScheduleKind::afab, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+                            ScheduleKind::zb_h1, ScheduleKind::zb_h2, ScheduleKind::zb_v}) {
     SCOPED_TRACE(schedule_name(kind));
-    const Outcome outcome = run({1, 4, kind, 1, false, 8, 4}, world.groups, 1);
-    const StageSimulation expected = simulate(make_all_schedules(kind, 4, 8, 1), {1, 1, 1, 0}).stages[stage];
-    EXPECT_EQ(outcome.accounting.slots, std::vector<int>{expected.peak_in_flight});
-    EXPECT_EQ(outcome.accounting.weight_buffers, std::vector<int>{expected.peak_pending});
+    const int v = kind == ScheduleKind::interleaved || kind == ScheduleKind::zb_v ? 2 : 1;
+    const Outcome outcome = run({1, 4, kind, v, false, 8, 4 * v}, world.groups, 1);
+    const StageSimulation expected =
+        simulate(make_all_schedules(kind, 4, 8, v), {1, 1, 1, 0}, placement_of(kind, 4, v).kind).stages[stage];
+    EXPECT_EQ(outcome.accounting.slots, expected.chunk_peak_in_flight);
+    EXPECT_EQ(outcome.accounting.weight_buffers, expected.chunk_peak_pending);
     if (kind == ScheduleKind::zb_h1) {
       EXPECT_EQ(outcome.accounting.slots, std::vector<int>{4 - stage});
       EXPECT_EQ(outcome.accounting.weight_buffers, std::vector<int>{stage + 1});
     }
-    if (kind == ScheduleKind::zb_h2 && stage == 0) EXPECT_EQ(outcome.accounting.slots, std::vector<int>{7});
+    if (kind == ScheduleKind::zb_h2 && stage == 0) {
+      EXPECT_EQ(outcome.accounting.slots, std::vector<int>{7});
+    }
   }
 }
 
