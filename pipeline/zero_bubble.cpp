@@ -9,6 +9,7 @@ namespace {
 // One stage's order of one chunk's actions, built a phase at a time: each F, I and W takes the
 // next microbatch of its kind, each W the oldest microbatch whose I has run.
 struct ChunkOrder {
+  ChunkOrder(int m, int chunk, std::vector<Action>* order) : m(m), chunk(chunk), order(order) {}
   int m;      // microbatches
   int chunk;  // the chunk every action runs on
   std::vector<Action>* order;

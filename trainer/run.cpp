@@ -161,6 +161,7 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, Ru
 
   const LrSchedule schedule = lr_schedule_from_options(options);
   const int traced_step = options.trace.empty() ? 0 : options.trace_step > 0 ? options.trace_step : options.steps;
+  bool timeline_written = false;
   const AdamWSettings settings{options.beta1, options.beta2, options.eps, options.weight_decay, options.grad_clip};
   const double tokens_per_step = double(options.microbatches) * B * T * mesh.dp;
   const auto run_begin = std::chrono::steady_clock::now();
@@ -181,6 +182,7 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, Ru
                               trace_about(setup, "the measured timeline of step " + std::to_string(traced_step) +
                                                      "; each rank's times from an event recorded right after a barrier"));
       say(out, "wrote the timeline of step %d to %s\n", traced_step, options.trace.c_str());
+      timeline_written = true;
     }
     const double seconds = seconds_since(begin);
     step_seconds.push_back(seconds);
@@ -238,6 +240,8 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, Ru
     }
     activity.phase = "between steps";
   }
+  if (traced_step > 0 && !timeline_written)
+    say(out, "no timeline written: the run did not do step %d (--trace)\n", traced_step);
   say(out, "%s\n", format_summary_line(result.steps, seconds_since(run_begin), {options.save, options.log}).c_str());
   return result;
 }

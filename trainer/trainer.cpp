@@ -121,14 +121,12 @@ PipelineSchedule layout_schedule(const PipelineLayout& layout, int pp) {
 }
 
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout) {
-  const int v = layout.schedule_file ? 1 : chunks_per_stage(layout.schedule, layout.virtual_stages);
   if (!layout.schedule_file && layout.schedule == ScheduleKind::zb_v && config.num_layers < 2 * mesh.pp)
     throw std::runtime_error("--schedule zb-v runs 2 chunks per stage: --layers " + std::to_string(config.num_layers) +
                              " is fewer than 2 x --pp " + std::to_string(mesh.pp) + " = " + std::to_string(2 * mesh.pp) +
                              " pipeline chunks (each needs at least one layer)");
   const PipelineSchedule schedule = layout_schedule(layout, mesh.pp);
-  return split_layers(config.num_layers, mesh.pp, layout.schedule_file ? schedule.placement.v : v,
-                      layout.layers_per_stage);
+  return split_layers(config.num_layers, mesh.pp, schedule.placement.v, layout.layers_per_stage);
 }
 
 Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayout& layout, const CommGroups& groups) {

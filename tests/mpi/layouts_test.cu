@@ -13,7 +13,10 @@
 // interleaved v = 2 at m in {1, 3, 8} where pp divides m, recompute off and on, v = 3 at m = 4,
 // and with 2 or 4 stages v = 2 at m = 4 and at m = 12 (recompute); on 8 stages one case,
 // interleaved v = 2, m = 8, 16 layers. Uneven --layers-per-stage on every layout with 2 or 4
-// stages (uneven_cases_of). In the CPU build on 2 cores shared with other jobs (load 10-18,
+// stages (uneven_cases_of). The zero-bubble schedules (zero_bubble_cases_of) on the layouts with
+// 2 or 4 stages and 1 or 2 replicas, (1, 2); (1, 4), (2, 2); (2, 4): zb-h1, zb-h2 and zb-v at
+// m = pp + 1, recompute off and on; they add 0.9, 5.7 and 6.3 s to the suite's 13, 60 and 58 s at
+// 2, 4 and 8 ranks (0.9, 6.6 and 8.6 s of CPU; 2026-11-24, load 6-9 on the 2 cores). In the CPU build on 2 cores shared with other jobs (load 10-18,
 // 2026-11-23), two runs took 34-35, 91-115 and 88-115 s at 2, 4 and 8 ranks, the suite without
 // the v = 3, m = 4 and 12, pp = 8 and uneven cases 27-29, 71-111 and 58-87 s beside them. In CPU
 // time (steadier under load) those cases add 15, 28 and 52 % (20-24 s against 17-21, 71-72

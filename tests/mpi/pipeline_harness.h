@@ -13,7 +13,6 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
-#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -108,10 +107,11 @@ struct Outcome {
   ExecutorAccounting first_accounting;       // after step 1 (the slots the trace used)
 };
 
-inline Outcome run(const Case& c, const CommGroups& groups, int steps,
-                   const std::optional<ScheduleGrid>& schedule_file = std::nullopt) {
+// schedule_file: a grid to run instead of c.schedule (--schedule-file), or nullptr.
+inline Outcome run(const Case& c, const CommGroups& groups, int steps, const ScheduleGrid* schedule_file = nullptr) {
   const GPTConfig config = config_of(c.layers);
-  const PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage, schedule_file};
+  PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
+  if (schedule_file != nullptr) layout.schedule_file = *schedule_file;
   Trainer trainer = create_trainer(config, kB, kT, layout, groups);
   upload_parameters(trainer, initial_parameters(config));
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);

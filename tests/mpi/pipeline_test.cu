@@ -227,7 +227,8 @@ TEST(Pipeline, PrintedOneFOneBGridFedBackRunsBitwiseTheSame) {
   const Case c{1, 4, ScheduleKind::one_f_one_b, 1, false, 5, 4};
   const std::string printed = format_grid(make_all_schedules(ScheduleKind::one_f_one_b, 4, 5, 1));
   const Outcome built_in = run(c, world.groups, 3);
-  const Outcome from_file = run(c, world.groups, 3, parse_schedule_grid(printed));
+  const ScheduleGrid grid = parse_schedule_grid(printed);
+  const Outcome from_file = run(c, world.groups, 3, &grid);
   EXPECT_EQ(from_file.losses, built_in.losses);
   EXPECT_EQ(from_file.grad_norms, built_in.grad_norms);
   EXPECT_EQ(from_file.gradients, built_in.gradients);
