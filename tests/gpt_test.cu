@@ -56,7 +56,7 @@ struct Microbatch {
 
 template <typename Element>
 bool bitwise_equal(const std::vector<Element>& a, const std::vector<Element>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(Element)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Element)) == 0);
 }
 
 // A model cut into consecutive ranges, run as a pipeline would but in one process: per
