@@ -3,23 +3,38 @@
 // positions in order; sum each position's gradients over the batch in order.
 #include "kernels/embedding.cuh"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "kernels/element.cuh"
 #include "kernels/launch.cuh"
 
 namespace {
 
 constexpr int kElementThreads = 256;
+// The forward: a block writes kForwardRows rows, its threads consecutive channels.
+constexpr int kForwardThreads = 128;
+constexpr int kForwardRows = 8;
+constexpr int kMaxGridY = 65535;
 constexpr int kOrderThreads = 256;
 constexpr int kRunThreads = 128;  // channels of one token's run; GPT-2's C = 768 is 6 per thread
 
-// out[b, t, c] = wte[tokens[b, t], c] + wpe[t, c], one thread per element of out (B, T, C).
+// out[b, t, c] = wte[tokens[b, t], c] + wpe[t, c]. Block (x, b) writes the rows (b, t) of
+// the kForwardRows positions t from x kForwardRows, its threads consecutive channels, so
+// the gathers from wte and wpe and the stores are coalesced row segments, and no index is
+// divided.
 template <typename Element>
 __global__ void embedding_forward_kernel(Element* out, const int* tokens, const Element* wte, const Element* wpe,
-                                         int T, int C, size_t count) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < count) {
-    const size_t c = i % C, position = i / C, t = position % T;
-    out[i] = from_compute<Element>(to_compute(wte[size_t(tokens[position]) * C + c]) + to_compute(wpe[t * C + c]));
+                                         int T, int C) {
+  const int b = blockIdx.y, first = blockIdx.x * kForwardRows;
+  const int end = T - first < kForwardRows ? T : first + kForwardRows;
+  for (int t = first; t < end; ++t) {
+    const size_t position = size_t(b) * T + t;
+    const Element* token_row = wte + size_t(tokens[position]) * C;
+    const Element* position_row = wpe + size_t(t) * C;
+    Element* out_row = out + position * C;
+    for (int c = threadIdx.x; c < C; c += kForwardThreads)
+      out_row[c] = from_compute<Element>(to_compute(token_row[c]) + to_compute(position_row[c]));
   }
 }
 
@@ -84,9 +99,13 @@ unsigned blocks_for(size_t count, int threads) { return unsigned((count + thread
 template <typename Element>
 void embedding_forward(Element* out, const int* tokens, const Element* wte, const Element* wpe, int B, int T, int C,
                        cudaStream_t stream) {
-  const size_t count = size_t(B) * T * C;
-  launch(embedding_forward_kernel<Element>, dim3(blocks_for(count, kElementThreads)), dim3(kElementThreads), 0,
-         stream, out, tokens, wte, wpe, T, C, count);
+  if (B > kMaxGridY) {
+    std::fprintf(stderr, "embedding: B = %d sequences exceed the %d blocks a grid's y dimension allows\n", B,
+                 kMaxGridY);
+    std::exit(EXIT_FAILURE);
+  }
+  launch(embedding_forward_kernel<Element>, dim3(blocks_for(T, kForwardRows), B), dim3(kForwardThreads), 0, stream,
+         out, tokens, wte, wpe, T, C);
 }
 
 size_t embedding_backward_workspace_size(int B, int T) { return size_t(B) * T; }
