@@ -19,11 +19,18 @@ namespace {
 
 int stages_per_replica(const Trainer& trainer) { return trainer.groups.mesh.pp; }
 
-// Chunk c of stage s is virtual stage c pp + s.
-std::vector<LayerRange> chunks_of_stage(const std::vector<LayerRange>& virtual_stages, int pp, int stage) {
+// Chunk c of stage s is virtual stage placement.virtual_stage(s, c).
+std::vector<LayerRange> chunks_of_stage(const std::vector<LayerRange>& virtual_stages, const Placement& placement,
+                                        int stage) {
   std::vector<LayerRange> chunks;
-  for (size_t i = stage; i < virtual_stages.size(); i += pp) chunks.push_back(virtual_stages[i]);
+  for (int c = 0; c < placement.v; ++c) chunks.push_back(virtual_stages[placement.virtual_stage(stage, c)]);
   return chunks;
+}
+
+bool has_embedding(const std::vector<LayerRange>& chunks) {
+  for (const LayerRange& range : chunks)
+    if (range.has_embedding) return true;
+  return false;
 }
 
 bool has_head(const std::vector<LayerRange>& chunks) {
@@ -61,7 +68,7 @@ std::vector<float> gather_regions(const Trainer& trainer, const float* memory) {
   const Mesh& mesh = trainer.groups.mesh;
   if (mesh.pp == 1 || mesh.dp_rank != 0) return host;
   const auto regions_of = [&](int stage) {
-    return parameter_layout(trainer.config, chunks_of_stage(trainer.virtual_stages, mesh.pp, stage)).regions;
+    return parameter_layout(trainer.config, chunks_of_stage(trainer.virtual_stages, trainer.placement, stage)).regions;
   };
   if (mesh.pp_rank > 0) {
     std::vector<float> packed;
@@ -108,11 +115,18 @@ std::vector<StageRecord> gather_stage_records(const Trainer& trainer) {
 
 }  // namespace
 
+PipelineSchedule layout_schedule(const PipelineLayout& layout, int pp) {
+  if (layout.schedule_file) return schedule_from_grid(*layout.schedule_file, pp, layout.microbatches);
+  return make_pipeline_schedule(layout.schedule, pp, layout.microbatches, layout.virtual_stages);
+}
+
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout) {
-  std::vector<LayerRange> ranges =
-      split_layers(config.num_layers, mesh.pp, layout.virtual_stages, layout.layers_per_stage);
-  make_schedule(layout.schedule, mesh.pp, layout.microbatches, layout.virtual_stages, mesh.pp_rank);
-  return ranges;
+  if (!layout.schedule_file && layout.schedule == ScheduleKind::zb_v && config.num_layers < 2 * mesh.pp)
+    throw std::runtime_error("--schedule zb-v runs 2 chunks per stage: --layers " + std::to_string(config.num_layers) +
+                             " is fewer than 2 x --pp " + std::to_string(mesh.pp) + " = " + std::to_string(2 * mesh.pp) +
+                             " pipeline chunks (each needs at least one layer)");
+  const PipelineSchedule schedule = layout_schedule(layout, mesh.pp);
+  return split_layers(config.num_layers, mesh.pp, schedule.placement.v, layout.layers_per_stage);
 }
 
 Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayout& layout, const CommGroups& groups) {
@@ -129,7 +143,9 @@ Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayo
   trainer.world = World{mesh.world_size, mesh.world_rank};
   trainer.groups = groups;
   trainer.virtual_stages = check_layout(config, mesh, layout);
-  trainer.chunks = chunks_of_stage(trainer.virtual_stages, mesh.pp, mesh.pp_rank);
+  const PipelineSchedule schedule = layout_schedule(layout, mesh.pp);
+  trainer.placement = schedule.placement;
+  trainer.chunks = chunks_of_stage(trainer.virtual_stages, trainer.placement, mesh.pp_rank);
   CUDA_CHECK(cudaStreamCreate(&trainer.stream));
   CUBLAS_CHECK(cublasCreate(&trainer.cublas));
   CUBLAS_CHECK(cublasSetStream(trainer.cublas, trainer.stream));
@@ -140,10 +156,8 @@ Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayo
   trainer.grad_wte_head = has_head(trainer.chunks) ? device_alloc<float>(wte_size(config)) : nullptr;
   trainer.params = stage_views(trainer.parameter_memory, trainer.parameter_layout);
   trainer.grads = stage_views(trainer.gradient_memory, trainer.parameter_layout);
-  const StageSchedule schedule =
-      make_schedule(layout.schedule, mesh.pp, layout.microbatches, layout.virtual_stages, mesh.pp_rank);
-  trainer.executor = create_executor(config, B, T, schedule, trainer.chunks, mesh.pp, mesh.pp_rank, layout.recompute,
-                                     trainer.groups, trainer.cublas, trainer.stream);
+  trainer.executor = create_executor(config, B, T, schedule.stages[mesh.pp_rank], trainer.chunks, trainer.placement,
+                                     mesh.pp_rank, layout.recompute, trainer.groups, trainer.cublas, trainer.stream);
   trainer.optimizer = create_optimizer(config, trainer.parameter_layout);
   const size_t BT = size_t(B) * T;
   trainer.host_tokens.resize(layout.microbatches * BT);
@@ -210,10 +224,13 @@ StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings
                                    trainer.host_tokens.data(), trainer.host_targets.data(), loss_scale);
   inject_nan_if_asked(trainer.world.rank, t, trainer.parameter_layout, trainer.gradient_memory, trainer.stream);
   // The tied embedding: the head's share joins wte's gradient on the stage with the head (zero
-  // there unless it also has the embedding), then the first and last stage add their copies.
+  // there unless it also has the embedding), then the first and last stage add their copies. A
+  // stage with both (one stage, or stage 0 of the V placement, whose last stage has neither)
+  // holds the whole sum already.
   float* grad_wte = wte_of(trainer, trainer.gradient_memory);
   if (head) sum_tied_embedding_gradient(config, grad_wte, trainer.grad_wte_head, trainer.stream);
-  allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config), ncclFloat32, trainer.stream);
+  if (head != has_embedding(trainer.chunks))
+    allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config), ncclFloat32, trainer.stream);
   for (const ParameterRegion& r : trainer.optimizer.regions)
     allreduce_data_parallel_gradients(trainer.groups, trainer.gradient_memory + r.offset, r.count, ncclFloat32,
                                       trainer.stream);
@@ -235,7 +252,7 @@ StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings
     result.applied = false;
     const std::vector<float> partials = download_norm_partials(trainer.optimizer, trainer.stream);
     result.skipped = skipped_step_reason(
-        norm, first_nonfinite_gradient(partials, config, trainer.virtual_stages, mesh.pp));
+        norm, first_nonfinite_gradient(partials, config, trainer.virtual_stages, trainer.placement));
   }
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));
   result.stages = gather_stage_records(trainer);
