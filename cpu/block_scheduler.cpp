@@ -264,7 +264,8 @@ bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   fc::transfer_t t = fc::jump_fcontext(fc::make_fcontext(first.top(), first.usable(), runner), &b.scheduler);
   sanitizer_finish_switch(&b.scheduler_sanitizer);
   *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
-  const bool waiting = b.barrier_arrived > 0 || std::any_of(b.warp_arrived.begin(), b.warp_arrived.end(), [](unsigned w) { return w != 0; });
+  const bool waiting =
+      b.barrier_arrived > 0 || std::any_of(b.warp_arrived.begin(), b.warp_arrived.end(), [](unsigned w) { return w != 0; });
   if (b.error.empty() && waiting) {
     b.error = warp_deadlock_report(b);
     if (b.error.empty()) b.error = barrier_deadlock_report(b);

@@ -21,8 +21,8 @@
 namespace cpu {
 namespace {
 
-// At most this many fibers wait for reuse, and as many retire to one launch (a layernorm of GPT's
-// tests is 38 blocks of 256 threads).
+// At most this many fibers wait for reuse, and as many retire to one launch (LayerNorm's tests
+// launch up to 38 blocks of 256 threads); a larger launch makes fibers for the rest.
 constexpr size_t kKeptFibers = 16384;
 
 // Stacks are cut from slabs of this many, without guard pages: a guard page splits the mapping,
@@ -59,8 +59,8 @@ Stack take_stack(Pool& p, size_t bytes) {
 // there), waits for another.
 void end_fiber(const RaceThread& t) {
   race_destroy_fiber(t.fiber);
-  if (mmap(t.stack.memory, t.stack.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
-           -1, 0) == MAP_FAILED)
+  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED;
+  if (mmap(t.stack.memory, t.stack.bytes, PROT_READ | PROT_WRITE, flags, -1, 0) == MAP_FAILED)
     throw std::runtime_error("cpu: cannot map a fiber stack anew");
   std::lock_guard<std::mutex> lock(pool().mutex);
   pool().free_stacks.push_back(t.stack);

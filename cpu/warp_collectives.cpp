@@ -54,8 +54,9 @@ std::string lane_call_text(const Thread& t, int lane) {
 
 [[noreturn, gnu::cold, gnu::noinline]] void fail_mismatched_collective(Block& b, int warp, const Thread& t, int lane,
                                                                        const Thread& other, int other_lane) {
-  fail_in_fiber(b, "lanes of warp " + std::to_string(warp) + " meet in different collectives or with different masks (" +
-                       lane_call_text(t, lane) + "; " + lane_call_text(other, other_lane) + ")");
+  fail_in_fiber(b, "lanes of warp " + std::to_string(warp) +
+                       " meet in different collectives or with different masks (" + lane_call_text(t, lane) + "; " +
+                       lane_call_text(other, other_lane) + ")");
 }
 
 [[noreturn, gnu::cold, gnu::noinline]] void fail_bad_collective_call(Block& b, Collective kind, unsigned mask,

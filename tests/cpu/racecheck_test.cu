@@ -110,7 +110,8 @@ TEST_F(Racecheck, TwoBlocksWritingTheSameGlobalWordAreReported) {
               "[^\n]*every_block_writes_one_word[^\n]*" +
                   line(kSameWordLine) + ".*Previous write of size 4 at .* by thread T[0-9]+:\n *#0 "
                   "[^\n]*every_block_writes_one_word[^\n]*" +
-                  line(kSameWordLine) + ".*(block \\(0,0,0\\)'.*block \\(1,0,0\\)'|block \\(1,0,0\\)'.*block \\(0,0,0\\)')");
+                  line(kSameWordLine) +
+                  ".*(block \\(0,0,0\\)'.*block \\(1,0,0\\)'|block \\(1,0,0\\)'.*block \\(0,0,0\\)')");
 }
 
 // The sum of each block's 128 values: xor butterflies of shuffles within each warp (no barrier:
