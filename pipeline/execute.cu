@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "comm/nccl_types.h"
 #include "comm/p2p.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
@@ -46,29 +47,34 @@ void destroy_pool(BufferPool& pool) {
   pool = make_pool(0);
 }
 
-int key_of(const Executor& e, int microbatch, int chunk) { return microbatch * e.v + chunk; }
+template <typename Element>
+int key_of(const Executor<Element>& e, int microbatch, int chunk) { return microbatch * e.v + chunk; }
 // With p == 1 the next virtual stage is this stage's next chunk: no message, a local hand-over.
-bool hands_over_locally(const Executor& e) { return e.p == 1; }
+template <typename Element>
+bool hands_over_locally(const Executor<Element>& e) { return e.p == 1; }
 
 // A slot of the chunk for key: its input buffer, and its activations unless recomputing
 // (allocated with the slot, so both pools stay parallel).
-int take_slot(Executor& e, int chunk, int key) {
-  ChunkState& state = e.chunks[chunk];
+template <typename Element>
+int take_slot(Executor<Element>& e, int chunk, int key) {
+  ChunkState<Element>& state = e.chunks[chunk];
   const int index = take(state.inputs, key);
   if (!e.recompute && size_t(index) == state.acts.size())
-    state.acts.push_back(create_activations<float>(e.config, e.B, e.T, state.range));
+    state.acts.push_back(create_activations<Element>(e.config, e.B, e.T, state.range));
   return index;
 }
 
-Activations<float>& activations_of(Executor& e, int chunk, int slot) {
-  ChunkState& state = e.chunks[chunk];
+template <typename Element>
+Activations<Element>& activations_of(Executor<Element>& e, int chunk, int slot) {
+  ChunkState<Element>& state = e.chunks[chunk];
   return e.recompute ? state.working : state.acts[slot];
 }
 
 // The chunk's forward of a microbatch from its slot's input; the head gets the targets.
-void forward_chunk(Executor& e, const std::vector<ParameterTensors<float>>& params, int chunk, int slot,
+template <typename Element>
+void forward_chunk(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int chunk, int slot,
                    const int* host_targets, double loss_scale, int B, int T) {
-  ChunkState& state = e.chunks[chunk];
+  ChunkState<Element>& state = e.chunks[chunk];
   const void* input = state.inputs.buffers[slot];
   const int* targets = nullptr;
   if (state.range.has_head && host_targets != nullptr) {
@@ -79,7 +85,7 @@ void forward_chunk(Executor& e, const std::vector<ParameterTensors<float>>& para
   const bool tokens = state.range.has_embedding;
   gpt_forward(e.config, state.range, params[chunk], activations_of(e, chunk, slot),
               tokens ? static_cast<const int*>(input) : nullptr,
-              tokens ? nullptr : static_cast<const float*>(input), targets, loss_scale, B, T, e.cublas, e.stream);
+              tokens ? nullptr : static_cast<const Element*>(input), targets, loss_scale, B, T, e.cublas, e.stream);
 }
 
 // Microbatch k's (B, T) of host (m, B, T), or nullptr on a stage given none.
@@ -89,10 +95,14 @@ void copy_device(void* destination, const void* source, size_t bytes, cudaStream
   CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
-size_t btc_floats(const Executor& e) { return size_t(e.B) * e.T * e.config.channels; }
+template <typename Element>
+size_t btc_elements(const Executor<Element>& e) { return size_t(e.B) * e.T * e.config.channels; }
 
 // The neighbour exchange_group names for a transfer with or without with_next: comm/p2p.h's ring.
-int peer_of(const Executor& e, bool with_next) { return with_next ? (e.stage + 1) % e.p : (e.stage + e.p - 1) % e.p; }
+template <typename Element>
+int peer_of(const Executor<Element>& e, bool with_next) {
+  return with_next ? (e.stage + 1) % e.p : (e.stage + e.p - 1) % e.p;
+}
 
 void record_compute(ExecutedStep& record, ActionKind kind, int microbatch, int chunk, int slot) {
   record.compute = true;
@@ -108,9 +118,11 @@ void record_compute(ExecutedStep& record, ActionKind kind, int microbatch, int c
 // F(microbatch, chunk): the forward, then the output's hand-over: into the next chunk's slot
 // (p == 1), or, with recompute (whose working set a later step may overwrite before the send),
 // into a send buffer. Without recompute the send reads the slot's activations, alive until B.
-double forward_step(Executor& e, const std::vector<ParameterTensors<float>>& params, int microbatch, int chunk,
-                    const int* host_tokens, const int* host_targets, double loss_scale, ExecutedStep& record) {
-  ChunkState& state = e.chunks[chunk];
+template <typename Element>
+double forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int microbatch,
+                    int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
+                    ExecutedStep& record) {
+  ChunkState<Element>& state = e.chunks[chunk];
   const int key = key_of(e, microbatch, chunk);
   const size_t BT = size_t(e.B) * e.T;
   int slot;
@@ -124,9 +136,9 @@ double forward_step(Executor& e, const std::vector<ParameterTensors<float>>& par
   forward_chunk(e, params, chunk, slot, microbatch_of(host_targets, microbatch, BT), loss_scale, e.B, e.T);
   record_compute(record, ActionKind::forward, microbatch, chunk, slot);
   if (e.recompute) state.working_microbatch = microbatch;
-  const Activations<float>& acts = activations_of(e, chunk, slot);
+  const Activations<Element>& acts = activations_of(e, chunk, slot);
   if (state.range.has_head) return mean_loss(acts, e.B, e.T, e.stream);
-  const size_t output_bytes = btc_floats(e) * sizeof(float);
+  const size_t output_bytes = btc_elements(e) * sizeof(Element);
   if (hands_over_locally(e)) {
     record.output_buffer = take_slot(e, chunk + 1, key_of(e, microbatch, chunk + 1));
     copy_device(e.chunks[chunk + 1].inputs.buffers[record.output_buffer], range_output(acts), output_bytes, e.stream);
@@ -140,10 +152,11 @@ double forward_step(Executor& e, const std::vector<ParameterTensors<float>>& par
 // B(microbatch, chunk): the forward again if the working set holds another microbatch's, the
 // backward, then the slot and the output gradient go back. The input gradient goes to a send
 // buffer, or with p == 1 straight into the previous chunk's output gradient.
-void backward_step(Executor& e, const std::vector<ParameterTensors<float>>& params,
-                   const std::vector<ParameterTensors<float>>& grads, float* grad_wte_head, int microbatch, int chunk,
-                   const int* host_targets, double loss_scale, ExecutedStep& record) {
-  ChunkState& state = e.chunks[chunk];
+template <typename Element>
+void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,
+                   const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head, int microbatch,
+                   int chunk, const int* host_targets, double loss_scale, ExecutedStep& record) {
+  ChunkState<Element>& state = e.chunks[chunk];
   const int key = key_of(e, microbatch, chunk);
   const int slot = held(state.inputs, key);
   const size_t BT = size_t(e.B) * e.T;
@@ -155,17 +168,18 @@ void backward_step(Executor& e, const std::vector<ParameterTensors<float>>& para
   }
   const void* input = state.inputs.buffers[slot];
   const bool embedding = state.range.has_embedding;
-  const float* grad_output =
-      state.range.has_head ? nullptr : static_cast<const float*>(e.grad_outputs.buffers[held(e.grad_outputs, key)]);
-  float* grad_input = nullptr;
+  const Element* grad_output =
+      state.range.has_head ? nullptr : static_cast<const Element*>(e.grad_outputs.buffers[held(e.grad_outputs, key)]);
+  Element* grad_input = nullptr;
   if (!embedding) {
     const int index = hands_over_locally(e) ? take(e.grad_outputs, key_of(e, microbatch, chunk - 1))
                                             : take(e.grad_inputs, key);
-    grad_input = static_cast<float*>(hands_over_locally(e) ? e.grad_outputs.buffers[index] : e.grad_inputs.buffers[index]);
+    grad_input =
+        static_cast<Element*>(hands_over_locally(e) ? e.grad_outputs.buffers[index] : e.grad_inputs.buffers[index]);
   }
   gpt_backward(e.config, state.range, params[chunk], grads[chunk], state.range.has_head ? grad_wte_head : nullptr,
                activations_of(e, chunk, slot), state.scratch, embedding ? static_cast<const int*>(input) : nullptr,
-               embedding ? nullptr : static_cast<const float*>(input), grad_output, grad_input, e.B, e.T, e.cublas,
+               embedding ? nullptr : static_cast<const Element*>(input), grad_output, grad_input, e.B, e.T, e.cublas,
                e.stream);
   give_back(state.inputs, key);
   if (!state.range.has_head) give_back(e.grad_outputs, key);
@@ -173,9 +187,10 @@ void backward_step(Executor& e, const std::vector<ParameterTensors<float>>& para
 
 // A step of sends and receives: one NCCL group in the listed order; receives take their
 // buffers first, sends give theirs back after (the stream orders any reuse after the send).
-void transfer_step(Executor& e, const Step& step, ExecutedStep& record) {
+template <typename Element>
+void transfer_step(Executor<Element>& e, const Step& step, ExecutedStep& record) {
   std::vector<Transfer> transfers;
-  const size_t count = btc_floats(e);
+  const size_t count = btc_elements(e);
   record.compute = false;
   record.messages.clear();
   for (const Action& a : step) {
@@ -183,7 +198,7 @@ void transfer_step(Executor& e, const Step& step, ExecutedStep& record) {
     int buffer;
     switch (a.kind) {
       case ActionKind::send_forward: {
-        ChunkState& state = e.chunks[a.chunk];
+        ChunkState<Element>& state = e.chunks[a.chunk];
         buffer = e.recompute ? held(e.sends, key) : held(state.inputs, key);
         const void* output = e.recompute ? e.sends.buffers[buffer] : range_output(state.acts[buffer]);
         transfers.push_back({true, true, const_cast<void*>(output), count});
@@ -206,7 +221,7 @@ void transfer_step(Executor& e, const Step& step, ExecutedStep& record) {
     }
     record.messages.push_back({a.kind, a.microbatch, a.chunk, peer_of(e, transfers.back().with_next), buffer});
   }
-  exchange_group(e.groups, transfers.data(), transfers.size(), ncclFloat32, e.stream);
+  exchange_group(e.groups, transfers.data(), transfers.size(), nccl_data_type<Element>(), e.stream);
   for (const Action& a : step) {
     const int key = key_of(e, a.microbatch, a.chunk);
     if (a.kind == ActionKind::send_forward && e.recompute) give_back(e.sends, key);
@@ -214,7 +229,9 @@ void transfer_step(Executor& e, const Step& step, ExecutedStep& record) {
   }
 }
 
-void check_views(const Executor& e, const std::vector<ParameterTensors<float>>& views, const char* function) {
+template <typename Element>
+void check_views(const Executor<Element>& e, const std::vector<ParameterTensors<Element>>& views,
+                 const char* function) {
   if (views.size() != e.chunks.size())
     throw std::runtime_error(std::string(function) + ": " + std::to_string(views.size()) + " chunks' views for " +
                              std::to_string(e.chunks.size()) + " chunks");
@@ -222,13 +239,15 @@ void check_views(const Executor& e, const std::vector<ParameterTensors<float>>& 
 
 size_t pool_bytes(const BufferPool& pool) { return pool.bytes * pool.buffers.size(); }
 
-void update_accounting(Executor& e) {
+template <typename Element>
+void update_accounting(Executor<Element>& e) {
   ExecutorAccounting& a = e.accounting;
   a.slots.clear();
   a.slot_bytes.clear();
   a.activation_bytes = a.working_set_bytes;
-  for (const ChunkState& state : e.chunks) {
-    const size_t bytes = state.inputs.bytes + (e.recompute ? 0 : activation_bytes<float>(e.config, e.B, e.T, state.range));
+  for (const ChunkState<Element>& state : e.chunks) {
+    const size_t bytes =
+        state.inputs.bytes + (e.recompute ? 0 : activation_bytes<Element>(e.config, e.B, e.T, state.range));
     a.slots.push_back(int(state.inputs.buffers.size()));
     a.slot_bytes.push_back(bytes);
     a.activation_bytes += bytes * state.inputs.buffers.size();
@@ -247,10 +266,11 @@ void update_accounting(Executor& e) {
 
 }  // namespace
 
-Executor create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
-                         const std::vector<LayerRange>& chunk_ranges, int p, int stage, bool recompute,
-                         const CommGroups& groups, cublasHandle_t cublas, cudaStream_t stream) {
-  Executor e{};
+template <typename Element>
+Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
+                                  const std::vector<LayerRange>& chunk_ranges, int p, int stage, bool recompute,
+                                  const CommGroups& groups, cublasHandle_t cublas, cudaStream_t stream) {
+  Executor<Element> e{};
   e.config = config;
   e.B = B;
   e.T = T;
@@ -262,15 +282,15 @@ Executor create_executor(const GPTConfig& config, int B, int T, const StageSched
   e.groups = groups;
   e.cublas = cublas;
   e.stream = stream;
-  const size_t btc_bytes = size_t(B) * T * config.channels * sizeof(float);
+  const size_t btc_bytes = size_t(B) * T * config.channels * sizeof(Element);
   e.sends = make_pool(btc_bytes);
   e.grad_outputs = make_pool(btc_bytes);
   e.grad_inputs = make_pool(btc_bytes);
   for (const LayerRange& range : chunk_ranges) {
-    ChunkState state{range, make_pool(stage_input_bytes<float>(config, B, T, range)), {}, {}, -1,
-                     create_backward_scratch<float>(config, B, T, range)};
+    ChunkState<Element> state{range, make_pool(stage_input_bytes<Element>(config, B, T, range)), {}, {}, -1,
+                              create_backward_scratch<Element>(config, B, T, range)};
     if (recompute) {
-      state.working = create_activations<float>(config, B, T, range);
+      state.working = create_activations<Element>(config, B, T, range);
       e.accounting.working_set_bytes += state.working.bytes;
     }
     e.chunks.push_back(std::move(state));
@@ -287,10 +307,11 @@ Executor create_executor(const GPTConfig& config, int B, int T, const StageSched
   return e;
 }
 
-void destroy_executor(Executor& e) {
-  for (ChunkState& state : e.chunks) {
+template <typename Element>
+void destroy_executor(Executor<Element>& e) {
+  for (ChunkState<Element>& state : e.chunks) {
     destroy_pool(state.inputs);
-    for (Activations<float>& acts : state.acts) destroy_activations(acts);
+    for (Activations<Element>& acts : state.acts) destroy_activations(acts);
     if (e.recompute) destroy_activations(state.working);
     destroy_backward_scratch(state.scratch);
   }
@@ -300,16 +321,17 @@ void destroy_executor(Executor& e) {
   device_free(e.targets);
   for (cudaEvent_t event : e.step_start) CUDA_CHECK(cudaEventDestroy(event));
   for (cudaEvent_t event : e.step_end) CUDA_CHECK(cudaEventDestroy(event));
-  e = Executor{};
+  e = Executor<Element>{};
 }
 
-double execute_step(Executor& e, const std::vector<ParameterTensors<float>>& params,
-                    const std::vector<ParameterTensors<float>>& grads, float* grad_wte_head, const int* host_tokens,
-                    const int* host_targets, double loss_scale) {
+template <typename Element>
+double execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,
+                    const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,
+                    const int* host_tokens, const int* host_targets, double loss_scale) {
   check_views(e, params, "execute_step");
   check_views(e, grads, "execute_step");
   double loss_sum = 0;
-  for (ChunkState& state : e.chunks) state.working_microbatch = -1;
+  for (ChunkState<Element>& state : e.chunks) state.working_microbatch = -1;
   ExecutorProgress& progress = *e.progress;
   {
     std::lock_guard<std::mutex> lock(progress.mutex);
@@ -350,11 +372,12 @@ double execute_step(Executor& e, const std::vector<ParameterTensors<float>>& par
   return loss_sum;
 }
 
-ForwardResult execute_forward(Executor& e, const std::vector<ParameterTensors<float>>& params,
-                              const int* host_tokens, const int* host_targets, int B, int T) {
+template <typename Element>
+ForwardResult<Element> execute_forward(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,
+                                       const int* host_tokens, const int* host_targets, int B, int T) {
   check_views(e, params, "execute_forward");
   if (B > e.B || T > e.T) throw std::runtime_error("execute_forward: the microbatch is larger than the executor's");
-  ForwardResult result{0.0, nullptr};
+  ForwardResult<Element> result{0.0, nullptr};
   const size_t BT = size_t(B) * T, count = BT * e.config.channels;
   const int key = -1;  // a key no training microbatch uses; chunk c's is key - c
   {
@@ -363,7 +386,7 @@ ForwardResult execute_forward(Executor& e, const std::vector<ParameterTensors<fl
   }
   nvtxRangePushA("forward only");
   for (int chunk = 0; chunk < e.v; ++chunk) {
-    ChunkState& state = e.chunks[chunk];
+    ChunkState<Element>& state = e.chunks[chunk];
     int slot;
     if (state.range.has_embedding) {
       slot = take_slot(e, chunk, key - chunk);
@@ -373,29 +396,30 @@ ForwardResult execute_forward(Executor& e, const std::vector<ParameterTensors<fl
       slot = held(state.inputs, key - chunk);
     } else {
       slot = take_slot(e, chunk, key - chunk);
-      recv_forward(e.groups, state.inputs.buffers[slot], count, ncclFloat32, e.stream);
+      recv_forward(e.groups, state.inputs.buffers[slot], count, nccl_data_type<Element>(), e.stream);
     }
     forward_chunk(e, params, chunk, slot, host_targets, 1.0, B, T);
-    const Activations<float>& acts = activations_of(e, chunk, slot);
+    const Activations<Element>& acts = activations_of(e, chunk, slot);
     if (state.range.has_head) {
       if (host_targets != nullptr) result.loss = mean_loss(acts, B, T, e.stream);
       result.logits = acts.logits;
     } else if (hands_over_locally(e)) {
       const int next = take_slot(e, chunk + 1, key - chunk - 1);
-      copy_device(e.chunks[chunk + 1].inputs.buffers[next], range_output(acts), count * sizeof(float), e.stream);
+      copy_device(e.chunks[chunk + 1].inputs.buffers[next], range_output(acts), count * sizeof(Element), e.stream);
     } else {
-      send_forward(e.groups, range_output(acts), count, ncclFloat32, e.stream);
+      send_forward(e.groups, range_output(acts), count, nccl_data_type<Element>(), e.stream);
     }
     give_back(state.inputs, key - chunk);
   }
   if (e.recompute)
-    for (ChunkState& state : e.chunks) state.working_microbatch = -1;
+    for (ChunkState<Element>& state : e.chunks) state.working_microbatch = -1;
   CUDA_CHECK(cudaStreamSynchronize(e.stream));
   nvtxRangePop();
   return result;
 }
 
-SchedulePosition schedule_position(const Executor& e) {
+template <typename Element>
+SchedulePosition schedule_position(const Executor<Element>& e) {
   ExecutorProgress& progress = *e.progress;
   std::lock_guard<std::mutex> lock(progress.mutex);
   if (!progress.walking) return {progress.walks, -1};
@@ -430,3 +454,19 @@ std::string trace_text(const std::vector<ExecutedStep>& trace) {
   for (const ExecutedStep& step : trace) text += (text.empty() ? "" : "; ") + to_text(step);
   return text;
 }
+
+#define INSTANTIATE_EXECUTOR(Element)                                                                               \
+  template SchedulePosition schedule_position<Element>(const Executor<Element>&);                                   \
+  template Executor<Element> create_executor<Element>(const GPTConfig&, int, int, const StageSchedule&,             \
+                                                      const std::vector<LayerRange>&, int, int, bool,               \
+                                                      const CommGroups&, cublasHandle_t, cudaStream_t);             \
+  template void destroy_executor<Element>(Executor<Element>&);                                                      \
+  template double execute_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&,          \
+                                        const std::vector<ParameterTensors<Element>>&, Element*, const int*,        \
+                                        const int*, double);                                                        \
+  template ForwardResult<Element> execute_forward<Element>(Executor<Element>&,                                      \
+                                                           const std::vector<ParameterTensors<Element>>&,           \
+                                                           const int*, const int*, int, int);
+
+INSTANTIATE_EXECUTOR(float)
+INSTANTIATE_EXECUTOR(__nv_bfloat16)
