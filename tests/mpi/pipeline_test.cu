@@ -61,7 +61,8 @@ TEST(Pipeline, RecomputeSlotHoldsOnlyTheStageInput) {
 TEST(Pipeline, NoDeviceAllocationAfterTheFirstStep) {
   WorldGroups world(1, 4);
   for (bool recompute : {false, true}) {
-    Trainer trainer = create_trainer(kConfig, kB, kT, {ScheduleKind::one_f_one_b, 8, 1, recompute, {}}, world.groups);
+    Trainer<float> trainer =
+        create_trainer<float>(kConfig, kB, kT, {ScheduleKind::one_f_one_b, 8, 1, recompute, {}}, world.groups);
     upload_parameters(trainer, initial_parameters(kConfig));
     BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
     train_step(trainer, reader, kSettings, kLearningRate, 1);
@@ -85,7 +86,8 @@ TEST(Pipeline, StageDeviceBytesAreItsArraysSlotsAndBuffers) {
   for (bool recompute : {false, true}) {
     SCOPED_TRACE(recompute ? "recompute" : "no recompute");
     const size_t before = device_memory_counts().bytes_in_use;
-    Trainer trainer = create_trainer(kConfig, kB, kT, {ScheduleKind::one_f_one_b, 8, 1, recompute, {}}, world.groups);
+    Trainer<float> trainer =
+        create_trainer<float>(kConfig, kB, kT, {ScheduleKind::one_f_one_b, 8, 1, recompute, {}}, world.groups);
     upload_parameters(trainer, initial_parameters(kConfig));
     BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
     const StepResult result = train_step(trainer, reader, kSettings, kLearningRate, 1);
@@ -119,7 +121,7 @@ TEST(Pipeline, EachStageAllocatesOnlyItsOwnTensors) {
     SCOPED_TRACE("v " + std::to_string(v));
     const GPTConfig config = config_of(4 * v);
     const ScheduleKind kind = v == 1 ? ScheduleKind::one_f_one_b : ScheduleKind::interleaved;
-    Trainer trainer = create_trainer(config, kB, kT, {kind, 4, v, false, {}}, world.groups);
+    Trainer<float> trainer = create_trainer<float>(config, kB, kT, {kind, 4, v, false, {}}, world.groups);
     const ParameterLayout& layout = trainer.parameter_layout;
     size_t held = 0, layer_elements = 0;
     std::vector<int> wte, others;  // tied_copy of each wte region; the other tensors outside the layers
