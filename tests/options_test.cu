@@ -283,7 +283,8 @@ TEST(Options, ChoiceOutsideItsListIsAnError) {
 TEST(Options, MasterWeightsAreZeroOrOneAndZeroOnlyWithBf16) {
   EXPECT_EQ(error_of({"--dtype", "bf16"}), "(no error)");
   EXPECT_EQ(error_of({"--dtype", "bf16", "--master-weights", "0"}), "(no error)");
-  EXPECT_EQ(error_of({"--dtype", "bf16", "--master-weights", "2"}), "--master-weights 2 is out of range (must be 0 or 1)");
+  EXPECT_EQ(error_of({"--dtype", "bf16", "--master-weights", "2"}),
+            "--master-weights 2 is out of range (must be 0 or 1)");
   EXPECT_EQ(error_of({"--master-weights", "0"}),
             "--master-weights 0 needs --dtype bf16 (fp32 parameters are their own master weights)");
   EXPECT_EQ(error_of({"--master-weights", "1"}), "(no error)");
