@@ -14,7 +14,13 @@
 
 namespace {
 
-constexpr int kPermuteThreads = 256;
+// A permutation block moves kPermuteRows rows (b, t) of one part; its kHeadRows warps
+// take heads, a warp's kHeadLanes lanes a head's channels.
+constexpr int kHeadLanes = 32;
+constexpr int kHeadRows = 4;
+constexpr int kPermuteThreads = kHeadLanes * kHeadRows;
+constexpr int kPermuteRows = 8;
+constexpr int kMaxGridY = 65535;
 constexpr int kWarpSize = 32;
 constexpr int kSoftmaxThreads = 256;  // 8 warps, one row each
 constexpr int kSoftmaxRowsPerBlock = kSoftmaxThreads / kWarpSize;
@@ -23,27 +29,37 @@ __device__ inline float exponential(float x) { return expf(x); }
 __device__ inline double exponential(double x) { return exp(x); }
 
 // out (parts, B, NH, T, HS) from inp (B, T, parts, NH, HS): splits rows of parts * C
-// channels into per-head matrices. One thread per element, consecutive threads on
-// consecutive channels of one head, so both sides are accessed in runs of HS.
+// channels into per-head matrices. Block (x, b, p) moves part p of rows (b, t) for the
+// kPermuteRows positions t from x kPermuteRows: lane l of warp w takes channels l, l + 32,
+// ... of heads w, w + 4, ..., so both sides are accessed in runs of HS, and no index is
+// divided (the grid and the loops give b, p, t, h and d).
 template <typename Element>
 __global__ void split_heads_kernel(Element* out, const Element* inp, int B, int T, int parts, int NH, int HS) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t count = size_t(parts) * B * NH * T * HS;
-  if (i < count) {
-    const size_t d = i % HS, t = i / HS % T, h = i / HS / T % NH, b = i / HS / T / NH % B, p = i / HS / T / NH / B;
-    out[i] = inp[((b * T + t) * parts + p) * NH * HS + h * HS + d];
+  const int b = blockIdx.y, p = blockIdx.z, first = blockIdx.x * kPermuteRows;
+  const int end = T - first < kPermuteRows ? T : first + kPermuteRows;
+  const int lane = threadIdx.x % kHeadLanes, warp = threadIdx.x / kHeadLanes;
+  for (int t = first; t < end; ++t) {
+    const Element* row = inp + ((size_t(b) * T + t) * parts + p) * NH * HS;  // (NH, HS)
+    for (int h = warp; h < NH; h += kHeadRows) {
+      Element* head_row = out + (((size_t(p) * B + b) * NH + h) * T + t) * HS;  // (HS)
+      for (int d = lane; d < HS; d += kHeadLanes) head_row[d] = row[h * HS + d];
+    }
   }
 }
 
-// out (B, T, parts, NH, HS) from inp (parts, B, NH, T, HS): the inverse of split_heads.
+// out (B, T, parts, NH, HS) from inp (parts, B, NH, T, HS): the inverse of split_heads,
+// with the same blocks and threads.
 template <typename Element>
 __global__ void merge_heads_kernel(Element* out, const Element* inp, int B, int T, int parts, int NH, int HS) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  const size_t count = size_t(B) * T * parts * NH * HS;
-  if (i < count) {
-    const size_t d = i % HS, h = i / HS % NH, p = i / HS / NH % parts, t = i / HS / NH / parts % T,
-                 b = i / HS / NH / parts / T;
-    out[i] = inp[(((p * B + b) * NH + h) * T + t) * HS + d];
+  const int b = blockIdx.y, p = blockIdx.z, first = blockIdx.x * kPermuteRows;
+  const int end = T - first < kPermuteRows ? T : first + kPermuteRows;
+  const int lane = threadIdx.x % kHeadLanes, warp = threadIdx.x / kHeadLanes;
+  for (int t = first; t < end; ++t) {
+    Element* row = out + ((size_t(b) * T + t) * parts + p) * NH * HS;  // (NH, HS)
+    for (int h = warp; h < NH; h += kHeadRows) {
+      const Element* head_row = inp + (((size_t(p) * B + b) * NH + h) * T + t) * HS;  // (HS)
+      for (int d = lane; d < HS; d += kHeadLanes) row[h * HS + d] = head_row[d];
+    }
   }
 }
 
@@ -105,17 +121,25 @@ void require_whole_heads(int C, int NH) {
 
 unsigned blocks_for(size_t count, int threads) { return unsigned((count + threads - 1) / threads); }
 
+// The permutations' grid: a block per kPermuteRows positions of a sequence and part. CUDA
+// limits gridDim.y to 65535.
+dim3 permute_grid(int B, int T, int parts) {
+  if (B > kMaxGridY) {
+    std::fprintf(stderr, "attention: B = %d sequences exceed the %d blocks a grid's y dimension allows\n", B, kMaxGridY);
+    std::exit(EXIT_FAILURE);
+  }
+  return dim3(blocks_for(T, kPermuteRows), B, parts);
+}
+
 template <typename Element>
 void split_heads(Element* out, const Element* inp, int B, int T, int parts, int NH, int HS, cudaStream_t stream) {
-  const size_t count = size_t(parts) * B * T * NH * HS;
-  launch(split_heads_kernel<Element>, dim3(blocks_for(count, kPermuteThreads)), dim3(kPermuteThreads), 0, stream,
-         out, inp, B, T, parts, NH, HS);
+  launch(split_heads_kernel<Element>, permute_grid(B, T, parts), dim3(kPermuteThreads), 0, stream, out, inp, B,
+         T, parts, NH, HS);
 }
 template <typename Element>
 void merge_heads(Element* out, const Element* inp, int B, int T, int parts, int NH, int HS, cudaStream_t stream) {
-  const size_t count = size_t(parts) * B * T * NH * HS;
-  launch(merge_heads_kernel<Element>, dim3(blocks_for(count, kPermuteThreads)), dim3(kPermuteThreads), 0, stream,
-         out, inp, B, T, parts, NH, HS);
+  launch(merge_heads_kernel<Element>, permute_grid(B, T, parts), dim3(kPermuteThreads), 0, stream, out, inp, B,
+         T, parts, NH, HS);
 }
 
 }  // namespace

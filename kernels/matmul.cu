@@ -8,18 +8,24 @@
 
 namespace {
 
-constexpr int kBroadcastThreads = 256;
+// The bias broadcast: a block writes kBroadcastRows rows, its threads consecutive columns.
+constexpr int kBroadcastThreads = 128;
+constexpr int kBroadcastRows = 8;
 // The bias-gradient block: 32 adjacent columns (one coalesced warp-wide row segment)
 // times kBiasRowGroups groups of rows, summed in a fixed order at the end.
 constexpr int kBiasColumns = 32;
 constexpr int kBiasRowGroups = 16;
 
 // out[n, oc] = bias[oc]: the GEMM then adds inp weight^T onto it (beta = 1), so that
-// bf16 outputs are rounded once, after the bias is in.
+// bf16 outputs are rounded once, after the bias is in. Block x writes the kBroadcastRows
+// rows from x kBroadcastRows, its threads consecutive columns (coalesced, and no index is
+// divided).
 template <typename T>
-__global__ void broadcast_bias_kernel(T* out, const T* bias, size_t N, int OC) {  // out (N, OC), bias (OC)
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < N * OC) out[i] = bias[i % OC];
+__global__ void broadcast_bias_kernel(T* out, const T* bias, int N, int OC) {  // out (N, OC), bias (OC)
+  const int first = blockIdx.x * kBroadcastRows;
+  const int end = N - first < kBroadcastRows ? N : first + kBroadcastRows;
+  for (int n = first; n < end; ++n)
+    for (int oc = threadIdx.x; oc < OC; oc += kBroadcastThreads) out[size_t(n) * OC + oc] = bias[oc];
 }
 
 // dbias[oc] += sum over n of dout[n, oc]. Thread (x, y) of block b sums column
@@ -48,9 +54,8 @@ template <typename T>
 void matmul_forward(cublasHandle_t cublas, T* out, const T* inp, const T* weight, const T* bias, int N, int C,
                     int OC, cudaStream_t stream) {
   if (bias != nullptr) {
-    const size_t count = size_t(N) * OC;
-    const unsigned blocks = unsigned((count + kBroadcastThreads - 1) / kBroadcastThreads);
-    launch(broadcast_bias_kernel<T>, dim3(blocks), dim3(kBroadcastThreads), 0, stream, out, bias, size_t(N), OC);
+    const unsigned blocks = unsigned((N + kBroadcastRows - 1) / kBroadcastRows);
+    launch(broadcast_bias_kernel<T>, dim3(blocks), dim3(kBroadcastThreads), 0, stream, out, bias, N, OC);
   }
   gemm_batched<T>(cublas, false, true, N, OC, C, 1, inp, 0, weight, 0, bias != nullptr ? 1 : 0, out, 0, 1, stream);
 }

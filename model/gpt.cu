@@ -102,7 +102,7 @@ BackwardScratch<Element> point_backward_scratch(void* memory, const GPTConfig& c
   }
   if (range.has_embedding) {
     scratch.dresidual = carve.take<Element>(BT * C);
-    scratch.embedding = carve.take<int>(embedding_backward_workspace_size(B, T));
+    scratch.embedding = carve.take<int>(embedding_backward_workspace_size(B, T, C));
   }
   scratch.bytes = carve.bytes();
   return scratch;

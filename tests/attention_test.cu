@@ -25,8 +25,10 @@ struct Shape {
 };
 // T = 1 (a single unmasked column); one head; heads of 1, 3, 4 and 5 channels; C not a
 // multiple of 4; T over one warp's 32 columns; B * NH * T rows not a multiple of the
-// softmax's 8 rows per block and element counts not multiples of the 256-thread permutes.
-const Shape kShapes[] = {{1, 1, 12, 3}, {2, 7, 12, 3}, {1, 5, 7, 1}, {2, 7, 10, 2}, {1, 33, 6, 2}, {3, 4, 3, 3}};
+// softmax's 8 rows per block; heads of 35 channels, over the permutes' 32 lanes, and 6
+// heads, over their 4 warps.
+const Shape kShapes[] = {{1, 1, 12, 3}, {2, 7, 12, 3}, {1, 5, 7, 1},  {2, 7, 10, 2},
+                         {1, 33, 6, 2}, {3, 4, 3, 3},  {1, 3, 70, 2}, {1, 3, 18, 6}};
 
 std::string describe(const Shape& s) {
   return "B " + std::to_string(s.B) + ", T " + std::to_string(s.T) + ", C " + std::to_string(s.C) + ", NH " +

@@ -21,10 +21,10 @@ namespace {
 struct Shape {
   int N, C, OC;
 };
-// Single rows and columns; C and OC that are not multiples of 4 or 32; N * OC not a
-// multiple of the 256-thread bias broadcast and N not a multiple of the bias
-// gradient's 16 row groups; OC over one 32-column block of the bias gradient.
-const Shape kShapes[] = {{1, 1, 1}, {7, 12, 5}, {37, 13, 45}, {5, 3, 33}};
+// Single rows and columns; C and OC that are not multiples of 4 or 32; N not a multiple
+// of the bias gradient's 16 row groups; OC over one 32-column block of the bias gradient,
+// and over the bias broadcast's 128 threads of a row.
+const Shape kShapes[] = {{1, 1, 1}, {7, 12, 5}, {37, 13, 45}, {5, 3, 33}, {3, 4, 300}};
 
 std::string describe(const Shape& s) {
   return "N " + std::to_string(s.N) + ", C " + std::to_string(s.C) + ", OC " + std::to_string(s.OC);

@@ -41,7 +41,7 @@ fault softmax-backward-sign kernels/attention.cu \
   's/(to_compute(gradient\[j\]) - dot)/(to_compute(gradient[j]) + dot)/' \
   'unit Attention.*'
 fault embedding-forward-skips-last-element kernels/embedding.cu \
-  's/if (i < count) {/if (i + 1 < count) {/' \
+  's/for (int c = threadIdx.x; c < C; c += kForwardThreads)/for (int c = threadIdx.x; c + 1 < C; c += kForwardThreads)/' \
   'unit Embedding.*'
 fault layernorm-weight-partials-without-syncthreads kernels/layernorm.cu \
   '/^  __syncthreads();$/d' \

@@ -45,7 +45,7 @@ std::vector<float> embedding_gradients() {
   std::uniform_int_distribution<int> token(0, Vp - 1);
   std::vector<int> tokens(size_t(B) * T);
   for (int& t : tokens) t = token(rng);
-  DeviceBuffer<int> d_tokens(tokens), workspace(embedding_backward_workspace_size(B, T));
+  DeviceBuffer<int> d_tokens(tokens), workspace(embedding_backward_workspace_size(B, T, C));
   DeviceBuffer<float> dout(convert<float>(random_values(size_t(B) * T * C, 602)));
   DeviceBuffer<float> dwte(convert<float>(random_values(size_t(Vp) * C, 603)));
   DeviceBuffer<float> dwpe(convert<float>(random_values(size_t(T) * C, 604)));
