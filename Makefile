@@ -126,7 +126,8 @@ $(REFERENCE_RUN): $(call objs,tools/reference_run.cu,$(BUILD)) $(LIB_OBJS) $(RUN
 
 test: $(TEST_BINS) $(if $(TRAIN_SRCS),train) $(REFERENCE_RUN) data/kjv.txt
 	@MPIRUN="$(MPIRUN)" FILTER='$(FILTER)' REFERENCE_RUN=$(REFERENCE_RUN) tools/run_tests.sh $(TEST_BINS) tests/pytorch_check.py tests/compare_losses_test.py tests/train_failure_test.py \
-	  tests/train_watchdog_test.py tests/train_stop_test.py tests/setup_deps_test.py tests/plot_log_test.py
+	  tests/train_watchdog_test.py tests/train_stop_test.py tests/setup_deps_test.py tests/plot_log_test.py \
+	  tests/trace_test.py
 
 # ---- the GPU build without a GPU: compile and link everything ----
 cuda:
@@ -191,8 +192,10 @@ FUZZ_CXX := clang++-14
 FUZZ_FLAGS := -std=c++20 -O1 -g -fno-strict-aliasing $(WARNINGS) -MMD -MP -Icpu/include -I. -isystem $(CUDA)/include \
               -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_PARSER_SRCS := model/checkpoint.cpp model/config.cpp model/atomic_file.cpp model/parameters.cpp trainer/data.cpp \
-                    trainer/tokenizer.cpp trainer/options.cpp pipeline/layer_split.cpp
-FUZZ_TARGETS := model_file training_state token_shard text_data tokenizer command_line
+                    trainer/tokenizer.cpp trainer/options.cpp pipeline/layer_split.cpp pipeline/schedule.cpp \
+                    pipeline/zero_bubble.cpp pipeline/lower_in_time_order.cpp pipeline/simulate.cpp \
+                    pipeline/simulate_dataflow.cpp pipeline/schedule_file.cpp
+FUZZ_TARGETS := model_file training_state token_shard text_data tokenizer command_line schedule_file
 FUZZ_SECONDS ?= 20
 FUZZ_RUN_FLAGS = -max_total_time=$(FUZZ_SECONDS) -malloc_limit_mb=64 -timeout=10 -print_final_stats=1
 fuzz:

@@ -147,6 +147,84 @@ void gpt_backward(const GPTConfig& config, const LayerRange& range, const Parame
                   const Nullable<Element>* input, const Nullable<Element>* grad_output, Nullable<Element>* grad_input,
                   int B, int T, cublasHandle_t cublas, cudaStream_t stream);
 
+// The backward split in two (the zero-bubble schedules, pipeline/zero_bubble.h): I, the input
+// gradient, which the previous stage waits for, and W, the parameter gradients, which nobody
+// waits for. gpt_backward_input then gpt_backward_weight computes bitwise what gpt_backward
+// does: the same kernels on the same values, each gradient tensor receiving the same additions in
+// the same order. Between the two a WeightGradientInputs holds everything W reads, copied or
+// written by I, so that I may give the microbatch's activations back at once: each linear
+// layer's input and output gradient, each LayerNorm's input, saved statistics and output
+// gradient, the embedding's tokens and output gradient. Per block that is 20 C + 4 values a
+// token (the activations hold 16 C + NH T + 4 and the attention's and MLP's forward buffers).
+template <typename Element>
+struct BlockWeightInputs {
+  Element* ln1_input;              // (B, T, C)  the block's input x
+  Compute<Element>* ln1_mean;      // (B, T)
+  Compute<Element>* ln1_rstd;      // (B, T)
+  Element* dln1;                   // (B, T, C)  LayerNorm 1's output gradient
+  Element* ln1;                    // (B, T, C)  the qkv projection's input
+  Element* dqkv;                   // (B, T, 3C) its output gradient
+  Element* attention_out;          // (B, T, C)  the attention projection's input
+  Element* dresidual2;             // (B, T, C)  its output gradient (the residual stream's at residual2)
+  Element* residual2;              // (B, T, C)  LayerNorm 2's input
+  Compute<Element>* ln2_mean;      // (B, T)
+  Compute<Element>* ln2_rstd;      // (B, T)
+  Element* dln2;                   // (B, T, C)  LayerNorm 2's output gradient
+  Element* ln2;                    // (B, T, C)  the MLP's first layer's input
+  Element* dfch;                   // (B, T, 4C) its output gradient (through GELU's backward)
+  Element* fch_gelu;               // (B, T, 4C) the MLP projection's input
+  Element* dresidual3;             // (B, T, C)  its output gradient (the residual stream's at residual3)
+};
+
+template <typename Element>
+struct WeightGradientInputs {
+  void* memory;  // the allocation
+  size_t bytes;  // its size
+  LayerRange range;
+  int B, T;
+  int* tokens;        // (B, T)  the embedding's (has_embedding only)
+  Element* dencoded;  // (B, T, C) the embedding output's gradient (has_embedding only)
+  std::vector<BlockWeightInputs<Element>> blocks;  // blocks[l - first_layer]
+  // The head (has_head only):
+  Element* lnf_input;          // (B, T, C)  the final LayerNorm's input
+  Compute<Element>* lnf_mean;  // (B, T)
+  Compute<Element>* lnf_rstd;  // (B, T)
+  Element* dlnf;               // (B, T, C)  its output gradient
+  Element* lnf;                // (B, T, C)  the output projection's input
+  Element* dlogits;            // (B, T, Vp) its output gradient
+};
+
+// Bytes of one WeightGradientInputs allocation (what create_weight_gradient_inputs allocates, exactly).
+template <typename Element>
+size_t weight_gradient_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range);
+// Views into memory (weight_gradient_input_bytes of device memory the caller owns), or a new allocation.
+template <typename Element>
+WeightGradientInputs<Element> weight_gradient_inputs_at(void* memory, const GPTConfig& config, int B, int T,
+                                                        const LayerRange& range);
+template <typename Element>
+WeightGradientInputs<Element> create_weight_gradient_inputs(const GPTConfig& config, int B, int T,
+                                                            const LayerRange& range);
+template <typename Element>
+void destroy_weight_gradient_inputs(WeightGradientInputs<Element>& inputs);
+
+// I: as gpt_backward, without any parameter gradient: grad_input (B, T, C) = the gradient of
+// input (=) for a range without the embedding, and w (made for this range) filled (=) with what
+// gpt_backward_weight reads. acts, scratch, tokens, input and grad_output as for gpt_backward;
+// acts may be given back (or recomputed for another microbatch) once this is done.
+template <typename Element>
+void gpt_backward_input(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
+                        const Activations<Element>& acts, BackwardScratch<Element>& scratch, const int* tokens,
+                        const Nullable<Element>* input, const Nullable<Element>* grad_output,
+                        Nullable<Element>* grad_input, WeightGradientInputs<Element>& w, int B, int T,
+                        cublasHandle_t cublas, cudaStream_t stream);
+
+// W: the range's parameter gradients from w, accumulated (+=) into grads and (the head's share of
+// wte's) into grad_wte_head, as gpt_backward does. B and T as given to gpt_backward_input.
+template <typename Element>
+void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& grads,
+                         Nullable<Element>* grad_wte_head, const WeightGradientInputs<Element>& w,
+                         BackwardScratch<Element>& scratch, int B, int T, cublasHandle_t cublas, cudaStream_t stream);
+
 // grad_wte (Vp, C) += grad_wte_head (Vp, C): the tied embedding's two gradient shares,
 // added once per step in this fixed order, so every split of the model gives the same sum.
 template <typename Element>

@@ -1,29 +1,35 @@
 // The executor of one pipeline stage: walks the stage's schedule (pipeline/schedule.h) step by
-// step against the model's layer ranges in the element type Element (float, or bf16 with
-// bf16 activations, gradients and messages), running each F and B on the device and each group of
-// sends and receives as one NCCL group, and accounts for what it did: the trace of what each
+// step against the model's layer ranges in the element type Element (float, or bf16 with bf16
+// activations, gradients and messages), running each F, B, I and W on the device and each group
+// of sends and receives as one NCCL group, and accounts for what it did: the trace of what each
 // executed step used (microbatch, chunk, slot, peer), every step's time (CUDA events, and an
 // NVTX range named as the step, so Nsight Systems shows the schedule), the activation slots it
 // allocated and their bytes. While it runs, it publishes which schedule step the device is in,
 // for a watchdog on another thread (schedule_position).
 //
 // Buffers. A microbatch in flight on a chunk holds one activation slot from the chunk's pool,
-// taken when its input arrives (the receive, or the forward on the first virtual stage) and
-// given back after its backward. The pools grow during the first step to the schedule's peak
-// (a 1F1B stage s of p holds min(p - s, m) slots, AFAB m) and never after: no cudaMalloc
-// once the first step is done. A slot holds the chunk's input (the previous stage's output, B T C
-// elements, or the B T token ids on the first virtual stage) and, without recompute, the chunk's
-// whole Activations. With recompute a slot holds only the input, and each chunk owns one
-// Activations working set: a backward whose microbatch is not the working set's last forward
-// first runs that forward again from the slot's input (bitwise the same activations), so the
-// last stage of 1F1B, whose backwards directly follow their forwards, recomputes nothing.
+// taken when its input arrives (the receive, the forward on the first virtual stage, or the
+// forward of the chunk before it on this stage) and given back after its backward (B or I). The
+// pools grow during the first step to the schedule's peak (a 1F1B stage s of p holds min(p - s, m)
+// slots, AFAB m) and never after: no cudaMalloc once the first step is done. A slot holds the
+// chunk's input (the previous stage's output, B T C elements, or the B T token ids on the first
+// virtual stage) and, without recompute, the chunk's whole Activations. With recompute a slot
+// holds only the input, and each chunk owns one Activations working set: a backward whose
+// microbatch is not the working set's last forward first runs that forward again from the slot's
+// input (bitwise the same activations), so the last stage of 1F1B, whose backwards directly
+// follow their forwards, recomputes nothing.
+// A split backward (zero-bubble schedules) gives the slot back at I, having filled a buffer of
+// everything W reads (model/gpt.cuh's WeightGradientInputs) from the chunk's second pool, which W
+// gives back: between a microbatch's I and its W the stage holds that buffer, not its slot. W
+// never recomputes.
 // Gradients between stages, and (with recompute) outputs waiting for their send, live in small
-// transfer pools of B T C elements that grow the same way.
+// transfer pools of B T C elements that grow the same way. Each transfer group takes its receive
+// buffers and gives back its send buffers itself, so a group's buffers live exactly from the
+// compute that fills them to the compute (or the group) that empties them.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,16 +37,8 @@
 
 #include "comm/groups.h"
 #include "model/gpt.cuh"
+#include "pipeline/buffer_pool.h"
 #include "pipeline/schedule.h"
-
-// Buffers of one size, taken and given back by key (microbatch, chunk); allocated on demand
-// when none is free, so the pool's size is the peak number held at once.
-struct BufferPool {
-  size_t bytes;                // of each buffer
-  std::vector<void*> buffers;  // every buffer allocated, in allocation order
-  std::vector<int> free;       // indices into buffers
-  std::map<int, int> held;     // key -> index
-};
 
 // One chunk's microbatch slots and, with recompute, its working set.
 template <typename Element>
@@ -51,6 +49,8 @@ struct ChunkState {
   Activations<Element> working;            // with recompute: the one working set
   int working_microbatch;                  // whose forward the working set holds; -1: none
   BackwardScratch<Element> scratch;
+  BufferPool weight_pool;                                    // split backwards: what W reads, from I to W
+  std::vector<WeightGradientInputs<Element>> weight_inputs;  // parallel to weight_pool.buffers
 };
 
 // What one executed schedule step used, recorded by the function that ran it from the values
@@ -64,28 +64,35 @@ struct ExecutedMessage {
                           // buffer; sB: the input-gradient buffer; rB: the output-gradient buffer
 };
 struct ExecutedStep {
-  bool compute;           // a forward or backward, else a group of messages
-  ActionKind kind;        // compute: forward or backward
+  bool compute;           // F, B, I or W, else a group of messages
+  ActionKind kind;        // compute: forward, backward, backward_input or backward_weight
   int microbatch, chunk;  // compute: what it ran on
-  int slot;               // compute: the chunk's slot it read (and a forward wrote)
+  int slot;               // F, B, I: the chunk's slot it read (and a forward wrote); W: -1
   int output_buffer;      // forward: where its output went for the hand-over, the next chunk's slot
-                          // (p == 1) or a send buffer (recompute), else -1
-  bool recomputed;        // backward: ran its forward again first
+                          // (a local hand-over) or a send buffer (recompute), else -1
+  int weight_inputs;      // I: the weight-gradient-input buffer it filled; W: the one it read; else -1
+  bool recomputed;        // B and I: ran its forward again first
   std::vector<ExecutedMessage> messages;  // transfer: in the order posted
 };
 // "F3@c0 slot 1", "F3@c0 slot 1 output 0" (its output_buffer), "B3@c0 slot 1 (recomputed)",
-// "sF3@c0->2 buffer 1 + rB1@c0<-2 buffer 0" (to stage 2, from stage 2).
+// "I3@c0 slot 1 w 0", "W3@c0 w 0", "sF3@c0->2 buffer 1 + rB1@c0<-2 buffer 0" (to stage 2, from stage 2).
 std::string to_text(const ExecutedStep& step);
 
 // What the executor measured and allocated.
 struct ExecutorAccounting {
   std::vector<int> slots;           // per chunk: activation slots allocated
   std::vector<size_t> slot_bytes;   // per chunk: bytes of one slot (input, plus activations without recompute)
+  std::vector<int> weight_buffers;  // per chunk: weight-gradient-input buffers allocated (split backwards)
+  std::vector<size_t> weight_buffer_bytes;  // per chunk: bytes of one
   size_t working_set_bytes;         // the chunks' working sets (recompute), else 0
-  size_t activation_bytes;          // slots x slot bytes + working sets: the stage's peak activation memory
+  // slots x slot bytes + weight buffers x their bytes + working sets: the stage's peak activation memory
+  size_t activation_bytes;
   size_t transfer_bytes;            // the gradient and send buffers
   std::vector<float> step_ms;       // the last step: each schedule step's time
-  double busy_ms;                   // the last step: time in F and B
+  // The last step, when mark_timeline_origin preceded it: each schedule step's start and end after
+  // the origin (monotone in the events' times, so a step never ends after the next one starts); else empty.
+  std::vector<float> step_start_ms, step_end_ms;
+  double busy_ms;                   // the last step: time in F, B, I and W
   double span_ms;                   // the last step: from its first schedule step's start to its last's end
 };
 
@@ -107,17 +114,20 @@ struct Executor {
   GPTConfig config;
   int B, T;  // the largest microbatch
   int p, v, stage;
+  Placement placement;  // where each virtual stage lives (the schedule's)
   bool recompute;
   StageSchedule schedule;
   CommGroups groups;  // the pipeline's communicator (none needed when p == 1)
   cublasHandle_t cublas;
   cudaStream_t stream;
-  std::vector<ChunkState<Element>> chunks;  // index = chunk c, virtual stage c p + stage
+  std::vector<ChunkState<Element>> chunks;  // index = chunk c, virtual stage placement.virtual_stage(stage, c)
   BufferPool sends;                // recompute: forward outputs waiting for their send
   BufferPool grad_outputs;         // gradients of chunk outputs, received or handed over locally
   BufferPool grad_inputs;          // gradients of chunk inputs waiting for their send
   int* targets;                    // (B, T) the head's targets of the current forward
   std::vector<cudaEvent_t> step_start, step_end;  // one pair per schedule step
+  cudaEvent_t origin;                              // mark_timeline_origin's
+  bool origin_marked;                              // for the next execute_step
   std::vector<ExecutedStep> trace;  // the last step's executed steps, one per schedule step
   ExecutorAccounting accounting;
   std::shared_ptr<ExecutorProgress> progress;  // shared with whoever watches
@@ -133,12 +143,13 @@ struct SchedulePosition {
 template <typename Element>
 SchedulePosition schedule_position(const Executor<Element>& executor);
 
-// chunk_ranges[c] is chunk c of this stage (split_layers' entry c p + stage). Allocates the
-// scratch, the working sets (recompute) and the events; slots come during the first step.
+// chunk_ranges[c] is chunk c of this stage (split_layers' entry placement.virtual_stage(stage, c)).
+// Allocates the scratch, the working sets (recompute) and the events; slots come during the first step.
 template <typename Element>
 Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
-                                  const std::vector<LayerRange>& chunk_ranges, int p, int stage, bool recompute,
-                                  const CommGroups& groups, cublasHandle_t cublas, cudaStream_t stream);
+                                  const std::vector<LayerRange>& chunk_ranges, const Placement& placement,
+                                  int stage, bool recompute, const CommGroups& groups, cublasHandle_t cublas,
+                                  cudaStream_t stream);
 template <typename Element>
 void destroy_executor(Executor<Element>& executor);
 
@@ -153,6 +164,12 @@ template <typename Element>
 double execute_step(Executor<Element>& executor, const std::vector<ParameterTensors<Element>>& params,
                     const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,
                     const int* host_tokens, const int* host_targets, double loss_scale);
+
+// Records the origin of the next execute_step's timeline on the stream: the accounting's
+// step_start_ms are measured from it. A caller that records it on every rank right after a barrier,
+// on an idle stream, gets timelines whose clocks agree across ranks (trainer/timeline.h).
+template <typename Element>
+void mark_timeline_origin(Executor<Element>& executor);
 
 // A forward of one microbatch of B' <= B sequences of T' <= T tokens through the whole
 // pipeline, chunk after chunk (validation, sampling), params as for execute_step. host_targets

@@ -1,6 +1,7 @@
 // Which transformer layers each pipeline stage runs: contiguous ranges, one per virtual
-// stage (chunk c of stage s is virtual stage c*p + s, pipeline/schedule.h), the embedding on
-// virtual stage 0 and the head (final LayerNorm, tied output projection, loss) on the last.
+// stage (which stage and chunk holds a virtual stage is the schedule's placement,
+// pipeline/schedule.h), the embedding on virtual stage 0 and the head (final LayerNorm, tied
+// output projection, loss) on the last.
 #pragma once
 
 #include <vector>

@@ -1,11 +1,14 @@
-// Schedules as data (pipeline/schedule.h): the text form, the three compute orders, the
-// lowering pass that adds the sends and receives in groups, and the printed grid.
+// Schedules as data (pipeline/schedule.h): the text form, the placements, the compute orders of
+// afab, 1f1b and interleaved (the zero-bubble ones are in zero_bubble.cpp), the lowering pass that
+// adds the sends and receives in groups, and the printed grid.
 #include "pipeline/schedule.h"
 
 #include <algorithm>
 #include <cctype>
 #include <sstream>
 #include <stdexcept>
+
+#include "pipeline/zero_bubble.h"
 
 namespace {
 
@@ -17,11 +20,14 @@ std::string name(char kind, int microbatch, int chunk) {
   return kind + std::to_string(microbatch) + (chunk == 0 ? "" : "." + std::to_string(chunk));
 }
 
-// Parses "[s|r]{F|B}<microbatch>[.<chunk>]" into (prefix, F or B, microbatch, chunk).
+// Parses "[s|r]{F|B}<microbatch>[.<chunk>]" or "{I|W}<microbatch>[.<chunk>]" into (prefix, kind
+// letter, microbatch, chunk).
 bool parse_simple(const std::string& text, char& prefix, char& kind, int& microbatch, int& chunk) {
   size_t i = 0;
   prefix = (i < text.size() && (text[i] == 's' || text[i] == 'r')) ? text[i++] : ' ';
-  if (i >= text.size() || (text[i] != 'F' && text[i] != 'B')) return false;
+  if (i >= text.size()) return false;
+  const bool transfer_kind = text[i] == 'F' || text[i] == 'B';
+  if (!transfer_kind && !(prefix == ' ' && (text[i] == 'I' || text[i] == 'W'))) return false;
   kind = text[i++];
   auto number = [&](int& value) {
     const size_t begin = i;
@@ -39,25 +45,55 @@ bool parse_simple(const std::string& text, char& prefix, char& kind, int& microb
   return i == text.size();
 }
 
-void check_stage(int p, int m, int stage) {
+std::string pad(const std::string& text, size_t width) { return text + std::string(width - text.size(), ' '); }
+
+}  // namespace
+
+void check_pipeline_stage(int p, int m, int stage) {
   if (p < 1) throw std::runtime_error("--pp " + std::to_string(p) + " must be at least 1");
   if (m < 1) throw std::runtime_error("--microbatches " + std::to_string(m) + " must be at least 1");
   if (stage < 0 || stage >= p)
     throw std::runtime_error("stage " + std::to_string(stage) + " is outside [0, " + std::to_string(p) + ")");
 }
 
-std::string pad(const std::string& text, size_t width) { return text + std::string(width - text.size(), ' '); }
+int Placement::virtual_stage(int stage, int chunk) const {
+  if (kind == PlacementKind::ring) return chunk * p + stage;
+  return chunk == 0 ? stage : 2 * p - 1 - stage;
+}
 
-}  // namespace
+int Placement::stage_of(int vs) const {
+  if (kind == PlacementKind::ring) return vs % p;
+  return vs < p ? vs : 2 * p - 1 - vs;
+}
 
-bool is_compute(const Action& a) { return a.kind == ActionKind::forward || a.kind == ActionKind::backward; }
+int Placement::chunk_of(int vs) const {
+  if (kind == PlacementKind::ring) return vs / p;
+  return vs < p ? 0 : 1;
+}
+
+Placement placement_of(ScheduleKind kind, int p, int v) {
+  if (kind == ScheduleKind::zb_v) return {PlacementKind::v_shape, p, 2};
+  return {PlacementKind::ring, p, v};
+}
+
+std::string placement_name(PlacementKind kind) { return kind == PlacementKind::ring ? "ring" : "v"; }
+
+bool is_compute(const Action& a) {
+  return a.kind == ActionKind::forward || a.kind == ActionKind::backward || a.kind == ActionKind::backward_input ||
+         a.kind == ActionKind::backward_weight;
+}
 bool is_compute(const Step& step) { return step.size() == 1 && is_compute(step[0]); }
 bool is_send(const Action& a) { return a.kind == ActionKind::send_forward || a.kind == ActionKind::send_backward; }
+bool computes_input_gradient(ActionKind kind) {
+  return kind == ActionKind::backward || kind == ActionKind::backward_input;
+}
 
 std::string to_text(const Action& a) {
   switch (a.kind) {
     case ActionKind::forward: return name('F', a.microbatch, a.chunk);
     case ActionKind::backward: return name('B', a.microbatch, a.chunk);
+    case ActionKind::backward_input: return name('I', a.microbatch, a.chunk);
+    case ActionKind::backward_weight: return name('W', a.microbatch, a.chunk);
     case ActionKind::recv_forward: return "r" + name('F', a.microbatch, a.chunk);
     case ActionKind::send_forward: return "s" + name('F', a.microbatch, a.chunk);
     case ActionKind::recv_backward: return "r" + name('B', a.microbatch, a.chunk);
@@ -82,7 +118,9 @@ Action parse_action(const std::string& text) {
   char prefix, kind;
   int microbatch, chunk;
   if (!parse_simple(text, prefix, kind, microbatch, chunk))
-    throw std::runtime_error("'" + text + "' is not a schedule action (e.g. F3, B3.1, rF3, sB3)");
+    throw std::runtime_error("'" + text + "' is not a schedule action (e.g. F3, B3.1, I3, W3.1, rF3, sB3)");
+  if (kind == 'I') return {ActionKind::backward_input, microbatch, chunk};
+  if (kind == 'W') return {ActionKind::backward_weight, microbatch, chunk};
   const bool f = kind == 'F';
   const ActionKind kinds[3] = {f ? ActionKind::forward : ActionKind::backward,
                                f ? ActionKind::recv_forward : ActionKind::recv_backward,
@@ -98,12 +136,12 @@ Step parse_step(const std::string& text) {
     char prefix, kind;
     int microbatch, chunk;
     if (!parse_simple(part, prefix, kind, microbatch, chunk))
-      throw std::runtime_error("'" + text + "' is not a schedule step (e.g. F3, B3.1, rF3, sF3+rB1)");
+      throw std::runtime_error("'" + text + "' is not a schedule step (e.g. F3, B3.1, I3, W3, rF3, sF3+rB1)");
     step.push_back(parse_action(part));
     if (plus == std::string::npos) break;
   }
   if (step.size() > 1 && std::any_of(step.begin(), step.end(), [](const Action& a) { return is_compute(a); }))
-    throw std::runtime_error("'" + text + "' groups a compute action with others (F and B are steps of their own)");
+    throw std::runtime_error("'" + text + "' groups a compute action with others (F, B, I and W are steps of their own)");
   return step;
 }
 
@@ -114,11 +152,20 @@ StageSchedule parse_schedule(const std::string& text) {
   return steps;
 }
 
+namespace {
+
+const ScheduleKind kAllKinds[] = {ScheduleKind::afab,  ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+                                  ScheduleKind::zb_h1, ScheduleKind::zb_h2,       ScheduleKind::zb_v};
+
+}  // namespace
+
 ScheduleKind parse_schedule_kind(const std::string& name) {
-  if (name == "afab") return ScheduleKind::afab;
-  if (name == "1f1b") return ScheduleKind::one_f_one_b;
-  if (name == "interleaved") return ScheduleKind::interleaved;
-  throw std::runtime_error("unknown schedule '" + name + "' (use afab, 1f1b or interleaved)");
+  std::string known;
+  for (ScheduleKind kind : kAllKinds) {
+    if (schedule_name(kind) == name) return kind;
+    known += (known.empty() ? "" : ", ") + schedule_name(kind);
+  }
+  throw std::runtime_error("unknown schedule '" + name + "' (use " + known + ")");
 }
 
 std::string schedule_name(ScheduleKind kind) {
@@ -126,12 +173,19 @@ std::string schedule_name(ScheduleKind kind) {
     case ScheduleKind::afab: return "afab";
     case ScheduleKind::one_f_one_b: return "1f1b";
     case ScheduleKind::interleaved: return "interleaved";
+    case ScheduleKind::zb_h1: return "zb-h1";
+    case ScheduleKind::zb_h2: return "zb-h2";
+    case ScheduleKind::zb_v: return "zb-v";
   }
   throw std::logic_error("unknown ScheduleKind");
 }
 
+bool splits_backward(ScheduleKind kind) {
+  return kind == ScheduleKind::zb_h1 || kind == ScheduleKind::zb_h2 || kind == ScheduleKind::zb_v;
+}
+
 std::vector<Action> afab_order(int p, int m, int stage) {
-  check_stage(p, m, stage);
+  check_pipeline_stage(p, m, stage);
   std::vector<Action> order;
   for (int i = 0; i < m; i++) order.push_back(forward(i));
   for (int i = 0; i < m; i++) order.push_back(backward(i));
@@ -139,7 +193,7 @@ std::vector<Action> afab_order(int p, int m, int stage) {
 }
 
 std::vector<Action> one_f_one_b_order(int p, int m, int stage) {
-  check_stage(p, m, stage);
+  check_pipeline_stage(p, m, stage);
   const int warmup = std::min(p - stage - 1, m);  // forwards in flight before the first backward
   std::vector<Action> order;
   int next_forward = 0, next_backward = 0;
@@ -153,7 +207,7 @@ std::vector<Action> one_f_one_b_order(int p, int m, int stage) {
 }
 
 void check_interleaved(int p, int m, int v, int stage) {
-  check_stage(p, m, stage);
+  check_pipeline_stage(p, m, stage);
   if (v < 1) throw std::runtime_error("--virtual-stages " + std::to_string(v) + " must be at least 1");
   if (m < p || m % p != 0) {
     const std::string fix = m < p ? std::to_string(p)
@@ -187,25 +241,30 @@ std::vector<Action> interleaved_order(int p, int m, int v, int stage) {
   return order;
 }
 
-StageSchedule add_communication(const std::vector<Action>& compute, int p, int v, int stage, size_t first_pair,
-                                size_t pairs) {
+StageSchedule add_communication(const std::vector<Action>& compute, const Placement& placement, int stage,
+                                size_t first_pair, size_t pairs) {
   const size_t n = compute.size();
-  const int last_virtual_stage = p * v - 1;
+  const int last_virtual_stage = placement.virtual_stages() - 1;
   // Group point g sits before compute g (g = n: after the last one); none inside a pair.
   auto is_group_point = [&](size_t g) {
     return g <= first_pair || g >= first_pair + 2 * pairs || (g - first_pair) % 2 == 0;
   };
+  // Whether virtual stage `neighbour` exists and lives on another stage.
+  auto remote = [&](int neighbour) {
+    return neighbour >= 0 && neighbour <= last_virtual_stage && placement.stage_of(neighbour) != stage;
+  };
   std::vector<Step> sends(n + 1), receives(n + 1);  // by group point
   for (size_t i = 0; i < n; i++) {
     const Action& a = compute[i];
-    const int virtual_stage = a.chunk * p + stage;
+    if (a.kind == ActionKind::backward_weight) continue;  // W neither receives nor sends
+    const int virtual_stage = placement.virtual_stage(stage, a.chunk);
     const bool is_forward = a.kind == ActionKind::forward;
-    if (p > 1 && (is_forward ? virtual_stage > 0 : virtual_stage < last_virtual_stage)) {
+    if (remote(is_forward ? virtual_stage - 1 : virtual_stage + 1)) {
       size_t g = i;
       while (!is_group_point(g)) g--;
       receives[g].push_back({is_forward ? ActionKind::recv_forward : ActionKind::recv_backward, a.microbatch, a.chunk});
     }
-    if (p > 1 && (is_forward ? virtual_stage < last_virtual_stage : virtual_stage > 0)) {
+    if (remote(is_forward ? virtual_stage + 1 : virtual_stage - 1)) {
       size_t g = i + 1;
       while (!is_group_point(g)) g++;
       sends[g].push_back({is_forward ? ActionKind::send_forward : ActionKind::send_backward, a.microbatch, a.chunk});
@@ -221,22 +280,58 @@ StageSchedule add_communication(const std::vector<Action>& compute, int p, int v
   return steps;
 }
 
-StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage) {
-  if (kind != ScheduleKind::interleaved && v != 1)
+int chunks_per_stage(ScheduleKind kind, int v) { return kind == ScheduleKind::zb_v ? 2 : v; }
+
+namespace {
+
+void check_chunks(ScheduleKind kind, int v) {
+  if (kind != ScheduleKind::interleaved && v != 1 && !(kind == ScheduleKind::zb_v && v == 2))
     throw std::runtime_error("--virtual-stages " + std::to_string(v) + " needs --schedule interleaved (" +
-                             schedule_name(kind) + " runs one chunk per stage)");
-  const std::vector<Action> compute = kind == ScheduleKind::afab          ? afab_order(p, m, stage)
-                                      : kind == ScheduleKind::one_f_one_b ? one_f_one_b_order(p, m, stage)
-                                                                          : interleaved_order(p, m, v, stage);
-  if (kind != ScheduleKind::interleaved) return add_communication(compute, p, v, stage);
-  const size_t warmup = interleaved_warmup(p, m, v, stage);
-  return add_communication(compute, p, v, stage, warmup, m * v - warmup);
+                             schedule_name(kind) +
+                             (kind == ScheduleKind::zb_v ? " runs two chunks per stage)" : " runs one chunk per stage)"));
+}
+
+// The zero-bubble schedules come as compute orders only: all stages are lowered together.
+std::vector<StageSchedule> zero_bubble_schedules(ScheduleKind kind, int p, int m) {
+  check_pipeline_stage(p, m, 0);
+  std::vector<std::vector<Action>> orders;
+  for (int s = 0; s < p; s++)
+    orders.push_back(kind == ScheduleKind::zb_h1   ? zb_h1_order(p, m, s)
+                     : kind == ScheduleKind::zb_h2 ? zb_h2_order(p, m, s)
+                                                   : zb_v_order(p, m, s));
+  return add_communication_in_time_order(orders, placement_of(kind, p, 1));
+}
+
+}  // namespace
+
+StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage) {
+  check_chunks(kind, v);
+  if (splits_backward(kind)) {
+    check_pipeline_stage(p, m, stage);
+    return zero_bubble_schedules(kind, p, m)[stage];
+  }
+  const Placement placement = placement_of(kind, p, v);
+  switch (kind) {
+    case ScheduleKind::afab: return add_communication(afab_order(p, m, stage), placement, stage);
+    case ScheduleKind::one_f_one_b: return add_communication(one_f_one_b_order(p, m, stage), placement, stage);
+    case ScheduleKind::interleaved: {
+      const size_t warmup = interleaved_warmup(p, m, v, stage);
+      return add_communication(interleaved_order(p, m, v, stage), placement, stage, warmup, m * v - warmup);
+    }
+    default: throw std::logic_error("make_schedule: " + schedule_name(kind));
+  }
 }
 
 std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v) {
+  check_chunks(kind, v);
+  if (splits_backward(kind)) return zero_bubble_schedules(kind, p, m);
   std::vector<StageSchedule> stages;
   for (int stage = 0; stage < p; stage++) stages.push_back(make_schedule(kind, p, m, v, stage));
   return stages;
+}
+
+PipelineSchedule make_pipeline_schedule(ScheduleKind kind, int p, int m, int v) {
+  return {placement_of(kind, p, v), make_all_schedules(kind, p, m, v)};
 }
 
 std::vector<Action> compute_actions(const StageSchedule& steps) {

@@ -1,22 +1,31 @@
 // Pipeline schedules as data: for each stage, the ordered list of steps it runs in one
-// training step (forwards, backwards, and the sends and receives between neighbouring
-// stages), with a short text form so a schedule prints, compares and parses as text.
+// training step (forwards, backwards, and the sends and receives between stages), with a
+// short text form so a schedule prints, compares and parses as text.
 //
-// Stages and chunks: stage s of p runs v model chunks; chunk c of stage s is virtual stage
-// c*p + s of the n = p*v virtual stages (Megatron's layout), so activations go from virtual
-// stage i to i + 1 and gradients from i + 1 to i. Across a chunk boundary that is stage p-1 ->
-// stage 0 (the ring of the interleaved schedule): a stage's "next" is (s + 1) mod p and its
-// "previous" (s - 1) mod p. With p = 1 every hand-over is local and has no action.
+// Stages and chunks: stage s of p runs v model chunks; each chunk is one of the n = p v virtual
+// stages, and activations go from virtual stage i to i + 1, gradients from i + 1 to i. Where each
+// virtual stage lives is the schedule's placement:
+//   ring (afab, 1f1b, interleaved, zero-bubble H1 and H2): chunk c of stage s is virtual stage
+//     c p + s (Megatron's layout). Across a chunk boundary that is stage p-1 -> stage 0, so a
+//     stage's "next" is (s + 1) mod p and its "previous" (s - 1) mod p;
+//   v (zb-v, v = 2): stage s holds virtual stages s and 2p - 1 - s, so a microbatch goes down
+//     the stages on chunk 0 and back up on chunk 1; stage 0 holds both the embedding and the
+//     head, and the turn on stage p - 1 (chunk 0 to chunk 1) is local.
+// A hand-over between virtual stages of one stage (every one when p = 1) has no action.
+//
+// Backwards: B is a chunk's whole backward. The zero-bubble schedules split it (Qi et al., "Zero
+// Bubble Pipeline Parallelism", 2024) into I, the input gradient (what the previous virtual stage
+// waits for) and W, the parameter gradients (which nobody waits for, so they fill the bubbles):
+// I then W computes bitwise what B does (model/gpt.cuh).
 //
 // A schedule is built in two passes, as in picotron and torch.distributed.pipelining: the
-// schedule's function gives the compute order (F and B only), then add_communication lowers
-// it to steps. A step is one compute action, or sends and receives posted together as one
-// NCCL group. Each compute's receive is posted in the group point before it and its send in
-// the group point after it; a group point sits between every two computes (Megatron's 1F1B:
-// "F3 sF3+rB1 B1 sB1+rF4 F4" is send_forward_recv_backward, then send_backward_recv_forward),
-// except that in the interleaved schedule a forward and the backward right after it share the
-// group point after both ("F3.1 B1 sF3.1+sB1+rF4.1+rB2", Megatron's
-// send_forward_backward_recv_forward_backward).
+// schedule's function gives the compute order (F, B, I, W), then add_communication lowers it to
+// steps. A step is one compute action, or sends and receives posted together as one NCCL group.
+// Each compute's receive is posted in the group point before it and its send in the group point
+// after it; a group point sits between every two computes (Megatron's 1F1B: "F3 sF3+rB1 B1
+// sB1+rF4 F4" is send_forward_recv_backward, then send_backward_recv_forward), except that in the
+// interleaved schedule a forward and the backward right after it share the group point after
+// both ("F3.1 B1 sF3.1+sB1+rF4.1+rB2", Megatron's send_forward_backward_recv_forward_backward).
 // Why groups: sends block until the peer posts the matching receive (NCCL's point-to-point
 // calls behave so for large tensors). In 1F1B's steady state stage 0 sends F1's output while
 // stage 1 sends B0's gradient; posted alone, each send waits for a receive the other has not
@@ -26,18 +35,28 @@
 //
 // Text form of actions (microbatch 3, chunk 1 shown; ".c" is left out for chunk 0, so "F3" is
 // "F3.0"):
-//   F3.1   forward              B3.1   backward
-//   rF3.1  receive F3.1's input from the previous stage    (recv_forward)
-//   sF3.1  send F3.1's output to the next stage            (send_forward)
-//   rB3.1  receive B3.1's output gradient from the next    (recv_backward)
-//   sB3.1  send B3.1's input gradient to the previous      (send_backward)
+//   F3.1   forward              B3.1   backward (I3.1 then W3.1 in one)
+//   I3.1   input gradient       W3.1   parameter gradients
+//   rF3.1  receive F3.1's input from the previous virtual stage       (recv_forward)
+//   sF3.1  send F3.1's output to the next virtual stage               (send_forward)
+//   rB3.1  receive the output gradient of B3.1 or I3.1 from the next  (recv_backward)
+//   sB3.1  send the input gradient of B3.1 or I3.1 to the previous    (send_backward)
 // A group step joins its actions with '+' ("sF3+rB1"); a list joins its steps with spaces.
 #pragma once
 
 #include <string>
 #include <vector>
 
-enum class ActionKind { forward, backward, recv_forward, send_forward, recv_backward, send_backward };
+enum class ActionKind {
+  forward,
+  backward,
+  backward_input,
+  backward_weight,
+  recv_forward,
+  send_forward,
+  recv_backward,
+  send_backward
+};
 
 struct Action {
   ActionKind kind;
@@ -52,11 +71,31 @@ using Step = std::vector<Action>;
 // One stage's steps, in order.
 using StageSchedule = std::vector<Step>;
 
-enum class ScheduleKind { afab, one_f_one_b, interleaved };
+enum class ScheduleKind { afab, one_f_one_b, interleaved, zb_h1, zb_h2, zb_v };
 
-bool is_compute(const Action& action);  // F or B
+// Where the virtual stages live (see the top).
+enum class PlacementKind { ring, v_shape };
+struct Placement {
+  PlacementKind kind;
+  int p;  // stages
+  int v;  // chunks per stage (2 for v_shape)
+  int virtual_stage(int stage, int chunk) const;
+  int stage_of(int virtual_stage) const;
+  int chunk_of(int virtual_stage) const;
+  int virtual_stages() const { return p * v; }
+  bool is_first(int stage, int chunk) const { return virtual_stage(stage, chunk) == 0; }
+  bool is_last(int stage, int chunk) const { return virtual_stage(stage, chunk) == virtual_stages() - 1; }
+};
+// The schedule's placement: v_shape for zb-v, else ring.
+Placement placement_of(ScheduleKind kind, int p, int v);
+// "ring" or "v".
+std::string placement_name(PlacementKind kind);
+
+bool is_compute(const Action& action);  // F, B, I or W
 bool is_compute(const Step& step);
 bool is_send(const Action& action);  // sF or sB
+// B or I: consumes the output gradient and produces the input gradient.
+bool computes_input_gradient(ActionKind kind);
 
 std::string to_text(const Action& action);
 std::string to_text(const Step& step);
@@ -67,9 +106,15 @@ Action parse_action(const std::string& text);
 Step parse_step(const std::string& text);
 StageSchedule parse_schedule(const std::string& text);
 
-// "afab", "1f1b" or "interleaved"; throws naming the unknown schedule and the known ones.
+// "afab", "1f1b", "interleaved", "zb-h1", "zb-h2" or "zb-v"; throws naming the unknown schedule
+// and the known ones.
 ScheduleKind parse_schedule_kind(const std::string& name);
 std::string schedule_name(ScheduleKind kind);
+// Whether the schedule splits backwards into I and W.
+bool splits_backward(ScheduleKind kind);
+
+// Throws std::runtime_error with one line when p < 1, m < 1 or stage is outside [0, p).
+void check_pipeline_stage(int p, int m, int stage);
 
 // Compute orders (F and B only) of one stage. Each throws std::runtime_error with one line
 // saying what to change when (p, m, v, stage) does not fit the schedule.
@@ -84,17 +129,39 @@ std::vector<Action> one_f_one_b_order(int p, int m, int stage);
 // and at least p.
 std::vector<Action> interleaved_order(int p, int m, int v, int stage);
 int interleaved_warmup(int p, int m, int v, int stage);
+// The zero-bubble orders are in pipeline/zero_bubble.h.
 
 // The lowering pass (see the top): a stage's compute order as steps with its sends and
-// receives. compute[first_pair + 2k] (a forward) and compute[first_pair + 2k + 1] (the
-// backward after it), k < pairs, share the group point after both (the steady state of the
-// interleaved schedule; none for afab and 1f1b).
-StageSchedule add_communication(const std::vector<Action>& compute, int p, int v, int stage, size_t first_pair = 0,
-                                size_t pairs = 0);
+// receives, for the stages and chunks of placement. compute[first_pair + 2k] (a forward) and
+// compute[first_pair + 2k + 1] (the backward after it), k < pairs, share the group point after
+// both (the steady state of the interleaved schedule; none for the others).
+StageSchedule add_communication(const std::vector<Action>& compute, const Placement& placement, int stage,
+                                size_t first_pair = 0, size_t pairs = 0);
 
-// The full list of one stage, and of every stage (index = stage). afab and 1f1b need v = 1.
+// The lowering of every stage's compute order at once, for orders that come without group points
+// of their own (the zero-bubble schedules, a schedule file): the orders are timed as a data flow
+// with equal costs (simulate_dataflow, t_f = t_i = t_w), each message is placed just before the
+// compute that consumes it, and each stage's list is its share of that one order in time, with
+// the messages between two computes in one group. Because every list is the projection of one
+// order, no costs can make it deadlock (lower_in_time_order.cpp says why). At equal costs no
+// stage waits in a send longer than the paper's timeline has it wait. Throws std::runtime_error
+// with the deadlock report when the orders wait for each other in a cycle.
+std::vector<StageSchedule> add_communication_in_time_order(const std::vector<std::vector<Action>>& compute,
+                                                           const Placement& placement);
+
+// The full list of one stage, and of every stage (index = stage). Only interleaved takes v > 1;
+// zb-v runs v = 2 (1 is taken to mean 2).
 StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage);
 std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v);
+// The chunks per stage the schedule runs when asked for v: 2 for zb-v, else v.
+int chunks_per_stage(ScheduleKind kind, int v);
+
+// A whole schedule: every stage's steps and where its virtual stages live.
+struct PipelineSchedule {
+  Placement placement;
+  std::vector<StageSchedule> stages;  // index = stage
+};
+PipelineSchedule make_pipeline_schedule(ScheduleKind kind, int p, int m, int v);
 
 // The compute actions of a list, in order.
 std::vector<Action> compute_actions(const StageSchedule& steps);

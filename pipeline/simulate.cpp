@@ -31,15 +31,8 @@ struct Posted {
   size_t step;
 };
 
-struct Layout {
-  int p;
-  int v;
-  int stage_of(int virtual_stage) const { return virtual_stage % p; }
-  int chunk_of(int virtual_stage) const { return virtual_stage / p; }
-};
-
-Message message_of(const Action& a, int stage, const Layout& layout) {
-  const int vs = a.chunk * layout.p + stage;
+Message message_of(const Action& a, int stage, const Placement& layout) {
+  const int vs = layout.virtual_stage(stage, a.chunk);
   switch (a.kind) {
     case ActionKind::send_forward: return {Tensor::activation, vs, a.microbatch};
     case ActionKind::recv_forward: return {Tensor::activation, vs - 1, a.microbatch};
@@ -51,7 +44,7 @@ Message message_of(const Action& a, int stage, const Layout& layout) {
 
 int destination(const Message& message) { return message.from + (message.tensor == Tensor::activation ? 1 : -1); }
 
-std::string describe(const Message& message, const Layout& layout) {
+std::string describe(const Message& message, const Placement& layout) {
   const int to = destination(message);
   return std::string(message.tensor == Tensor::activation ? "the activation" : "the gradient") + " of microbatch " +
          std::to_string(message.microbatch) + " from stage " + std::to_string(layout.stage_of(message.from)) +
@@ -64,25 +57,39 @@ struct StageState {
   double clock = 0;
   std::vector<std::pair<std::pair<int, int>, size_t>> posted;  // the current group: (channel, index) per action
   double busy = 0;
-  int in_flight = 0;
-  int peak_in_flight = 0;
-  std::set<std::pair<int, int>> forwarded, backwarded;  // (microbatch, chunk)
+  int in_flight = 0, pending = 0;
+  int peak_in_flight = 0, peak_pending = 0;
+  std::vector<int> chunk_in_flight, chunk_pending;            // per chunk, now
+  std::vector<int> chunk_peak_in_flight, chunk_peak_pending;  // per chunk, the most
+  // (microbatch, chunk) through F; through B or I (the input gradient); through I (split); through W.
+  std::set<std::pair<int, int>> forwarded, backwarded, split, weighted;
   std::set<Message> received;
 };
 
 class Simulator {
  public:
-  Simulator(const std::vector<StageSchedule>& stages, const StepCosts& costs)
-      : stages_(stages), costs_(costs), layout_{static_cast<int>(stages.size()), 1}, state_(stages.size()) {
+  Simulator(const std::vector<StageSchedule>& stages, const StepCosts& costs, PlacementKind placement)
+      : stages_(stages), costs_(costs), layout_{placement, static_cast<int>(stages.size()), 1}, state_(stages.size()) {
     for (const StageSchedule& steps : stages)
       for (const Step& step : steps)
         for (const Action& a : step) layout_.v = std::max(layout_.v, a.chunk + 1);
+    if (placement == PlacementKind::v_shape) {
+      if (layout_.v > 2) fail(0, "has chunk " + std::to_string(layout_.v - 1) + ", but the v placement holds two");
+      layout_.v = 2;
+    }
+    for (StageState& state : state_)
+      state.chunk_in_flight = state.chunk_pending = state.chunk_peak_in_flight = state.chunk_peak_pending =
+          std::vector<int>(layout_.v, 0);
   }
 
   Simulation run() {
-    Simulation result{0, {}, {}, ""};
-    for (const StageSchedule& steps : stages_) result.start_time.emplace_back(steps.size(), -1.0);
+    Simulation result{0, {}, {}, {}, {}, ""};
+    for (const StageSchedule& steps : stages_) {
+      result.start_time.emplace_back(steps.size(), -1.0);
+      result.end_time.emplace_back(steps.size(), -1.0);
+    }
     start_time_ = &result.start_time;
+    end_time_ = &result.end_time;
     for (bool progress = true; progress;) {
       progress = false;
       for (int s = 0; s < layout_.p; s++)
@@ -90,8 +97,10 @@ class Simulator {
     }
     for (const StageState& state : state_) result.makespan = std::max(result.makespan, state.clock);
     for (const StageState& state : state_)
-      result.stages.push_back(
-          {state.busy, result.makespan > 0 ? 1 - state.busy / result.makespan : 0, state.peak_in_flight});
+      result.stages.push_back({state.busy, result.makespan > 0 ? 1 - state.busy / result.makespan : 0,
+                               state.peak_in_flight, state.peak_pending, state.chunk_peak_in_flight,
+                               state.chunk_peak_pending});
+    result.messages = message_links();
     result.deadlock = deadlock_report();
     return result;
   }
@@ -106,6 +115,7 @@ class Simulator {
     if (is_compute(step)) {
       (*start_time_)[s][state.step] = state.clock;
       compute(s, step[0]);
+      (*end_time_)[s][state.step] = state.clock;
       state.step++;
       return true;
     }
@@ -128,9 +138,13 @@ class Simulator {
       }
       completion = std::max(completion, std::max(mine.time, others[index].time) + costs_.latency);
     }
-    for (const Action& a : step)
-      if (!is_send(a)) state.received.insert(message_of(a, s, layout_));
+    for (const Action& a : step) {
+      if (is_send(a)) continue;
+      state.received.insert(message_of(a, s, layout_));
+      if (a.kind == ActionKind::recv_forward) take_slot(state, a.chunk);
+    }
     state.clock = completion;
+    (*end_time_)[s][state.step] = completion;
     state.posted.clear();
     state.step++;
     return true;
@@ -139,34 +153,60 @@ class Simulator {
   void compute(int s, const Action& a) {
     StageState& state = state_[s];
     const std::pair<int, int> key{a.microbatch, a.chunk};
-    const int vs = a.chunk * layout_.p + s;
+    const int vs = layout_.virtual_stage(s, a.chunk);
+    double cost = 0;
     if (a.kind == ActionKind::forward) {
       if (state.forwarded.count(key)) fail(s, "repeats " + to_text(a));
-      if (vs > 0 && !has_input(s, {Tensor::activation, vs - 1, a.microbatch}, {a.microbatch, a.chunk - 1}, true))
+      if (vs > 0 && !has_input(s, {Tensor::activation, vs - 1, a.microbatch}, true))
         fail(s, "runs " + to_text(a) + " before receiving its input");
       state.forwarded.insert(key);
-      state.clock += costs_.forward;
-      state.busy += costs_.forward;
-      state.peak_in_flight = std::max(state.peak_in_flight, ++state.in_flight);
+      cost = costs_.forward;
+      if (vs == 0) take_slot(state, a.chunk);
+      if (vs < layout_.virtual_stages() - 1 && layout_.stage_of(vs + 1) == s)
+        take_slot(state, layout_.chunk_of(vs + 1));  // the local hand-over
+    } else if (a.kind == ActionKind::backward_weight) {
+      if (state.weighted.count(key)) fail(s, "repeats " + to_text(a));
+      if (!state.split.count(key)) fail(s, "runs " + to_text(a) + " before its I" + to_text(a).substr(1));
+      state.weighted.insert(key);
+      cost = costs_.backward_weight;
+      state.pending--;
+      state.chunk_pending[a.chunk]--;
     } else {
+      const bool split = a.kind == ActionKind::backward_input;
       if (!state.forwarded.count(key)) fail(s, "runs " + to_text(a) + " before its forward");
-      if (state.backwarded.count(key)) fail(s, "repeats " + to_text(a));
-      if (vs < layout_.p * layout_.v - 1 &&
-          !has_input(s, {Tensor::gradient, vs + 1, a.microbatch}, {a.microbatch, a.chunk + 1}, false))
+      if (state.backwarded.count(key))
+        fail(s, std::string(state.split.count(key) == split ? "repeats " : "runs both B and I of ") + to_text(a));
+      if (vs < layout_.virtual_stages() - 1 && !has_input(s, {Tensor::gradient, vs + 1, a.microbatch}, false))
         fail(s, "runs " + to_text(a) + " before receiving its output gradient");
       state.backwarded.insert(key);
-      state.clock += costs_.backward;
-      state.busy += costs_.backward;
+      cost = costs_.backward_input + (split ? 0 : costs_.backward_weight);
       state.in_flight--;
+      state.chunk_in_flight[a.chunk]--;
+      if (split) {
+        state.split.insert(key);
+        state.peak_pending = std::max(state.peak_pending, ++state.pending);
+        int& pending = state.chunk_pending[a.chunk];
+        state.chunk_peak_pending[a.chunk] = std::max(state.chunk_peak_pending[a.chunk], ++pending);
+      }
     }
+    state.clock += cost;
+    state.busy += cost;
   }
 
-  // A compute's input is a received message, or with p = 1 the neighbouring chunk's own
-  // forward (backward) on this stage.
-  bool has_input(int s, const Message& message, std::pair<int, int> local, bool forward) const {
+  // A microbatch's slot on a chunk is taken when its input arrives (as the executor takes it): the
+  // receive, the first virtual stage's forward, or the forward of the chunk before it on this stage.
+  static void take_slot(StageState& state, int chunk) {
+    state.peak_in_flight = std::max(state.peak_in_flight, ++state.in_flight);
+    int& in_flight = state.chunk_in_flight[chunk];
+    state.chunk_peak_in_flight[chunk] = std::max(state.chunk_peak_in_flight[chunk], ++in_flight);
+  }
+
+  // A compute's input is a received message, or, when the neighbouring virtual stage is on this
+  // stage, that chunk's own forward (backward) here.
+  bool has_input(int s, const Message& message, bool forward) const {
     const StageState& state = state_[s];
-    if (layout_.p > 1) return state.received.count(message) > 0;
-    return (forward ? state.forwarded : state.backwarded).count(local) > 0;
+    if (layout_.stage_of(message.from) != s) return state.received.count(message) > 0;
+    return (forward ? state.forwarded : state.backwarded).count({message.microbatch, layout_.chunk_of(message.from)}) > 0;
   }
 
   void post(int s, const Action& a) {
@@ -178,8 +218,9 @@ class Simulator {
     if (a.kind == ActionKind::send_backward && !state.backwarded.count(key))
       fail(s, "sends " + to_text(a) + "'s gradient before computing it");
     const Message message = message_of(a, s, layout_);
-    if (layout_.p == 1 || message.from < 0 || message.from >= layout_.p * layout_.v ||
-        destination(message) < 0 || destination(message) >= layout_.p * layout_.v)
+    const int n = layout_.virtual_stages();
+    if (message.from < 0 || message.from >= n || destination(message) < 0 || destination(message) >= n ||
+        layout_.stage_of(message.from) == layout_.stage_of(destination(message)))
       fail(s, "has " + to_text(a) + ", but no other stage is at that end");
     if (!(is_send(a) ? sent_ : expected_).insert(message).second) fail(s, "repeats " + to_text(a));
     const int sender = layout_.stage_of(message.from), receiver = layout_.stage_of(destination(message));
@@ -232,20 +273,37 @@ class Simulator {
     return "deadlock:\n" + report + format_grid_with_communication(stages_, marked);
   }
 
+  // Every matched send with its receive.
+  std::vector<MessageLink> message_links() const {
+    std::vector<MessageLink> links;
+    for (const auto& [channel, sends] : sends_) {
+      const auto recvs = recvs_.find(channel);
+      for (size_t k = 0; recvs != recvs_.end() && k < sends.size() && k < recvs->second.size(); k++) {
+        const Posted& send = sends[k];
+        const Posted& recv = recvs->second[k];
+        for (const Action& a : stages_[send.stage][send.step])
+          if (is_send(a) && message_of(a, send.stage, layout_) == send.message)
+            links.push_back({send.stage, int(send.step), recv.stage, int(recv.step), to_text(a)});
+      }
+    }
+    return links;
+  }
+
   const std::vector<StageSchedule>& stages_;
   StepCosts costs_;
-  Layout layout_;
+  Placement layout_;
   std::vector<StageState> state_;
   // Posted sends and receives per channel (sender, receiver), in posting order.
   std::map<std::pair<int, int>, std::vector<Posted>> sends_, recvs_;
   std::set<Message> sent_, expected_;
   std::vector<std::vector<double>>* start_time_ = nullptr;
+  std::vector<std::vector<double>>* end_time_ = nullptr;
 };
 
 }  // namespace
 
-Simulation simulate(const std::vector<StageSchedule>& stages, const StepCosts& costs) {
-  return Simulator(stages, costs).run();
+Simulation simulate(const std::vector<StageSchedule>& stages, const StepCosts& costs, PlacementKind placement) {
+  return Simulator(stages, costs, placement).run();
 }
 
 std::string format_timeline(const std::vector<StageSchedule>& stages, const Simulation& simulation,
@@ -263,7 +321,7 @@ std::string format_timeline(const std::vector<StageSchedule>& stages, const Simu
       if (!is_compute(stages[s][i])) continue;
       const Action& a = stages[s][i][0];
       const size_t first = columns(simulation.start_time[s][i]);
-      const size_t span = columns(a.kind == ActionKind::forward ? costs.forward : costs.backward);
+      const size_t span = columns(simulation.end_time[s][i] - simulation.start_time[s][i]);
       for (size_t c = first; c < first + span && c < cells.size(); c++)
         cells[c] = c == first ? to_text(a) : std::string(width, '-');
     }

@@ -2,14 +2,15 @@
 // against a clock instead of a GPU, to predict the step's time, each stage's bubble and
 // activation memory, and to find deadlocks before any rank hangs on one.
 //
-// The model: a stage runs its steps in order. F and B take costs.forward / costs.backward
-// (per chunk). Messages are rendezvous, as NCCL's point-to-point calls are for large
-// tensors: a send and its matching receive both complete at latency after the later of the
-// two is posted, and a group step completes when all of its sends and receives have. As in
-// NCCL, which has no tags, the k-th send from stage a to stage b matches the k-th receive on
-// b from a; if those are not the same tensor the schedule is wrong (an error, see below).
-// The number of stages p is stages.size(), the chunks per stage v one more than the largest
-// chunk in the lists.
+// The model: a stage runs its steps in order. F, I and W take costs.forward, backward_input and
+// backward_weight (per chunk); a fused B takes backward_input + backward_weight. Messages are
+// rendezvous, as NCCL's point-to-point calls are for large tensors: a send and its matching
+// receive both complete at latency after the later of the two is posted, and a group step
+// completes when all of its sends and receives have. As in NCCL, which has no tags, the k-th send
+// from stage a to stage b matches the k-th receive on b from a; if those are not the same tensor
+// the schedule is wrong (an error, see below). The number of stages p is stages.size(), the
+// chunks per stage v one more than the largest chunk in the lists (2 in the v placement), and
+// placement says where each virtual stage lives.
 #pragma once
 
 #include <string>
@@ -18,21 +19,38 @@
 #include "pipeline/schedule.h"
 
 struct StepCosts {
-  double forward;   // one chunk's forward of one microbatch
-  double backward;  // one chunk's backward of one microbatch
-  double latency;   // one message, from the later of send and receive being posted
+  double forward;          // t_f: one chunk's forward of one microbatch
+  double backward_input;   // t_i: its I
+  double backward_weight;  // t_w: its W; a fused B takes t_i + t_w
+  double latency;          // one message, from the later of send and receive being posted
 };
 
 struct StageSimulation {
-  double busy;         // time in F and B
+  double busy;         // time in F, B, I and W
   double idle_share;   // 1 - busy / makespan: the stage's bubble
-  int peak_in_flight;  // most (microbatch, chunk) pairs forwarded and not yet backwarded at once
+  // Most (microbatch, chunk) slots held at once: from the input's arrival (its receive, the first
+  // virtual stage's forward, or a local hand-over's forward) until B or I, as the executor holds them.
+  int peak_in_flight;
+  int peak_pending;    // most (microbatch, chunk) pairs through I and not yet through W at once
+  // The same per chunk (the executor's pools are per chunk: it allocates the sum of these peaks);
+  // filled by simulate only.
+  std::vector<int> chunk_peak_in_flight, chunk_peak_pending;
+};
+
+// A message of a schedule: the step of the stage that sends it and the step of the stage that
+// receives it, matched as NCCL matches them.
+struct MessageLink {
+  int send_stage, send_step;
+  int recv_stage, recv_step;
+  std::string name;  // the send's action, "sF3.1"
 };
 
 struct Simulation {
   double makespan;                              // the last stage's finish time
   std::vector<StageSimulation> stages;          // index = stage
   std::vector<std::vector<double>> start_time;  // [stage][step], -1 for steps never reached
+  std::vector<std::vector<double>> end_time;    // [stage][step], -1 for steps never completed
+  std::vector<MessageLink> messages;            // every matched send and receive, in sending order per channel
   // Empty when every stage reached the end of its list. Otherwise one line per unmatched
   // send or receive of a stuck step (the message, and where, if anywhere, the peer's list
   // posts the other end), then the grid with every step and the stuck steps marked.
@@ -40,13 +58,30 @@ struct Simulation {
 };
 
 // Throws std::runtime_error, with the grid and the step marked, for a list that breaks the
-// data flow: a B before its F, a send before the compute that produces the tensor, a compute
-// before the receive of its input, an action repeated, a send matched with a receive of a
-// different tensor.
-Simulation simulate(const std::vector<StageSchedule>& stages, const StepCosts& costs);
+// data flow: a B or I before its F, a W before its I, both B and I for one microbatch and chunk,
+// a send before the compute that produces the tensor, a compute before the receive of its input
+// (or, for a local hand-over, before the neighbouring chunk's compute), an action repeated, a
+// message between two chunks of one stage, a send matched with a receive of a different tensor.
+Simulation simulate(const std::vector<StageSchedule>& stages, const StepCosts& costs,
+                    PlacementKind placement = PlacementKind::ring);
 
-// The compute actions on a time axis: one column per costs.forward of time, a backward of
-// k forwards' time spans k columns ("B3" then "--"), idle columns are ".". Needs a run
-// without deadlock.
+// The same compute orders with transfers that hold no stage (a transfer stream beside the
+// compute stream, as in the zero-bubble paper and torch.distributed.pipelining): each compute
+// starts when its stage is free and its input is there, latency after the compute that produced
+// it on another stage ended (at once on the same stage). No group steps: compute[s] is stage s's
+// compute order (F, B, I, W). Slots count from the forward (peak_in_flight), messages are
+// not listed, and start_time and end_time are per compute. deadlock, when the orders wait for
+// each other in a cycle, names each stuck compute and what it waits for, then the grid with
+// the stuck computes marked. Throws, with the grid and the compute marked, for the data-flow
+// errors simulate names.
+Simulation simulate_dataflow(const std::vector<std::vector<Action>>& compute, const StepCosts& costs,
+                             PlacementKind placement = PlacementKind::ring);
+
+// The compute actions on a time axis: one column per costs.forward of time, an action of k
+// forwards' time spans k columns ("B3" then "--"), idle columns are ".". Needs a run without
+// deadlock.
 std::string format_timeline(const std::vector<StageSchedule>& stages, const Simulation& simulation,
+                            const StepCosts& costs);
+// The same for simulate_dataflow's run of compute orders.
+std::string format_timeline(const std::vector<std::vector<Action>>& compute, const Simulation& simulation,
                             const StepCosts& costs);

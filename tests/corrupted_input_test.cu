@@ -214,6 +214,14 @@ TEST(CorruptedInput, CommandLineGivesValidOptionsOrOneLine) {
   expect_valid_and_both_outcomes(feed_command_line, valid, outcomes);
 }
 
+// Schedule files: the valid ZB-H1 grid mutated as bytes; each gives a lowered schedule or an
+// error whose first line names the problem (tests/fuzz/parser_inputs.h's feed).
+TEST(CorruptedInput, ScheduleFileGivesAScheduleOrAnError) {
+  const Bytes valid = valid_schedule_file();
+  const Outcomes outcomes = feed_file_mutations(feed_schedule_file, valid, valid.size(), 1, 9);
+  expect_valid_and_both_outcomes(feed_schedule_file, valid, outcomes);
+}
+
 namespace {
 
 // Values for a numeric option: nasty strings, then interesting numbers as text, then random digits.
@@ -255,7 +263,8 @@ TEST(CorruptedInput, EveryNumericOptionGivesItsValueOrOneLine) {
       "layers",     "heads",       "dim",          "seq-len",      "vocab",      "batch",      "microbatches",
       "steps",      "lr",          "min-lr",       "warmup",       "weight-decay", "beta1",    "beta2",
       "eps",        "grad-clip",   "val-every",    "val-batches",  "sample-every", "sample-len",
-      "sample-temperature",        "save-every",   "seed",         "pp",           "dp",       "virtual-stages"};
+      "sample-temperature",        "save-every",   "seed",         "pp",           "dp",       "virtual-stages",
+      "trace-step"};
   const Outcomes outcomes = feed_mutations(
       feed_command_line,
       [&](std::mt19937_64& rng) {

@@ -1,6 +1,7 @@
 // Checks of the GPT-2 layer-range forward and backward (model/gpt.cuh): the whole model's
 // gradient against finite differences in double, bitwise equality of any split of the
-// model into ranges, the activation bytes against what is allocated, no allocation inside
+// model into ranges, the backward split into I and W bitwise equal to the whole backward, the
+// activation and weight-gradient-input bytes against what is allocated, no allocation inside
 // forward and backward, and a repeated forward (recompute) reproducing the activations.
 #include <cublas_v2.h>
 #include <gtest/gtest.h>
@@ -56,7 +57,7 @@ struct Microbatch {
 
 template <typename Element>
 bool bitwise_equal(const std::vector<Element>& a, const std::vector<Element>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(Element)) == 0;
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(Element)) == 0);
 }
 
 // A model cut into consecutive ranges, run as a pipeline would but in one process: per
@@ -109,6 +110,29 @@ struct CutModel {
                    i + 1 == ranges.size() ? nullptr : grad_inputs[i + 1]->data(),
                    i == 0 ? nullptr : grad_inputs[i]->data(), kB, kT, cublas.get(), stream);
   }
+  // The backward's I of every range (in reverse), filling w[i] for range i.
+  void backward_input(const Microbatch& batch, std::vector<WeightGradientInputs<Element>>& w) {
+    for (size_t i = ranges.size(); i-- > 0;)
+      gpt_backward_input(config, ranges[i], param_views(), acts[i], scratch[i], i == 0 ? batch.tokens.data() : nullptr,
+                         i == 0 ? nullptr : range_output(acts[i - 1]),
+                         i + 1 == ranges.size() ? nullptr : grad_inputs[i + 1]->data(),
+                         i == 0 ? nullptr : grad_inputs[i]->data(), w[i], kB, kT, cublas.get(), stream);
+  }
+  void backward_weight(const std::vector<WeightGradientInputs<Element>>& w) {
+    for (size_t i = ranges.size(); i-- > 0;)
+      gpt_backward_weight(config, ranges[i], grad_views(), grad_wte_head.data(), w[i], scratch[i], kB, kT,
+                          cublas.get(), stream);
+  }
+  // Every range's input gradient of the last backward, in range order.
+  std::vector<Element> input_gradients() {
+    std::vector<Element> all;
+    for (const DeviceBuffer<Element>* g : grad_inputs)
+      if (g != nullptr) {
+        const std::vector<Element> one = g->to_host();
+        all.insert(all.end(), one.begin(), one.end());
+      }
+    return all;
+  }
   double mean_loss_of_last_forward() { return mean_loss(acts.back(), kB, kT, stream); }
   std::vector<Compute<Element>> losses_of_last_forward() {
     std::vector<Compute<Element>> losses(size_t(kB) * kT);
@@ -124,20 +148,40 @@ struct StepResult {
   std::vector<Compute<Element>> losses;  // every microbatch's per-token losses, in order
   std::vector<Element> gradient;         // all parameters, wte's two shares summed
   std::vector<Element> grad_wte_head;    // the output projection's share of wte's gradient
+  std::vector<Element> input_gradients;  // every microbatch's ranges' input gradients, in order
 };
+
+// How a step runs each microbatch's backward: whole (B); split with each W right after its I;
+// split with every I first and the W's after all of them, in microbatch order (as a pipeline
+// defers them: the activations W would have read are overwritten by then).
+enum class Backward { whole, input_then_weight, weights_deferred };
 
 template <typename Element>
 StepResult<Element> run_step(const std::vector<LayerRange>& ranges, const std::vector<double>& host_params,
-                             int microbatches) {
+                             int microbatches, Backward backward = Backward::whole) {
   CutModel<Element> model(kTiny, ranges, host_params);
   StepResult<Element> result;
+  std::vector<std::vector<WeightGradientInputs<Element>>> w(microbatches);
+  for (int k = 0; k < microbatches; ++k)
+    for (const LayerRange& range : ranges) w[k].push_back(create_weight_gradient_inputs<Element>(kTiny, kB, kT, range));
   for (int k = 0; k < microbatches; ++k) {
     const Microbatch batch(100 + k);
     model.forward(batch, 1.0 / (kB * kT * microbatches));
-    model.backward(batch);
+    if (backward == Backward::whole) {
+      model.backward(batch);
+    } else {
+      model.backward_input(batch, w[k]);
+      if (backward == Backward::input_then_weight) model.backward_weight(w[k]);
+    }
+    const std::vector<Element> input_gradients = model.input_gradients();
+    result.input_gradients.insert(result.input_gradients.end(), input_gradients.begin(), input_gradients.end());
     const std::vector<Compute<Element>> losses = model.losses_of_last_forward();
     result.losses.insert(result.losses.end(), losses.begin(), losses.end());
   }
+  if (backward == Backward::weights_deferred)
+    for (int k = 0; k < microbatches; ++k) model.backward_weight(w[k]);
+  for (std::vector<WeightGradientInputs<Element>>& buffers : w)
+    for (WeightGradientInputs<Element>& buffer : buffers) destroy_weight_gradient_inputs(buffer);
   result.grad_wte_head = model.grad_wte_head.to_host();
   sum_tied_embedding_gradient(kTiny, model.grad_views().wte, model.grad_wte_head.data(), model.stream);
   result.gradient = model.grads.to_host();
@@ -212,6 +256,46 @@ TEST(GPT, SplittingTheModelIsBitwiseFree) {
   }
 }
 
+// I then W (gpt_backward_input, gpt_backward_weight) gives what B gives, bit for bit: the
+// gradients, the head's share of wte's, every range's input gradient and the losses, for the
+// whole model and for the model cut in two and in four (embedding alone, each block, head alone),
+// with 1 and 3 microbatches, each W right after its I or all of them after every I.
+TEST(GPT, InputThenWeightGradientIsTheWholeBackwardBitwise) {
+  const std::vector<double> host_params = test_parameters(kTiny, 13);
+  for (int microbatches : {1, 3})
+    for (const std::vector<LayerRange>& ranges : {kWhole, kTwoStages, kFourStages}) {
+      const StepResult<float> whole = run_step<float>(ranges, host_params, microbatches);
+      for (Backward backward : {Backward::input_then_weight, Backward::weights_deferred}) {
+        const StepResult<float> split = run_step<float>(ranges, host_params, microbatches, backward);
+        const std::string what = std::to_string(ranges.size()) + " ranges, " + std::to_string(microbatches) +
+                                 " microbatches" + (backward == Backward::weights_deferred ? ", W's deferred" : "");
+        EXPECT_TRUE(bitwise_equal(split.gradient, whole.gradient)) << what;
+        EXPECT_TRUE(bitwise_equal(split.grad_wte_head, whole.grad_wte_head)) << what;
+        EXPECT_TRUE(bitwise_equal(split.input_gradients, whole.input_gradients)) << what;
+        EXPECT_TRUE(bitwise_equal(split.losses, whole.losses)) << what;
+      }
+    }
+}
+
+// What W reads, per token: 20 C elements and 4 statistics a block (model/gpt.cuh), the tokens
+// and C for the embedding, 3 C + Vp elements and 2 statistics for the head; here every piece is
+// a multiple of the 256-byte alignment, so the bytes are exactly the sum. What create allocates.
+TEST(GPT, WeightGradientInputBytesAreAsStatedAndAllocated) {
+  const GPTConfig config = make_gpt_config(2, 2, 8, 32, 11);  // B T = 64 tokens: 256 bytes of floats
+  const int B = 2, T = 32;
+  const size_t BT = size_t(B) * T, C = config.channels, Vp = config.padded_vocab_size, f = sizeof(float);
+  const size_t block = BT * (20 * C + 4) * f, embedding = BT * sizeof(int) + BT * C * f, head = BT * (3 * C + Vp + 2) * f;
+  EXPECT_EQ(weight_gradient_input_bytes<float>(config, B, T, {0, 2, true, true}), embedding + 2 * block + head);
+  EXPECT_EQ(weight_gradient_input_bytes<float>(config, B, T, {1, 2, false, false}), block);
+  EXPECT_EQ(weight_gradient_input_bytes<float>(config, B, T, {2, 2, false, true}), head);
+  const DeviceMemoryCounts before = device_memory_counts();
+  WeightGradientInputs<float> w = create_weight_gradient_inputs<float>(config, B, T, {0, 2, true, true});
+  EXPECT_EQ(device_memory_counts().bytes_in_use - before.bytes_in_use, w.bytes);
+  EXPECT_EQ(w.bytes, embedding + 2 * block + head);
+  destroy_weight_gradient_inputs(w);
+  EXPECT_EQ(device_memory_counts().bytes_in_use, before.bytes_in_use);
+}
+
 // Counted by the project's allocator (kernels/device_memory.cuh), exact on a GPU as here:
 // cudaMemGetInfo would see the driver's 2 MiB granularity instead.
 TEST(GPT, ActivationBytesAreWhatIsAllocated) {
@@ -240,14 +324,20 @@ TEST(GPT, StageInputBytesAreTokensOrOneActivation) {
 TEST(GPT, ForwardAndBackwardAllocateNothing) {
   CutModel<float> model(kTiny, kTwoStages, test_parameters(kTiny, 9));
   const Microbatch batch(100);
+  std::vector<WeightGradientInputs<float>> w;
+  for (const LayerRange& range : kTwoStages) w.push_back(create_weight_gradient_inputs<float>(kTiny, kB, kT, range));
   const DeviceMemoryCounts before = device_memory_counts();
   for (int step = 0; step < 2; ++step) {
     model.forward(batch, 1.0);
     model.backward(batch);
+    model.forward(batch, 1.0);
+    model.backward_input(batch, w);
+    model.backward_weight(w);
   }
   const DeviceMemoryCounts after = device_memory_counts();
   EXPECT_EQ(after.allocations, before.allocations);
   EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  for (WeightGradientInputs<float>& buffer : w) destroy_weight_gradient_inputs(buffer);
 }
 
 TEST(GPT, RepeatedForwardReproducesActivationsBitwise) {

@@ -75,6 +75,10 @@ TEST(Options, DefaultsAreTheIssuesDefaults) {
   EXPECT_FALSE(o.recompute);
   EXPECT_TRUE(o.layers_per_stage.empty());
   EXPECT_FALSE(o.print_schedule);
+  EXPECT_EQ(o.schedule_file, "");
+  EXPECT_EQ(o.schedule_costs, (std::vector<double>{1, 1, 1, 0}));
+  EXPECT_EQ(o.trace, "");
+  EXPECT_EQ(o.trace_step, 0);
   EXPECT_FALSE(o.help);
   EXPECT_TRUE(o.given.empty());
 }
@@ -156,7 +160,13 @@ TEST(Options, EveryOptionParses) {
                                 "--recompute",
                                 "--layers-per-stage",
                                 "2,4,4,2",
-                                "--print-schedule"});
+                                "--print-schedule",
+                                "--schedule-costs",
+                                "1.5,0.75,0.5,0.25",
+                                "--trace",
+                                "out/trace.json",
+                                "--trace-step",
+                                "7"});
 
   EXPECT_EQ(o.train_data, "d/train_*.bin");
   EXPECT_EQ(o.val_data, "d/val_*.bin");
@@ -197,8 +207,12 @@ TEST(Options, EveryOptionParses) {
   EXPECT_TRUE(o.recompute);
   EXPECT_EQ(o.layers_per_stage, (std::vector<int>{2, 4, 4, 2}));
   EXPECT_TRUE(o.print_schedule);
+  EXPECT_EQ(o.schedule_costs, (std::vector<double>{1.5, 0.75, 0.5, 0.25}));
+  EXPECT_EQ(o.trace, "out/trace.json");
+  EXPECT_EQ(o.trace_step, 7);
   EXPECT_EQ(o.init, "gpt2_124M.bin");
-  EXPECT_EQ(o.given.size(), 40u) << "every option but --resume (it excludes --init) and --help";
+  EXPECT_EQ(o.given.size(), 43u)
+      << "every option but --resume (it excludes --init), --schedule-file (it excludes --schedule) and --help";
   EXPECT_EQ(o.given.count("layers-per-stage"), 1u);
 }
 
@@ -276,7 +290,7 @@ TEST(Options, OutOfRangeValueIsAnError) {
 
 TEST(Options, ChoiceOutsideItsListIsAnError) {
   EXPECT_EQ(error_of({"--lr-schedule", "linear"}), "--lr-schedule linear is not one of cosine|constant");
-  EXPECT_EQ(error_of({"--schedule", "gpipe"}), "--schedule gpipe is not one of afab|1f1b|interleaved");
+  EXPECT_EQ(error_of({"--schedule", "gpipe"}), "--schedule gpipe is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v");
   EXPECT_EQ(error_of({"--dtype", "fp16"}), "--dtype fp16 is not one of fp32|bf16");
 }
 
@@ -297,6 +311,28 @@ TEST(Options, InconsistentOptionsAreAnError) {
   EXPECT_EQ(error_of({"--init", "a.bin", "--resume", "b.bin"}),
             "--init and --resume exclude each other (--resume restores the model)");
   EXPECT_EQ(error_of({"--virtual-stages", "2"}), "--virtual-stages 2 needs --schedule interleaved");
+  EXPECT_EQ(error_of({"--schedule", "zb-v", "--virtual-stages", "2"}), "(no error)");
+  EXPECT_EQ(error_of({"--schedule", "zb-v", "--virtual-stages", "3"}),
+            "--virtual-stages 3 does not fit --schedule zb-v, which runs 2 chunks per rank");
+  EXPECT_EQ(error_of({"--schedule-file", "s.txt", "--schedule", "1f1b"}),
+            "--schedule-file and --schedule exclude each other");
+  EXPECT_EQ(error_of({"--schedule-file", "s.txt", "--virtual-stages", "2"}),
+            "--schedule-file and --virtual-stages exclude each other (the file's chunks say it)");
+  EXPECT_EQ(error_of({"--trace-step", "3"}), "--trace-step needs --trace FILE");
+  EXPECT_EQ(error_of({"--trace", "t.json", "--trace-step", "30", "--steps", "20"}),
+            "--trace-step 30 is after the last step (--steps 20)");
+  EXPECT_EQ(error_of({"--schedule-costs", "1,1,1"}), "--schedule-costs needs --print-schedule");
+}
+
+TEST(Options, ScheduleCostsAreThreeOrFourNumbers) {
+  EXPECT_EQ(error_of({"--print-schedule", "--schedule-costs", "1,1"}),
+            "--schedule-costs 1,1 needs 3 or 4 numbers: TF,TI,TW[,LATENCY]");
+  EXPECT_EQ(error_of({"--print-schedule", "--schedule-costs", "0,1,1"}),
+            "--schedule-costs 0,1,1 is out of range (must be above 0)");
+  EXPECT_EQ(error_of({"--print-schedule", "--schedule-costs", "1,-1,1"}),
+            "--schedule-costs 1,-1,1 is out of range (must be at least 0)");
+  EXPECT_EQ(error_of({"--print-schedule", "--schedule-costs", "1,x,1"}),
+            "--schedule-costs: 'x' is not a finite number");
 }
 
 TEST(Options, HelpListsEveryOptionWithItsDefault) {
@@ -340,11 +376,15 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--max-skipped N", "(default: 5)"},
       {"--pp N", "(default: 0)"},
       {"--dp N", "(default: 1)"},
-      {"--schedule afab|1f1b|interleaved", "(default: 1f1b)"},
+      {"--schedule afab|1f1b|interleaved|zb-h1|zb-h2|zb-v", "(default: 1f1b)"},
+      {"--schedule-file FILE", "(default: none)"},
       {"--virtual-stages N", "(default: 1)"},
       {"--recompute", "(default: off)"},
       {"--layers-per-stage N,N,...", "(default: none)"},
-      {"--print-schedule", "(default: off)"}};
+      {"--print-schedule", "(default: off)"},
+      {"--schedule-costs TF,TI,TW[,LAT]", "(default: 1,1,1,0)"},
+      {"--trace FILE", "(default: none)"},
+      {"--trace-step N", "(default: 0)"}};
   std::istringstream help(train_options_help());
   std::vector<std::string> option_lines;
   for (std::string line; std::getline(help, line);) {

@@ -1,7 +1,8 @@
 // The train program under `mpirun -np 4` with a layout that cannot run: every rank finds the
-// problem by itself before any communication, world rank 0 prints the one line, and every rank
-// exits with status 1 at once (a hang would hit the 30 s timeout, status 124). And the program
-// in bf16: four stages give the single process's losses bitwise.
+// problem by itself before any communication, world rank 0 prints the one line (a schedule
+// file's error: the line and the grid with the step marked), and every rank exits with status 1
+// at once (a hang would hit the 30 s timeout, status 124). And the program in bf16: four stages
+// give the single process's losses bitwise.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -62,7 +63,45 @@ TEST(TrainLayout, InterleavedMicrobatchesNotAMultipleOfTheStagesFailOnEveryRank)
 }
 
 TEST(TrainLayout, UnknownScheduleFailsOnEveryRank) {
-  expect_layout_error("--schedule zigzag", "--schedule zigzag is not one of afab|1f1b|interleaved");
+  expect_layout_error("--schedule zigzag", "--schedule zigzag is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v");
+}
+
+TEST(TrainLayout, ZeroBubbleVWithFewerLayersThanChunksFailsOnEveryRank) {
+  expect_layout_error("--schedule zb-v",
+                      "--schedule zb-v runs 2 chunks per stage: --layers 4 is fewer than 2 x --pp 4 = 8 pipeline "
+                      "chunks (each needs at least one layer)");
+}
+
+// A schedule file that misses a W, and one whose orders wait for each other (stage 0 waits for
+// I0's gradient before it sends F1, which stage 1 needs before its I0): the grid with the step
+// marked, exit 1 on every rank.
+TEST(TrainLayout, ScheduleFileWithAMissingWOrADeadlockFailsOnEveryRank) {
+  TempDir dir;
+  const std::string missing = dir.file("missing_w.txt"), deadlock = dir.file("deadlock.txt");
+  const std::string good = "stage 2 | F0 I0 F1 I1 W0 W1\nstage 3 | F0 I0 F1 I1 W0 W1\n";
+  const std::string missing_text = "stage 0 | F0 F1 I0 W0 I1 W1\nstage 1 | F0 I0 F1 I1 W0\n" + good;
+  const std::string deadlock_text = "stage 0 | F0 I0 F1 W0 I1 W1\nstage 1 | F0 F1 I0 I1 W0 W1\n" + good;
+  write_bytes(missing, {missing_text.begin(), missing_text.end()});
+  write_bytes(deadlock, {deadlock_text.begin(), deadlock_text.end()});
+  expect_layout_error("--microbatches 2 --schedule-file " + missing,
+                      "--schedule-file " + missing +
+                          ": schedule error: stage 1 step 3 has no W1 after I1: every microbatch's F, then B or I "
+                          "then W, exactly once per chunk\n"
+                          "stage 0 | F0   F1   I0   W0   I1   W1\n"
+                          "stage 1 | F0   I0   F1   >I1< W0\n"
+                          "stage 2 | F0   I0   F1   I1   W0   W1\n"
+                          "stage 3 | F0   I0   F1   I1   W0   W1");
+  expect_layout_error("--microbatches 2 --schedule-file " + deadlock,
+                      "--schedule-file " + deadlock +
+                          ": schedule error: deadlock:\n"
+                          "stage 0 waits at step 1 (I0) for the gradient of microbatch 0 from stage 1 chunk 0\n"
+                          "stage 1 waits at step 1 (F1) for the activation of microbatch 1 from stage 0 chunk 0\n"
+                          "stage 2 waits at step 2 (F1) for the activation of microbatch 1 from stage 1 chunk 0\n"
+                          "stage 3 waits at step 2 (F1) for the activation of microbatch 1 from stage 2 chunk 0\n"
+                          "stage 0 | F0   >I0< F1   W0   I1   W1\n"
+                          "stage 1 | F0   >F1< I0   I1   W0   W1\n"
+                          "stage 2 | F0   I0   >F1< I1   W0   W1\n"
+                          "stage 3 | F0   I0   >F1< I1   W0   W1");
 }
 
 TEST(TrainLayout, LayersPerStageThatDoNotFitFailOnEveryRank) {
@@ -70,6 +109,27 @@ TEST(TrainLayout, LayersPerStageThatDoNotFitFailOnEveryRank) {
                       "--layers-per-stage 1,1,1 has 3 entries; it needs one per chunk, --pp 4 x --virtual-stages 1 = 4");
   expect_layout_error("--layers-per-stage 1,1,1,2",
                       "--layers-per-stage 1,1,1,2 adds up to 5 layers, but the model has --layers 4");
+}
+
+// --print-schedule of zb-h1 with p = 4, m = 8: the paper's grid, its idle share 3/27 at equal
+// costs (1F1B's is 9/33), the weight buffers waiting for their W on the last stage; and fed back
+// as a schedule file, the same report.
+TEST(TrainLayout, PrintScheduleShowsZeroBubbleH1AndReadsItBackFromAFile) {
+  if (!std::filesystem::exists("./train")) GTEST_SKIP() << "./train is not built (make train)";
+  const Outcome outcome = run_train("--print-schedule --microbatches 8 --schedule zb-h1");
+  EXPECT_EQ(outcome.status, 0);
+  EXPECT_NE(outcome.out.find("stage 3 | F0 I0 F1 I1 F2 I2 F3 I3 W0 F4"), std::string::npos) << outcome.out;
+  EXPECT_NE(outcome.out.find("stage 0: idle 0.111, peak 4 in flight"), std::string::npos) << outcome.out;
+  EXPECT_NE(outcome.out.find("stage 3: idle 0.111, peak 1 in flight x 6830336 B + 4 awaiting W"), std::string::npos)
+      << outcome.out;
+  TempDir dir;
+  const size_t grid_begin = outcome.out.find("stage 0 |"), grid_end = outcome.out.find("\n\n", grid_begin);
+  const std::string grid = outcome.out.substr(grid_begin, grid_end - grid_begin + 1);
+  write_bytes(dir.file("zb-h1.txt"), {grid.begin(), grid.end()});
+  const Outcome again = run_train("--print-schedule --microbatches 8 --schedule-file " + dir.file("zb-h1.txt"));
+  EXPECT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(again.out.substr(again.out.find('\n')), outcome.out.substr(outcome.out.find('\n')))
+      << "the same report but for its first line, which names the file";
 }
 
 // --print-schedule is no error: rank 0 prints the grid and every rank exits 0.

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "comm/rank_device.h"
+#include "model/atomic_file.h"
 #include "trainer/error_channel.h"
 #include "trainer/options.h"
 #include "trainer/preemption.h"
@@ -43,7 +44,17 @@ int train(int argc, char** argv) {
     return 1;
   }
   if (setup.options.print_schedule) {
-    if (out) std::printf("%s", schedule_report(setup).c_str());
+    if (out == nullptr) return 0;
+    std::printf("%s", schedule_report(setup).c_str());
+    if (setup.options.trace.empty()) return 0;
+    try {
+      const std::string json = predicted_timeline_json(setup);
+      write_file_atomically(setup.options.trace, {{json.data(), json.size()}});
+    } catch (const std::runtime_error& error) {
+      std::fprintf(stderr, "train: error: %s\n", error.what());
+      return 1;
+    }
+    std::printf("wrote the predicted timeline to %s\n", setup.options.trace.c_str());
     return 0;
   }
   RunResult result;

@@ -22,13 +22,13 @@ TensorSlice slice_of_slot(size_t slot, int num_layers) {
   return {int(kLn1w + within % kNormSlotsPerLayer), int(within / kNormSlotsPerLayer)};
 }
 
-int stage_holding(const TensorSlice& slice, const std::vector<LayerRange>& virtual_stages, int pp) {
+int stage_holding(const TensorSlice& slice, const std::vector<LayerRange>& virtual_stages, const Placement& placement) {
   for (size_t i = 0; i < virtual_stages.size(); ++i) {
     const LayerRange& range = virtual_stages[i];
     const bool holds = slice.layer >= 0 ? slice.layer >= range.first_layer && slice.layer < range.end_layer
                        : slice.tensor == kWte || slice.tensor == kWpe ? range.has_embedding
                                                                       : range.has_head;
-    if (holds) return int(i % pp);
+    if (holds) return placement.stage_of(int(i));
   }
   return -1;
 }
@@ -36,11 +36,11 @@ int stage_holding(const TensorSlice& slice, const std::vector<LayerRange>& virtu
 }  // namespace
 
 std::string first_nonfinite_gradient(const std::vector<float>& partials, const GPTConfig& config,
-                                     const std::vector<LayerRange>& virtual_stages, int pp) {
+                                     const std::vector<LayerRange>& virtual_stages, const Placement& placement) {
   for (size_t slot = 0; slot < partials.size(); ++slot) {
     if (std::isfinite(partials[slot])) continue;
     const TensorSlice slice = slice_of_slot(slot, config.num_layers);
-    std::string text = "first in stage " + std::to_string(stage_holding(slice, virtual_stages, pp)) + ", tensor " +
+    std::string text = "first in stage " + std::to_string(stage_holding(slice, virtual_stages, placement)) + ", tensor " +
                        parameter_tensor_name(slice.tensor);
     if (slice.layer >= 0) text += " layer " + std::to_string(slice.layer);
     return text;

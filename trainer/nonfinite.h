@@ -11,12 +11,13 @@
 
 #include "model/config.h"
 #include "model/gpt.cuh"
+#include "pipeline/schedule.h"
 
 // "first in stage 2, tensor fcw layer 5" for the first non-finite slot of partials
 // (norm_slot_count(L) values); "" when every slot is finite. virtual_stages is split_layers'
-// (index c pp + stage): it says which stage holds the tensor.
+// (index: virtual stage), and placement says which stage holds each.
 std::string first_nonfinite_gradient(const std::vector<float>& partials, const GPTConfig& config,
-                                     const std::vector<LayerRange>& virtual_stages, int pp);
+                                     const std::vector<LayerRange>& virtual_stages, const Placement& placement);
 
 // Why a step whose mean loss or gradient norm is not finite is skipped, for the step line:
 // "non-finite gradient (first in stage 2, tensor fcw layer 5)", "non-finite gradient norm (every

@@ -159,6 +159,34 @@ OptionSpec layers_per_stage_option() {
           }};
 }
 
+// --schedule-costs TF,TI,TW[,LATENCY]: the simulator's costs of a forward, an input gradient and a
+// weight gradient of one chunk, and of a message.
+OptionSpec schedule_costs_option() {
+  return {"schedule-costs", "TF,TI,TW[,LAT]",
+          "--print-schedule's costs of F, I and W of a chunk (B = I + W) and a message's latency",
+          [](TrainOptions& options, const std::string& flag, const std::string& text) {
+            std::vector<double> costs;
+            for (size_t begin = 0;;) {
+              const size_t comma = text.find(',', begin);
+              const std::string item = text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+              const float cost = parse_float(flag, item);
+              check_bounds(flag, text, cost, costs.empty() ? kAboveZero : kAtLeastZero);
+              costs.push_back(cost);
+              if (comma == std::string::npos) break;
+              begin = comma + 1;
+            }
+            if (costs.size() < 3 || costs.size() > 4)
+              throw std::runtime_error(flag + " " + text + " needs 3 or 4 numbers: TF,TI,TW[,LATENCY]");
+            costs.resize(4, 0.0);
+            options.schedule_costs = costs;
+          },
+          [](const TrainOptions& options) {
+            std::string list;
+            for (double cost : options.schedule_costs) list += (list.empty() ? "" : ",") + show_float(float(cost));
+            return list;
+          }};
+}
+
 const std::vector<OptionSpec>& option_table() {
   using O = TrainOptions;
   static const std::vector<OptionSpec> table = {
@@ -208,11 +236,18 @@ const std::vector<OptionSpec>& option_table() {
                  "consecutive steps skipped for a non-finite loss or gradient before the run stops"),
       int_option("pp", &O::pp, kAtLeastZero, "pipeline stages (0: world size / dp)"),
       int_option("dp", &O::dp, kAtLeastOne, "data-parallel replicas"),
-      choice_option("schedule", &O::schedule, {"afab", "1f1b", "interleaved"}, "pipeline schedule"),
-      int_option("virtual-stages", &O::virtual_stages, kAtLeastOne, "model chunks per rank (interleaved)"),
+      choice_option("schedule", &O::schedule, {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"},
+                    "pipeline schedule"),
+      string_option("schedule-file", "FILE", &O::schedule_file,
+                    "run the compute grid in FILE (as --print-schedule prints it) instead of --schedule"),
+      int_option("virtual-stages", &O::virtual_stages, kAtLeastOne, "model chunks per rank (interleaved; zb-v: 2)"),
       switch_option("recompute", &O::recompute, "keep only stage inputs; recompute activations before backward"),
       layers_per_stage_option(),
       switch_option("print-schedule", &O::print_schedule, "print the schedule's grid, bubble and memory, then exit"),
+      schedule_costs_option(),
+      string_option("trace", "FILE", &O::trace,
+                    "write a step's measured timeline as Chrome trace JSON (--print-schedule: the predicted one)"),
+      int_option("trace-step", &O::trace_step, kAtLeastZero, "the step --trace records (0: the last)"),
       switch_option("help", &O::help, "print this help and exit"),
   };
   return table;
@@ -237,10 +272,25 @@ void check_consistency(const TrainOptions& options) {
   if (options.dtype == "fp32" && options.master_weights == 0) {
     throw std::runtime_error("--master-weights 0 needs --dtype bf16 (fp32 parameters are their own master weights)");
   }
-  if (options.virtual_stages > 1 && options.schedule != "interleaved") {
+  const bool file = !options.schedule_file.empty();
+  if (file && options.given.count("schedule"))
+    throw std::runtime_error("--schedule-file and --schedule exclude each other");
+  if (file && options.given.count("virtual-stages"))
+    throw std::runtime_error("--schedule-file and --virtual-stages exclude each other (the file's chunks say it)");
+  if (options.schedule == "zb-v" && options.given.count("virtual-stages") && options.virtual_stages != 2)
+    throw std::runtime_error("--virtual-stages " + std::to_string(options.virtual_stages) +
+                             " does not fit --schedule zb-v, which runs 2 chunks per rank");
+  if (options.virtual_stages > 1 && options.schedule != "interleaved" && options.schedule != "zb-v") {
     throw std::runtime_error("--virtual-stages " + std::to_string(options.virtual_stages) +
                              " needs --schedule interleaved");
   }
+  if (options.given.count("trace-step") && options.trace.empty())
+    throw std::runtime_error("--trace-step needs --trace FILE");
+  if (!options.print_schedule && options.trace_step > options.steps)
+    throw std::runtime_error("--trace-step " + std::to_string(options.trace_step) + " is after the last step (--steps " +
+                             std::to_string(options.steps) + ")");
+  if (options.given.count("schedule-costs") && !options.print_schedule)
+    throw std::runtime_error("--schedule-costs needs --print-schedule");
 }
 
 // The messages quote what the user typed; a control character in it (a newline, an escape) would

@@ -54,11 +54,15 @@ struct TrainOptions {
   // pipeline and data parallelism (issue 5)
   int pp = 0;                     // pipeline stages; 0: world size / dp
   int dp = 1;                     // data-parallel replicas
-  std::string schedule = "1f1b";  // afab | 1f1b | interleaved
-  int virtual_stages = 1;         // model chunks per rank (interleaved)
+  std::string schedule = "1f1b";  // afab | 1f1b | interleaved | zb-h1 | zb-h2 | zb-v
+  std::string schedule_file;      // a compute grid to run instead of --schedule (pipeline/schedule_file.h)
+  int virtual_stages = 1;         // model chunks per rank (interleaved; zb-v runs 2)
   bool recompute = false;
   std::vector<int> layers_per_stage;  // empty: an even split
   bool print_schedule = false;
+  std::vector<double> schedule_costs = {1, 1, 1, 0};  // --print-schedule's t_f, t_i, t_w and message latency
+  std::string trace;   // Chrome trace-event JSON of a step's measured timeline (--print-schedule: the predicted one)
+  int trace_step = 0;  // the step --trace records; 0: the last
   bool help = false;
   // The names of the options given on the command line (e.g. "layers"), so that the trainer can
   // tell a chosen value from a default, as when comparing with an --init checkpoint.

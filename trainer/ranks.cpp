@@ -62,6 +62,23 @@ std::vector<double> gather_to_rank0(const World& world, const double* values, si
   return all;
 }
 
+std::vector<std::string> gather_text_to_rank0(const World& world, const std::string& text) {
+  if (world.size == 1) return {text};
+  const int length = int(text.size());
+  std::vector<int> lengths(world.rank == 0 ? world.size : 0), offsets(lengths.size());
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  int total = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    offsets[r] = total;
+    total += lengths[r];
+  }
+  std::vector<char> all(total);
+  MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  std::vector<std::string> texts;
+  for (size_t r = 0; r < lengths.size(); ++r) texts.emplace_back(all.data() + offsets[r], lengths[r]);
+  return texts;
+}
+
 void wait_for_world(const World& world) {
   if (world.size > 1) MPI_Barrier(MPI_COMM_WORLD);
 }

@@ -4,6 +4,7 @@
 // call the trainer directly) is a world of one, where every function here is local.
 #pragma once
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "comm/groups.h"
@@ -28,6 +29,9 @@ void sum_over_world(const World& world, float* values, size_t count);
 
 // Rank 0 gets every rank's values (count each), in rank order; other ranks get nothing.
 std::vector<double> gather_to_rank0(const World& world, const double* values, size_t count);
+
+// Rank 0 gets every rank's text, in rank order; other ranks get nothing.
+std::vector<std::string> gather_text_to_rank0(const World& world, const std::string& text);
 
 // Returns when every rank of the world has called it.
 void wait_for_world(const World& world);

@@ -2,14 +2,19 @@
 #include "trainer/run.h"
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdarg>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "model/parameters.h"
 #include "pipeline/simulate.h"
+#include "pipeline/timeline.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/optimizer.h"
 #include "trainer/preemption.h"
@@ -17,6 +22,7 @@
 #include "trainer/progress.h"
 #include "trainer/ranks.h"
 #include "trainer/sampler.h"
+#include "trainer/timeline.h"
 #include "trainer/tokenizer.h"
 #include "trainer/watchdog.h"
 
@@ -70,6 +76,40 @@ size_t slot_bytes(const RunSetup& setup, const LayerRange& range) {
   const size_t input = is_bf16(setup) ? stage_input_bytes<__nv_bfloat16>(config, setup.B, setup.T, range)
                                       : stage_input_bytes<float>(config, setup.B, setup.T, range);
   return input + (setup.layout.recompute ? 0 : chunk_activation_bytes(setup, range));
+}
+
+// Bytes of one weight-gradient-input buffer of a chunk (split backwards).
+size_t weight_buffer_bytes(const RunSetup& setup, const LayerRange& range) {
+  const GPTConfig& config = setup.start.config;
+  return is_bf16(setup) ? weight_gradient_input_bytes<__nv_bfloat16>(config, setup.B, setup.T, range)
+                        : weight_gradient_input_bytes<float>(config, setup.B, setup.T, range);
+}
+
+// --schedule-file's grid, read and parsed (each rank reads it itself).
+ScheduleGrid read_schedule_file(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw std::runtime_error("--schedule-file " + path + ": cannot be read (" + std::strerror(errno) + ")");
+  std::ostringstream text;
+  text << file.rdbuf();
+  try {
+    return parse_schedule_grid(text.str());
+  } catch (const std::runtime_error& error) {
+    throw std::runtime_error("--schedule-file " + path + ": " + error.what());
+  }
+}
+
+std::string schedule_title(const RunSetup& setup) {
+  const TrainOptions& options = setup.options;
+  return options.schedule_file.empty() ? options.schedule + " schedule" : "the schedule of " + options.schedule_file;
+}
+
+// The trace's description of the run, written as its "otherData".
+std::vector<std::pair<std::string, std::string>> trace_about(const RunSetup& setup, const std::string& what) {
+  return {{"what", what},
+          {"schedule", schedule_title(setup)},
+          {"layout", "dp " + std::to_string(setup.mesh.dp) + " x pp " + std::to_string(setup.mesh.pp)},
+          {"microbatches", std::to_string(setup.layout.microbatches)},
+          {"recompute", setup.layout.recompute ? "on" : "off"}};
 }
 
 std::string layers_text(const LayerRange& range) {
@@ -135,6 +175,8 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
   }
 
   const LrSchedule schedule = lr_schedule_from_options(options);
+  const int traced_step = options.trace.empty() ? 0 : options.trace_step > 0 ? options.trace_step : options.steps;
+  bool timeline_written = false;
   const AdamWSettings settings{options.beta1, options.beta2, options.eps, options.weight_decay, options.grad_clip};
   const double tokens_per_step = double(options.microbatches) * B * T * mesh.dp;
   const auto run_begin = std::chrono::steady_clock::now();
@@ -147,7 +189,16 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
     const auto begin = std::chrono::steady_clock::now();
     activity.training_step = position.step + 1;
     activity.phase = kTrainingStepPhase;
+    const bool traced = position.step + 1 == traced_step;
+    if (traced) start_measured_timeline(trainer);
     const StepResult step = train_step(trainer, train_reader, settings, lr, position.step + 1);
+    if (traced) {
+      write_measured_timeline(trainer, layout_schedule(setup.layout, mesh.pp), options.trace,
+                              trace_about(setup, "the measured timeline of step " + std::to_string(traced_step) +
+                                                     "; each rank's times from an event recorded right after a barrier"));
+      say(out, "wrote the timeline of step %d to %s\n", traced_step, options.trace.c_str());
+      timeline_written = true;
+    }
     const double seconds = seconds_since(begin);
     step_seconds.push_back(seconds);
     position.step += 1;
@@ -204,6 +255,8 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
     }
     activity.phase = "between steps";
   }
+  if (traced_step > 0 && !timeline_written)
+    say(out, "no timeline written: the run did not do step %d (--trace)\n", traced_step);
   say(out, "%s\n", format_summary_line(result.steps, seconds_since(run_begin), {options.save, options.log}).c_str());
   return result;
 }
@@ -255,7 +308,13 @@ RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
   setup.mesh = make_mesh(options.dp, options.pp, world.size, world.rank);
   setup.layout = {parse_schedule_kind(options.schedule), options.microbatches, options.virtual_stages,
                   options.recompute, options.layers_per_stage};
-  setup.virtual_stages = check_layout(config, setup.mesh, setup.layout);
+  if (!options.schedule_file.empty()) setup.layout.schedule_file = read_schedule_file(options.schedule_file);
+  try {
+    setup.virtual_stages = check_layout(config, setup.mesh, setup.layout);
+  } catch (const std::runtime_error& error) {
+    if (options.schedule_file.empty()) throw;
+    throw std::runtime_error("--schedule-file " + options.schedule_file + ": " + error.what());
+  }
   setup.data = load_data(options, config.vocab_size);
   check_run_outputs_and_data(options, setup.data, setup.B, setup.T);
   setup.tokenizer = load_sample_tokenizer(options, setup.data.train.format, config.vocab_size);
@@ -264,35 +323,64 @@ RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
 
 std::string schedule_report(const RunSetup& setup) {
   const PipelineLayout& layout = setup.layout;
-  const int p = setup.mesh.pp, v = layout.virtual_stages, m = layout.microbatches;
-  const std::vector<StageSchedule> stages = make_all_schedules(layout.schedule, p, m, v);
-  const StepCosts costs{1.0, 2.0, 0.0};
-  const Simulation simulation = simulate(stages, costs);
-  std::string report = schedule_name(layout.schedule) + " schedule, p = " + std::to_string(p) +
-                       ", m = " + std::to_string(m) + ", v = " + std::to_string(v) +
-                       (layout.recompute ? ", recompute" : "") + "\n\n" + format_grid(stages) + "\n" +
-                       "timeline (t_f = 1 column, t_b = 2, no latency):\n" +
-                       format_timeline(stages, simulation, costs) + "\n";
-  char line[256];
-  std::snprintf(line, sizeof(line), "predicted makespan %.0f t_f\n", simulation.makespan);
+  const PipelineSchedule schedule = layout_schedule(layout, setup.mesh.pp);
+  const int p = schedule.placement.p, v = schedule.placement.v, m = layout.microbatches;
+  const std::vector<double>& c = setup.options.schedule_costs;
+  const StepCosts costs{c[0], c[1], c[2], c[3]};
+  const Simulation simulation = simulate(schedule.stages, costs, schedule.placement.kind);
+  std::vector<std::vector<Action>> orders;
+  for (const StageSchedule& steps : schedule.stages) orders.push_back(compute_actions(steps));
+  const Simulation dataflow = simulate_dataflow(orders, costs, schedule.placement.kind);
+  char line[512];
+  std::snprintf(line, sizeof(line), "timeline (a column per t_f; t_f, t_i, t_w = %g, %g, %g, B = I + W, latency %g):\n",
+                costs.forward, costs.backward_input, costs.backward_weight, costs.latency);
+  std::string report = schedule_title(setup) + ", p = " + std::to_string(p) + ", m = " + std::to_string(m) +
+                       ", v = " + std::to_string(v) + (layout.recompute ? ", recompute" : "") + "\n\n" +
+                       schedule_grid_text(schedule) + "\n" + line + format_timeline(schedule.stages, simulation, costs) +
+                       "\n";
+  std::snprintf(line, sizeof(line), "predicted makespan %.4g t_f\n", simulation.makespan / costs.forward);
   report += line;
-  for (int s = 0; s < p; ++s) {
-    size_t largest_slot = 0, working = 0;
-    std::string layers;
-    for (int c = 0; c < v; ++c) {
-      const LayerRange& range = setup.virtual_stages[c * p + s];
-      largest_slot = std::max(largest_slot, slot_bytes(setup, range));
-      if (layout.recompute) working += chunk_activation_bytes(setup, range);
-      layers += (c ? ", " : "") + layers_text(range);
+  if (dataflow.makespan != simulation.makespan) {
+    std::snprintf(line, sizeof(line),
+                  "with transfers beside the compute stream, not in it (pipeline/simulate.h): makespan %.4g t_f, idle",
+                  dataflow.makespan / costs.forward);
+    report += line;
+    for (int s = 0; s < p; ++s) {
+      std::snprintf(line, sizeof(line), "%s %.3f", s ? "," : "", dataflow.stages[s].idle_share);
+      report += line;
     }
+    report += "\n";
+  }
+  // What the executor allocates: each chunk's pools grow to that chunk's peaks.
+  for (int s = 0; s < p; ++s) {
     const StageSimulation& stage = simulation.stages[s];
-    const double bytes = double(stage.peak_in_flight) * largest_slot + working;
-    std::snprintf(line, sizeof(line), "stage %d: idle %.3f, peak %d in flight x %zu B%s = %.0f B (%s)\n", s,
-                  stage.idle_share, stage.peak_in_flight, largest_slot,
-                  layout.recompute ? " + working set" : "", bytes, layers.c_str());
+    std::string slots, weights, layers;
+    double bytes = 0;
+    for (int chunk = 0; chunk < v; ++chunk) {
+      const LayerRange& range = setup.virtual_stages[schedule.placement.virtual_stage(s, chunk)];
+      const size_t slot = slot_bytes(setup, range), weight_buffer = weight_buffer_bytes(setup, range);
+      const int held = stage.chunk_peak_in_flight[chunk], pending = stage.chunk_peak_pending[chunk];
+      slots += (chunk ? " + " : "peak ") + std::to_string(held) + " in flight x " + std::to_string(slot) + " B";
+      if (pending > 0)
+        weights += " + " + std::to_string(pending) + " awaiting W x " + std::to_string(weight_buffer) + " B";
+      bytes += double(held) * slot + double(pending) * weight_buffer;
+      if (layout.recompute) bytes += chunk_activation_bytes(setup, range);
+      layers += (chunk ? ", " : "") + layers_text(range);
+    }
+    std::snprintf(line, sizeof(line), "stage %d: idle %.3f, %s%s%s = %.0f B (%s)\n", s, stage.idle_share,
+                  slots.c_str(), weights.c_str(), layout.recompute ? " + working set" : "", bytes, layers.c_str());
     report += line;
   }
   return report;
+}
+
+std::string predicted_timeline_json(const RunSetup& setup) {
+  const PipelineSchedule schedule = layout_schedule(setup.layout, setup.mesh.pp);
+  const std::vector<double>& c = setup.options.schedule_costs;
+  Timeline timeline =
+      predicted_timeline(schedule, simulate(schedule.stages, {c[0], c[1], c[2], c[3]}, schedule.placement.kind), 1e3);
+  timeline.about = trace_about(setup, "the simulator's predicted timeline; one unit of --schedule-costs = 1 ms");
+  return chrome_trace_json(timeline);
 }
 
 RunResult run_training(const RunSetup& setup, std::FILE* out, const StuckHandler& on_stuck) {
@@ -312,10 +400,12 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const StuckHandler
       setup.data.train.tokens.size(), setup.data.val.tokens.size(), setup.data.val.source.c_str());
   say(out, "batch: %d microbatches x B=%d x T=%d x dp=%d = %zu tokens per step, %d steps\n", options.microbatches,
       setup.B, setup.T, mesh.dp, size_t(options.microbatches) * setup.B * setup.T * mesh.dp, options.steps);
-  say(out, "pipeline: dp=%d x pp=%d, %s schedule, v=%d, recompute %s\n", mesh.dp, mesh.pp, options.schedule.c_str(),
-      options.virtual_stages, options.recompute ? "on" : "off");
-  for (size_t i = 0; i < setup.virtual_stages.size(); ++i)
-    say(out, "  stage %zu chunk %zu: %s\n", i % mesh.pp, i / mesh.pp, layers_text(setup.virtual_stages[i]).c_str());
+  const Placement placement = layout_schedule(setup.layout, mesh.pp).placement;
+  say(out, "pipeline: dp=%d x pp=%d, %s, v=%d, recompute %s\n", mesh.dp, mesh.pp, schedule_title(setup).c_str(),
+      placement.v, options.recompute ? "on" : "off");
+  for (int vs = 0; vs < placement.virtual_stages(); ++vs)
+    say(out, "  stage %d chunk %d: %s\n", placement.stage_of(vs), placement.chunk_of(vs),
+        layers_text(setup.virtual_stages[vs]).c_str());
 
   CommGroups groups = create_world_groups(mesh);
   // The watchdog's thread and this one may both come to abort them.

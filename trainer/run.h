@@ -37,9 +37,14 @@ struct RunSetup {
 RunSetup prepare_run(const TrainOptions& options, std::FILE* out = nullptr);
 
 // The chosen schedule's grid for every stage, its timeline and the simulator's predicted idle
-// share and activation memory (peak in-flight microbatches x slot bytes) per stage
-// (t_b = 2 t_f, no latency).
+// share and activation memory per stage (each chunk's peak slots x its slot bytes, plus with split
+// backwards its peak weight-gradient-input buffers x their bytes: what the executor allocates), at --schedule-costs (by default t_f =
+// t_i = t_w, so B = 2 t_f, no latency); and, where it differs, the prediction with transfers that
+// do not hold the compute stream (pipeline/simulate.h's simulate_dataflow).
 std::string schedule_report(const RunSetup& setup);
+// The simulator's timeline of the schedule at --schedule-costs as Chrome trace JSON
+// (--print-schedule --trace FILE; pipeline/timeline.h), one unit of cost = 1 ms.
+std::string predicted_timeline_json(const RunSetup& setup);
 
 struct RunResult {
   std::vector<StepRecord> steps;     // the steps this run did (after the resumed step, if any)

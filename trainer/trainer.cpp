@@ -25,11 +25,18 @@ int stages_per_replica(const Trainer<Element>& trainer) {
   return trainer.groups.mesh.pp;
 }
 
-// Chunk c of stage s is virtual stage c pp + s.
-std::vector<LayerRange> chunks_of_stage(const std::vector<LayerRange>& virtual_stages, int pp, int stage) {
+// Chunk c of stage s is virtual stage placement.virtual_stage(s, c).
+std::vector<LayerRange> chunks_of_stage(const std::vector<LayerRange>& virtual_stages, const Placement& placement,
+                                        int stage) {
   std::vector<LayerRange> chunks;
-  for (size_t i = stage; i < virtual_stages.size(); i += pp) chunks.push_back(virtual_stages[i]);
+  for (int c = 0; c < placement.v; ++c) chunks.push_back(virtual_stages[placement.virtual_stage(stage, c)]);
   return chunks;
+}
+
+bool has_embedding(const std::vector<LayerRange>& chunks) {
+  for (const LayerRange& range : chunks)
+    if (range.has_embedding) return true;
+  return false;
 }
 
 bool has_head(const std::vector<LayerRange>& chunks) {
@@ -75,7 +82,7 @@ std::vector<float> gather_regions(const Trainer<Element>& trainer, const T* memo
   const Mesh& mesh = trainer.groups.mesh;
   if (mesh.pp == 1 || mesh.dp_rank != 0) return host;
   const auto regions_of = [&](int stage) {
-    return parameter_layout(trainer.config, chunks_of_stage(trainer.virtual_stages, mesh.pp, stage)).regions;
+    return parameter_layout(trainer.config, chunks_of_stage(trainer.virtual_stages, trainer.placement, stage)).regions;
   };
   if (mesh.pp_rank > 0) {
     std::vector<float> packed;
@@ -124,11 +131,18 @@ std::vector<StageRecord> gather_stage_records(const Trainer<Element>& trainer) {
 
 }  // namespace
 
+PipelineSchedule layout_schedule(const PipelineLayout& layout, int pp) {
+  if (layout.schedule_file) return schedule_from_grid(*layout.schedule_file, pp, layout.microbatches);
+  return make_pipeline_schedule(layout.schedule, pp, layout.microbatches, layout.virtual_stages);
+}
+
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout) {
-  std::vector<LayerRange> ranges =
-      split_layers(config.num_layers, mesh.pp, layout.virtual_stages, layout.layers_per_stage);
-  make_schedule(layout.schedule, mesh.pp, layout.microbatches, layout.virtual_stages, mesh.pp_rank);
-  return ranges;
+  if (!layout.schedule_file && layout.schedule == ScheduleKind::zb_v && config.num_layers < 2 * mesh.pp)
+    throw std::runtime_error("--schedule zb-v runs 2 chunks per stage: --layers " + std::to_string(config.num_layers) +
+                             " is fewer than 2 x --pp " + std::to_string(mesh.pp) + " = " + std::to_string(2 * mesh.pp) +
+                             " pipeline chunks (each needs at least one layer)");
+  const PipelineSchedule schedule = layout_schedule(layout, mesh.pp);
+  return split_layers(config.num_layers, mesh.pp, schedule.placement.v, layout.layers_per_stage);
 }
 
 template <typename Element>
@@ -147,7 +161,9 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   trainer.world = World{mesh.world_size, mesh.world_rank};
   trainer.groups = groups;
   trainer.virtual_stages = check_layout(config, mesh, layout);
-  trainer.chunks = chunks_of_stage(trainer.virtual_stages, mesh.pp, mesh.pp_rank);
+  const PipelineSchedule schedule = layout_schedule(layout, mesh.pp);
+  trainer.placement = schedule.placement;
+  trainer.chunks = chunks_of_stage(trainer.virtual_stages, trainer.placement, mesh.pp_rank);
   CUDA_CHECK(cudaStreamCreate(&trainer.stream));
   CUBLAS_CHECK(cublasCreate(&trainer.cublas));
   CUBLAS_CHECK(cublasSetStream(trainer.cublas, trainer.stream));
@@ -158,10 +174,9 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   trainer.grad_wte_head = has_head(trainer.chunks) ? device_alloc<Element>(wte_size(config)) : nullptr;
   trainer.params = stage_views(trainer.parameter_memory, trainer.parameter_layout);
   trainer.grads = stage_views(trainer.gradient_memory, trainer.parameter_layout);
-  const StageSchedule schedule =
-      make_schedule(layout.schedule, mesh.pp, layout.microbatches, layout.virtual_stages, mesh.pp_rank);
-  trainer.executor = create_executor<Element>(config, B, T, schedule, trainer.chunks, mesh.pp, mesh.pp_rank,
-                                              layout.recompute, trainer.groups, trainer.cublas, trainer.stream);
+  trainer.executor =
+      create_executor<Element>(config, B, T, schedule.stages[mesh.pp_rank], trainer.chunks, trainer.placement,
+                               mesh.pp_rank, layout.recompute, trainer.groups, trainer.cublas, trainer.stream);
   const bool master_weights = std::is_same_v<Element, __nv_bfloat16> && precision.master_weights;
   trainer.optimizer = create_optimizer(config, trainer.parameter_layout, master_weights, precision.rounding_seed);
   const size_t BT = size_t(B) * T;
@@ -255,13 +270,16 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
                                    trainer.host_tokens.data(), trainer.host_targets.data(), loss_scale);
   inject_nan_if_asked(trainer.world.rank, t, trainer.parameter_layout, trainer.gradient_memory, trainer.stream);
   // The tied embedding: the head's share joins wte's gradient on the stage with the head (zero
-  // there unless it also has the embedding), then the first and last stage add their copies.
-  // In bf16, NCCL's sum of the two shares is one rounding of their exact sum, as the single
-  // stage's sum_tied_embedding_gradient is (0 + a head share rounds to itself).
+  // there unless it also has the embedding), then the first and last stage add their copies. A
+  // stage with both (one stage, or stage 0 of the V placement, whose last stage has neither)
+  // holds the whole sum already. In bf16, NCCL's sum of the two shares is one rounding of their
+  // exact sum, as the single stage's sum_tied_embedding_gradient is (0 + a head share rounds to
+  // itself).
   Element* grad_wte = wte_of(trainer, trainer.gradient_memory);
   if (head) sum_tied_embedding_gradient(config, grad_wte, trainer.grad_wte_head, trainer.stream);
   constexpr ncclDataType_t type = nccl_data_type<Element>();
-  allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config), type, trainer.stream);
+  if (head != has_embedding(trainer.chunks))
+    allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config), type, trainer.stream);
   for (const ParameterRegion& r : trainer.optimizer.regions)
     allreduce_data_parallel_gradients(trainer.groups, trainer.gradient_memory + r.offset, r.count, type,
                                       trainer.stream);
@@ -283,7 +301,7 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
     result.applied = false;
     const std::vector<float> partials = download_norm_partials(trainer.optimizer, trainer.stream);
     result.skipped = skipped_step_reason(
-        norm, first_nonfinite_gradient(partials, config, trainer.virtual_stages, mesh.pp));
+        norm, first_nonfinite_gradient(partials, config, trainer.virtual_stages, trainer.placement));
   }
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));
   result.stages = gather_stage_records(trainer);

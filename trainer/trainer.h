@@ -11,6 +11,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "model/parameters.h"
 #include "pipeline/execute.h"
 #include "pipeline/schedule.h"
+#include "pipeline/schedule_file.h"
 #include "trainer/data.h"
 #include "trainer/log.h"
 #include "trainer/optimizer.h"
@@ -30,10 +32,15 @@
 struct PipelineLayout {
   ScheduleKind schedule;
   int microbatches;    // per replica and optimizer step
-  int virtual_stages;  // chunks per stage (interleaved)
+  int virtual_stages;  // chunks per stage (interleaved; zb-v runs 2 whatever it says)
   bool recompute;
   std::vector<int> layers_per_stage;  // empty: split_layers' even split
+  std::optional<ScheduleGrid> schedule_file = {};  // --schedule-file's grid, run instead of `schedule`
 };
+
+// The layout's schedule on pp stages: the built-in one, or the file's grid checked and lowered
+// (pipeline/schedule_file.h). Throws std::runtime_error saying what does not fit.
+PipelineSchedule layout_schedule(const PipelineLayout& layout, int pp);
 
 template <typename Element>
 struct Trainer {
@@ -42,7 +49,8 @@ struct Trainer {
   int microbatches;  // per replica and optimizer step
   World world;  // the mesh's world (host-side sums and gathers); of one for a mesh of one
   CommGroups groups;                     // the mesh, and the communicators when pp dp > 1
-  std::vector<LayerRange> virtual_stages;  // split_layers: every stage's chunks, index c pp + stage
+  Placement placement;                     // where each virtual stage lives (the schedule's)
+  std::vector<LayerRange> virtual_stages;  // split_layers: every stage's chunks, index placement.virtual_stage(s, c)
   std::vector<LayerRange> chunks;          // this stage's
   cudaStream_t stream;
   cublasHandle_t cublas;
@@ -59,9 +67,9 @@ struct Trainer {
   std::vector<float> host_logits;  // (Vp) one row of logits, for sampling
 };
 
-// Checks the layout against the mesh and the model without communicating (throws one line:
-// too few layers, a --layers-per-stage that does not fit, a schedule that does not fit m).
-// Returns split_layers' ranges.
+// Checks the layout against the mesh and the model without communicating (throws: too few
+// layers, a --layers-per-stage that does not fit, a schedule that does not fit m, a schedule file
+// that does not check). Returns split_layers' ranges.
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout);
 
 // Allocates everything once (slots come during the first step); parameters are uninitialised

@@ -18,6 +18,7 @@
 #include "model/config.h"
 #include "model/parameters.h"
 #include "pipeline/layer_split.h"
+#include "pipeline/schedule_file.h"
 #include "trainer/data.h"
 #include "trainer/options.h"
 #include "trainer/tokenizer.h"
@@ -152,6 +153,12 @@ inline Bytes valid_command_line() {
   return bytes;
 }
 
+// A schedule file (pipeline/schedule_file.h): ZB-H1's grid on 2 stages, 3 microbatches.
+inline Bytes valid_schedule_file() {
+  const std::string text = schedule_grid_text(make_pipeline_schedule(ScheduleKind::zb_h1, 2, 3, 1));
+  return Bytes(text.begin(), text.end());
+}
+
 // ---- feeding the parsers ----
 
 // Reads a few microbatches as the trainer does; token values must be below the vocabulary.
@@ -204,6 +211,23 @@ inline void feed_text_data(const Bytes& bytes) {
   const TokenDataset all = load_text_bytes(file.path(), vocab_sizes[bytes[0] % 4]);
   const TrainValSplit split = split_train_val(all);
   read_like_the_trainer(split.train, bytes[0]);
+}
+
+// A schedule file for its own number of stages and 3 microbatches, checked and lowered as the
+// trainer does; the lowering must keep every stage's computes in the file's order. A schedule
+// error's first line names the problem and the grid with the step marked follows it: the feed
+// lets out that first line.
+inline void feed_schedule_file(const Bytes& bytes) {
+  try {
+    const ScheduleGrid grid = parse_schedule_grid(std::string(bytes.begin(), bytes.end()));
+    const PipelineSchedule schedule = schedule_from_grid(grid, int(grid.stages.size()), 3);
+    for (size_t s = 0; s < grid.stages.size(); ++s)
+      if (compute_actions(schedule.stages[s]) != grid.stages[s])
+        throw std::logic_error("the lowering changed stage " + std::to_string(s) + "'s computes");
+  } catch (const std::runtime_error& error) {
+    const std::string message = error.what();
+    throw std::runtime_error(message.substr(0, message.find('\n')));
+  }
 }
 
 inline void feed_tokenizer(const Bytes& bytes) {

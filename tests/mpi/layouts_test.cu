@@ -13,7 +13,10 @@
 // interleaved v = 2 at m in {1, 3, 8} where pp divides m, recompute off and on, v = 3 at m = 4,
 // and with 2 or 4 stages v = 2 at m = 4 and at m = 12 (recompute); on 8 stages one case,
 // interleaved v = 2, m = 8, 16 layers. Uneven --layers-per-stage on every layout with 2 or 4
-// stages (uneven_cases_of). In the CPU build on 2 cores shared with other jobs (load 10-18,
+// stages (uneven_cases_of). The zero-bubble schedules (zero_bubble_cases_of) on the layouts with
+// 2 or 4 stages and 1 or 2 replicas, (1, 2); (1, 4), (2, 2); (2, 4): zb-h1, zb-h2 and zb-v at
+// m = pp + 1, recompute off and on; they add 0.9, 5.7 and 6.3 s to the suite's 13, 60 and 58 s at
+// 2, 4 and 8 ranks (0.9, 6.6 and 8.6 s of CPU; 2026-11-24, load 6-9 on the 2 cores). In the CPU build on 2 cores shared with other jobs (load 10-18,
 // 2026-11-23), two runs took 34-35, 91-115 and 88-115 s at 2, 4 and 8 ranks, the suite without
 // the v = 3, m = 4 and 12, pp = 8 and uneven cases 27-29, 71-111 and 58-87 s beside them. In CPU
 // time (steadier under load) those cases add 15, 28 and 52 % (20-24 s against 17-21, 71-72
@@ -87,6 +90,27 @@ std::vector<Case> uneven_cases_of(int dp, int pp) {
   return {{dp, pp, ScheduleKind::one_f_one_b, 1, false, 3, 6, {2, 1, 2, 1}}};
 }
 
+// The zero-bubble schedules on the layouts with 2 or 4 stages and 1 or 2 replicas: m = pp + 1
+// (at least p, not a multiple of it), recompute off and on; zb-v on 2 pp layers (one per chunk).
+std::vector<Case> zero_bubble_cases_of(ScheduleKind schedule, int dp, int pp) {
+  const bool v_shape = schedule == ScheduleKind::zb_v;
+  std::vector<Case> cases;
+  for (bool recompute : {false, true})
+    cases.push_back({dp, pp, schedule, v_shape ? 2 : 1, recompute, pp + 1, v_shape ? 2 * pp : 4});
+  return cases;
+}
+
+void expect_zero_bubble_layouts_match(ScheduleKind schedule) {
+  ASSERT_GE(size_of_world(), 2) << kOneRank;
+  bool ran = false;
+  for (const auto& [dp, pp] : layouts_of_world(false))
+    if (pp > 1 && dp <= 2) {
+      expect_cases_match(zero_bubble_cases_of(schedule, dp, pp), kSteps, tolerance_of(dp));
+      ran = true;
+    }
+  EXPECT_TRUE(ran) << "no layout of " << size_of_world() << " ranks has 2 or 4 stages and 1 or 2 replicas";
+}
+
 void expect_every_layout_matches(ScheduleKind schedule) {
   ASSERT_GE(size_of_world(), 2) << kOneRank;
   const auto layouts = layouts_of_world(schedule == ScheduleKind::interleaved);
@@ -99,6 +123,10 @@ void expect_every_layout_matches(ScheduleKind schedule) {
 TEST(PipelineLayouts, AfabGivesTheSingleStageRun) { expect_every_layout_matches(ScheduleKind::afab); }
 TEST(PipelineLayouts, OneFOneBGivesTheSingleStageRun) { expect_every_layout_matches(ScheduleKind::one_f_one_b); }
 TEST(PipelineLayouts, InterleavedGivesTheSingleStageRun) { expect_every_layout_matches(ScheduleKind::interleaved); }
+
+TEST(PipelineLayouts, ZeroBubbleH1GivesTheSingleStageRun) { expect_zero_bubble_layouts_match(ScheduleKind::zb_h1); }
+TEST(PipelineLayouts, ZeroBubbleH2GivesTheSingleStageRun) { expect_zero_bubble_layouts_match(ScheduleKind::zb_h2); }
+TEST(PipelineLayouts, ZeroBubbleVGivesTheSingleStageRun) { expect_zero_bubble_layouts_match(ScheduleKind::zb_v); }
 
 TEST(PipelineLayouts, UnevenLayerSplitGivesTheSingleStageRun) {
   ASSERT_GE(size_of_world(), 2) << kOneRank;
@@ -115,15 +143,23 @@ namespace {
 
 // bf16 (bf16 parameters, gradients, activations and messages, fp32 master weights, stochastic
 // rounding): each schedule with recompute off and on, afab and 1F1B at m = 5 (a steady state on 2
-// and 4 stages), interleaved v = 2 at m = 4. In the CPU build on 2 cores shared with other jobs
-// (load 3-6, 2026-11-24) they took 7, 19 and 17 s at 2, 4 and 8 ranks.
+// and 4 stages), interleaved v = 2 at m = 4, and where zero_bubble_cases_of runs (2 or 4 stages,
+// 1 or 2 replicas) zb-h1, zb-h2 and zb-v at m = 5, zb-v on 2 pp layers. In the CPU build on 2
+// cores shared with other jobs (load 3-6, 2026-11-24) the cases without zero-bubble took 7, 19
+// and 17 s at 2, 4 and 8 ranks.
 constexpr int kBf16Microbatches = 5;
 std::vector<Case> bf16_cases_of(int dp, int pp) {
   std::vector<Case> cases;
+  const bool zero_bubble = pp > 1 && dp <= 2;
   for (bool recompute : {false, true}) {
     cases.push_back({dp, pp, ScheduleKind::afab, 1, recompute, kBf16Microbatches, 4, {}, true});
     cases.push_back({dp, pp, ScheduleKind::one_f_one_b, 1, recompute, kBf16Microbatches, 4, {}, true});
     cases.push_back({dp, pp, ScheduleKind::interleaved, 2, recompute, 4, std::max(4, 2 * pp), {}, true});
+    if (zero_bubble) {
+      cases.push_back({dp, pp, ScheduleKind::zb_h1, 1, recompute, kBf16Microbatches, 4, {}, true});
+      cases.push_back({dp, pp, ScheduleKind::zb_h2, 1, recompute, kBf16Microbatches, 4, {}, true});
+      cases.push_back({dp, pp, ScheduleKind::zb_v, 2, recompute, kBf16Microbatches, 2 * pp, {}, true});
+    }
   }
   return cases;
 }

@@ -103,16 +103,20 @@ struct Outcome {
   std::vector<std::pair<int, int>> layers;   // the rank's chunks' [first, end) layers, in chunk order
   std::vector<ExecutedStep> trace;           // what step 1's steps used
   StageSchedule schedule;                    // the rank's stage's
-  ExecutorAccounting accounting;
+  Placement placement;                       // the schedule's
+  ExecutorAccounting accounting;             // after the last step
+  ExecutorAccounting first_accounting;       // after step 1 (the slots the trace used)
 };
 
 // bf16 runs round stochastically with this seed.
 inline constexpr uint64_t kRoundingSeed = 5;
 
+// schedule_file: a grid to run instead of c.schedule (--schedule-file), or nullptr.
 template <typename Element>
-Outcome run_in(const Case& c, const CommGroups& groups, int steps) {
+Outcome run_in(const Case& c, const CommGroups& groups, int steps, const ScheduleGrid* schedule_file) {
   const GPTConfig config = config_of(c.layers);
-  const PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
+  PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
+  if (schedule_file != nullptr) layout.schedule_file = *schedule_file;
   Trainer<Element> trainer = create_trainer<Element>(config, kB, kT, layout, groups, {true, kRoundingSeed});
   upload_parameters(trainer, initial_parameters(config));
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
@@ -124,18 +128,21 @@ Outcome run_in(const Case& c, const CommGroups& groups, int steps) {
     if (t == 1) {
       outcome.gradients = download_gradients(trainer);
       outcome.trace = trainer.executor.trace;
+      outcome.first_accounting = trainer.executor.accounting;
     }
   }
   outcome.regions = trainer.parameter_layout.regions;
   for (const LayerRange& range : trainer.chunks) outcome.layers.push_back({range.first_layer, range.end_layer});
-  outcome.schedule = make_schedule(c.schedule, c.pp, c.m, c.v, groups.mesh.pp_rank);
+  outcome.schedule = trainer.executor.schedule;
+  outcome.placement = trainer.placement;
   outcome.accounting = trainer.executor.accounting;
   destroy_trainer(trainer);
   return outcome;
 }
 
-inline Outcome run(const Case& c, const CommGroups& groups, int steps) {
-  return c.bf16 ? run_in<__nv_bfloat16>(c, groups, steps) : run_in<float>(c, groups, steps);
+inline Outcome run(const Case& c, const CommGroups& groups, int steps, const ScheduleGrid* schedule_file = nullptr) {
+  return c.bf16 ? run_in<__nv_bfloat16>(c, groups, steps, schedule_file)
+                : run_in<float>(c, groups, steps, schedule_file);
 }
 
 // The single-stage, single-replica run (a mesh of one) of (global microbatches, layers, steps,
@@ -186,15 +193,17 @@ inline void share_references(const std::vector<Case>& cases, int steps, const Co
   }
 }
 
-// The layers a case's --layers-per-stage gives the rank's stage: counted off in virtual-stage
-// order, chunk k of stage s being virtual stage k pp + s.
-inline std::vector<std::pair<int, int>> layers_of_stage(const Case& c, int stage) {
-  std::vector<std::pair<int, int>> own;
+// The layers a case's --layers-per-stage gives the rank's stage, in chunk order: counted off in
+// virtual-stage order, chunk k of stage s being virtual stage placement.virtual_stage(s, k).
+inline std::vector<std::pair<int, int>> layers_of_stage(const Case& c, const Placement& placement, int stage) {
+  std::vector<std::pair<int, int>> first_and_end;
   int first = 0;
-  for (size_t i = 0; i < c.layers_per_stage.size(); ++i) {
-    if (int(i) % c.pp == stage) own.push_back({first, first + c.layers_per_stage[i]});
-    first += c.layers_per_stage[i];
+  for (int count : c.layers_per_stage) {
+    first_and_end.push_back({first, first + count});
+    first += count;
   }
+  std::vector<std::pair<int, int>> own;
+  for (int k = 0; k < placement.v; ++k) own.push_back(first_and_end[placement.virtual_stage(stage, k)]);
   return own;
 }
 
@@ -237,10 +246,10 @@ inline void expect_cases_match(const std::vector<Case>& cases, int steps, const 
     SCOPED_TRACE(describe(c));
     const Outcome outcome = run(c, world.groups, steps);
     const Outcome& expected = reference(c, steps);
-    trace_check::expect_trace_follows_schedule(outcome.trace, outcome.schedule, c.pp, c.v, world.groups.mesh.pp_rank,
-                                               c.recompute, outcome.accounting.slots);
+    trace_check::expect_trace_follows_schedule(outcome.trace, outcome.schedule, outcome.placement,
+                                               world.groups.mesh.pp_rank, c.recompute, outcome.first_accounting);
     if (!c.layers_per_stage.empty()) {
-      EXPECT_EQ(outcome.layers, layers_of_stage(c, world.groups.mesh.pp_rank));
+      EXPECT_EQ(outcome.layers, layers_of_stage(c, outcome.placement, world.groups.mesh.pp_rank));
     }
     if (bitwise) {
       EXPECT_EQ(outcome.losses, expected.losses);

@@ -1,11 +1,12 @@
 // The pipeline engine on 4 stages, under mpirun -np 4 only (tools/run_tests.sh; the layouts of
 // 2, 4 and 8 ranks are layouts_test.cu's): the interleaved schedule round a ring of 4 stages
-// gives the single-stage step bitwise; the executor allocates the schedule's slots and no more,
-// with recompute each slot is the stage input, and nothing after the first step; a stage's
-// device bytes are exactly its arrays, slots and buffers (fp32 and bf16), and bf16 halves the
-// messages; the executor runs what the schedule
-// says (microbatch, chunk, slot, peer, recompute); each stage allocates only its own tensors; a
-// 4-stage checkpoint resumes bitwise.
+// gives the single-stage step bitwise; the executor allocates the schedule's slots (and, for
+// split backwards, weight buffers) and no more, the simulator's peaks; with recompute each slot is
+// the stage input, and nothing is allocated after the first step; a stage's device bytes are
+// exactly its arrays, slots and buffers (fp32 and bf16), and bf16 halves the messages; the
+// executor runs what the schedule says (microbatch, chunk, slot, peer, recompute); a schedule
+// file of the printed 1F1B grid runs bitwise as 1F1B; each stage allocates only its own tensors;
+// a 4-stage checkpoint resumes bitwise.
 // The model is pipeline_harness.h's tiny one: the file runs in a few seconds in the CPU build.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -17,6 +18,8 @@
 #include "comm/collectives.h"
 #include "kernels/device_memory.cuh"
 #include "kernels/global_norm.cuh"
+#include "pipeline/schedule_file.h"
+#include "pipeline/simulate.h"
 #include "tests/file_tools.h"
 #include "tests/mpi/pipeline_harness.h"
 #include "trainer/options.h"
@@ -80,17 +83,16 @@ TEST(Pipeline, NoDeviceAllocationAfterTheFirstStep) {
 // A stage's device bytes, to the byte: its parameters and gradients (two arrays of its parameter
 // layout in Element), AdamW's two moments and, for bf16, the master weights (fp32 arrays of the
 // layout), the head's share of wte's gradient on the last stage, the norm's buffers, the
-// executor's slots and transfer buffers (its accounting), each chunk's backward scratch and the
-// targets. The step's stage records (the log's "dev") carry it; the project's allocator counts
+// executor's slots, weight buffers and transfer buffers (its accounting), each chunk's backward
+// scratch and the targets. The step's stage records (the log's "dev") carry it; the project's allocator counts
 // it, the same on a GPU.
 template <typename Element>
-void expect_stage_device_bytes(bool recompute) {
+void expect_stage_device_bytes(ScheduleKind kind, bool recompute) {
   WorldGroups world(1, 4);
   const int stage = rank_in_world();
   const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
   const size_t before = device_memory_counts().bytes_in_use;
-  Trainer<Element> trainer =
-      create_trainer<Element>(kConfig, kB, kT, {ScheduleKind::one_f_one_b, 8, 1, recompute, {}}, world.groups);
+  Trainer<Element> trainer = create_trainer<Element>(kConfig, kB, kT, {kind, 8, 1, recompute, {}}, world.groups);
   upload_parameters(trainer, initial_parameters(kConfig));
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
   const StepResult result = train_step(trainer, reader, kSettings, kLearningRate, 1);
@@ -115,11 +117,12 @@ void expect_stage_device_bytes(bool recompute) {
 }
 
 TEST(Pipeline, StageDeviceBytesAreItsArraysSlotsAndBuffers) {
-  for (bool recompute : {false, true}) {
-    SCOPED_TRACE(recompute ? "recompute" : "no recompute");
-    expect_stage_device_bytes<float>(recompute);
+  for (const auto& [kind, recompute] : {std::pair{ScheduleKind::one_f_one_b, false},
+                                        std::pair{ScheduleKind::one_f_one_b, true}, std::pair{ScheduleKind::zb_h1, false}}) {
+    SCOPED_TRACE(schedule_name(kind) + (recompute ? " recompute" : " no recompute"));
+    expect_stage_device_bytes<float>(kind, recompute);
     SCOPED_TRACE("bf16");
-    expect_stage_device_bytes<__nv_bfloat16>(recompute);
+    expect_stage_device_bytes<__nv_bfloat16>(kind, recompute);
   }
 }
 
@@ -200,23 +203,27 @@ TEST(Pipeline, EachStageAllocatesOnlyItsOwnTensors) {
 }
 
 // What the executor ran is what the schedule says (tests/mpi/trace_check.h): each step's
-// microbatch and chunk, each message's peer round the ring, slots held by one microbatch at a
-// time and each backward on its forward's slot, as many slots as allocated, and a forward run
-// again exactly before a backward whose microbatch the working set does not hold. For every
-// schedule on 4 stages, with and without recompute; with recompute in 1F1B only the last stage,
-// whose backwards follow their forwards, recomputes nothing.
+// microbatch and chunk, each message's peer (round the ring, or along the V), slots and weight
+// buffers held by one microbatch at a time, each backward on its forward's slot and each W on its
+// I's buffer, as many slots and buffers as allocated, and a forward run again exactly before a B
+// or I whose microbatch the working set does not hold. For every schedule on 4 stages, with and
+// without recompute; with recompute in 1F1B only the last stage, whose backwards follow their
+// forwards, recomputes nothing.
 TEST(Pipeline, ExecutedTraceFollowsTheSchedule) {
   WorldGroups world(1, 4);
   const int stage = rank_in_world();
   for (Case c : std::vector<Case>{{1, 4, ScheduleKind::afab, 1, false, 5, 4},
                                   {1, 4, ScheduleKind::one_f_one_b, 1, false, 5, 4},
-                                  {1, 4, ScheduleKind::interleaved, 2, false, 4, 8}}) {
+                                  {1, 4, ScheduleKind::interleaved, 2, false, 4, 8},
+                                  {1, 4, ScheduleKind::zb_h1, 1, false, 5, 4},
+                                  {1, 4, ScheduleKind::zb_h2, 1, false, 5, 4},
+                                  {1, 4, ScheduleKind::zb_v, 2, false, 5, 8}}) {
     for (const bool recompute : {false, true}) {
       c.recompute = recompute;
       SCOPED_TRACE(describe(c));
       const Outcome outcome = run(c, world.groups, 1);
-      trace_check::expect_trace_follows_schedule(outcome.trace, outcome.schedule, 4, c.v, stage, recompute,
-                                                 outcome.accounting.slots);
+      trace_check::expect_trace_follows_schedule(outcome.trace, outcome.schedule, outcome.placement, stage, recompute,
+                                                 outcome.accounting);
       int messages = 0, recomputed = 0;
       for (const ExecutedStep& step : outcome.trace) {
         messages += int(step.messages.size());
@@ -228,6 +235,50 @@ TEST(Pipeline, ExecutedTraceFollowsTheSchedule) {
       }
     }
   }
+}
+
+// The executor's pools grow to the simulator's peaks and no further, chunk by chunk: the slots to
+// the most microbatches whose input has arrived and whose B or I has not run, the weight-gradient-
+// input buffers to the most between I and W (what --print-schedule reports as the memory). ZB-H1
+// holds 1F1B's slots (4 - s on stage s) and s + 1 weight buffers; ZB-H2 up to 2p - 1 = 7 slots on
+// stage 0.
+TEST(Pipeline, ExecutorPoolsAreTheSimulatorsPeaks) {
+  WorldGroups world(1, 4);
+  const int stage = rank_in_world();
+  for (ScheduleKind kind : {ScheduleKind::afab, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+                            ScheduleKind::zb_h1, ScheduleKind::zb_h2, ScheduleKind::zb_v}) {
+    SCOPED_TRACE(schedule_name(kind));
+    const int v = kind == ScheduleKind::interleaved || kind == ScheduleKind::zb_v ? 2 : 1;
+    const Outcome outcome = run({1, 4, kind, v, false, 8, 4 * v}, world.groups, 1);
+    const StageSimulation expected =
+        simulate(make_all_schedules(kind, 4, 8, v), {1, 1, 1, 0}, placement_of(kind, 4, v).kind).stages[stage];
+    EXPECT_EQ(outcome.accounting.slots, expected.chunk_peak_in_flight);
+    EXPECT_EQ(outcome.accounting.weight_buffers, expected.chunk_peak_pending);
+    if (kind == ScheduleKind::zb_h1) {
+      EXPECT_EQ(outcome.accounting.slots, std::vector<int>{4 - stage});
+      EXPECT_EQ(outcome.accounting.weight_buffers, std::vector<int>{stage + 1});
+    }
+    if (kind == ScheduleKind::zb_h2 && stage == 0) {
+      EXPECT_EQ(outcome.accounting.slots, std::vector<int>{7});
+    }
+  }
+}
+
+// A schedule file holding the printed 1F1B grid (pipeline/schedule_file.h) runs bitwise as the
+// built-in 1F1B: the same losses, norms and gradients, though its transfers are lowered anew.
+TEST(Pipeline, PrintedOneFOneBGridFedBackRunsBitwiseTheSame) {
+  WorldGroups world(1, 4);
+  const Case c{1, 4, ScheduleKind::one_f_one_b, 1, false, 5, 4};
+  const std::string printed = format_grid(make_all_schedules(ScheduleKind::one_f_one_b, 4, 5, 1));
+  const Outcome built_in = run(c, world.groups, 3);
+  const ScheduleGrid grid = parse_schedule_grid(printed);
+  const Outcome from_file = run(c, world.groups, 3, &grid);
+  EXPECT_EQ(from_file.losses, built_in.losses);
+  EXPECT_EQ(from_file.grad_norms, built_in.grad_norms);
+  EXPECT_EQ(from_file.gradients, built_in.gradients);
+  EXPECT_EQ(compute_actions(from_file.schedule), compute_actions(built_in.schedule));
+  trace_check::expect_trace_follows_schedule(from_file.trace, from_file.schedule, from_file.placement,
+                                             rank_in_world(), false, from_file.accounting);
 }
 
 // A checkpoint of a 4-stage run (rank 0 gathers the stages' tensors and moments) resumes on

@@ -1,0 +1,268 @@
+// The executor's steps (pipeline/execute_steps.h): the forward, the backward (whole, or its I),
+// the W, and the grouped transfers of one stage, with the pools' takes and gives-back.
+#include "pipeline/execute_steps.h"
+
+#include <stdexcept>
+
+#include "comm/nccl_types.h"
+#include "comm/p2p.h"
+#include "kernels/cuda_check.cuh"
+
+namespace {
+
+// Microbatch k's (B, T) of host (m, B, T), or nullptr on a stage given none.
+const int* microbatch_of(const int* host, int k, size_t BT) { return host == nullptr ? nullptr : host + k * BT; }
+
+void copy_device(void* destination, const void* source, size_t bytes, cudaStream_t stream) {
+  CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
+template <typename Element>
+size_t btc_elements(const Executor<Element>& e) { return size_t(e.B) * e.T * e.config.channels; }
+
+template <typename Element>
+int virtual_stage_of(const Executor<Element>& e, int chunk) { return e.placement.virtual_stage(e.stage, chunk); }
+
+void record_compute(ExecutedStep& record, ActionKind kind, int microbatch, int chunk, int slot) {
+  record.compute = true;
+  record.kind = kind;
+  record.microbatch = microbatch;
+  record.chunk = chunk;
+  record.slot = slot;
+  record.output_buffer = -1;
+  record.weight_inputs = -1;
+  record.recomputed = false;
+  record.messages.clear();  // keeps its capacity: no allocation after the first step
+}
+
+// The chunk's weight-gradient-input buffer for key, with its views made when the pool allocates it.
+template <typename Element>
+int take_weight_inputs(Executor<Element>& e, int chunk, int key) {
+  ChunkState<Element>& state = e.chunks[chunk];
+  const int index = take(state.weight_pool, key);
+  if (size_t(index) == state.weight_inputs.size())
+    state.weight_inputs.push_back(
+        weight_gradient_inputs_at<Element>(state.weight_pool.buffers[index], e.config, e.B, e.T, state.range));
+  return index;
+}
+
+}  // namespace
+
+template <typename Element>
+int key_of(const Executor<Element>& e, int microbatch, int chunk) { return microbatch * e.v + chunk; }
+
+template <typename Element>
+int stage_of(const Executor<Element>& e, int virtual_stage) { return e.placement.stage_of(virtual_stage); }
+
+template <typename Element>
+int local_next_chunk(const Executor<Element>& e, int chunk) {
+  const int next = virtual_stage_of(e, chunk) + 1;
+  if (next >= e.placement.virtual_stages() || stage_of(e, next) != e.stage) return -1;
+  return e.placement.chunk_of(next);
+}
+
+template <typename Element>
+int local_previous_chunk(const Executor<Element>& e, int chunk) {
+  const int previous = virtual_stage_of(e, chunk) - 1;
+  if (previous < 0 || stage_of(e, previous) != e.stage) return -1;
+  return e.placement.chunk_of(previous);
+}
+
+template <typename Element>
+int take_slot(Executor<Element>& e, int chunk, int key) {
+  ChunkState<Element>& state = e.chunks[chunk];
+  const int index = take(state.inputs, key);
+  if (!e.recompute && size_t(index) == state.acts.size())
+    state.acts.push_back(create_activations<Element>(e.config, e.B, e.T, state.range));
+  return index;
+}
+
+template <typename Element>
+Activations<Element>& activations_of(Executor<Element>& e, int chunk, int slot) {
+  ChunkState<Element>& state = e.chunks[chunk];
+  return e.recompute ? state.working : state.acts[slot];
+}
+
+template <typename Element>
+void forward_chunk(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int chunk, int slot,
+                   const int* host_targets, double loss_scale, int B, int T) {
+  ChunkState<Element>& state = e.chunks[chunk];
+  const void* input = state.inputs.buffers[slot];
+  const int* targets = nullptr;
+  if (state.range.has_head && host_targets != nullptr) {
+    CUDA_CHECK(cudaMemcpyAsync(e.targets, host_targets, size_t(B) * T * sizeof(int), cudaMemcpyHostToDevice,
+                               e.stream));
+    targets = e.targets;
+  }
+  const bool tokens = state.range.has_embedding;
+  gpt_forward(e.config, state.range, params[chunk], activations_of(e, chunk, slot),
+              tokens ? static_cast<const int*>(input) : nullptr,
+              tokens ? nullptr : static_cast<const Element*>(input), targets, loss_scale, B, T, e.cublas, e.stream);
+}
+
+// F(microbatch, chunk): the forward, then the output's hand-over: into the next chunk's slot
+// (a local hand-over), or, with recompute (whose working set a later step may overwrite before
+// the send), into a send buffer. Without recompute the send reads the slot's activations, alive
+// until B or I.
+template <typename Element>
+double forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int microbatch,
+                    int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
+                    ExecutedStep& record) {
+  ChunkState<Element>& state = e.chunks[chunk];
+  const int key = key_of(e, microbatch, chunk);
+  const size_t BT = size_t(e.B) * e.T;
+  int slot;
+  if (state.range.has_embedding) {
+    slot = take_slot(e, chunk, key);
+    CUDA_CHECK(cudaMemcpyAsync(state.inputs.buffers[slot], microbatch_of(host_tokens, microbatch, BT), BT * sizeof(int),
+                               cudaMemcpyHostToDevice, e.stream));
+  } else {
+    slot = held(state.inputs, key);
+  }
+  forward_chunk(e, params, chunk, slot, microbatch_of(host_targets, microbatch, BT), loss_scale, e.B, e.T);
+  record_compute(record, ActionKind::forward, microbatch, chunk, slot);
+  if (e.recompute) state.working_microbatch = microbatch;
+  const Activations<Element>& acts = activations_of(e, chunk, slot);
+  if (state.range.has_head) return mean_loss(acts, e.B, e.T, e.stream);
+  const size_t output_bytes = btc_elements(e) * sizeof(Element);
+  const int next = local_next_chunk(e, chunk);
+  if (next >= 0) {
+    record.output_buffer = take_slot(e, next, key_of(e, microbatch, next));
+    copy_device(e.chunks[next].inputs.buffers[record.output_buffer], range_output(acts), output_bytes, e.stream);
+  } else if (e.recompute) {
+    record.output_buffer = take(e.sends, key);
+    copy_device(e.sends.buffers[record.output_buffer], range_output(acts), output_bytes, e.stream);
+  }
+  return 0;
+}
+
+// B or I (microbatch, chunk): the forward again if the working set holds another microbatch's,
+// the backward (for I its input-gradient half, filling a weight-gradient-input buffer), then
+// the slot and the output gradient go back. The input gradient goes to a send buffer, or on a
+// local hand-over straight into the previous chunk's output gradient.
+template <typename Element>
+void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,
+                   const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head, const Action& action,
+                   const int* host_targets, double loss_scale, ExecutedStep& record) {
+  const int microbatch = action.microbatch, chunk = action.chunk;
+  ChunkState<Element>& state = e.chunks[chunk];
+  const int key = key_of(e, microbatch, chunk);
+  const int slot = held(state.inputs, key);
+  const size_t BT = size_t(e.B) * e.T;
+  record_compute(record, action.kind, microbatch, chunk, slot);
+  if (e.recompute && state.working_microbatch != microbatch) {
+    forward_chunk(e, params, chunk, slot, microbatch_of(host_targets, microbatch, BT), loss_scale, e.B, e.T);
+    state.working_microbatch = microbatch;
+    record.recomputed = true;
+  }
+  const void* input = state.inputs.buffers[slot];
+  const bool embedding = state.range.has_embedding;
+  const Element* grad_output =
+      state.range.has_head ? nullptr : static_cast<const Element*>(e.grad_outputs.buffers[held(e.grad_outputs, key)]);
+  Element* grad_input = nullptr;
+  if (!embedding) {
+    const int previous = local_previous_chunk(e, chunk);
+    const int index = previous >= 0 ? take(e.grad_outputs, key_of(e, microbatch, previous)) : take(e.grad_inputs, key);
+    grad_input = static_cast<Element*>(previous >= 0 ? e.grad_outputs.buffers[index] : e.grad_inputs.buffers[index]);
+  }
+  const int* tokens = embedding ? static_cast<const int*>(input) : nullptr;
+  const Element* input_activation = embedding ? nullptr : static_cast<const Element*>(input);
+  if (action.kind == ActionKind::backward) {
+    gpt_backward(e.config, state.range, params[chunk], grads[chunk], state.range.has_head ? grad_wte_head : nullptr,
+                 activations_of(e, chunk, slot), state.scratch, tokens, input_activation, grad_output, grad_input, e.B,
+                 e.T, e.cublas, e.stream);
+  } else {
+    record.weight_inputs = take_weight_inputs(e, chunk, key);
+    gpt_backward_input(e.config, state.range, params[chunk], activations_of(e, chunk, slot), state.scratch, tokens,
+                       input_activation, grad_output, grad_input, state.weight_inputs[record.weight_inputs], e.B, e.T,
+                       e.cublas, e.stream);
+  }
+  give_back(state.inputs, key);
+  if (!state.range.has_head) give_back(e.grad_outputs, key);
+}
+
+// W (microbatch, chunk): the parameter gradients from the buffer its I filled, which goes back.
+template <typename Element>
+void weight_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,
+                 const Action& action, ExecutedStep& record) {
+  ChunkState<Element>& state = e.chunks[action.chunk];
+  const int key = key_of(e, action.microbatch, action.chunk);
+  record_compute(record, ActionKind::backward_weight, action.microbatch, action.chunk, -1);
+  record.weight_inputs = held(state.weight_pool, key);
+  gpt_backward_weight(e.config, state.range, grads[action.chunk], state.range.has_head ? grad_wte_head : nullptr,
+                      state.weight_inputs[record.weight_inputs], state.scratch, e.B, e.T, e.cublas, e.stream);
+  give_back(state.weight_pool, key);
+}
+
+// A step of sends and receives: one NCCL group in the listed order; receives take their
+// buffers first, sends give theirs back after (the stream orders any reuse after the send).
+// Each message goes to the stage that holds the virtual stage at its other end.
+template <typename Element>
+void transfer_step(Executor<Element>& e, const Step& step, ExecutedStep& record) {
+  std::vector<Transfer> transfers;
+  const size_t count = btc_elements(e);
+  record.compute = false;
+  record.messages.clear();
+  for (const Action& a : step) {
+    const int key = key_of(e, a.microbatch, a.chunk);
+    const int vs = virtual_stage_of(e, a.chunk);
+    int buffer, peer;
+    switch (a.kind) {
+      case ActionKind::send_forward: {
+        ChunkState<Element>& state = e.chunks[a.chunk];
+        buffer = e.recompute ? held(e.sends, key) : held(state.inputs, key);
+        const void* output = e.recompute ? e.sends.buffers[buffer] : range_output(state.acts[buffer]);
+        peer = stage_of(e, vs + 1);
+        transfers.push_back({true, false, const_cast<void*>(output), count});
+        break;
+      }
+      case ActionKind::recv_forward:
+        buffer = take_slot(e, a.chunk, key);
+        peer = stage_of(e, vs - 1);
+        transfers.push_back({false, false, e.chunks[a.chunk].inputs.buffers[buffer], count});
+        break;
+      case ActionKind::send_backward:
+        buffer = held(e.grad_inputs, key);
+        peer = stage_of(e, vs - 1);
+        transfers.push_back({true, false, e.grad_inputs.buffers[buffer], count});
+        break;
+      case ActionKind::recv_backward:
+        buffer = take(e.grad_outputs, key);
+        peer = stage_of(e, vs + 1);
+        transfers.push_back({false, false, e.grad_outputs.buffers[buffer], count});
+        break;
+      default:
+        throw std::runtime_error("executor: " + to_text(a) + " in a transfer step");
+    }
+    // comm/p2p.h names a peer as the next or the previous stage of the ring.
+    transfers.back().with_next = peer == (e.stage + 1) % e.p;
+    record.messages.push_back({a.kind, a.microbatch, a.chunk, peer, buffer});
+  }
+  exchange_group(e.groups, transfers.data(), transfers.size(), nccl_data_type<Element>(), e.stream);
+  for (const Action& a : step) {
+    const int key = key_of(e, a.microbatch, a.chunk);
+    if (a.kind == ActionKind::send_forward && e.recompute) give_back(e.sends, key);
+    if (a.kind == ActionKind::send_backward) give_back(e.grad_inputs, key);
+  }
+}
+
+#define INSTANTIATE_EXECUTOR_STEPS(Element)                                                                         \
+  template int key_of<Element>(const Executor<Element>&, int, int);                                                 \
+  template int local_next_chunk<Element>(const Executor<Element>&, int);                                            \
+  template int local_previous_chunk<Element>(const Executor<Element>&, int);                                        \
+  template int stage_of<Element>(const Executor<Element>&, int);                                                    \
+  template int take_slot<Element>(Executor<Element>&, int, int);                                                    \
+  template Activations<Element>& activations_of<Element>(Executor<Element>&, int, int);                             \
+  template void forward_chunk<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, int, int, \
+                                       const int*, double, int, int);                                               \
+  template double forward_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, int,     \
+                                        int, const int*, const int*, double, ExecutedStep&);                        \
+  template void backward_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&,            \
+                                       const std::vector<ParameterTensors<Element>>&, Element*, const Action&,      \
+                                       const int*, double, ExecutedStep&);                                          \
+  template void weight_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, Element*,   \
+                                     const Action&, ExecutedStep&);                                                 \
+  template void transfer_step<Element>(Executor<Element>&, const Step&, ExecutedStep&);
+
+INSTANTIATE_EXECUTOR_STEPS(float)
+INSTANTIATE_EXECUTOR_STEPS(__nv_bfloat16)

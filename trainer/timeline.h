@@ -1,0 +1,27 @@
+// --trace FILE: the measured timeline of one training step (the last, or --trace-step N) as
+// Chrome trace-event JSON (pipeline/timeline.h), one track per stage and replica, every schedule
+// step an event with the start and duration the executor's CUDA events measured.
+//
+// The ranks' clocks: each rank's times are measured on its own device from one event, its
+// timeline origin, recorded on its idle stream right after all ranks met at an MPI barrier (the
+// stream drained first). The origins are then the same instant up to the barrier's exit skew and
+// the time to record an event: microseconds on one node, the network's latency across nodes.
+// Every rank's times are offsets from its origin, so the tracks line up without comparing clocks.
+#pragma once
+#include <string>
+
+#include "pipeline/schedule.h"
+#include "trainer/trainer.h"
+
+// Before the traced step, on every rank: waits for the stream, meets every rank at a barrier and
+// records the executor's timeline origin.
+template <typename Element>
+void start_measured_timeline(Trainer<Element>& trainer);
+
+// After the traced step, on every rank: every rank's executed steps and times go to world rank 0,
+// which writes the JSON to path (atomically: path.tmp, then a rename). schedule is the run's
+// (every stage's steps: the flows follow its matching of sends and receives); about names the run
+// (written as "otherData"). Throws std::runtime_error naming the file when it cannot be written.
+template <typename Element>
+void write_measured_timeline(const Trainer<Element>& trainer, const PipelineSchedule& schedule,
+                             const std::string& path, const std::vector<std::pair<std::string, std::string>>& about);
