@@ -152,8 +152,12 @@ TEST(Pipeline, Bf16MessagesAndStageInputsAreHalfTheFp32Ones) {
     EXPECT_GT(fp32.transfer_bytes, 0u);
     EXPECT_EQ(2 * bf16.transfer_bytes, fp32.transfer_bytes);
     EXPECT_EQ(bf16.slots, fp32.slots);
-    if (recompute && stage > 0) EXPECT_EQ(2 * bf16.slot_bytes[0], fp32.slot_bytes[0]);
-    if (!recompute) EXPECT_LT(bf16.activation_bytes, fp32.activation_bytes);
+    if (recompute && stage > 0) {
+      EXPECT_EQ(2 * bf16.slot_bytes[0], fp32.slot_bytes[0]);
+    }
+    if (!recompute) {
+      EXPECT_LT(bf16.activation_bytes, fp32.activation_bytes);
+    }
   }
 }
 
