@@ -259,14 +259,16 @@ TEST(GPT, SplittingTheModelIsBitwiseFree) {
 // I then W (gpt_backward_input, gpt_backward_weight) gives what B gives, bit for bit: the
 // gradients, the head's share of wte's, every range's input gradient and the losses, for the
 // whole model and for the model cut in two and in four (embedding alone, each block, head alone),
-// with 1 and 3 microbatches, each W right after its I or all of them after every I.
-TEST(GPT, InputThenWeightGradientIsTheWholeBackwardBitwise) {
+// with 1 and 3 microbatches, each W right after its I or all of them after every I. In fp32 and
+// in bf16 (the zero-bubble schedules' bf16 runs rest on it).
+template <typename Element>
+void expect_input_then_weight_is_the_whole_backward() {
   const std::vector<double> host_params = test_parameters(kTiny, 13);
   for (int microbatches : {1, 3})
     for (const std::vector<LayerRange>& ranges : {kWhole, kTwoStages, kFourStages}) {
-      const StepResult<float> whole = run_step<float>(ranges, host_params, microbatches);
+      const StepResult<Element> whole = run_step<Element>(ranges, host_params, microbatches);
       for (Backward backward : {Backward::input_then_weight, Backward::weights_deferred}) {
-        const StepResult<float> split = run_step<float>(ranges, host_params, microbatches, backward);
+        const StepResult<Element> split = run_step<Element>(ranges, host_params, microbatches, backward);
         const std::string what = std::to_string(ranges.size()) + " ranges, " + std::to_string(microbatches) +
                                  " microbatches" + (backward == Backward::weights_deferred ? ", W's deferred" : "");
         EXPECT_TRUE(bitwise_equal(split.gradient, whole.gradient)) << what;
@@ -275,6 +277,12 @@ TEST(GPT, InputThenWeightGradientIsTheWholeBackwardBitwise) {
         EXPECT_TRUE(bitwise_equal(split.losses, whole.losses)) << what;
       }
     }
+}
+
+TEST(GPT, InputThenWeightGradientIsTheWholeBackwardBitwise) {
+  expect_input_then_weight_is_the_whole_backward<float>();
+  SCOPED_TRACE("bf16");
+  expect_input_then_weight_is_the_whole_backward<__nv_bfloat16>();
 }
 
 // What W reads, per token: 20 C elements and 4 statistics a block (model/gpt.cuh), the tokens
