@@ -146,7 +146,7 @@ namespace {
 // and 4 stages), interleaved v = 2 at m = 4, and where zero_bubble_cases_of runs (2 or 4 stages,
 // 1 or 2 replicas) zb-h1, zb-h2 and zb-v at m = 5, zb-v on 2 pp layers. In the CPU build on 2
 // cores shared with other jobs (load 3-6, 2026-11-24) the cases without zero-bubble took 7, 19
-// and 17 s at 2, 4 and 8 ranks.
+// and 17 s at 2, 4 and 8 ranks; with them 7, 22 and 19 s (load 2-5, the same day).
 constexpr int kBf16Microbatches = 5;
 std::vector<Case> bf16_cases_of(int dp, int pp) {
   std::vector<Case> cases;
