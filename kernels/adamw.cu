@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 
 #include "kernels/launch.cuh"
+#include "kernels/stochastic_rounding.cuh"
 
 namespace {
 
@@ -15,12 +17,24 @@ constexpr int kAdamWThreads = 512;
 __device__ inline float square_root(float x) { return sqrtf(x); }
 __device__ inline double square_root(double x) { return sqrt(x); }
 
+// The updated parameter in its storage type: float and double as computed, bf16 rounded
+// stochastically with the bits of the call's element i.
+template <typename T>
+__device__ inline T stored(Compute<T> p, StochasticRounding rounding, size_t i) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return round_stochastically(p, rounding_bits(rounding.key, rounding.first_index + i));
+  } else {
+    return p;
+  }
+}
+
 // bias_correction1 = 1 - beta1^t and bias_correction2 = 1 - beta2^t.
 template <typename T>
 __global__ void __launch_bounds__(kAdamWThreads)
     adamw_kernel(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v, size_t n,
                  Compute<T> learning_rate, Compute<T> beta1, Compute<T> beta2, Compute<T> bias_correction1,
-                 Compute<T> bias_correction2, Compute<T> eps, Compute<T> weight_decay, Compute<T> grad_scale) {
+                 Compute<T> bias_correction2, Compute<T> eps, Compute<T> weight_decay, Compute<T> grad_scale,
+                 StochasticRounding rounding) {
   using C = Compute<T>;
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;  // no barriers or shuffles in this kernel
@@ -34,7 +48,7 @@ __global__ void __launch_bounds__(kAdamWThreads)
   const C v_hat = new_v / bias_correction2;
   const C new_p = p - learning_rate * (m_hat / (square_root(v_hat) + eps) + weight_decay * p);
   if (master_params != nullptr) master_params[i] = new_p;
-  params[i] = from_compute<T>(new_p);
+  params[i] = stored<T>(new_p, rounding, i);
 }
 
 }  // namespace
@@ -44,7 +58,7 @@ __global__ void __launch_bounds__(kAdamWThreads)
 template <typename T>
 void adamw_update(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v, size_t n,
                   double learning_rate, double beta1, double beta2, double eps, double weight_decay,
-                  double grad_scale, int t, cudaStream_t stream) {
+                  double grad_scale, int t, StochasticRounding rounding, cudaStream_t stream) {
   if (t < 1) {
     std::fprintf(stderr, "adamw_update: the step counter t starts at 1, got %d\n", t);
     std::exit(EXIT_FAILURE);
@@ -56,12 +70,13 @@ void adamw_update(T* params, Compute<T>* master_params, const T* grads, Compute<
   const size_t blocks = (n + kAdamWThreads - 1) / kAdamWThreads;
   launch(adamw_kernel<T>, dim3(unsigned(blocks)), dim3(kAdamWThreads), 0, stream, params, master_params, grads, m,
          v, n, C(learning_rate), C(beta1), C(beta2), C(bias_correction1), C(bias_correction2), C(eps),
-         C(weight_decay), C(grad_scale));
+         C(weight_decay), C(grad_scale), rounding);
 }
 
 template void adamw_update<double>(double*, double*, const double*, double*, double*, size_t, double, double,
-                                   double, double, double, double, int, cudaStream_t);
+                                   double, double, double, double, int, StochasticRounding, cudaStream_t);
 template void adamw_update<float>(float*, float*, const float*, float*, float*, size_t, double, double, double,
-                                  double, double, double, int, cudaStream_t);
+                                  double, double, double, int, StochasticRounding, cudaStream_t);
 template void adamw_update<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, float*, float*, size_t,
-                                          double, double, double, double, double, double, int, cudaStream_t);
+                                          double, double, double, double, double, double, int, StochasticRounding,
+                                          cudaStream_t);

@@ -1,13 +1,23 @@
 // The AdamW optimizer step (decoupled weight decay, bias-corrected moments), one
 // parameter tensor or group per call. Instantiated for double (double throughout, for
-// checks), float, and __nv_bfloat16 parameters and gradients with fp32 moments and an
-// optional fp32 master copy of the parameters.
+// checks), float, and __nv_bfloat16 parameters and gradients with fp32 moments, an optional
+// fp32 master copy of the parameters, and the bf16 parameters written by stochastic rounding.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "kernels/element.cuh"
+
+// Where a call's bf16 parameters take their rounding bits (kernels/stochastic_rounding.cuh):
+// element i of the call rounds with rounding_bits(key, first_index + i). The trainer's key is
+// rounding_key(seed, t), and first_index the call's first element's index in the whole model's
+// llm.c layout. Ignored for float and double parameters, which are not rounded.
+struct StochasticRounding {
+  uint64_t key;
+  uint64_t first_index;
+};
 
 // One AdamW step, t = 1, 2, ... counting steps, over n parameters, updated in place (=):
 //   g = grad_scale * grads                (grad_scale: e.g. the clipping factor)
@@ -15,10 +25,12 @@
 //   p = p - learning_rate (m / (1 - beta1^t) / (sqrt(v / (1 - beta2^t)) + eps) + weight_decay p)
 // params (n), grads (n), m and v (n) in Compute<T> (fp32 for float and bf16). When
 // master_params (n, Compute<T>) is not null it holds p and is updated, and params becomes
-// its rounding to T (for bf16: small updates are not lost); else p is read from params.
+// its rounding to T; else p is read from params. bf16 parameters are written from the fp32 p
+// by stochastic rounding with the bits rounding gives (unbiased: an update smaller than a bf16
+// ulp moves the parameter by a whole ulp with the matching probability instead of never).
 // weight_decay applies to this call's parameters only: the caller calls once per group
 // (e.g. 0 for biases and LayerNorm). Saves nothing.
 template <typename T>
 void adamw_update(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v, size_t n,
                   double learning_rate, double beta1, double beta2, double eps, double weight_decay,
-                  double grad_scale, int t, cudaStream_t stream);
+                  double grad_scale, int t, StochasticRounding rounding, cudaStream_t stream);

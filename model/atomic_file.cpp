@@ -43,8 +43,11 @@ void write_file_atomically(const std::string& path, const std::vector<FilePart>&
     failed = what;
     error = errno;
   };
+  // An empty part is skipped: fwrite's pointer must be valid even for no bytes, and an empty
+  // vector's data() (a state file's master weights in an fp32 run) may be null.
   for (const FilePart& part : parts)
-    if (failed == nullptr && std::fwrite(part.data, 1, part.bytes, file) != part.bytes) note_failure("write failed");
+    if (failed == nullptr && part.bytes > 0 && std::fwrite(part.data, 1, part.bytes, file) != part.bytes)
+      note_failure("write failed");
   if (std::fflush(file) != 0) note_failure("write failed");
   if (fsync(fileno(file)) != 0) note_failure("fsync failed");
   if (std::fclose(file) != 0) note_failure("close failed");

@@ -198,30 +198,38 @@ TrainingState read_training_state(const std::string& path) {
   if (header[0] != kTrainingStateMagic)
     malformed(path, "header magic " + std::to_string(header[0]) + " is not " + std::to_string(kTrainingStateMagic) +
                         " (training state)");
-  if (header[1] != kTrainingStateVersion)
-    malformed(path, "header version " + std::to_string(header[1]) + " is not " + std::to_string(kTrainingStateVersion));
+  if (header[1] != 1 && header[1] != kTrainingStateVersion)
+    malformed(path, "header version " + std::to_string(header[1]) + " is not 1 or " +
+                        std::to_string(kTrainingStateVersion));
   TrainingState state;
   state.config = validated_header_config(path, header[2], header[3], header[4], header[5], header[6], header[7]);
   state.step = header[8];
   state.data_position = uint64_t(header[9]);
-  const int64_t rng_words = header[10], parameters = header[11];
+  const int64_t rng_words = header[10], parameters = header[11], master_weights = header[12];
+  state.rounding_seed = uint64_t(header[13]);
   if (state.step < 0) malformed(path, "header step " + std::to_string(state.step) + " is negative");
   if (rng_words < 0) malformed(path, "header rng words " + std::to_string(rng_words) + " is negative");
+  if (master_weights != 0 && master_weights != 1)
+    malformed(path, "header master weights " + std::to_string(master_weights) + " is not 0 or 1");
   const long double count = unwrapped_parameter_count(state.config);
   if (static_cast<long double>(parameters) != count)
     malformed(path, "header parameters " + std::to_string(parameters) + " disagrees with the config's " +
                         integer_string(count));
-  require_size(
-      path, file_bytes, sizeof(header),
-      static_cast<long double>(rng_words) * sizeof(uint64_t) + 2 * count * sizeof(float),
-      "8 x " + std::to_string(rng_words) + " rng bytes + 2 x 4 x " + std::to_string(parameters) + " moment bytes");
+  const std::string master_text =
+      master_weights ? " + 4 x " + std::to_string(parameters) + " master weight bytes" : std::string();
+  require_size(path, file_bytes, sizeof(header),
+               static_cast<long double>(rng_words) * sizeof(uint64_t) + (2 + master_weights) * count * sizeof(float),
+               "8 x " + std::to_string(rng_words) + " rng bytes + 2 x 4 x " + std::to_string(parameters) +
+                   " moment bytes" + master_text);
 
   state.rng.resize(size_t(rng_words));
   state.m.resize(size_t(parameters));
   state.v.resize(size_t(parameters));
+  state.master.resize(master_weights ? size_t(parameters) : 0);
   read_exactly(file.get(), path, state.rng.data(), state.rng.size() * sizeof(uint64_t));
   read_exactly(file.get(), path, state.m.data(), state.m.size() * sizeof(float));
   read_exactly(file.get(), path, state.v.data(), state.v.size() * sizeof(float));
+  read_exactly(file.get(), path, state.master.data(), state.master.size() * sizeof(float));
   return state;
 }
 
@@ -231,6 +239,9 @@ void write_training_state(const std::string& path, const TrainingState& state) {
     throw std::runtime_error(path + ": moments of " + std::to_string(state.m.size()) + " and " +
                              std::to_string(state.v.size()) + " values to write, the config has " + std::to_string(n) +
                              " parameters");
+  if (!state.master.empty() && state.master.size() != n)
+    throw std::runtime_error(path + ": " + std::to_string(state.master.size()) +
+                             " master weights to write, the config has " + std::to_string(n) + " parameters");
   const GPTConfig& c = state.config;
   int64_t header[kTrainingStateHeaderWords] = {kTrainingStateMagic,
                                                kTrainingStateVersion,
@@ -243,11 +254,14 @@ void write_training_state(const std::string& path, const TrainingState& state) {
                                                state.step,
                                                int64_t(state.data_position),
                                                int64_t(state.rng.size()),
-                                               int64_t(n)};
+                                               int64_t(n),
+                                               state.master.empty() ? 0 : 1,
+                                               int64_t(state.rounding_seed)};
   write_file_atomically(path, {{header, sizeof(header)},
                                {state.rng.data(), state.rng.size() * sizeof(uint64_t)},
                                {state.m.data(), n * sizeof(float)},
-                               {state.v.data(), n * sizeof(float)}});
+                               {state.v.data(), n * sizeof(float)},
+                               {state.master.data(), state.master.size() * sizeof(float)}});
 }
 
 void check_state_config_against_model(const std::string& path, const GPTConfig& state, const GPTConfig& model) {

@@ -1,7 +1,8 @@
 // Checkpoints: llm.c's model file, read and written exactly as llm.c does, and our own
-// training-state file that --resume needs besides the model (optimizer moments, step,
-// data position, RNG state). Both are written atomically (model/atomic_file.h); every
-// malformed file is rejected with one line naming the file and the field.
+// training-state file that --resume needs besides the model (optimizer moments, a bf16 run's
+// fp32 master weights, step, data position, RNG state, stochastic rounding's seed). Both are
+// written atomically (model/atomic_file.h); every malformed file is rejected with one line
+// naming the file and the field.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -43,11 +44,13 @@ void check_model_config_against_flags(const std::string& path, const GPTConfig& 
 
 // Everything besides the parameters that a resumed run needs to continue bitwise.
 struct TrainingState {
-  GPTConfig config;           // the model the state belongs to
-  int64_t step;               // optimizer steps done
-  uint64_t data_position;     // where the data loader continues
-  std::vector<uint64_t> rng;  // random generator state, as many words as the trainer keeps
-  std::vector<float> m, v;    // AdamW moments, num_parameters(config) each, llm.c's order
+  GPTConfig config;            // the model the state belongs to
+  int64_t step = 0;            // optimizer steps done
+  uint64_t data_position = 0;  // where the data loader continues
+  uint64_t rounding_seed = 0;  // the seed of bf16 parameters' stochastic rounding (trainer/optimizer.h)
+  std::vector<uint64_t> rng;   // random generator state, as many words as the trainer keeps
+  std::vector<float> m, v;     // AdamW moments, num_parameters(config) each, llm.c's order
+  std::vector<float> master;   // a bf16 run's fp32 master weights, num_parameters(config); empty: none
 };
 
 // The state file of a model file: "<model_path>.state".
@@ -55,16 +58,18 @@ std::string training_state_path(const std::string& model_path);
 
 // Training-state file: a header of 64 int64 — [0] kTrainingStateMagic, [1] version,
 // [2..7] maxT, V, L, NH, C, Vp as in llm.c's header, [8] step, [9] data position,
-// [10] RNG words, [11] parameters, the rest 0 — then the RNG words (uint64), m and v
-// (fp32), little-endian.
+// [10] RNG words, [11] parameters, [12] master weights (1: they follow v, 0: none),
+// [13] the rounding seed, the rest 0 — then the RNG words (uint64), m, v and the master
+// weights if any (fp32), little-endian. Version 1 (before bf16 training) is version 2 with
+// words 12 and 13 zero, and is read as such.
 constexpr int64_t kTrainingStateMagic = 20261122;
-constexpr int64_t kTrainingStateVersion = 1;
+constexpr int64_t kTrainingStateVersion = 2;
 constexpr size_t kTrainingStateHeaderWords = 64;
 
-// Throws like read_model_file; also when step is negative or the parameter count is
-// not that of the config.
+// Throws like read_model_file; also when step is negative, the parameter count is not
+// that of the config, or the master weights word is neither 0 nor 1.
 TrainingState read_training_state(const std::string& path);
-// m and v must hold num_parameters(state.config) values each.
+// m and v must hold num_parameters(state.config) values each, master as many or none.
 void write_training_state(const std::string& path, const TrainingState& state);
 
 // Throws e.g. "run.bin.state: header channels 512 disagrees with the model file's 768"

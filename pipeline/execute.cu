@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "comm/nccl_types.h"
 #include "comm/p2p.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
@@ -15,21 +16,25 @@
 
 namespace {
 
-void check_views(const Executor& e, const std::vector<ParameterTensors<float>>& views, const char* function) {
+template <typename Element>
+void check_views(const Executor<Element>& e, const std::vector<ParameterTensors<Element>>& views,
+                 const char* function) {
   if (views.size() != e.chunks.size())
     throw std::runtime_error(std::string(function) + ": " + std::to_string(views.size()) + " chunks' views for " +
                              std::to_string(e.chunks.size()) + " chunks");
 }
 
-void update_accounting(Executor& e) {
+template <typename Element>
+void update_accounting(Executor<Element>& e) {
   ExecutorAccounting& a = e.accounting;
   a.slots.clear();
   a.slot_bytes.clear();
   a.weight_buffers.clear();
   a.weight_buffer_bytes.clear();
   a.activation_bytes = a.working_set_bytes;
-  for (const ChunkState& state : e.chunks) {
-    const size_t bytes = state.inputs.bytes + (e.recompute ? 0 : activation_bytes<float>(e.config, e.B, e.T, state.range));
+  for (const ChunkState<Element>& state : e.chunks) {
+    const size_t bytes =
+        state.inputs.bytes + (e.recompute ? 0 : activation_bytes<Element>(e.config, e.B, e.T, state.range));
     a.slots.push_back(int(state.inputs.buffers.size()));
     a.slot_bytes.push_back(bytes);
     a.weight_buffers.push_back(int(state.weight_pool.buffers.size()));
@@ -57,13 +62,15 @@ void update_accounting(Executor& e) {
 
 }  // namespace
 
-Executor create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
-                         const std::vector<LayerRange>& chunk_ranges, const Placement& placement, int stage,
-                         bool recompute, const CommGroups& groups, cublasHandle_t cublas, cudaStream_t stream) {
+template <typename Element>
+Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
+                                  const std::vector<LayerRange>& chunk_ranges, const Placement& placement,
+                                  int stage, bool recompute, const CommGroups& groups, cublasHandle_t cublas,
+                                  cudaStream_t stream) {
   if (int(chunk_ranges.size()) != placement.v)
     throw std::runtime_error("create_executor: " + std::to_string(chunk_ranges.size()) + " chunks for a placement of " +
                              std::to_string(placement.v));
-  Executor e{};
+  Executor<Element> e{};
   e.config = config;
   e.B = B;
   e.T = T;
@@ -76,21 +83,21 @@ Executor create_executor(const GPTConfig& config, int B, int T, const StageSched
   e.groups = groups;
   e.cublas = cublas;
   e.stream = stream;
-  const size_t btc_bytes = size_t(B) * T * config.channels * sizeof(float);
+  const size_t btc_bytes = size_t(B) * T * config.channels * sizeof(Element);
   e.sends = make_pool(btc_bytes);
   e.grad_outputs = make_pool(btc_bytes);
   e.grad_inputs = make_pool(btc_bytes);
   for (const LayerRange& range : chunk_ranges) {
-    ChunkState state{range,
-                     make_pool(stage_input_bytes<float>(config, B, T, range)),
-                     {},
-                     {},
-                     -1,
-                     create_backward_scratch<float>(config, B, T, range),
-                     make_pool(weight_gradient_input_bytes<float>(config, B, T, range)),
-                     {}};
+    ChunkState<Element> state{range,
+                              make_pool(stage_input_bytes<Element>(config, B, T, range)),
+                              {},
+                              {},
+                              -1,
+                              create_backward_scratch<Element>(config, B, T, range),
+                              make_pool(weight_gradient_input_bytes<Element>(config, B, T, range)),
+                              {}};
     if (recompute) {
-      state.working = create_activations<float>(config, B, T, range);
+      state.working = create_activations<Element>(config, B, T, range);
       e.accounting.working_set_bytes += state.working.bytes;
     }
     e.chunks.push_back(std::move(state));
@@ -108,10 +115,11 @@ Executor create_executor(const GPTConfig& config, int B, int T, const StageSched
   return e;
 }
 
-void destroy_executor(Executor& e) {
-  for (ChunkState& state : e.chunks) {
+template <typename Element>
+void destroy_executor(Executor<Element>& e) {
+  for (ChunkState<Element>& state : e.chunks) {
     destroy_pool(state.inputs);
-    for (Activations<float>& acts : state.acts) destroy_activations(acts);
+    for (Activations<Element>& acts : state.acts) destroy_activations(acts);
     if (e.recompute) destroy_activations(state.working);
     destroy_backward_scratch(state.scratch);
     destroy_pool(state.weight_pool);
@@ -123,16 +131,17 @@ void destroy_executor(Executor& e) {
   for (cudaEvent_t event : e.step_start) CUDA_CHECK(cudaEventDestroy(event));
   for (cudaEvent_t event : e.step_end) CUDA_CHECK(cudaEventDestroy(event));
   CUDA_CHECK(cudaEventDestroy(e.origin));
-  e = Executor{};
+  e = Executor<Element>{};
 }
 
-double execute_step(Executor& e, const std::vector<ParameterTensors<float>>& params,
-                    const std::vector<ParameterTensors<float>>& grads, float* grad_wte_head, const int* host_tokens,
-                    const int* host_targets, double loss_scale) {
+template <typename Element>
+double execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,
+                    const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,
+                    const int* host_tokens, const int* host_targets, double loss_scale) {
   check_views(e, params, "execute_step");
   check_views(e, grads, "execute_step");
   double loss_sum = 0;
-  for (ChunkState& state : e.chunks) state.working_microbatch = -1;
+  for (ChunkState<Element>& state : e.chunks) state.working_microbatch = -1;
   ExecutorProgress& progress = *e.progress;
   {
     std::lock_guard<std::mutex> lock(progress.mutex);
@@ -174,11 +183,12 @@ double execute_step(Executor& e, const std::vector<ParameterTensors<float>>& par
   return loss_sum;
 }
 
-ForwardResult execute_forward(Executor& e, const std::vector<ParameterTensors<float>>& params,
-                              const int* host_tokens, const int* host_targets, int B, int T) {
+template <typename Element>
+ForwardResult<Element> execute_forward(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,
+                                       const int* host_tokens, const int* host_targets, int B, int T) {
   check_views(e, params, "execute_forward");
   if (B > e.B || T > e.T) throw std::runtime_error("execute_forward: the microbatch is larger than the executor's");
-  ForwardResult result{0.0, nullptr};
+  ForwardResult<Element> result{0.0, nullptr};
   const size_t BT = size_t(B) * T, count = BT * e.config.channels;
   const int key = -1;  // a key no training microbatch uses; chunk c's is key - c
   {
@@ -189,10 +199,10 @@ ForwardResult execute_forward(Executor& e, const std::vector<ParameterTensors<fl
   // One transfer with the stage holding virtual stage `virtual_stage`.
   const auto transfer = [&](bool send, void* buffer, int virtual_stage) {
     const Transfer t{send, stage_of(e, virtual_stage) == (e.stage + 1) % e.p, buffer, count};
-    exchange_group(e.groups, &t, 1, ncclFloat32, e.stream);
+    exchange_group(e.groups, &t, 1, nccl_data_type<Element>(), e.stream);
   };
   for (int chunk = 0; chunk < e.v; ++chunk) {
-    ChunkState& state = e.chunks[chunk];
+    ChunkState<Element>& state = e.chunks[chunk];
     const int vs = e.placement.virtual_stage(e.stage, chunk);
     int slot;
     if (state.range.has_embedding) {
@@ -206,33 +216,35 @@ ForwardResult execute_forward(Executor& e, const std::vector<ParameterTensors<fl
       transfer(false, state.inputs.buffers[slot], vs - 1);
     }
     forward_chunk(e, params, chunk, slot, host_targets, 1.0, B, T);
-    const Activations<float>& acts = activations_of(e, chunk, slot);
+    const Activations<Element>& acts = activations_of(e, chunk, slot);
     const int next = local_next_chunk(e, chunk);
     if (state.range.has_head) {
       if (host_targets != nullptr) result.loss = mean_loss(acts, B, T, e.stream);
       result.logits = acts.logits;
     } else if (next >= 0) {
       const int next_slot = take_slot(e, next, key - next);
-      CUDA_CHECK(cudaMemcpyAsync(e.chunks[next].inputs.buffers[next_slot], range_output(acts), count * sizeof(float),
+      CUDA_CHECK(cudaMemcpyAsync(e.chunks[next].inputs.buffers[next_slot], range_output(acts), count * sizeof(Element),
                                  cudaMemcpyDeviceToDevice, e.stream));
     } else {
-      transfer(true, const_cast<float*>(range_output(acts)), vs + 1);
+      transfer(true, const_cast<Element*>(range_output(acts)), vs + 1);
     }
     give_back(state.inputs, key - chunk);
   }
   if (e.recompute)
-    for (ChunkState& state : e.chunks) state.working_microbatch = -1;
+    for (ChunkState<Element>& state : e.chunks) state.working_microbatch = -1;
   CUDA_CHECK(cudaStreamSynchronize(e.stream));
   nvtxRangePop();
   return result;
 }
 
-void mark_timeline_origin(Executor& e) {
+template <typename Element>
+void mark_timeline_origin(Executor<Element>& e) {
   CUDA_CHECK(cudaEventRecord(e.origin, e.stream));
   e.origin_marked = true;
 }
 
-SchedulePosition schedule_position(const Executor& e) {
+template <typename Element>
+SchedulePosition schedule_position(const Executor<Element>& e) {
   ExecutorProgress& progress = *e.progress;
   std::lock_guard<std::mutex> lock(progress.mutex);
   if (!progress.walking) return {progress.walks, -1};
@@ -269,3 +281,20 @@ std::string trace_text(const std::vector<ExecutedStep>& trace) {
   for (const ExecutedStep& step : trace) text += (text.empty() ? "" : "; ") + to_text(step);
   return text;
 }
+
+#define INSTANTIATE_EXECUTOR(Element)                                                                               \
+  template SchedulePosition schedule_position<Element>(const Executor<Element>&);                                   \
+  template Executor<Element> create_executor<Element>(const GPTConfig&, int, int, const StageSchedule&,             \
+                                                      const std::vector<LayerRange>&, const Placement&, int, bool,  \
+                                                      const CommGroups&, cublasHandle_t, cudaStream_t);             \
+  template void destroy_executor<Element>(Executor<Element>&);                                                      \
+  template double execute_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&,          \
+                                        const std::vector<ParameterTensors<Element>>&, Element*, const int*,        \
+                                        const int*, double);                                                        \
+  template void mark_timeline_origin<Element>(Executor<Element>&);                                                  \
+  template ForwardResult<Element> execute_forward<Element>(Executor<Element>&,                                      \
+                                                           const std::vector<ParameterTensors<Element>>&,           \
+                                                           const int*, const int*, int, int);
+
+INSTANTIATE_EXECUTOR(float)
+INSTANTIATE_EXECUTOR(__nv_bfloat16)

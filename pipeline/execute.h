@@ -1,5 +1,6 @@
 // The executor of one pipeline stage: walks the stage's schedule (pipeline/schedule.h) step by
-// step against the model's layer ranges, running each F, B, I and W on the device and each group
+// step against the model's layer ranges in the element type Element (float, or bf16 with bf16
+// activations, gradients and messages), running each F, B, I and W on the device and each group
 // of sends and receives as one NCCL group, and accounts for what it did: the trace of what each
 // executed step used (microbatch, chunk, slot, peer), every step's time (CUDA events, and an
 // NVTX range named as the step, so Nsight Systems shows the schedule), the activation slots it
@@ -11,7 +12,7 @@
 // forward of the chunk before it on this stage) and given back after its backward (B or I). The
 // pools grow during the first step to the schedule's peak (a 1F1B stage s of p holds min(p - s, m)
 // slots, AFAB m) and never after: no cudaMalloc once the first step is done. A slot holds the
-// chunk's input (the previous stage's output, B T C floats, or the B T token ids on the first
+// chunk's input (the previous stage's output, B T C elements, or the B T token ids on the first
 // virtual stage) and, without recompute, the chunk's whole Activations. With recompute a slot
 // holds only the input, and each chunk owns one Activations working set: a backward whose
 // microbatch is not the working set's last forward first runs that forward again from the slot's
@@ -22,7 +23,7 @@
 // gives back: between a microbatch's I and its W the stage holds that buffer, not its slot. W
 // never recomputes.
 // Gradients between stages, and (with recompute) outputs waiting for their send, live in small
-// transfer pools of B T C floats that grow the same way. Each transfer group takes its receive
+// transfer pools of B T C elements that grow the same way. Each transfer group takes its receive
 // buffers and gives back its send buffers itself, so a group's buffers live exactly from the
 // compute that fills them to the compute (or the group) that empties them.
 #pragma once
@@ -40,15 +41,16 @@
 #include "pipeline/schedule.h"
 
 // One chunk's microbatch slots and, with recompute, its working set.
+template <typename Element>
 struct ChunkState {
   LayerRange range;
-  BufferPool inputs;                     // the slots' inputs (stage_input_bytes)
-  std::vector<Activations<float>> acts;  // without recompute: the slots' activations, parallel to inputs.buffers
-  Activations<float> working;            // with recompute: the one working set
-  int working_microbatch;                // whose forward the working set holds; -1: none
-  BackwardScratch<float> scratch;
-  BufferPool weight_pool;                                  // split backwards: what W reads, from I to W
-  std::vector<WeightGradientInputs<float>> weight_inputs;  // parallel to weight_pool.buffers
+  BufferPool inputs;                       // the slots' inputs (stage_input_bytes)
+  std::vector<Activations<Element>> acts;  // without recompute: the slots' activations, parallel to inputs.buffers
+  Activations<Element> working;            // with recompute: the one working set
+  int working_microbatch;                  // whose forward the working set holds; -1: none
+  BackwardScratch<Element> scratch;
+  BufferPool weight_pool;                                    // split backwards: what W reads, from I to W
+  std::vector<WeightGradientInputs<Element>> weight_inputs;  // parallel to weight_pool.buffers
 };
 
 // What one executed schedule step used, recorded by the function that ran it from the values
@@ -107,6 +109,7 @@ struct ExecutorProgress {
   int queued = 0;                // the current execute_step's schedule steps queued on the stream
 };
 
+template <typename Element>
 struct Executor {
   GPTConfig config;
   int B, T;  // the largest microbatch
@@ -117,7 +120,7 @@ struct Executor {
   CommGroups groups;  // the pipeline's communicator (none needed when p == 1)
   cublasHandle_t cublas;
   cudaStream_t stream;
-  std::vector<ChunkState> chunks;  // index = chunk c, virtual stage placement.virtual_stage(stage, c)
+  std::vector<ChunkState<Element>> chunks;  // index = chunk c, virtual stage placement.virtual_stage(stage, c)
   BufferPool sends;                // recompute: forward outputs waiting for their send
   BufferPool grad_outputs;         // gradients of chunk outputs, received or handed over locally
   BufferPool grad_inputs;          // gradients of chunk inputs waiting for their send
@@ -137,14 +140,18 @@ struct SchedulePosition {
                             // the schedule); -1 outside it (between steps, or a forward-only pass)
 };
 // Safe to call from any thread while the executor runs (not while it is created or destroyed).
-SchedulePosition schedule_position(const Executor& executor);
+template <typename Element>
+SchedulePosition schedule_position(const Executor<Element>& executor);
 
 // chunk_ranges[c] is chunk c of this stage (split_layers' entry placement.virtual_stage(stage, c)).
 // Allocates the scratch, the working sets (recompute) and the events; slots come during the first step.
-Executor create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
-                         const std::vector<LayerRange>& chunk_ranges, const Placement& placement, int stage,
-                         bool recompute, const CommGroups& groups, cublasHandle_t cublas, cudaStream_t stream);
-void destroy_executor(Executor& executor);
+template <typename Element>
+Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
+                                  const std::vector<LayerRange>& chunk_ranges, const Placement& placement,
+                                  int stage, bool recompute, const CommGroups& groups, cublasHandle_t cublas,
+                                  cudaStream_t stream);
+template <typename Element>
+void destroy_executor(Executor<Element>& executor);
 
 // One training step's schedule over the microbatches whose tokens and targets are
 // host_tokens/host_targets (m, B, T) (the first virtual stage reads the tokens, the last the
@@ -153,25 +160,30 @@ void destroy_executor(Executor& executor);
 // (nullptr on a stage without the head), every loss scaled by loss_scale. Returns the sum over
 // the microbatches of their mean losses on the stage with the head, else 0. Waits for the
 // stream at the end and updates the trace and the accounting.
-double execute_step(Executor& executor, const std::vector<ParameterTensors<float>>& params,
-                    const std::vector<ParameterTensors<float>>& grads, float* grad_wte_head, const int* host_tokens,
-                    const int* host_targets, double loss_scale);
+template <typename Element>
+double execute_step(Executor<Element>& executor, const std::vector<ParameterTensors<Element>>& params,
+                    const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,
+                    const int* host_tokens, const int* host_targets, double loss_scale);
 
 // Records the origin of the next execute_step's timeline on the stream: the accounting's
 // step_start_ms are measured from it. A caller that records it on every rank right after a barrier,
 // on an idle stream, gets timelines whose clocks agree across ranks (trainer/timeline.h).
-void mark_timeline_origin(Executor& executor);
+template <typename Element>
+void mark_timeline_origin(Executor<Element>& executor);
 
 // A forward of one microbatch of B' <= B sequences of T' <= T tokens through the whole
 // pipeline, chunk after chunk (validation, sampling), params as for execute_step. host_targets
 // may be null (no loss).
+template <typename Element>
 struct ForwardResult {
-  double loss;          // the mean loss (stage with the head and targets given), else 0
-  const float* logits;  // (B', T', Vp) on the device, on the stage with the head, else nullptr;
-                        // valid until the executor's next call
+  double loss;            // the mean loss (stage with the head and targets given), else 0
+  const Element* logits;  // (B', T', Vp) on the device, on the stage with the head, else nullptr;
+                          // valid until the executor's next call
 };
-ForwardResult execute_forward(Executor& executor, const std::vector<ParameterTensors<float>>& params,
-                              const int* host_tokens, const int* host_targets, int B, int T);
+template <typename Element>
+ForwardResult<Element> execute_forward(Executor<Element>& executor,
+                                       const std::vector<ParameterTensors<Element>>& params, const int* host_tokens,
+                                       const int* host_targets, int B, int T);
 
 // A trace as one line, steps joined by "; ".
 std::string trace_text(const std::vector<ExecutedStep>& trace);

@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "comm/nccl_types.h"
 #include "comm/p2p.h"
 #include "kernels/cuda_check.cuh"
 
@@ -16,9 +17,11 @@ void copy_device(void* destination, const void* source, size_t bytes, cudaStream
   CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
-size_t btc_floats(const Executor& e) { return size_t(e.B) * e.T * e.config.channels; }
+template <typename Element>
+size_t btc_elements(const Executor<Element>& e) { return size_t(e.B) * e.T * e.config.channels; }
 
-int virtual_stage_of(const Executor& e, int chunk) { return e.placement.virtual_stage(e.stage, chunk); }
+template <typename Element>
+int virtual_stage_of(const Executor<Element>& e, int chunk) { return e.placement.virtual_stage(e.stage, chunk); }
 
 void record_compute(ExecutedStep& record, ActionKind kind, int microbatch, int chunk, int slot) {
   record.compute = true;
@@ -33,49 +36,57 @@ void record_compute(ExecutedStep& record, ActionKind kind, int microbatch, int c
 }
 
 // The chunk's weight-gradient-input buffer for key, with its views made when the pool allocates it.
-int take_weight_inputs(Executor& e, int chunk, int key) {
-  ChunkState& state = e.chunks[chunk];
+template <typename Element>
+int take_weight_inputs(Executor<Element>& e, int chunk, int key) {
+  ChunkState<Element>& state = e.chunks[chunk];
   const int index = take(state.weight_pool, key);
   if (size_t(index) == state.weight_inputs.size())
     state.weight_inputs.push_back(
-        weight_gradient_inputs_at<float>(state.weight_pool.buffers[index], e.config, e.B, e.T, state.range));
+        weight_gradient_inputs_at<Element>(state.weight_pool.buffers[index], e.config, e.B, e.T, state.range));
   return index;
 }
 
 }  // namespace
 
-int key_of(const Executor& e, int microbatch, int chunk) { return microbatch * e.v + chunk; }
+template <typename Element>
+int key_of(const Executor<Element>& e, int microbatch, int chunk) { return microbatch * e.v + chunk; }
 
-int stage_of(const Executor& e, int virtual_stage) { return e.placement.stage_of(virtual_stage); }
+template <typename Element>
+int stage_of(const Executor<Element>& e, int virtual_stage) { return e.placement.stage_of(virtual_stage); }
 
-int local_next_chunk(const Executor& e, int chunk) {
+template <typename Element>
+int local_next_chunk(const Executor<Element>& e, int chunk) {
   const int next = virtual_stage_of(e, chunk) + 1;
   if (next >= e.placement.virtual_stages() || stage_of(e, next) != e.stage) return -1;
   return e.placement.chunk_of(next);
 }
 
-int local_previous_chunk(const Executor& e, int chunk) {
+template <typename Element>
+int local_previous_chunk(const Executor<Element>& e, int chunk) {
   const int previous = virtual_stage_of(e, chunk) - 1;
   if (previous < 0 || stage_of(e, previous) != e.stage) return -1;
   return e.placement.chunk_of(previous);
 }
 
-int take_slot(Executor& e, int chunk, int key) {
-  ChunkState& state = e.chunks[chunk];
+template <typename Element>
+int take_slot(Executor<Element>& e, int chunk, int key) {
+  ChunkState<Element>& state = e.chunks[chunk];
   const int index = take(state.inputs, key);
   if (!e.recompute && size_t(index) == state.acts.size())
-    state.acts.push_back(create_activations<float>(e.config, e.B, e.T, state.range));
+    state.acts.push_back(create_activations<Element>(e.config, e.B, e.T, state.range));
   return index;
 }
 
-Activations<float>& activations_of(Executor& e, int chunk, int slot) {
-  ChunkState& state = e.chunks[chunk];
+template <typename Element>
+Activations<Element>& activations_of(Executor<Element>& e, int chunk, int slot) {
+  ChunkState<Element>& state = e.chunks[chunk];
   return e.recompute ? state.working : state.acts[slot];
 }
 
-void forward_chunk(Executor& e, const std::vector<ParameterTensors<float>>& params, int chunk, int slot,
+template <typename Element>
+void forward_chunk(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int chunk, int slot,
                    const int* host_targets, double loss_scale, int B, int T) {
-  ChunkState& state = e.chunks[chunk];
+  ChunkState<Element>& state = e.chunks[chunk];
   const void* input = state.inputs.buffers[slot];
   const int* targets = nullptr;
   if (state.range.has_head && host_targets != nullptr) {
@@ -86,16 +97,18 @@ void forward_chunk(Executor& e, const std::vector<ParameterTensors<float>>& para
   const bool tokens = state.range.has_embedding;
   gpt_forward(e.config, state.range, params[chunk], activations_of(e, chunk, slot),
               tokens ? static_cast<const int*>(input) : nullptr,
-              tokens ? nullptr : static_cast<const float*>(input), targets, loss_scale, B, T, e.cublas, e.stream);
+              tokens ? nullptr : static_cast<const Element*>(input), targets, loss_scale, B, T, e.cublas, e.stream);
 }
 
 // F(microbatch, chunk): the forward, then the output's hand-over: into the next chunk's slot
 // (a local hand-over), or, with recompute (whose working set a later step may overwrite before
 // the send), into a send buffer. Without recompute the send reads the slot's activations, alive
 // until B or I.
-double forward_step(Executor& e, const std::vector<ParameterTensors<float>>& params, int microbatch, int chunk,
-                    const int* host_tokens, const int* host_targets, double loss_scale, ExecutedStep& record) {
-  ChunkState& state = e.chunks[chunk];
+template <typename Element>
+double forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int microbatch,
+                    int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
+                    ExecutedStep& record) {
+  ChunkState<Element>& state = e.chunks[chunk];
   const int key = key_of(e, microbatch, chunk);
   const size_t BT = size_t(e.B) * e.T;
   int slot;
@@ -109,9 +122,9 @@ double forward_step(Executor& e, const std::vector<ParameterTensors<float>>& par
   forward_chunk(e, params, chunk, slot, microbatch_of(host_targets, microbatch, BT), loss_scale, e.B, e.T);
   record_compute(record, ActionKind::forward, microbatch, chunk, slot);
   if (e.recompute) state.working_microbatch = microbatch;
-  const Activations<float>& acts = activations_of(e, chunk, slot);
+  const Activations<Element>& acts = activations_of(e, chunk, slot);
   if (state.range.has_head) return mean_loss(acts, e.B, e.T, e.stream);
-  const size_t output_bytes = btc_floats(e) * sizeof(float);
+  const size_t output_bytes = btc_elements(e) * sizeof(Element);
   const int next = local_next_chunk(e, chunk);
   if (next >= 0) {
     record.output_buffer = take_slot(e, next, key_of(e, microbatch, next));
@@ -127,11 +140,12 @@ double forward_step(Executor& e, const std::vector<ParameterTensors<float>>& par
 // the backward (for I its input-gradient half, filling a weight-gradient-input buffer), then
 // the slot and the output gradient go back. The input gradient goes to a send buffer, or on a
 // local hand-over straight into the previous chunk's output gradient.
-void backward_step(Executor& e, const std::vector<ParameterTensors<float>>& params,
-                   const std::vector<ParameterTensors<float>>& grads, float* grad_wte_head, const Action& action,
+template <typename Element>
+void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,
+                   const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head, const Action& action,
                    const int* host_targets, double loss_scale, ExecutedStep& record) {
   const int microbatch = action.microbatch, chunk = action.chunk;
-  ChunkState& state = e.chunks[chunk];
+  ChunkState<Element>& state = e.chunks[chunk];
   const int key = key_of(e, microbatch, chunk);
   const int slot = held(state.inputs, key);
   const size_t BT = size_t(e.B) * e.T;
@@ -143,16 +157,16 @@ void backward_step(Executor& e, const std::vector<ParameterTensors<float>>& para
   }
   const void* input = state.inputs.buffers[slot];
   const bool embedding = state.range.has_embedding;
-  const float* grad_output =
-      state.range.has_head ? nullptr : static_cast<const float*>(e.grad_outputs.buffers[held(e.grad_outputs, key)]);
-  float* grad_input = nullptr;
+  const Element* grad_output =
+      state.range.has_head ? nullptr : static_cast<const Element*>(e.grad_outputs.buffers[held(e.grad_outputs, key)]);
+  Element* grad_input = nullptr;
   if (!embedding) {
     const int previous = local_previous_chunk(e, chunk);
     const int index = previous >= 0 ? take(e.grad_outputs, key_of(e, microbatch, previous)) : take(e.grad_inputs, key);
-    grad_input = static_cast<float*>(previous >= 0 ? e.grad_outputs.buffers[index] : e.grad_inputs.buffers[index]);
+    grad_input = static_cast<Element*>(previous >= 0 ? e.grad_outputs.buffers[index] : e.grad_inputs.buffers[index]);
   }
   const int* tokens = embedding ? static_cast<const int*>(input) : nullptr;
-  const float* input_activation = embedding ? nullptr : static_cast<const float*>(input);
+  const Element* input_activation = embedding ? nullptr : static_cast<const Element*>(input);
   if (action.kind == ActionKind::backward) {
     gpt_backward(e.config, state.range, params[chunk], grads[chunk], state.range.has_head ? grad_wte_head : nullptr,
                  activations_of(e, chunk, slot), state.scratch, tokens, input_activation, grad_output, grad_input, e.B,
@@ -168,9 +182,10 @@ void backward_step(Executor& e, const std::vector<ParameterTensors<float>>& para
 }
 
 // W (microbatch, chunk): the parameter gradients from the buffer its I filled, which goes back.
-void weight_step(Executor& e, const std::vector<ParameterTensors<float>>& grads, float* grad_wte_head,
+template <typename Element>
+void weight_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,
                  const Action& action, ExecutedStep& record) {
-  ChunkState& state = e.chunks[action.chunk];
+  ChunkState<Element>& state = e.chunks[action.chunk];
   const int key = key_of(e, action.microbatch, action.chunk);
   record_compute(record, ActionKind::backward_weight, action.microbatch, action.chunk, -1);
   record.weight_inputs = held(state.weight_pool, key);
@@ -182,9 +197,10 @@ void weight_step(Executor& e, const std::vector<ParameterTensors<float>>& grads,
 // A step of sends and receives: one NCCL group in the listed order; receives take their
 // buffers first, sends give theirs back after (the stream orders any reuse after the send).
 // Each message goes to the stage that holds the virtual stage at its other end.
-void transfer_step(Executor& e, const Step& step, ExecutedStep& record) {
+template <typename Element>
+void transfer_step(Executor<Element>& e, const Step& step, ExecutedStep& record) {
   std::vector<Transfer> transfers;
-  const size_t count = btc_floats(e);
+  const size_t count = btc_elements(e);
   record.compute = false;
   record.messages.clear();
   for (const Action& a : step) {
@@ -193,7 +209,7 @@ void transfer_step(Executor& e, const Step& step, ExecutedStep& record) {
     int buffer, peer;
     switch (a.kind) {
       case ActionKind::send_forward: {
-        ChunkState& state = e.chunks[a.chunk];
+        ChunkState<Element>& state = e.chunks[a.chunk];
         buffer = e.recompute ? held(e.sends, key) : held(state.inputs, key);
         const void* output = e.recompute ? e.sends.buffers[buffer] : range_output(state.acts[buffer]);
         peer = stage_of(e, vs + 1);
@@ -222,10 +238,31 @@ void transfer_step(Executor& e, const Step& step, ExecutedStep& record) {
     transfers.back().with_next = peer == (e.stage + 1) % e.p;
     record.messages.push_back({a.kind, a.microbatch, a.chunk, peer, buffer});
   }
-  exchange_group(e.groups, transfers.data(), transfers.size(), ncclFloat32, e.stream);
+  exchange_group(e.groups, transfers.data(), transfers.size(), nccl_data_type<Element>(), e.stream);
   for (const Action& a : step) {
     const int key = key_of(e, a.microbatch, a.chunk);
     if (a.kind == ActionKind::send_forward && e.recompute) give_back(e.sends, key);
     if (a.kind == ActionKind::send_backward) give_back(e.grad_inputs, key);
   }
 }
+
+#define INSTANTIATE_EXECUTOR_STEPS(Element)                                                                         \
+  template int key_of<Element>(const Executor<Element>&, int, int);                                                 \
+  template int local_next_chunk<Element>(const Executor<Element>&, int);                                            \
+  template int local_previous_chunk<Element>(const Executor<Element>&, int);                                        \
+  template int stage_of<Element>(const Executor<Element>&, int);                                                    \
+  template int take_slot<Element>(Executor<Element>&, int, int);                                                    \
+  template Activations<Element>& activations_of<Element>(Executor<Element>&, int, int);                             \
+  template void forward_chunk<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, int, int, \
+                                       const int*, double, int, int);                                               \
+  template double forward_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, int,     \
+                                        int, const int*, const int*, double, ExecutedStep&);                        \
+  template void backward_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&,            \
+                                       const std::vector<ParameterTensors<Element>>&, Element*, const Action&,      \
+                                       const int*, double, ExecutedStep&);                                          \
+  template void weight_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, Element*,   \
+                                     const Action&, ExecutedStep&);                                                 \
+  template void transfer_step<Element>(Executor<Element>&, const Step&, ExecutedStep&);
+
+INSTANTIATE_EXECUTOR_STEPS(float)
+INSTANTIATE_EXECUTOR_STEPS(__nv_bfloat16)

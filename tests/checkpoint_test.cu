@@ -271,12 +271,36 @@ TEST(Checkpoint, StateRoundTripIsBitwise) {
   EXPECT_TRUE(bitwise_equal(read.v, state.v));
 }
 
+TEST(Checkpoint, StateWithMasterWeightsAndRoundingSeedRoundTripsBitwise) {
+  TempDir dir;
+  TrainingState state = sample_state(13);
+  state.master = varied_values(kTinyParameters, 14);
+  state.rounding_seed = ~uint64_t(0) - 6;  // above int64's range: stored as bits
+  write_training_state(dir.file("s"), state);
+  // header 512 + rng 8 * 313 + m, v and master 3 * 4 * 2824
+  EXPECT_EQ(read_bytes(dir.file("s")).size(), 512u + 2504 + 3 * 4 * kTinyParameters);
+  const TrainingState read = read_training_state(dir.file("s"));
+  EXPECT_EQ(read.rounding_seed, state.rounding_seed);
+  EXPECT_TRUE(bitwise_equal(read.master, state.master));
+  EXPECT_TRUE(bitwise_equal(read.m, state.m));
+  EXPECT_TRUE(bitwise_equal(read.v, state.v));
+}
+
 TEST(Checkpoint, StateWithoutRngWordsRoundTrips) {
   TempDir dir;
   TrainingState state = sample_state(11);
   state.rng.clear();
   write_training_state(dir.file("s"), state);
   EXPECT_TRUE(read_training_state(dir.file("s")).rng.empty());
+}
+
+TEST(Checkpoint, StateWriteRejectsMasterWeightsOfTheWrongSize) {
+  TempDir dir;
+  TrainingState state = sample_state(15);
+  state.master.assign(kTinyParameters + 1, 0.0f);
+  EXPECT_EQ(error_of([&] { write_training_state(dir.file("s"), state); }),
+            dir.file("s") + ": 2825 master weights to write, the config has 2824 parameters");
+  EXPECT_TRUE(dir.entries().empty());
 }
 
 TEST(Checkpoint, StateWriteRejectsMomentsOfTheWrongSize) {
@@ -328,7 +352,34 @@ TEST(Checkpoint, StateFileWrongMagic) {
 
 TEST(Checkpoint, StateFileUnknownVersion) {
   StateFileCase c;
-  EXPECT_EQ(c.read_error(c.with_header_word(1, 2)), c.path + ": header version 2 is not 1");
+  EXPECT_EQ(c.read_error(c.with_header_word(1, 3)), c.path + ": header version 3 is not 1 or 2");
+}
+
+// Version 1, written before bf16 training, had zeros where version 2 keeps the master weights
+// word and the rounding seed: it reads as a state without master weights.
+TEST(Checkpoint, StateFileOfVersion1Reads) {
+  StateFileCase c;
+  write_bytes(c.path, c.with_header_word(1, 1));
+  const TrainingState read = read_training_state(c.path);
+  const TrainingState written = sample_state(20);
+  EXPECT_TRUE(read.master.empty());
+  EXPECT_EQ(read.rounding_seed, 0u);
+  EXPECT_EQ(read.rng, written.rng);
+  EXPECT_TRUE(bitwise_equal(read.v, written.v));
+}
+
+TEST(Checkpoint, StateFileMasterWeightsWordOtherThan0Or1) {
+  StateFileCase c;
+  EXPECT_EQ(c.read_error(c.with_header_word(12, 2)), c.path + ": header master weights 2 is not 0 or 1");
+}
+
+// The word says master weights follow, and the file has none.
+TEST(Checkpoint, StateFileMissingItsMasterWeights) {
+  StateFileCase c;
+  EXPECT_EQ(c.read_error(c.with_header_word(12, 1)),
+            c.path +
+                ": file is 25608 bytes but its header describes 512 + 8 x 313 rng bytes + 2 x 4 x 2824 moment "
+                "bytes + 4 x 2824 master weight bytes (truncated)");
 }
 
 TEST(Checkpoint, StateFileBadConfigField) {

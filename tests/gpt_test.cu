@@ -21,6 +21,7 @@
 #include "tests/device_buffer.h"
 #include "tests/file_tools.h"
 #include "tests/gradient_check.h"
+#include "tests/scaled_error.h"
 
 namespace {
 
@@ -258,14 +259,16 @@ TEST(GPT, SplittingTheModelIsBitwiseFree) {
 // I then W (gpt_backward_input, gpt_backward_weight) gives what B gives, bit for bit: the
 // gradients, the head's share of wte's, every range's input gradient and the losses, for the
 // whole model and for the model cut in two and in four (embedding alone, each block, head alone),
-// with 1 and 3 microbatches, each W right after its I or all of them after every I.
-TEST(GPT, InputThenWeightGradientIsTheWholeBackwardBitwise) {
+// with 1 and 3 microbatches, each W right after its I or all of them after every I. In fp32 and
+// in bf16 (the zero-bubble schedules' bf16 runs rest on it).
+template <typename Element>
+void expect_input_then_weight_is_the_whole_backward() {
   const std::vector<double> host_params = test_parameters(kTiny, 13);
   for (int microbatches : {1, 3})
     for (const std::vector<LayerRange>& ranges : {kWhole, kTwoStages, kFourStages}) {
-      const StepResult<float> whole = run_step<float>(ranges, host_params, microbatches);
+      const StepResult<Element> whole = run_step<Element>(ranges, host_params, microbatches);
       for (Backward backward : {Backward::input_then_weight, Backward::weights_deferred}) {
-        const StepResult<float> split = run_step<float>(ranges, host_params, microbatches, backward);
+        const StepResult<Element> split = run_step<Element>(ranges, host_params, microbatches, backward);
         const std::string what = std::to_string(ranges.size()) + " ranges, " + std::to_string(microbatches) +
                                  " microbatches" + (backward == Backward::weights_deferred ? ", W's deferred" : "");
         EXPECT_TRUE(bitwise_equal(split.gradient, whole.gradient)) << what;
@@ -274,6 +277,12 @@ TEST(GPT, InputThenWeightGradientIsTheWholeBackwardBitwise) {
         EXPECT_TRUE(bitwise_equal(split.losses, whole.losses)) << what;
       }
     }
+}
+
+TEST(GPT, InputThenWeightGradientIsTheWholeBackwardBitwise) {
+  expect_input_then_weight_is_the_whole_backward<float>();
+  SCOPED_TRACE("bf16");
+  expect_input_then_weight_is_the_whole_backward<__nv_bfloat16>();
 }
 
 // What W reads, per token: 20 C elements and 4 statistics a block (model/gpt.cuh), the tokens
@@ -367,6 +376,48 @@ TEST(GPT, Bf16LossIsNearFloatLoss) {
   // bf16 keeps 8 significant bits (relative rounding 2^-9 ~ 2e-3) at every stored activation;
   // a dozen roundings in a row stay within 2e-2.
   EXPECT_NEAR(bf16.mean_loss_of_last_forward(), expected, 2e-2 * expected);
+}
+
+// Step 1 of bf16 training at the model level: the loss and every parameter gradient of the
+// bf16 model (bf16 activations, gradients and accumulation; fp32 statistics, softmax, loss and
+// sums) against the fp32 model of the same weights, rounded to bf16 first so that only the
+// arithmetic differs. Two microbatches, so the bf16 accumulation of gradients is in it.
+// Tolerances from bf16's precision: a value stored in bf16 is off by up to 2^-9 of itself
+// (round to nearest, 8 significant bits), uniformly, so by 2^-9 / sqrt(3) at one standard
+// deviation. The longest chain from a weight to the loss stores K = 8 L + 6 = 22 values (per
+// block ln1, qkv, the attention's saved q, k, v and probabilities, its output, residual2, ln2,
+// fch, fch_gelu, residual3; and the embedding, lnf, logits), the backward as many again plus a
+// rounding of each microbatch's gradient sum: 2 K + 2 = 46. Independent roundings add in
+// quadrature: a gradient is off by sqrt(46) 2^-9 / sqrt(3) = 7.7e-3 of its tensor's scale at one
+// standard deviation, and the bound is 5 of them, 3.8e-2 (measured 1.6e-2 at most, ln1b). The
+// loss is computed in fp32 from the bf16 logits, whose errors (sqrt(22) 2^-9 / sqrt(3) = 5.3e-3
+// of a logit, the logits below 1 against a loss of 2.4) average over the 20 tokens: the bound is
+// one bf16 ulp of the loss, 2^-8 (measured 1e-5). The bounds are for errors of another kind than
+// rounding: bf16 weight gradients overwritten instead of accumulated over the two microbatches
+// are off by 0.45 to 1.2 of their scale; rounding every bf16 store by truncation instead of to
+// nearest (2.2e-2, loss 1.1e-4) stays inside.
+TEST(GPT, Bf16StepMatchesFp32OfTheSameBf16Weights) {
+  std::vector<double> host_params = test_parameters(kTiny, 13);
+  host_params = to_double(convert<__nv_bfloat16>(host_params));
+  const StepResult<float> fp32 = run_step<float>(kWhole, host_params, 2);
+  const StepResult<__nv_bfloat16> bf16 = run_step<__nv_bfloat16>(kWhole, host_params, 2);
+  double fp32_loss = 0, bf16_loss = 0;
+  for (size_t i = 0; i < fp32.losses.size(); ++i) {
+    fp32_loss += fp32.losses[i] / fp32.losses.size();
+    bf16_loss += bf16.losses[i] / bf16.losses.size();
+  }
+  EXPECT_NEAR(bf16_loss, fp32_loss, std::ldexp(1.0, -8) * fp32_loss);
+  const double gradient_bound = 5 * std::sqrt(46.0) * std::ldexp(1.0, -9) / std::sqrt(3.0);
+  const std::vector<double> expected = to_double(fp32.gradient), got = to_double(bf16.gradient);
+  const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(kTiny);
+  const std::array<size_t, kNumParameterTensors> sizes = parameter_tensor_sizes(kTiny);
+  for (int tensor = 0; tensor < kNumParameterTensors; ++tensor) {
+    const auto first = offsets[tensor], end = offsets[tensor] + sizes[tensor];
+    EXPECT_LE(max_error_relative_to_scale({got.begin() + first, got.begin() + end},
+                                          {expected.begin() + first, expected.begin() + end}),
+              gradient_bound)
+        << parameter_tensor_name(tensor);
+  }
 }
 
 TEST(GPT, RejectsRangesOutsideTheModel) {

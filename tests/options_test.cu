@@ -44,6 +44,7 @@ TEST(Options, DefaultsAreTheIssuesDefaults) {
   EXPECT_EQ(o.seq_len, 64);
   EXPECT_EQ(o.vocab, 0);
   EXPECT_EQ(o.dtype, "fp32");
+  EXPECT_EQ(o.master_weights, 1);
   EXPECT_EQ(o.batch, 8);
   EXPECT_EQ(o.microbatches, 4);
   EXPECT_EQ(o.steps, 2000);
@@ -104,7 +105,9 @@ TEST(Options, EveryOptionParses) {
                                 "--vocab",
                                 "50257",
                                 "--dtype",
-                                "fp32",
+                                "bf16",
+                                "--master-weights",
+                                "0",
                                 "--batch",
                                 "2",
                                 "--microbatches",
@@ -174,7 +177,8 @@ TEST(Options, EveryOptionParses) {
   EXPECT_EQ(o.dim, 384);
   EXPECT_EQ(o.seq_len, 256);
   EXPECT_EQ(o.vocab, 50257);
-  EXPECT_EQ(o.dtype, "fp32");
+  EXPECT_EQ(o.dtype, "bf16");
+  EXPECT_EQ(o.master_weights, 0);
   EXPECT_EQ(o.batch, 2);
   EXPECT_EQ(o.microbatches, 16);
   EXPECT_EQ(o.steps, 5000);
@@ -207,7 +211,7 @@ TEST(Options, EveryOptionParses) {
   EXPECT_EQ(o.trace, "out/trace.json");
   EXPECT_EQ(o.trace_step, 7);
   EXPECT_EQ(o.init, "gpt2_124M.bin");
-  EXPECT_EQ(o.given.size(), 42u)
+  EXPECT_EQ(o.given.size(), 43u)
       << "every option but --resume (it excludes --init), --schedule-file (it excludes --schedule) and --help";
   EXPECT_EQ(o.given.count("layers-per-stage"), 1u);
 }
@@ -290,8 +294,14 @@ TEST(Options, ChoiceOutsideItsListIsAnError) {
   EXPECT_EQ(error_of({"--dtype", "fp16"}), "--dtype fp16 is not one of fp32|bf16");
 }
 
-TEST(Options, Bf16IsRejectedUntilSupported) {
-  EXPECT_EQ(error_of({"--dtype", "bf16"}), "--dtype bf16 is not supported yet (use fp32)");
+TEST(Options, MasterWeightsAreZeroOrOneAndZeroOnlyWithBf16) {
+  EXPECT_EQ(error_of({"--dtype", "bf16"}), "(no error)");
+  EXPECT_EQ(error_of({"--dtype", "bf16", "--master-weights", "0"}), "(no error)");
+  EXPECT_EQ(error_of({"--dtype", "bf16", "--master-weights", "2"}),
+            "--master-weights 2 is out of range (must be 0 or 1)");
+  EXPECT_EQ(error_of({"--master-weights", "0"}),
+            "--master-weights 0 needs --dtype bf16 (fp32 parameters are their own master weights)");
+  EXPECT_EQ(error_of({"--master-weights", "1"}), "(no error)");
 }
 
 TEST(Options, InconsistentOptionsAreAnError) {
@@ -338,6 +348,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--seq-len N", "(default: 64)"},
       {"--vocab N", "(default: 0)"},
       {"--dtype fp32|bf16", "(default: fp32)"},
+      {"--master-weights N", "(default: 1)"},
       {"--batch N", "(default: 8)"},
       {"--microbatches N", "(default: 4)"},
       {"--steps N", "(default: 2000)"},

@@ -5,7 +5,9 @@ Writes a tiny random llm.c model file (v3, fp32) and an llm.c token shard of ran
 trainer on them (tools/reference_run.cu) and the same GPT-2 written here in PyTorch, and
 compares: the loss of step 1, every parameter gradient of step 1, the losses and gradient
 norms of STEPS AdamW steps (some but not all of them clipped), and every parameter after the
-last update. Run by Debian's /usr/bin/python3 with python3-torch:
+last update. The same again in bf16 (PyTorchBf16.*): our --dtype bf16 against PyTorch with bf16
+parameters and fp32 master weights, within tolerances that bf16's 8 significant bits set.
+Run by Debian's /usr/bin/python3 with python3-torch:
     /usr/bin/python3 tests/pytorch_check.py [--gtest_filter=PATTERN]
 REFERENCE_RUN names our program (default build/cpu/tools/reference_run). One line per
 check, then "tests: N passed, M failed" (exit status 1 on a failure), as tools/run_tests.sh
@@ -48,6 +50,30 @@ NORM_TOLERANCE = 1e-4  # relative, per step: the clipping factor follows from th
 # the clipping factor gives 3e-3 to 9e-3, weight decay left out 5e-4 to 1e-2.
 PARAMETER_TOLERANCE = 1e-4
 
+# bf16 tolerances. A value stored in bf16 is off by up to 2^-9 of itself (round to nearest, 8
+# significant bits), 2^-9 / sqrt(3) at one standard deviation. In this model (L = 2) the longest
+# chain from a weight to the loss stores K = 8 L + 6 = 22 values in the forward and as many in the
+# backward, plus a rounding of each microbatch's gradient into the bf16 sum: 2 K + 2 = 46, whose
+# independent roundings add in quadrature. Ours and PyTorch's round at similar but not the same
+# places, so the two runs' errors are independent: sqrt(2) 7.7e-3 of a gradient's scale at one
+# standard deviation, and the bound is 5 of them (measured 1.3e-2 at most, ln1w).
+BF16_GRADIENT_TOLERANCE = 5 * math.sqrt(2) * math.sqrt(46) * 2 ** -9 / math.sqrt(3)  # 5.4e-2
+# The norm is a root of fp32 sums of squares of those gradients: its relative difference is at
+# most the gradients' (measured 1.6e-2 at step 10, the parameters having drifted apart by then).
+BF16_NORM_TOLERANCE = BF16_GRADIENT_TOLERANCE
+# The loss (fp32, from bf16 logits) within one bf16 ulp of itself, relative: 2^-8 (measured 2.3e-5
+# at step 1, 5e-4 at most over the ten steps). Our parameters are rounded stochastically from the
+# master weights and PyTorch's to nearest (a difference by design: up to one bf16 ulp each).
+BF16_LOSS_TOLERANCE = 2 ** -8
+# After the last update, our master weights against PyTorch's, per tensor, by the root mean square
+# of the difference (the key bias left out, as above): no farther than twice PyTorch's bf16 run is
+# from its fp32 run. Each update moves a parameter by about the learning rate in the direction of
+# its gradient's running sign, and where bf16's noise (1% of a tensor's scale, above) decides that
+# sign two bf16 runs move apart by up to two learning rates a step; a max over elements would
+# measure that noise alone. Measured 0.03 to 0.95 of PyTorch's own spread; a 10% larger learning
+# rate gives 2.3.
+BF16_PARAMETER_SPREADS = 2
+
 # llm.c's tensors in file order, with shapes (wte with the padded vocabulary).
 SHAPES = [
     ("wte", (VP, C)), ("wpe", (MAX_T, C)), ("ln1w", (L, C)), ("ln1b", (L, C)),
@@ -62,7 +88,11 @@ def check_names():
     return (["PyTorch.Step1Loss"] + ["PyTorch.Step1Gradient/" + name for name, _ in SHAPES] +
             ["PyTorch.AdamWLoss/step%d" % step for step in range(1, STEPS + 1)] +
             ["PyTorch.GradNormBeforeClipping", "PyTorch.ClippingInSomeButNotAllSteps"] +
-            ["PyTorch.ParametersAfterLastUpdate/" + name for name, _ in SHAPES])
+            ["PyTorch.ParametersAfterLastUpdate/" + name for name, _ in SHAPES] +
+            ["PyTorchBf16.Step1Loss"] + ["PyTorchBf16.Step1Gradient/" + name for name, _ in SHAPES] +
+            ["PyTorchBf16.AdamWLoss/step%d" % step for step in range(1, STEPS + 1)] +
+            ["PyTorchBf16.GradNormBeforeClipping"] +
+            ["PyTorchBf16.MasterWeightsAfterLastUpdate/" + name for name, _ in SHAPES])
 
 
 def padded(np, name, values):
@@ -114,7 +144,8 @@ def write_token_shard(np, path, tokens):
 
 def gpt_loss(torch, p, tokens, targets):
     """GPT-2: learned positions, pre-LN blocks, causal attention, tanh GELU, the lm head tied
-    to wte (V rows: the padding is not part of the model). Per-token cross-entropy (B, T)."""
+    to wte (V rows: the padding is not part of the model). Per-token cross-entropy (B, T), in fp32
+    from the logits in the parameters' type, as our classifier computes it."""
     F = torch.nn.functional
     hs = C // NH
     x = p["wte"][tokens] + p["wpe"][:T]
@@ -122,7 +153,7 @@ def gpt_loss(torch, p, tokens, targets):
     for l in range(L):
         h = F.layer_norm(x, (C,), p["ln1w"][l], p["ln1b"][l], eps=1e-5)
         q, k, v = F.linear(h, p["qkvw"][l], p["qkvb"][l]).split(C, dim=-1)
-        q, k, v = (t.view(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))  # (B, NH, T, hs)
+        q, k, v = (t.reshape(B, T, NH, hs).transpose(1, 2) for t in (q, k, v))  # (B, NH, T, hs)
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
         attention = scores.masked_fill(~causal, float("-inf")).softmax(dim=-1)
         y = (attention @ v).transpose(1, 2).reshape(B, T, C)
@@ -131,15 +162,22 @@ def gpt_loss(torch, p, tokens, targets):
         h = F.gelu(F.linear(h, p["fcw"][l], p["fcb"][l]), approximate="tanh")
         x = x + F.linear(h, p["fcprojw"][l], p["fcprojb"][l])
     x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], eps=1e-5)
-    logits = F.linear(x, p["wte"])  # (B, T, V)
+    logits = F.linear(x, p["wte"]).float()  # (B, T, V)
     return F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T), reduction="none").view(B, T)
 
 
-def torch_run(torch, np, tensors, tokens):
+def torch_run(torch, np, tensors, tokens, bf16):
     """Our training loop in PyTorch: microbatch k reads tokens [k B T, k B T + B T + 1) (wrapping),
-    each microbatch's summed loss scaled by 1 / (B T microbatches), clipping, AdamW."""
-    p = {name: torch.tensor(tensor, requires_grad=True) for name, tensor in tensors.items()}
-    p["wte"] = torch.tensor(tensors["wte"][:V], requires_grad=True)
+    each microbatch's summed loss scaled by 1 / (B T microbatches), clipping, AdamW. In bf16, mixed
+    precision written out: the optimizer's parameters are fp32 master weights (the model file's
+    values rounded to bf16 and widened, as ours start); each step's forwards and backwards run on
+    their rounding to nearest bf16 (ours round stochastically), the bf16 gradients accumulate over
+    the microbatches in bf16, and their fp32 values are clipped and applied to the master weights."""
+    master = {name: torch.tensor(tensor) for name, tensor in tensors.items()}
+    master["wte"] = torch.tensor(tensors["wte"][:V])
+    if bf16:
+        master = {name: tensor.bfloat16().float() for name, tensor in master.items()}
+    p = {name: tensor.requires_grad_() for name, tensor in master.items()}
     decayed = [p[name] for name, _ in SHAPES if name in DECAYED]
     others = [p[name] for name, _ in SHAPES if name not in DECAYED]
     optimizer = torch.optim.AdamW([{"params": decayed, "weight_decay": WEIGHT_DECAY},
@@ -148,16 +186,20 @@ def torch_run(torch, np, tensors, tokens):
     microbatch = 0
     for step in range(1, STEPS + 1):
         optimizer.zero_grad(set_to_none=False)
+        model = {name: p[name].detach().bfloat16().requires_grad_() for name, _ in SHAPES} if bf16 else p
         loss_sum = 0.0
         for _ in range(MICROBATCHES):
             window = tokens[(microbatch * B * T + np.arange(B * T + 1)) % len(tokens)].astype(np.int64)
             inputs = torch.tensor(window[:-1]).view(B, T)
             targets = torch.tensor(window[1:]).view(B, T)
-            token_losses = gpt_loss(torch, p, inputs, targets)
+            token_losses = gpt_loss(torch, model, inputs, targets)
             (token_losses.sum() / (B * T * MICROBATCHES)).backward()
             loss_sum += token_losses.mean().item()
             microbatch += 1
         losses.append(loss_sum / MICROBATCHES)
+        if bf16:
+            for name, _ in SHAPES:
+                p[name].grad = model[name].grad.float()
         if step == 1:
             step1_gradient = {name: p[name].grad.detach().numpy().copy() for name, _ in SHAPES}
         all_parameters = [p[name] for name, _ in SHAPES]
@@ -170,10 +212,12 @@ def torch_run(torch, np, tensors, tokens):
     return losses, norms, step1_gradient, final
 
 
-def our_run(np, model_path, tokens_path, output_path):
+def our_run(np, model_path, tokens_path, output_path, dtype):
+    """reference_run's numbers: in bf16 its gradients are the bf16 ones widened and its parameters
+    the fp32 master weights."""
     program = os.environ.get("REFERENCE_RUN", os.path.join(ROOT, "build/cpu/tools/reference_run"))
     command = [program, model_path, tokens_path, output_path] + [
-        str(x) for x in (B, T, MICROBATCHES, STEPS, LR, BETA1, BETA2, EPS, WEIGHT_DECAY, GRAD_CLIP)]
+        str(x) for x in (B, T, MICROBATCHES, STEPS, LR, BETA1, BETA2, EPS, WEIGHT_DECAY, GRAD_CLIP, dtype)]
     subprocess.run(command, check=True)
     sizes = [int(np.prod(shape)) for _, shape in SHAPES]
     with open(output_path, "rb") as file:
@@ -187,6 +231,85 @@ def our_run(np, model_path, tokens_path, output_path):
     by_tensor = lambda values: {name: values[offsets[i]:offsets[i + 1]].reshape(shape)
                                 for i, (name, shape) in enumerate(SHAPES)}
     return list(losses), list(norms), by_tensor(gradient), by_tensor(parameters)
+
+
+def fp32_results(np, tensors, ours, theirs):
+    """The fp32 checks' verdicts by name."""
+    our_losses, our_norms, our_gradient, our_final = ours
+    torch_losses, torch_norms, torch_gradient, torch_final = theirs
+    results = {}
+    difference = abs(our_losses[0] - torch_losses[0])
+    results["PyTorch.Step1Loss"] = (difference <= LOSS_TOLERANCE, "ours %.7f torch %.7f |diff| %.1e <= %.0e" % (
+        our_losses[0], torch_losses[0], difference, LOSS_TOLERANCE))
+    for name, _ in SHAPES:
+        results["PyTorch.Step1Gradient/" + name] = gradient_verdict(
+            np, our_gradient[name], padded(np, name, torch_gradient[name]), GRADIENT_TOLERANCE)
+    for step in range(1, STEPS + 1):
+        difference = abs(our_losses[step - 1] - torch_losses[step - 1])
+        results["PyTorch.AdamWLoss/step%d" % step] = (
+            difference <= LOSS_TOLERANCE,
+            "ours %.7f torch %.7f |diff| %.1e <= %.0e" % (
+                our_losses[step - 1], torch_losses[step - 1], difference, LOSS_TOLERANCE))
+    results["PyTorch.GradNormBeforeClipping"] = norm_verdict(np, our_norms, torch_norms, NORM_TOLERANCE)
+    clipped = [step for step, norm in enumerate(torch_norms, 1) if norm > GRAD_CLIP]
+    our_clipped = [step for step, norm in enumerate(our_norms, 1) if norm > GRAD_CLIP]
+    results["PyTorch.ClippingInSomeButNotAllSteps"] = (
+        0 < len(clipped) < STEPS and our_clipped == clipped,
+        "steps %s of %d clip at %.2f, ours %s (norms %s)" % (
+            clipped, STEPS, GRAD_CLIP, our_clipped, " ".join("%.3f" % norm for norm in torch_norms)))
+    for name, _ in SHAPES:
+        expected, initial, final = (without_key_bias(np, name, values) for values in (
+            padded(np, name, torch_final[name]), tensors[name], our_final[name]))
+        moved = float(np.abs(expected - initial).max())
+        difference = float(np.abs(final - expected).max())
+        results["PyTorch.ParametersAfterLastUpdate/" + name] = (
+            difference <= PARAMETER_TOLERANCE * moved,
+            "max |diff| %.2e = %.1e of the updates' max |move| %.2e (bound %.0e)" % (
+                difference, difference / moved, moved, PARAMETER_TOLERANCE))
+    return results
+
+
+def gradient_verdict(np, ours, expected, tolerance):
+    largest = float(np.abs(expected).max())
+    difference = float(np.abs(ours - expected).max())
+    return (difference <= tolerance * largest, "max |diff| %.2e = %.1e of max |grad| %.2e (bound %.1e)" % (
+        difference, difference / largest, largest, tolerance))
+
+
+def norm_verdict(np, ours, theirs, tolerance):
+    # np.max, not max(): a NaN anywhere makes the measure NaN, and NaN <= bound is false.
+    relative = float(np.max(np.abs(np.array(ours) - theirs) / theirs))
+    return relative <= tolerance, "max relative diff %.1e <= %.1e over %d steps" % (relative, tolerance, STEPS)
+
+
+def bf16_results(np, tensors, ours, theirs, fp32_final):
+    """The bf16 checks' verdicts by name; fp32_final is PyTorch's fp32 run's, the measure of how far
+    bf16 itself moves the parameters."""
+    our_losses, our_norms, our_gradient, our_final = ours
+    torch_losses, torch_norms, torch_gradient, torch_final = theirs
+    results = {}
+    for step in range(1, STEPS + 1):
+        difference = abs(our_losses[step - 1] - torch_losses[step - 1])
+        bound = BF16_LOSS_TOLERANCE * torch_losses[step - 1]
+        verdict = (difference <= bound, "ours %.6f torch %.6f |diff| %.1e <= %.1e (2^-8 of the loss)" % (
+            our_losses[step - 1], torch_losses[step - 1], difference, bound))
+        results["PyTorchBf16.AdamWLoss/step%d" % step] = verdict
+        if step == 1:
+            results["PyTorchBf16.Step1Loss"] = verdict
+    for name, _ in SHAPES:
+        results["PyTorchBf16.Step1Gradient/" + name] = gradient_verdict(
+            np, our_gradient[name], padded(np, name, torch_gradient[name]), BF16_GRADIENT_TOLERANCE)
+    results["PyTorchBf16.GradNormBeforeClipping"] = norm_verdict(np, our_norms, torch_norms, BF16_NORM_TOLERANCE)
+    rms = lambda values: float(np.sqrt(np.mean(np.square(values))))
+    for name, _ in SHAPES:
+        expected, final, fp32 = (without_key_bias(np, name, values) for values in (
+            padded(np, name, torch_final[name]), our_final[name], padded(np, name, fp32_final[name])))
+        difference, spread = rms(final - expected), rms(expected - fp32)
+        results["PyTorchBf16.MasterWeightsAfterLastUpdate/" + name] = (
+            difference <= BF16_PARAMETER_SPREADS * spread,
+            "rms diff %.2e = %.2f of torch's bf16-to-fp32 spread %.2e (bound %d)" % (
+                difference, difference / spread, spread, BF16_PARAMETER_SPREADS))
+    return results
 
 
 def main():
@@ -218,52 +341,16 @@ def main():
         write_model_file(np, model_path, tensors)
         write_token_shard(np, tokens_path, tokens)
         try:
-            ours = our_run(np, model_path, tokens_path, os.path.join(directory, "out.bin"))
+            ours = {dtype: our_run(np, model_path, tokens_path, os.path.join(directory, "out.bin"), dtype)
+                    for dtype in ("fp32", "bf16")}
         except (OSError, subprocess.CalledProcessError, RuntimeError) as error:
             print("FAILED PyTorch cross-check: our reference run did not finish: %s" % error)
             print("tests: 0 passed, %d failed" % len(names))
             return 1
-    torch_losses, torch_norms, torch_gradient, torch_final = torch_run(torch, np, tensors, tokens)
-    our_losses, our_norms, our_gradient, our_final = ours
-
-    results = {}
-    difference = abs(our_losses[0] - torch_losses[0])
-    results["PyTorch.Step1Loss"] = (difference <= LOSS_TOLERANCE, "ours %.7f torch %.7f |diff| %.1e <= %.0e" % (
-        our_losses[0], torch_losses[0], difference, LOSS_TOLERANCE))
-    for name, _ in SHAPES:
-        expected = padded(np, name, torch_gradient[name])
-        largest = float(np.abs(expected).max())
-        difference = float(np.abs(our_gradient[name] - expected).max())
-        results["PyTorch.Step1Gradient/" + name] = (
-            difference <= GRADIENT_TOLERANCE * largest,
-            "max |diff| %.2e = %.1e of max |grad| %.2e (bound %.0e)" % (
-                difference, difference / largest, largest, GRADIENT_TOLERANCE))
-    for step in range(1, STEPS + 1):
-        difference = abs(our_losses[step - 1] - torch_losses[step - 1])
-        results["PyTorch.AdamWLoss/step%d" % step] = (
-            difference <= LOSS_TOLERANCE,
-            "ours %.7f torch %.7f |diff| %.1e <= %.0e" % (
-                our_losses[step - 1], torch_losses[step - 1], difference, LOSS_TOLERANCE))
-    # np.max, not max(): a NaN anywhere makes the measure NaN, and NaN <= bound is false.
-    relative = float(np.max(np.abs(np.array(our_norms) - torch_norms) / torch_norms))
-    results["PyTorch.GradNormBeforeClipping"] = (
-        relative <= NORM_TOLERANCE, "max relative diff %.1e <= %.0e over %d steps" % (relative, NORM_TOLERANCE, STEPS))
-    clipped = [step for step, norm in enumerate(torch_norms, 1) if norm > GRAD_CLIP]
-    our_clipped = [step for step, norm in enumerate(our_norms, 1) if norm > GRAD_CLIP]
-    results["PyTorch.ClippingInSomeButNotAllSteps"] = (
-        0 < len(clipped) < STEPS and our_clipped == clipped,
-        "steps %s of %d clip at %.2f, ours %s (norms %s)" % (
-            clipped, STEPS, GRAD_CLIP, our_clipped, " ".join("%.3f" % norm for norm in torch_norms)))
-    for name, _ in SHAPES:
-        expected, initial, final = (without_key_bias(np, name, values) for values in (
-            padded(np, name, torch_final[name]), tensors[name], our_final[name]))
-        moved = float(np.abs(expected - initial).max())
-        difference = float(np.abs(final - expected).max())
-        results["PyTorch.ParametersAfterLastUpdate/" + name] = (
-            difference <= PARAMETER_TOLERANCE * moved,
-            "max |diff| %.2e = %.1e of the updates' max |move| %.2e (bound %.0e)" % (
-                difference, difference / moved, moved, PARAMETER_TOLERANCE))
-
+    torch_fp32 = torch_run(torch, np, tensors, tokens, False)
+    torch_bf16 = torch_run(torch, np, tensors, tokens, True)
+    results = fp32_results(np, tensors, ours["fp32"], torch_fp32)
+    results.update(bf16_results(np, tensors, ours["bf16"], torch_bf16, torch_fp32[3]))
     return run_checks(names, results.get)
 
 

@@ -1,7 +1,8 @@
 // The train program under `mpirun -np 4` with a layout that cannot run: every rank finds the
 // problem by itself before any communication, world rank 0 prints the one line (a schedule
 // file's error: the line and the grid with the step marked), and every rank exits with status 1
-// at once (a hang would hit the 30 s timeout, status 124).
+// at once (a hang would hit the 30 s timeout, status 124). And the program in bf16: four stages
+// give the single process's losses bitwise.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -139,4 +140,35 @@ TEST(TrainLayout, PrintScheduleExitsZeroOnEveryRank) {
   EXPECT_NE(outcome.out.find("stage 3 | F0 B0 F1 B1"), std::string::npos) << outcome.out;
   EXPECT_NE(outcome.out.find("stage 0: idle 0.273"), std::string::npos) << outcome.out;
   EXPECT_EQ(outcome.err, "");
+}
+
+// The lines of a --log file that hold the losses and norms: each step's "loss" to "grad_norm"
+// (the time and the stages' idle shares differ from run to run).
+std::vector<std::string> loss_fields(const std::string& log) {
+  const std::vector<char> bytes = read_bytes(log);
+  const std::string text(bytes.begin(), bytes.end());
+  std::vector<std::string> fields;
+  for (size_t at = text.find("\"loss\""); at != std::string::npos; at = text.find("\"loss\"", at + 1))
+    fields.push_back(text.substr(at, text.find(", \"ms\"", at) - at));
+  return fields;
+}
+
+// The whole program in bf16, from the options to the step line: mpirun -np 4 ./train --dtype bf16
+// (4 stages, 1F1B, bf16 messages) gives bitwise the losses, validation losses and norms of
+// ./train --dtype bf16, and says it runs in bf16, with the stages' line.
+TEST(TrainLayout, Bf16FourStagesGiveTheSingleProcessLosses) {
+  if (!std::filesystem::exists("./train")) GTEST_SKIP() << "./train is not built (make train)";
+  TempDir dir;
+  const std::string options = " --dtype bf16 --layers 4 --heads 2 --dim 32 --seq-len 16 --batch 2 --steps 4 "
+                              "--val-every 2 --val-batches 2 --sample-every 0 --log ";
+  const int single = std::system(("timeout 30 ./train" + options + dir.file("one.jsonl") + " > /dev/null").c_str());
+  ASSERT_TRUE(WIFEXITED(single) && WEXITSTATUS(single) == 0);
+  const Outcome four = run_train(options + dir.file("four.jsonl"));
+  ASSERT_EQ(four.status, 0) << four.err;
+  const std::vector<std::string> expected = loss_fields(dir.file("one.jsonl"));
+  ASSERT_EQ(expected.size(), 4u);
+  EXPECT_NE(expected[1].find("val_loss"), std::string::npos);
+  EXPECT_EQ(loss_fields(dir.file("four.jsonl")), expected);
+  EXPECT_NE(four.out.find("precision: bf16 parameters"), std::string::npos) << four.out;
+  EXPECT_NE(four.out.find("stages | 0: idle"), std::string::npos) << four.out;
 }

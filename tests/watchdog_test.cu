@@ -26,7 +26,7 @@ struct Fired {
 // Seconds until the watchdog (timeout_s) fires on an activity left at training_step, or -1 when
 // it has not after wait_s.
 double seconds_until_fired(double timeout_s, int training_step, double wait_s) {
-  Trainer trainer = create_trainer(make_gpt_config(2, 2, 16, 16, 64), 2, 16, 2);
+  Trainer<float> trainer = create_trainer<float>(make_gpt_config(2, 2, 16, 16, 64), 2, 16, 2);
   RunActivity activity;
   activity.training_step = training_step;
   activity.phase = "validation";
@@ -88,7 +88,7 @@ TEST(Watchdog, FirstStepGetsFourTimesTheTimeout) {
 }
 
 TEST(Watchdog, DoesNotFireWhileTheTrainingStepsAdvance) {
-  Trainer trainer = create_trainer(make_gpt_config(2, 2, 16, 16, 64), 2, 16, 2);
+  Trainer<float> trainer = create_trainer<float>(make_gpt_config(2, 2, 16, 16, 64), 2, 16, 2);
   RunActivity activity;
   activity.training_step = 2;
   std::atomic<bool> fired{false};

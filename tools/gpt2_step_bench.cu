@@ -111,7 +111,7 @@ int run(int steps) {
   std::printf("GPT-2 124M-shaped step: L=12 NH=12 C=768 V=50257 T=%d B=%d; %d BLAS threads, %d block threads, "
               "OpenBLAS's %s kernels\n", T, B, s.blas_threads, s.block_threads, cpu::blas_library().core.c_str());
 
-  Trainer trainer = create_trainer(config, B, T, 1);
+  Trainer<float> trainer = create_trainer<float>(config, B, T, 1);
   std::vector<float> parameters = filled(num_parameters(config), 3);
   const auto sizes = parameter_tensor_sizes(config);
   const auto offsets = parameter_tensor_offsets(config);

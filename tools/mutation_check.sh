@@ -136,6 +136,19 @@ fault warmup-one-step-ahead trainer/lr_schedule.cpp \
   's@return schedule.peak \* step / schedule.warmup;@return schedule.peak * (step + 1) / schedule.warmup;@' \
   'unit Trainer.*'
 
+# bf16 (issue 12): stochastic rounding's bits taken from the stage's own offset instead of the
+# element's index in llm.c's layout (every layout must round alike), rounding to nearest instead,
+# and a resumed run that keeps the rounded parameters instead of its saved master weights.
+fault bf16-rounding-by-the-stage-offset trainer/optimizer.cpp \
+  's/{key, r.full_offset}, stream);/{key, r.offset}, stream);/' \
+  'mpi4 PipelineLayouts.Bf16GivesTheSingleStageBf16Run'
+fault bf16-rounding-to-nearest kernels/adamw.cu \
+  's/return round_stochastically(p, rounding_bits(rounding.key, rounding.first_index + i));/return __float2bfloat16(p);/' \
+  'unit AdamW.*'
+fault bf16-resume-without-master-weights trainer/run.cpp \
+  '/if (!start.master.empty()) upload_master_weights(trainer, start.master);/d' \
+  'unit Trainer.Bf16ResumeContinuesBitwise'
+
 # cpu/: the emulation the CPU build's results rest on.
 fault cublas-transposes-swapped cpu/cublas.cpp \
   '0,/to_cblas(s.transa), to_cblas(s.transb)/s//to_cblas(s.transb), to_cblas(s.transa)/' \

@@ -2,14 +2,18 @@
 // compares them with PyTorch): from an llm.c model file and a token file, our trainer's
 // step 1 gradient, the losses of `steps` AdamW steps at a constant learning rate, and the
 // parameters they leave.
-//   reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY GRAD_CLIP
+//   reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY GRAD_CLIP [DTYPE]
+// DTYPE is fp32 (the default) or bf16: the trainer's element type, bf16 with fp32 master weights
+// and stochastic rounding seeded with 1 (the model file's values are rounded to nearest bf16).
 // TOKENS is an llm.c token shard (recognised by its magic) or plain little-endian int32 ids;
 // microbatches are read from it sequentially, as ./train reads without --shuffle.
 // OUTPUT (little-endian) holds, back to back:
 //   float32 [num_parameters]  step 1's gradient in llm.c's layout, wte's two tied shares summed
+//                             (bf16 gradients widened)
 //   float64 [STEPS]           each step's loss (the mean over its microbatches, before its update)
 //   float64 [STEPS]           each step's global gradient norm before clipping
-//   float32 [num_parameters]  the parameters after the last step's update, in llm.c's layout
+//   float32 [num_parameters]  the parameters after the last step's update, in llm.c's layout (bf16:
+//                             the fp32 master weights)
 #include <cstdint>
 #include <cstdio>
 #include <stdexcept>
@@ -47,25 +51,11 @@ TokenDataset load_tokens(const std::string& path, int vocab_size) {
   return data;
 }
 
-int run(int argc, char** argv) {
-  if (argc != 14) {
-    std::fprintf(stderr,
-                 "usage: reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY "
-                 "GRAD_CLIP\n");
-    return 2;
-  }
-  const ModelFile model = read_model_file(argv[1]);
-  if (model.dtype != CheckpointDtype::fp32) throw std::runtime_error(std::string(argv[1]) + ": not an fp32 file");
-  const TokenDataset data = load_tokens(argv[2], model.config.vocab_size);
-  const std::string output = argv[3];
-  const int B = std::stoi(argv[4]), T = std::stoi(argv[5]), microbatches = std::stoi(argv[6]);
-  const int steps = std::stoi(argv[7]);
-  if (steps < 1) throw std::runtime_error("STEPS " + std::to_string(steps) + " is below 1");
-  const double learning_rate = std::stod(argv[8]);
-  const AdamWSettings settings{std::stod(argv[9]), std::stod(argv[10]), std::stod(argv[11]), std::stod(argv[12]),
-                               std::stod(argv[13])};
-
-  Trainer trainer = create_trainer(model.config, B, T, microbatches);
+// The run in Element, written to output.
+template <typename Element>
+void run_and_write(const ModelFile& model, const TokenDataset& data, const std::string& output, int B, int T,
+                   int microbatches, int steps, double learning_rate, const AdamWSettings& settings) {
+  Trainer<Element> trainer = create_trainer<Element>(model.config, B, T, microbatches, {true, 1});
   upload_parameters(trainer, model.parameters);
   BatchReader reader = make_batch_reader(data, B, T, false, 0);
   std::vector<float> step1_gradient;
@@ -77,12 +67,39 @@ int run(int argc, char** argv) {
     // The optimizer reads the gradient without changing it: after step 1 it is still step 1's.
     if (t == 1) step1_gradient = download_gradients(trainer);
   }
-  const std::vector<float> final_parameters = gather_parameters(trainer);
+  const std::vector<float> master = gather_master_weights(trainer);
+  const std::vector<float> final_parameters = master.empty() ? gather_parameters(trainer) : master;
   destroy_trainer(trainer);
   write_file_atomically(output, {{step1_gradient.data(), step1_gradient.size() * sizeof(float)},
                                  {losses.data(), losses.size() * sizeof(double)},
                                  {norms.data(), norms.size() * sizeof(double)},
                                  {final_parameters.data(), final_parameters.size() * sizeof(float)}});
+}
+
+int run(int argc, char** argv) {
+  if (argc != 14 && argc != 15) {
+    std::fprintf(stderr,
+                 "usage: reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY "
+                 "GRAD_CLIP [DTYPE]\n");
+    return 2;
+  }
+  const ModelFile model = read_model_file(argv[1]);
+  const TokenDataset data = load_tokens(argv[2], model.config.vocab_size);
+  const std::string output = argv[3];
+  const int B = std::stoi(argv[4]), T = std::stoi(argv[5]), microbatches = std::stoi(argv[6]);
+  const int steps = std::stoi(argv[7]);
+  if (steps < 1) throw std::runtime_error("STEPS " + std::to_string(steps) + " is below 1");
+  const double learning_rate = std::stod(argv[8]);
+  const AdamWSettings settings{std::stod(argv[9]), std::stod(argv[10]), std::stod(argv[11]), std::stod(argv[12]),
+                               std::stod(argv[13])};
+  const std::string dtype = argc == 15 ? argv[14] : "fp32";
+  if (dtype == "fp32") {
+    run_and_write<float>(model, data, output, B, T, microbatches, steps, learning_rate, settings);
+  } else if (dtype == "bf16") {
+    run_and_write<__nv_bfloat16>(model, data, output, B, T, microbatches, steps, learning_rate, settings);
+  } else {
+    throw std::runtime_error("DTYPE " + dtype + " is not fp32 or bf16");
+  }
   return 0;
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 
 #include "model/parameters.h"
 #include "trainer/data.h"
@@ -24,6 +25,36 @@ GPTConfig checked_header_config(const std::string& path, const GPTConfig& header
   return header;
 }
 
+const char* dtype_name(CheckpointDtype dtype) { return dtype == CheckpointDtype::bf16 ? "bf16" : "fp32"; }
+
+int file_version(CheckpointDtype dtype) {
+  return dtype == CheckpointDtype::bf16 ? kModelFileVersionBf16 : kModelFileVersionFp32;
+}
+
+// "llm.c checkpoint m.bin (fp32, version 3), rounded to nearest bf16", and what --init did.
+std::string init_description(const std::string& path, CheckpointDtype stored, const std::string& dtype) {
+  std::string text = "llm.c checkpoint " + path + " (" + dtype_name(stored) + ", version " +
+                     std::to_string(file_version(stored)) + ")";
+  if (dtype != dtype_name(stored))
+    text += stored == CheckpointDtype::fp32 ? ", rounded to nearest bf16" : ", widened to fp32";
+  return text;
+}
+
+// A resumed run continues the saved one: the same element type, master weights or not.
+void check_resume_precision(const std::string& path, CheckpointDtype stored, const std::string& state_path,
+                            const TrainingState& state, const TrainOptions& options) {
+  if (options.dtype != dtype_name(stored))
+    throw std::runtime_error(path + ": " + dtype_name(stored) + " checkpoint (version " +
+                             std::to_string(file_version(stored)) + ") resumes with --dtype " + dtype_name(stored) +
+                             " (--init starts a new run from it with --dtype " + options.dtype + ")");
+  const bool wanted = options.dtype == "bf16" && options.master_weights;
+  if (state.master.empty() && wanted)
+    throw std::runtime_error(state_path + ": holds no master weights (saved with --master-weights 0); resume with "
+                             "--master-weights 0");
+  if (!state.master.empty() && !wanted)
+    throw std::runtime_error(state_path + ": holds fp32 master weights; resume with --master-weights 1");
+}
+
 }  // namespace
 
 GPTConfig config_from_flags(const TrainOptions& options) {
@@ -36,20 +67,24 @@ StartingPoint load_starting_point(const TrainOptions& options) {
   if (options.resume.empty() && options.init.empty()) {
     start.config = config_from_flags(options);
     init_gpt2_parameters(start.parameters, start.config, options.seed);
-    start.description = "GPT-2 initialisation, seed " + std::to_string(options.seed);
+    start.description = "GPT-2 initialisation, seed " + std::to_string(options.seed) +
+                        (options.dtype == "bf16" ? ", rounded to nearest bf16" : "");
+    start.rounding_seed = options.seed;
     return start;
   }
   const std::string& path = options.resume.empty() ? options.init : options.resume;
   ModelFile model = read_model_file(path);
   start.config = checked_header_config(path, model.config, options);
   start.parameters = std::move(model.parameters);
+  start.rounding_seed = options.seed;
   if (options.resume.empty()) {
-    start.description = "llm.c checkpoint " + path;
+    start.description = init_description(path, model.dtype, options.dtype);
     return start;
   }
   const std::string state_path = training_state_path(path);
   TrainingState state = read_training_state(state_path);
   check_state_config_against_model(state_path, state.config, start.config);
+  check_resume_precision(path, model.dtype, state_path, state, options);
   if (state.rng.size() != kRngWords) {
     throw std::runtime_error(state_path + ": header RNG words " + std::to_string(state.rng.size()) + " is not " +
                              std::to_string(kRngWords) + " (the sampler's state)");
@@ -62,6 +97,8 @@ StartingPoint load_starting_point(const TrainOptions& options) {
   start.position = {int(state.step), state.data_position, state.rng[0]};
   start.m = std::move(state.m);
   start.v = std::move(state.v);
+  start.master = std::move(state.master);
+  start.rounding_seed = state.rounding_seed;
   start.description = "resumed from " + path + " at step " + std::to_string(state.step);
   return start;
 }
@@ -70,16 +107,21 @@ int sequence_length(const TrainOptions& options, const GPTConfig& config) {
   return options.given.count("seq-len") ? options.seq_len : std::min(options.seq_len, config.max_seq_len);
 }
 
-void save_checkpoint(const std::string& path, const Trainer& trainer, const RunPosition& position) {
+template <typename Element>
+void save_checkpoint(const std::string& path, const Trainer<Element>& trainer, const RunPosition& position) {
   if (trainer.groups.mesh.dp_rank == 0) {
+    // bf16 parameters come widened to float, which the version 5 file rounds back exactly.
     const std::vector<float> parameters = gather_parameters(trainer);
     TrainingState state;
     gather_moments(trainer, state.m, state.v);
+    state.master = gather_master_weights(trainer);
     if (trainer.world.rank == 0) {
-      write_model_file(path, trainer.config, parameters, CheckpointDtype::fp32);
+      constexpr bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
+      write_model_file(path, trainer.config, parameters, bf16 ? CheckpointDtype::bf16 : CheckpointDtype::fp32);
       state.config = trainer.config;
       state.step = position.step;
       state.data_position = position.data_position;
+      state.rounding_seed = trainer.optimizer.rounding_seed;
       state.rng = {position.sampler_state};
       write_training_state(training_state_path(path), state);
     }
@@ -87,3 +129,6 @@ void save_checkpoint(const std::string& path, const Trainer& trainer, const RunP
   // So that no rank reads the files (a resume in the same process) before they are written.
   wait_for_world(trainer.world);
 }
+
+template void save_checkpoint<float>(const std::string&, const Trainer<float>&, const RunPosition&);
+template void save_checkpoint<__nv_bfloat16>(const std::string&, const Trainer<__nv_bfloat16>&, const RunPosition&);

@@ -1,6 +1,8 @@
 // TRAIN_TEST_FAIL and TRAIN_TEST_NAN, the test-only failures (trainer/failure_injection.h).
 #include "trainer/failure_injection.h"
 
+#include <cuda_bf16.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,7 +22,9 @@ void fail_if_injected(int world_rank, int t) {
     throw std::runtime_error("TRAIN_TEST_FAIL: the failure injected in step " + std::to_string(t));
 }
 
-void inject_nan_if_asked(int world_rank, int t, const ParameterLayout& layout, float* gradients, cudaStream_t stream) {
+template <typename Element>
+void inject_nan_if_asked(int world_rank, int t, const ParameterLayout& layout, Element* gradients,
+                         cudaStream_t stream) {
   const char* setting = std::getenv("TRAIN_TEST_NAN");
   if (setting == nullptr) return;
   int rank = -1, step = -1, layer = -1, length = 0;
@@ -31,10 +35,13 @@ void inject_nan_if_asked(int world_rank, int t, const ParameterLayout& layout, f
   if (rank != world_rank || step != t) return;
   for (const ParameterRegion& r : layout.regions) {
     if (r.tied_copy || std::string(parameter_tensor_name(r.tensor)) != name || r.layer != layer) continue;
-    static const float nan = std::nanf("");
-    CUDA_CHECK(cudaMemcpyAsync(gradients + r.offset, &nan, sizeof(float), cudaMemcpyHostToDevice, stream));
+    static const Element nan = Element(std::nanf(""));
+    CUDA_CHECK(cudaMemcpyAsync(gradients + r.offset, &nan, sizeof(Element), cudaMemcpyHostToDevice, stream));
     return;
   }
   throw std::runtime_error("TRAIN_TEST_NAN: rank " + std::to_string(world_rank) + " holds no tensor " + name +
                            " layer " + std::to_string(layer));
 }
+
+template void inject_nan_if_asked<float>(int, int, const ParameterLayout&, float*, cudaStream_t);
+template void inject_nan_if_asked<__nv_bfloat16>(int, int, const ParameterLayout&, __nv_bfloat16*, cudaStream_t);

@@ -22,4 +22,6 @@ void fail_if_injected(int world_rank, int t);
 // Writes the NaN when TRAIN_TEST_NAN names this rank and step (gradients: the stage allocation of
 // layout, on the device). Throws std::runtime_error when it is malformed or names a tensor the
 // rank does not hold.
-void inject_nan_if_asked(int world_rank, int t, const ParameterLayout& layout, float* gradients, cudaStream_t stream);
+template <typename Element>
+void inject_nan_if_asked(int world_rank, int t, const ParameterLayout& layout, Element* gradients,
+                         cudaStream_t stream);

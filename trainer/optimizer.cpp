@@ -8,6 +8,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
 #include "kernels/global_norm.cuh"
+#include "kernels/stochastic_rounding.cuh"
 #include "model/parameters.h"
 
 namespace {
@@ -17,11 +18,13 @@ size_t slot_of(const ParameterRegion& r, int num_layers) { return norm_slot(r.te
 
 }  // namespace
 
-Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layout) {
+Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layout, bool with_master_weights,
+                           uint64_t rounding_seed) {
   const size_t n = layout.size;
-  Optimizer optimizer{config, layout.regions, nullptr, nullptr, nullptr, nullptr, nullptr};
+  Optimizer optimizer{config, layout.regions, nullptr, nullptr, nullptr, rounding_seed, nullptr, nullptr, nullptr};
   optimizer.m = device_alloc<float>(n);
   optimizer.v = device_alloc<float>(n);
+  if (with_master_weights) optimizer.master = device_alloc<float>(n);
   optimizer.norm_workspace = device_alloc<float>(global_norm_workspace_size(int(optimizer.regions.size())));
   optimizer.norm_partials = device_alloc<float>(norm_slot_count(config.num_layers));
   optimizer.squared_norm = device_alloc<float>(1);
@@ -33,13 +36,15 @@ Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layou
 void destroy_optimizer(Optimizer& optimizer) {
   device_free(optimizer.m);
   device_free(optimizer.v);
+  device_free(optimizer.master);
   device_free(optimizer.norm_workspace);
   device_free(optimizer.norm_partials);
   device_free(optimizer.squared_norm);
   optimizer = Optimizer{};
 }
 
-double gradient_norm(Optimizer& optimizer, const CommGroups& groups, const float* gradients, cudaStream_t stream) {
+template <typename Element>
+double gradient_norm(Optimizer& optimizer, const CommGroups& groups, const Element* gradients, cudaStream_t stream) {
   const size_t num_slots = norm_slot_count(optimizer.config.num_layers);
   CUDA_CHECK(cudaMemsetAsync(optimizer.norm_partials, 0, num_slots * sizeof(float), stream));
   // One launch per run of consecutive slots (a chunk's), written straight into its slots. The
@@ -51,7 +56,7 @@ double gradient_norm(Optimizer& optimizer, const CommGroups& groups, const float
       ++first;
       continue;
     }
-    std::vector<const float*> tensors;
+    std::vector<const Element*> tensors;
     std::vector<size_t> sizes;
     size_t end = first;
     while (end < regions.size() && !regions[end].tied_copy &&
@@ -60,8 +65,8 @@ double gradient_norm(Optimizer& optimizer, const CommGroups& groups, const float
       sizes.push_back(regions[end].count);
       ++end;
     }
-    global_norm_squared<float>(optimizer.norm_partials + slot_of(regions[first], L), nullptr, optimizer.norm_workspace,
-                               tensors.data(), sizes.data(), int(tensors.size()), stream);
+    global_norm_squared<Element>(optimizer.norm_partials + slot_of(regions[first], L), nullptr,
+                                 optimizer.norm_workspace, tensors.data(), sizes.data(), int(tensors.size()), stream);
     first = end;
   }
   gather_layer_norm_partials<float>(groups, optimizer.norm_partials, num_slots, {0, num_slots},
@@ -80,20 +85,25 @@ std::vector<float> download_norm_partials(const Optimizer& optimizer, cudaStream
   return partials;
 }
 
-double adamw_step(Optimizer& optimizer, const CommGroups& groups, float* parameters, const float* gradients,
-                  const AdamWSettings& settings, double learning_rate, int t, cudaStream_t stream) {
-  const double norm = gradient_norm(optimizer, groups, gradients, stream);
-  adamw_update_stage(optimizer, parameters, gradients, settings, learning_rate, t, norm, stream);
-  return norm;
-}
-
-void adamw_update_stage(Optimizer& optimizer, float* parameters, const float* gradients,
+template <typename Element>
+void adamw_update_stage(Optimizer& optimizer, Element* parameters, const Element* gradients,
                         const AdamWSettings& settings, double learning_rate, int t, double norm, cudaStream_t stream) {
   const double grad_scale = settings.grad_clip > 0 ? clip_factor(norm, settings.grad_clip) : 1.0;
+  const uint64_t key = rounding_key(optimizer.rounding_seed, uint64_t(t));
   for (const ParameterRegion& r : optimizer.regions) {
     const double weight_decay = parameter_tensor_has_weight_decay(r.tensor) ? settings.weight_decay : 0.0;
-    adamw_update<float>(parameters + r.offset, nullptr, gradients + r.offset, optimizer.m + r.offset,
-                        optimizer.v + r.offset, r.count, learning_rate, settings.beta1, settings.beta2, settings.eps,
-                        weight_decay, grad_scale, t, stream);
+    // The tied copy of wte on the last stage has wte's full_offset: both copies round alike and
+    // stay equal.
+    adamw_update<Element>(parameters + r.offset, optimizer.master ? optimizer.master + r.offset : nullptr,
+                          gradients + r.offset, optimizer.m + r.offset, optimizer.v + r.offset, r.count,
+                          learning_rate, settings.beta1, settings.beta2, settings.eps, weight_decay, grad_scale, t,
+                          {key, r.full_offset}, stream);
   }
 }
+
+template double gradient_norm<float>(Optimizer&, const CommGroups&, const float*, cudaStream_t);
+template double gradient_norm<__nv_bfloat16>(Optimizer&, const CommGroups&, const __nv_bfloat16*, cudaStream_t);
+template void adamw_update_stage<float>(Optimizer&, float*, const float*, const AdamWSettings&, double, int, double,
+                                        cudaStream_t);
+template void adamw_update_stage<__nv_bfloat16>(Optimizer&, __nv_bfloat16*, const __nv_bfloat16*,
+                                                const AdamWSettings&, double, int, double, cudaStream_t);

@@ -2,10 +2,15 @@
 // the matrices and embeddings only, and clipping by the global gradient norm, which is the same
 // bit for bit for every layout: each (tensor, layer) slot's squared sum is computed by the
 // stage that owns it and the slots are gathered and added in a fixed order (comm/collectives.h).
+// Parameters and gradients are float or bf16 (Element). bf16 parameters are llm.c's mixed
+// precision: an fp32 master copy (unless switched off), and the bf16 values written from the
+// fp32 update by stochastic rounding whose bits hash (seed, step, the element's index in the
+// whole model's llm.c layout), so that every layout rounds every element alike.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "comm/groups.h"
@@ -20,36 +25,48 @@ struct AdamWSettings {
   double grad_clip;     // largest global gradient norm; 0: no clipping
 };
 
-// The optimizer's device state, allocated once. The moments have the layout of the stage's
-// parameters (model/parameter_layout.h).
+// What bf16 parameters need besides AdamW's settings (llm.c's choices); fp32 ones need neither.
+struct MixedPrecision {
+  bool master_weights = true;  // an fp32 copy of the parameters that the updates go to (llm.c's -w 1)
+  uint64_t rounding_seed = 0;  // stochastic rounding's bits are a hash of (this, t, element index)
+};
+
+// The optimizer's device state, allocated once. The moments and the master weights have the
+// layout of the stage's parameters (model/parameter_layout.h).
 struct Optimizer {
   GPTConfig config;
   std::vector<ParameterRegion> regions;  // the stage's
   float* m;               // (stage size) first moments
   float* v;               // (stage size) second moments
+  float* master;          // (stage size) fp32 master weights of bf16 parameters; nullptr: none
+  uint64_t rounding_seed;  // MixedPrecision's
   float* norm_workspace;  // (global_norm_workspace_size(regions))
   float* norm_partials;   // (norm_slot_count(L)) the squared sum of each slot
   float* squared_norm;    // (1)
 };
 
-// Moments start at zero.
-Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layout);
+// Moments start at zero; the master weights (with_master_weights) are allocated, uninitialised:
+// the caller writes them with the parameters.
+Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layout, bool with_master_weights,
+                           uint64_t rounding_seed);
 void destroy_optimizer(Optimizer& optimizer);
 
-// The global gradient norm: this stage's slots, gathered over the pipeline and summed in slot
-// order. Every stage of every replica gets the same value. Waits for stream.
-double gradient_norm(Optimizer& optimizer, const CommGroups& groups, const float* gradients, cudaStream_t stream);
+// The global gradient norm: this stage's slots (fp32 sums of squares), gathered over the
+// pipeline and summed in slot order. Every stage of every replica gets the same value. Waits
+// for stream.
+template <typename Element>
+double gradient_norm(Optimizer& optimizer, const CommGroups& groups, const Element* gradients, cudaStream_t stream);
 
 // The table gradient_norm last gathered (norm_slot_count(L) squared sums, every stage's), on the
 // host. Waits for stream.
 std::vector<float> download_norm_partials(const Optimizer& optimizer, cudaStream_t stream);
 
-// The update of adamw_step alone, with the norm gradient_norm returned (adamw_step is the two).
-void adamw_update_stage(Optimizer& optimizer, float* parameters, const float* gradients,
+// AdamW step t (1, 2, ...) of the stage's regions with the given learning rate, the gradient
+// scaled by clip_factor(norm, grad_clip) when clipping is on (norm: gradient_norm's).
+// parameters and gradients are the stage's allocations. bf16 parameters: the update reads and
+// writes the master weights when there are any, else reads the parameters, and writes the
+// parameters by stochastic rounding with the bits of (rounding_seed, t, each element's index in
+// llm.c's layout of the whole model).
+template <typename Element>
+void adamw_update_stage(Optimizer& optimizer, Element* parameters, const Element* gradients,
                         const AdamWSettings& settings, double learning_rate, int t, double norm, cudaStream_t stream);
-
-// One AdamW step t (1, 2, ...) of the stage's regions with the given learning rate, the gradient
-// scaled by clip_factor(norm, grad_clip) when clipping is on. parameters and gradients are the
-// stage's allocations. Returns the norm before clipping.
-double adamw_step(Optimizer& optimizer, const CommGroups& groups, float* parameters, const float* gradients,
-                  const AdamWSettings& settings, double learning_rate, int t, cudaStream_t stream);

@@ -26,6 +26,7 @@ constexpr Bounds kAtLeastZero{0, kNoLimit, true, true, "at least 0"};
 constexpr Bounds kAtLeastOne{1, kNoLimit, true, true, "at least 1"};
 constexpr Bounds kAboveZero{0, kNoLimit, false, true, "above 0"};
 constexpr Bounds kZeroToBelowOne{0, 1, true, false, "in [0, 1)"};
+constexpr Bounds kZeroOrOne{0, 1, true, true, "0 or 1"};
 
 bool within(double value, const Bounds& bounds) {
   const bool above_min = bounds.min_included ? value >= bounds.min : value > bounds.min;
@@ -133,16 +134,6 @@ OptionSpec seed_option() {
           [](const TrainOptions& options) { return std::to_string(options.seed); }};
 }
 
-OptionSpec dtype_option() {
-  OptionSpec spec = choice_option("dtype", &TrainOptions::dtype, {"fp32", "bf16"}, "element type of the model");
-  auto set_choice = spec.set;
-  spec.set = [set_choice](TrainOptions& options, const std::string& flag, const std::string& text) {
-    set_choice(options, flag, text);
-    if (text == "bf16") throw std::runtime_error(flag + " bf16 is not supported yet (use fp32)");
-  };
-  return spec;
-}
-
 // A comma-separated list of positive layer counts, one per pipeline stage: "2,3,3,2".
 OptionSpec layers_per_stage_option() {
   return {"layers-per-stage", "N,N,...", "layers of each pipeline stage, first to last (none: an even split)",
@@ -211,7 +202,10 @@ const std::vector<OptionSpec>& option_table() {
       int_option("seq-len", &O::seq_len, kAtLeastOne, "tokens per sequence T"),
       int_option("vocab", &O::vocab, kAtLeastZero,
                  "vocabulary size V (0: --init's, else 256 for text, 50257 for shards)"),
-      dtype_option(),
+      choice_option("dtype", &O::dtype, {"fp32", "bf16"},
+                    "element type of parameters, gradients, activations and messages (bf16: fp32 moments)"),
+      int_option("master-weights", &O::master_weights, kZeroOrOne,
+                 "with --dtype bf16: 1 keeps an fp32 copy of the parameters for the updates, 0 does not"),
       int_option("batch", &O::batch, kAtLeastOne, "sequences per microbatch B"),
       int_option("microbatches", &O::microbatches, kAtLeastOne, "microbatches per step (gradient accumulation)"),
       int_option("steps", &O::steps, kAtLeastZero, "optimizer steps"),
@@ -274,6 +268,9 @@ void check_consistency(const TrainOptions& options) {
   if (options.save_every > 0 && options.save.empty()) throw std::runtime_error("--save-every needs --save FILE");
   if (!options.init.empty() && !options.resume.empty()) {
     throw std::runtime_error("--init and --resume exclude each other (--resume restores the model)");
+  }
+  if (options.dtype == "fp32" && options.master_weights == 0) {
+    throw std::runtime_error("--master-weights 0 needs --dtype bf16 (fp32 parameters are their own master weights)");
   }
   const bool file = !options.schedule_file.empty();
   if (file && options.given.count("schedule"))

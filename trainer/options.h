@@ -18,7 +18,8 @@ struct TrainOptions {
   int dim = 128;
   int seq_len = 64;
   int vocab = 0;  // 0: the data's (256 for text, 50257 for shards) or the --init checkpoint's
-  std::string dtype = "fp32";
+  std::string dtype = "fp32";  // fp32 | bf16 (llm.c's mixed precision: docs/training.md)
+  int master_weights = 1;      // bf16: 1 keeps fp32 master weights (llm.c's -w), 0 only the bf16 parameters
   // batch and schedule of the learning rate
   int batch = 8;         // sequences per microbatch
   int microbatches = 4;  // microbatches per step (gradient accumulation)

@@ -61,16 +61,28 @@ void say_reading(std::FILE* out, const TrainOptions& options) {
     if (is_shard_pattern(data)) say(out, "reading the token shards %s\n", data.c_str());
 }
 
+bool is_bf16(const RunSetup& setup) { return setup.options.dtype == "bf16"; }
+
+// Bytes of one chunk's activations in the run's element type.
+size_t chunk_activation_bytes(const RunSetup& setup, const LayerRange& range) {
+  const GPTConfig& config = setup.start.config;
+  return is_bf16(setup) ? activation_bytes<__nv_bfloat16>(config, setup.B, setup.T, range)
+                        : activation_bytes<float>(config, setup.B, setup.T, range);
+}
+
 // Bytes of one activation slot of a chunk, as the executor allocates it.
 size_t slot_bytes(const RunSetup& setup, const LayerRange& range) {
   const GPTConfig& config = setup.start.config;
-  return stage_input_bytes<float>(config, setup.B, setup.T, range) +
-         (setup.layout.recompute ? 0 : activation_bytes<float>(config, setup.B, setup.T, range));
+  const size_t input = is_bf16(setup) ? stage_input_bytes<__nv_bfloat16>(config, setup.B, setup.T, range)
+                                      : stage_input_bytes<float>(config, setup.B, setup.T, range);
+  return input + (setup.layout.recompute ? 0 : chunk_activation_bytes(setup, range));
 }
 
 // Bytes of one weight-gradient-input buffer of a chunk (split backwards).
 size_t weight_buffer_bytes(const RunSetup& setup, const LayerRange& range) {
-  return weight_gradient_input_bytes<float>(setup.start.config, setup.B, setup.T, range);
+  const GPTConfig& config = setup.start.config;
+  return is_bf16(setup) ? weight_gradient_input_bytes<__nv_bfloat16>(config, setup.B, setup.T, range)
+                        : weight_gradient_input_bytes<float>(config, setup.B, setup.T, range);
 }
 
 // --schedule-file's grid, read and parsed (each rank reads it itself).
@@ -140,7 +152,9 @@ void open_run_files(const RunSetup& setup, RunFiles& files) {
 
 // The step loop with validation, samples, checkpoints and logging, on a trainer created for setup;
 // what it does goes to activity, for the watchdog.
-RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, RunActivity& activity, std::FILE* out) {
+template <typename Element>
+RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& files, RunActivity& activity,
+                    std::FILE* out) {
   const TrainOptions& options = setup.options;
   const StartingPoint& start = setup.start;
   const GPTConfig& config = start.config;
@@ -155,6 +169,7 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, Ru
   RunPosition position{0, 0, sampler_seed_state(options.seed)};
   if (start.resumed) {
     upload_moments(trainer, start.m, start.v);
+    if (!start.master.empty()) upload_master_weights(trainer, start.master);
     position = start.position;
     train_reader.next_microbatch = position.data_position;
   }
@@ -246,6 +261,39 @@ RunResult run_steps(const RunSetup& setup, Trainer& trainer, RunFiles& files, Ru
   return result;
 }
 
+// The trainer of the run's element type, its watchdog and its steps. An error is passed on after
+// the watchdog has stopped and the communicators are aborted (run_training says why).
+template <typename Element>
+RunResult train_with(const RunSetup& setup, const CommGroups& groups, RunFiles& files,
+                     const std::function<void()>& abort_communicators,
+                     const std::function<void(const std::string&)>& stuck, std::FILE* out) {
+  const Mesh& mesh = setup.mesh;
+  Trainer<Element> trainer;
+  RunActivity activity;
+  Watchdog* watchdog = nullptr;
+  RunResult result;
+  try {
+    trainer = create_trainer<Element>(setup.start.config, setup.B, setup.T, setup.layout, groups,
+                                      {setup.options.master_weights == 1, setup.start.rounding_seed});
+    if (setup.options.timeout > 0)
+      watchdog = start_watchdog(setup.options.timeout, {mesh.world_rank, mesh.pp_rank, mesh.dp_rank},
+                                trainer.executor, activity, stuck);
+    result = run_steps(setup, trainer, files, activity, out);
+  } catch (...) {
+    // This rank's error, perhaps its alone, while its peers wait on it in a transfer. Its
+    // communicators are aborted, not destroyed: a destroy would wait for those peers. Its device
+    // memory is left allocated on purpose: on a GPU, cudaFree synchronises the device, which
+    // waits for every receive already queued on its stream, and the peer that should send may
+    // never come. The process ends next (trainer/main.cu), which frees it all.
+    stop_watchdog(watchdog);
+    abort_communicators();
+    throw;
+  }
+  stop_watchdog(watchdog);
+  destroy_trainer(trainer);
+  return result;
+}
+
 }  // namespace
 
 RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
@@ -316,7 +364,7 @@ std::string schedule_report(const RunSetup& setup) {
       if (pending > 0)
         weights += " + " + std::to_string(pending) + " awaiting W x " + std::to_string(weight_buffer) + " B";
       bytes += double(held) * slot + double(pending) * weight_buffer;
-      if (layout.recompute) bytes += activation_bytes<float>(setup.start.config, setup.B, setup.T, range);
+      if (layout.recompute) bytes += chunk_activation_bytes(setup, range);
       layers += (chunk ? ", " : "") + layers_text(range);
     }
     std::snprintf(line, sizeof(line), "stage %d: idle %.3f, %s%s%s = %.0f B (%s)\n", s, stage.idle_share,
@@ -344,6 +392,10 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const StuckHandler
   say(out, "model: L=%d NH=%d C=%d maxT=%d V=%d (Vp=%d), %zu parameters, %s\n", config.num_layers,
       config.num_heads, config.channels, config.max_seq_len, config.vocab_size, config.padded_vocab_size,
       num_parameters(config), setup.start.description.c_str());
+  if (is_bf16(setup))
+    say(out, "precision: bf16 parameters, gradients, activations and messages; fp32 moments%s; stochastic "
+        "rounding seed %llu\n", options.master_weights ? " and master weights" : " (no master weights)",
+        static_cast<unsigned long long>(setup.start.rounding_seed));
   say(out, "data: %s, %zu training tokens, %zu validation tokens (%s)\n", options.train_data.c_str(),
       setup.data.train.tokens.size(), setup.data.val.tokens.size(), setup.data.val.source.c_str());
   say(out, "batch: %d microbatches x B=%d x T=%d x dp=%d = %zu tokens per step, %d steps\n", options.microbatches,
@@ -368,28 +420,9 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const StuckHandler
     abort_communicators();
     std::_Exit(1);
   };
-  Trainer trainer;
-  RunActivity activity;
-  Watchdog* watchdog = nullptr;
-  RunResult result;
-  try {
-    trainer = create_trainer(config, setup.B, setup.T, setup.layout, groups);
-    if (options.timeout > 0)
-      watchdog = start_watchdog(options.timeout, {mesh.world_rank, mesh.pp_rank, mesh.dp_rank}, trainer.executor,
-                                activity, stuck);
-    result = run_steps(setup, trainer, files, activity, out);
-  } catch (...) {
-    // This rank's error, perhaps its alone, while its peers wait on it in a transfer. Its
-    // communicators are aborted, not destroyed: a destroy would wait for those peers. Its device
-    // memory is left allocated on purpose: on a GPU, cudaFree synchronises the device, which
-    // waits for every receive already queued on its stream, and the peer that should send may
-    // never come. The process ends next (trainer/main.cu), which frees it all.
-    stop_watchdog(watchdog);
-    abort_communicators();
-    throw;
-  }
-  stop_watchdog(watchdog);
-  destroy_trainer(trainer);
+  const RunResult result =
+      is_bf16(setup) ? train_with<__nv_bfloat16>(setup, groups, files, abort_communicators, stuck, out)
+                     : train_with<float>(setup, groups, files, abort_communicators, stuck, out);
   destroy_world_groups(groups);
   return result;
 }

@@ -41,7 +41,9 @@ int sample_start_token(TokenFormat format, const Tokenizer& tokenizer, int vocab
   return tokenizer.eot_token >= 0 ? tokenizer.eot_token : vocab_size - 1;
 }
 
-std::vector<int> generate_tokens(Trainer& trainer, int start, int length, double temperature, uint64_t& rng_state) {
+template <typename Element>
+std::vector<int> generate_tokens(Trainer<Element>& trainer, int start, int length, double temperature,
+                                 uint64_t& rng_state) {
   std::vector<int> tokens = {start};
   for (int i = 0; i < length; ++i) {
     const int count = std::min<int>(int(tokens.size()), trainer.T);
@@ -50,3 +52,6 @@ std::vector<int> generate_tokens(Trainer& trainer, int start, int length, double
   }
   return tokens;
 }
+
+template std::vector<int> generate_tokens<float>(Trainer<float>&, int, int, double, uint64_t&);
+template std::vector<int> generate_tokens<__nv_bfloat16>(Trainer<__nv_bfloat16>&, int, int, double, uint64_t&);

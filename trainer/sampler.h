@@ -24,4 +24,6 @@ int sample_from_logits(const std::vector<float>& logits, float coin, double temp
 int sample_start_token(TokenFormat format, const Tokenizer& tokenizer, int vocab_size);
 
 // start followed by length generated tokens; the model sees the last trainer.T tokens at most.
-std::vector<int> generate_tokens(Trainer& trainer, int start, int length, double temperature, uint64_t& rng_state);
+template <typename Element>
+std::vector<int> generate_tokens(Trainer<Element>& trainer, int start, int length, double temperature,
+                                 uint64_t& rng_state);

@@ -25,8 +25,9 @@ std::string executed_category(const ExecutedStep& step) {
 }
 
 // This rank's events, one line each: name, category, start (ms), end (ms), details, tab-separated.
-std::string own_events(const Trainer& trainer) {
-  const Executor& e = trainer.executor;
+template <typename Element>
+std::string own_events(const Trainer<Element>& trainer) {
+  const Executor<Element>& e = trainer.executor;
   const ExecutorAccounting& a = e.accounting;
   if (a.step_start_ms.size() != e.trace.size())
     throw std::runtime_error("the traced step has no timeline origin (start_measured_timeline)");
@@ -40,13 +41,15 @@ std::string own_events(const Trainer& trainer) {
 
 }  // namespace
 
-void start_measured_timeline(Trainer& trainer) {
+template <typename Element>
+void start_measured_timeline(Trainer<Element>& trainer) {
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));
   wait_for_world(trainer.world);
   mark_timeline_origin(trainer.executor);
 }
 
-void write_measured_timeline(const Trainer& trainer, const PipelineSchedule& schedule, const std::string& path,
+template <typename Element>
+void write_measured_timeline(const Trainer<Element>& trainer, const PipelineSchedule& schedule, const std::string& path,
                              const std::vector<std::pair<std::string, std::string>>& about) {
   const std::vector<std::string> texts = gather_text_to_rank0(trainer.world, own_events(trainer));
   if (trainer.world.rank != 0) return;
@@ -76,3 +79,12 @@ void write_measured_timeline(const Trainer& trainer, const PipelineSchedule& sch
   const std::string json = chrome_trace_json(timeline);
   write_file_atomically(path, {{json.data(), json.size()}});
 }
+
+#define INSTANTIATE_TIMELINE(Element)                                                                      \
+  template void start_measured_timeline<Element>(Trainer<Element>&);                                       \
+  template void write_measured_timeline<Element>(const Trainer<Element>&, const PipelineSchedule&,         \
+                                                 const std::string&,                                       \
+                                                 const std::vector<std::pair<std::string, std::string>>&);
+
+INSTANTIATE_TIMELINE(float)
+INSTANTIATE_TIMELINE(__nv_bfloat16)

@@ -15,11 +15,13 @@
 
 // Before the traced step, on every rank: waits for the stream, meets every rank at a barrier and
 // records the executor's timeline origin.
-void start_measured_timeline(Trainer& trainer);
+template <typename Element>
+void start_measured_timeline(Trainer<Element>& trainer);
 
 // After the traced step, on every rank: every rank's executed steps and times go to world rank 0,
 // which writes the JSON to path (atomically: path.tmp, then a rename). schedule is the run's
 // (every stage's steps: the flows follow its matching of sends and receives); about names the run
 // (written as "otherData"). Throws std::runtime_error naming the file when it cannot be written.
-void write_measured_timeline(const Trainer& trainer, const PipelineSchedule& schedule, const std::string& path,
-                             const std::vector<std::pair<std::string, std::string>>& about);
+template <typename Element>
+void write_measured_timeline(const Trainer<Element>& trainer, const PipelineSchedule& schedule,
+                             const std::string& path, const std::vector<std::pair<std::string, std::string>>& about);

@@ -1,11 +1,14 @@
 // One pipeline stage on the device and its training step (trainer/trainer.h).
 #include "trainer/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <stdexcept>
+#include <type_traits>
 
 #include "comm/collectives.h"
+#include "comm/nccl_types.h"
 #include "comm/p2p.h"
 #include "kernels/cublas_check.cuh"
 #include "kernels/cuda_check.cuh"
@@ -17,7 +20,10 @@
 
 namespace {
 
-int stages_per_replica(const Trainer& trainer) { return trainer.groups.mesh.pp; }
+template <typename Element>
+int stages_per_replica(const Trainer<Element>& trainer) {
+  return trainer.groups.mesh.pp;
+}
 
 // Chunk c of stage s is virtual stage placement.virtual_stage(s, c).
 std::vector<LayerRange> chunks_of_stage(const std::vector<LayerRange>& virtual_stages, const Placement& placement,
@@ -42,28 +48,36 @@ bool has_head(const std::vector<LayerRange>& chunks) {
 size_t wte_size(const GPTConfig& config) { return size_t(config.padded_vocab_size) * config.channels; }
 
 // The stage's wte (in parameters or gradients), or nullptr on a stage with neither embedding nor head.
-float* wte_of(const Trainer& trainer, float* memory) {
+template <typename Element>
+Element* wte_of(const Trainer<Element>& trainer, Element* memory) {
   for (const ParameterRegion& r : trainer.parameter_layout.regions)
     if (r.tensor == kWte) return memory + r.offset;
   return nullptr;
 }
 
-// A stage allocation (device) in llm.c's layout on the host, zeros outside the stage's regions.
-std::vector<float> download_full_layout(const Trainer& trainer, const float* memory) {
-  std::vector<float> stage(trainer.parameter_layout.size);
-  CUDA_CHECK(cudaMemcpy(stage.data(), memory, stage.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  return to_full_layout(trainer.parameter_layout, stage);
+// A stage allocation of T (float or bf16, device) in llm.c's layout on the host, widened to
+// float (exact), zeros outside the stage's regions.
+template <typename Element, typename T>
+std::vector<float> download_full_layout(const Trainer<Element>& trainer, const T* memory) {
+  std::vector<T> stage(trainer.parameter_layout.size);
+  CUDA_CHECK(cudaMemcpy(stage.data(), memory, stage.size() * sizeof(T), cudaMemcpyDeviceToHost));
+  return to_full_layout(trainer.parameter_layout, std::vector<float>(stage.begin(), stage.end()));
 }
 
-// The stage's regions of a whole model (llm.c's layout, host) into a stage allocation (device).
-void upload_full_layout(const Trainer& trainer, float* memory, const std::vector<float>& full) {
-  const std::vector<float> stage = to_stage_layout(trainer.parameter_layout, full);
-  CUDA_CHECK(cudaMemcpy(memory, stage.data(), stage.size() * sizeof(float), cudaMemcpyHostToDevice));
+// The stage's regions of a whole model (llm.c's layout, host) into a stage allocation of T
+// (device), rounded to nearest for bf16.
+template <typename Element, typename T>
+void upload_full_layout(const Trainer<Element>& trainer, T* memory, const std::vector<float>& full) {
+  const std::vector<float> values = to_stage_layout(trainer.parameter_layout, full);
+  std::vector<T> stage(values.size());
+  std::transform(values.begin(), values.end(), stage.begin(), [](float x) { return from_compute<T>(x); });
+  CUDA_CHECK(cudaMemcpy(memory, stage.data(), stage.size() * sizeof(T), cudaMemcpyHostToDevice));
 }
 
-// A stage allocation (device) with replica 0's stages' regions brought together in llm.c's
-// layout on world rank 0 (the others' copies hold their own regions only).
-std::vector<float> gather_regions(const Trainer& trainer, const float* memory) {
+// A stage allocation of T (device) with replica 0's stages' regions brought together in llm.c's
+// layout on world rank 0 (the others' copies hold their own regions only), as float.
+template <typename Element, typename T>
+std::vector<float> gather_regions(const Trainer<Element>& trainer, const T* memory) {
   std::vector<float> host = download_full_layout(trainer, memory);
   const Mesh& mesh = trainer.groups.mesh;
   if (mesh.pp == 1 || mesh.dp_rank != 0) return host;
@@ -94,14 +108,16 @@ std::vector<float> gather_regions(const Trainer& trainer, const float* memory) {
 
 // The device bytes are the project's own count (a rank holds one stage): on a GPU the driver's
 // figure would add the CUDA context, cuBLAS's and NCCL's buffers and its rounding.
-StageRecord measure_stage(const Trainer& trainer) {
+template <typename Element>
+StageRecord measure_stage(const Trainer<Element>& trainer) {
   const ExecutorAccounting& a = trainer.executor.accounting;
   return {trainer.groups.mesh.pp_rank, a.span_ms > 0 ? 1.0 - a.busy_ms / a.span_ms : 0.0,
           double(a.activation_bytes), double(device_memory_counts().bytes_in_use)};
 }
 
 // Replica 0's stage records on world rank 0.
-std::vector<StageRecord> gather_stage_records(const Trainer& trainer) {
+template <typename Element>
+std::vector<StageRecord> gather_stage_records(const Trainer<Element>& trainer) {
   const StageRecord own = measure_stage(trainer);
   const double values[4] = {double(own.stage), own.idle, own.activation_bytes, own.device_bytes};
   const std::vector<double> all = gather_to_rank0(trainer.world, values, 4);
@@ -129,13 +145,15 @@ std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, 
   return split_layers(config.num_layers, mesh.pp, schedule.placement.v, layout.layers_per_stage);
 }
 
-Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayout& layout, const CommGroups& groups) {
+template <typename Element>
+Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const PipelineLayout& layout,
+                                const CommGroups& groups, const MixedPrecision& precision) {
   if (T > config.max_seq_len) {
     throw std::runtime_error("--seq-len " + std::to_string(T) + " is above the model's maxT " +
                              std::to_string(config.max_seq_len));
   }
   const Mesh& mesh = groups.mesh;
-  Trainer trainer;
+  Trainer<Element> trainer;
   trainer.config = config;
   trainer.B = B;
   trainer.T = T;
@@ -151,14 +169,16 @@ Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayo
   CUBLAS_CHECK(cublasSetStream(trainer.cublas, trainer.stream));
   trainer.parameter_layout = parameter_layout(config, trainer.chunks);
   const size_t n = trainer.parameter_layout.size;
-  trainer.parameter_memory = device_alloc<float>(n);
-  trainer.gradient_memory = device_alloc<float>(n);
-  trainer.grad_wte_head = has_head(trainer.chunks) ? device_alloc<float>(wte_size(config)) : nullptr;
+  trainer.parameter_memory = device_alloc<Element>(n);
+  trainer.gradient_memory = device_alloc<Element>(n);
+  trainer.grad_wte_head = has_head(trainer.chunks) ? device_alloc<Element>(wte_size(config)) : nullptr;
   trainer.params = stage_views(trainer.parameter_memory, trainer.parameter_layout);
   trainer.grads = stage_views(trainer.gradient_memory, trainer.parameter_layout);
-  trainer.executor = create_executor(config, B, T, schedule.stages[mesh.pp_rank], trainer.chunks, trainer.placement,
-                                     mesh.pp_rank, layout.recompute, trainer.groups, trainer.cublas, trainer.stream);
-  trainer.optimizer = create_optimizer(config, trainer.parameter_layout);
+  trainer.executor =
+      create_executor<Element>(config, B, T, schedule.stages[mesh.pp_rank], trainer.chunks, trainer.placement,
+                               mesh.pp_rank, layout.recompute, trainer.groups, trainer.cublas, trainer.stream);
+  const bool master_weights = std::is_same_v<Element, __nv_bfloat16> && precision.master_weights;
+  trainer.optimizer = create_optimizer(config, trainer.parameter_layout, master_weights, precision.rounding_seed);
   const size_t BT = size_t(B) * T;
   trainer.host_tokens.resize(layout.microbatches * BT);
   trainer.host_targets.resize(layout.microbatches * BT);
@@ -167,12 +187,16 @@ Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayo
   return trainer;
 }
 
-Trainer create_trainer(const GPTConfig& config, int B, int T, int microbatches) {
+template <typename Element>
+Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, int microbatches,
+                                const MixedPrecision& precision) {
   const CommGroups alone = create_world_groups(make_mesh(1, 1, 1, 0));
-  return create_trainer(config, B, T, {ScheduleKind::one_f_one_b, microbatches, 1, false, {}}, alone);
+  return create_trainer<Element>(config, B, T, {ScheduleKind::one_f_one_b, microbatches, 1, false, {}}, alone,
+                                 precision);
 }
 
-void destroy_trainer(Trainer& trainer) {
+template <typename Element>
+void destroy_trainer(Trainer<Element>& trainer) {
   device_free(trainer.parameter_memory);
   device_free(trainer.gradient_memory);
   device_free(trainer.grad_wte_head);
@@ -182,28 +206,50 @@ void destroy_trainer(Trainer& trainer) {
   CUDA_CHECK(cudaStreamDestroy(trainer.stream));
 }
 
-void upload_parameters(Trainer& trainer, const std::vector<float>& parameters) {
+template <typename Element>
+void upload_parameters(Trainer<Element>& trainer, const std::vector<float>& parameters) {
   upload_full_layout(trainer, trainer.parameter_memory, parameters);
+  if (trainer.optimizer.master != nullptr)
+    upload_full_layout(trainer, trainer.optimizer.master, download_full_layout(trainer, trainer.parameter_memory));
 }
 
-void upload_moments(Trainer& trainer, const std::vector<float>& m, const std::vector<float>& v) {
+template <typename Element>
+void upload_moments(Trainer<Element>& trainer, const std::vector<float>& m, const std::vector<float>& v) {
   upload_full_layout(trainer, trainer.optimizer.m, m);
   upload_full_layout(trainer, trainer.optimizer.v, v);
 }
 
-std::vector<float> gather_parameters(const Trainer& trainer) { return gather_regions(trainer, trainer.parameter_memory); }
+template <typename Element>
+void upload_master_weights(Trainer<Element>& trainer, const std::vector<float>& master) {
+  if (trainer.optimizer.master == nullptr) throw std::runtime_error("upload_master_weights: the trainer has none");
+  upload_full_layout(trainer, trainer.optimizer.master, master);
+}
 
-void gather_moments(const Trainer& trainer, std::vector<float>& m, std::vector<float>& v) {
+template <typename Element>
+std::vector<float> gather_parameters(const Trainer<Element>& trainer) {
+  return gather_regions(trainer, trainer.parameter_memory);
+}
+
+template <typename Element>
+void gather_moments(const Trainer<Element>& trainer, std::vector<float>& m, std::vector<float>& v) {
   m = gather_regions(trainer, trainer.optimizer.m);
   v = gather_regions(trainer, trainer.optimizer.v);
 }
 
-std::vector<float> download_gradients(const Trainer& trainer) {
+template <typename Element>
+std::vector<float> gather_master_weights(const Trainer<Element>& trainer) {
+  if (trainer.optimizer.master == nullptr) return {};
+  return gather_regions(trainer, trainer.optimizer.master);
+}
+
+template <typename Element>
+std::vector<float> download_gradients(const Trainer<Element>& trainer) {
   return download_full_layout(trainer, trainer.gradient_memory);
 }
 
-StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings& settings, double learning_rate,
-                      int t) {
+template <typename Element>
+StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
+                      double learning_rate, int t) {
   const GPTConfig& config = trainer.config;
   const Mesh& mesh = trainer.groups.mesh;
   const int m = trainer.microbatches;
@@ -215,9 +261,9 @@ StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings
   reader.next_microbatch = step_start + uint64_t(mesh.dp) * m;
 
   CUDA_CHECK(
-      cudaMemsetAsync(trainer.gradient_memory, 0, trainer.parameter_layout.size * sizeof(float), trainer.stream));
+      cudaMemsetAsync(trainer.gradient_memory, 0, trainer.parameter_layout.size * sizeof(Element), trainer.stream));
   const bool head = has_head(trainer.chunks);
-  if (head) CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config) * sizeof(float), trainer.stream));
+  if (head) CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config) * sizeof(Element), trainer.stream));
   const double loss_scale = 1.0 / (double(BT) * m * mesh.dp);
   fail_if_injected(trainer.world.rank, t);
   const double loss = execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head,
@@ -226,13 +272,16 @@ StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings
   // The tied embedding: the head's share joins wte's gradient on the stage with the head (zero
   // there unless it also has the embedding), then the first and last stage add their copies. A
   // stage with both (one stage, or stage 0 of the V placement, whose last stage has neither)
-  // holds the whole sum already.
-  float* grad_wte = wte_of(trainer, trainer.gradient_memory);
+  // holds the whole sum already. In bf16, NCCL's sum of the two shares is one rounding of their
+  // exact sum, as the single stage's sum_tied_embedding_gradient is (0 + a head share rounds to
+  // itself).
+  Element* grad_wte = wte_of(trainer, trainer.gradient_memory);
   if (head) sum_tied_embedding_gradient(config, grad_wte, trainer.grad_wte_head, trainer.stream);
+  constexpr ncclDataType_t type = nccl_data_type<Element>();
   if (head != has_embedding(trainer.chunks))
-    allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config), ncclFloat32, trainer.stream);
+    allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config), type, trainer.stream);
   for (const ParameterRegion& r : trainer.optimizer.regions)
-    allreduce_data_parallel_gradients(trainer.groups, trainer.gradient_memory + r.offset, r.count, ncclFloat32,
+    allreduce_data_parallel_gradients(trainer.groups, trainer.gradient_memory + r.offset, r.count, type,
                                       trainer.stream);
   const double norm = gradient_norm(trainer.optimizer, trainer.groups, trainer.gradient_memory, trainer.stream);
   // Only the stages with the head hold losses; the others add zeros. The same exchange counts the
@@ -259,14 +308,16 @@ StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings
   return result;
 }
 
-double validation_loss(Trainer& trainer, BatchReader& reader, int batches) {
+template <typename Element>
+double validation_loss(Trainer<Element>& trainer, BatchReader& reader, int batches) {
   const uint64_t resume_position = reader.next_microbatch;
   reader.next_microbatch = 0;
   double loss_sum = 0;
   for (int batch = 0; batch < batches; ++batch) {
     read_microbatch(reader, trainer.host_tokens.data(), trainer.host_targets.data());
-    const ForwardResult forward = execute_forward(trainer.executor, trainer.params, trainer.host_tokens.data(),
-                                                  trainer.host_targets.data(), trainer.B, trainer.T);
+    const ForwardResult<Element> forward = execute_forward(trainer.executor, trainer.params,
+                                                           trainer.host_tokens.data(), trainer.host_targets.data(),
+                                                           trainer.B, trainer.T);
     loss_sum += forward.loss;
   }
   reader.next_microbatch = resume_position;
@@ -276,16 +327,39 @@ double validation_loss(Trainer& trainer, BatchReader& reader, int batches) {
   return loss_sum / batches;
 }
 
-const std::vector<float>& next_token_logits(Trainer& trainer, const int* context, int count) {
+template <typename Element>
+const std::vector<float>& next_token_logits(Trainer<Element>& trainer, const int* context, int count) {
   const size_t Vp = trainer.config.padded_vocab_size;
-  const ForwardResult forward = execute_forward(trainer.executor, trainer.params, context, nullptr, 1, count);
+  const ForwardResult<Element> forward =
+      execute_forward(trainer.executor, trainer.params, context, nullptr, 1, count);
   trainer.host_logits.assign(Vp, 0.0f);
   if (forward.logits != nullptr && trainer.groups.mesh.dp_rank == 0) {
-    CUDA_CHECK(cudaMemcpy(trainer.host_logits.data(), forward.logits + size_t(count - 1) * Vp, Vp * sizeof(float),
+    std::vector<Element> row(Vp);
+    CUDA_CHECK(cudaMemcpy(row.data(), forward.logits + size_t(count - 1) * Vp, Vp * sizeof(Element),
                           cudaMemcpyDeviceToHost));
+    trainer.host_logits.assign(row.begin(), row.end());
   }
   // One rank holds the row, the others zeros: the sum is the row.
   sum_over_world(trainer.world, trainer.host_logits.data(), Vp);
   trainer.host_logits.resize(trainer.config.vocab_size);
   return trainer.host_logits;
 }
+
+#define INSTANTIATE_TRAINER(Element)                                                                               \
+  template Trainer<Element> create_trainer<Element>(const GPTConfig&, int, int, const PipelineLayout&,             \
+                                                    const CommGroups&, const MixedPrecision&);                     \
+  template Trainer<Element> create_trainer<Element>(const GPTConfig&, int, int, int, const MixedPrecision&);       \
+  template void destroy_trainer<Element>(Trainer<Element>&);                                                       \
+  template void upload_parameters<Element>(Trainer<Element>&, const std::vector<float>&);                          \
+  template void upload_moments<Element>(Trainer<Element>&, const std::vector<float>&, const std::vector<float>&);  \
+  template void upload_master_weights<Element>(Trainer<Element>&, const std::vector<float>&);                      \
+  template std::vector<float> gather_parameters<Element>(const Trainer<Element>&);                                 \
+  template void gather_moments<Element>(const Trainer<Element>&, std::vector<float>&, std::vector<float>&);        \
+  template std::vector<float> gather_master_weights<Element>(const Trainer<Element>&);                             \
+  template std::vector<float> download_gradients<Element>(const Trainer<Element>&);                                \
+  template StepResult train_step<Element>(Trainer<Element>&, BatchReader&, const AdamWSettings&, double, int);     \
+  template double validation_loss<Element>(Trainer<Element>&, BatchReader&, int);                                  \
+  template const std::vector<float>& next_token_logits<Element>(Trainer<Element>&, const int*, int);
+
+INSTANTIATE_TRAINER(float)
+INSTANTIATE_TRAINER(__nv_bfloat16)

@@ -3,6 +3,10 @@
 // optimizer, and what a training run does with them: an optimizer step over the step's
 // microbatches, the validation loss, the next-token logits for sampling, and the full model
 // gathered for checkpoints. The single-process trainer is the case pp = dp = 1 of the same code.
+// Element is the type of the parameters, gradients, activations and messages: float, or bf16
+// (llm.c's mixed precision: fp32 moments, fp32 master weights unless switched off, stochastic
+// rounding; trainer/optimizer.h). Whatever the element type, the host sees the model as fp32
+// values in llm.c's layout: uploads round them to nearest bf16, downloads widen bf16 exactly.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -38,6 +42,7 @@ struct PipelineLayout {
 // (pipeline/schedule_file.h). Throws std::runtime_error saying what does not fit.
 PipelineSchedule layout_schedule(const PipelineLayout& layout, int pp);
 
+template <typename Element>
 struct Trainer {
   GPTConfig config;
   int B, T;          // sequences per microbatch, tokens per sequence
@@ -50,13 +55,13 @@ struct Trainer {
   cudaStream_t stream;
   cublasHandle_t cublas;
   ParameterLayout parameter_layout;  // where this stage's tensors live (model/parameter_layout.h)
-  float* parameter_memory;           // (parameter_layout.size) the stage's parameters
-  float* gradient_memory;            // (parameter_layout.size) their gradients
-  float* grad_wte_head;  // (Vp, C) the tied output projection's share of wte's gradient; nullptr without the head
-  std::vector<ParameterTensors<float>> params;  // chunk c's views of parameter_memory
-  std::vector<ParameterTensors<float>> grads;   // and of gradient_memory
-  Executor executor;
-  Optimizer optimizer;
+  Element* parameter_memory;         // (parameter_layout.size) the stage's parameters
+  Element* gradient_memory;          // (parameter_layout.size) their gradients
+  Element* grad_wte_head;  // (Vp, C) the tied output projection's share of wte's gradient; nullptr without the head
+  std::vector<ParameterTensors<Element>> params;  // chunk c's views of parameter_memory
+  std::vector<ParameterTensors<Element>> grads;   // and of gradient_memory
+  Executor<Element> executor;
+  Optimizer optimizer;  // fp32 moments; with bf16 parameters the master weights and the rounding seed
   std::vector<int> host_tokens;    // (microbatches, B, T)
   std::vector<int> host_targets;   // (microbatches, B, T)
   std::vector<float> host_logits;  // (Vp) one row of logits, for sampling
@@ -68,25 +73,43 @@ struct Trainer {
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout);
 
 // Allocates everything once (slots come during the first step); parameters are uninitialised
-// until upload_parameters. groups stay the caller's.
-Trainer create_trainer(const GPTConfig& config, int B, int T, const PipelineLayout& layout, const CommGroups& groups);
+// until upload_parameters. groups stay the caller's. precision is for bf16 parameters (an fp32
+// trainer has no master weights and does not round).
+template <typename Element>
+Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const PipelineLayout& layout,
+                                const CommGroups& groups, const MixedPrecision& precision = {});
 // The single process (pp = dp = 1, 1f1b, no recompute): the model as one stage.
-Trainer create_trainer(const GPTConfig& config, int B, int T, int microbatches);
-void destroy_trainer(Trainer& trainer);
+template <typename Element>
+Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, int microbatches,
+                                const MixedPrecision& precision = {});
+template <typename Element>
+void destroy_trainer(Trainer<Element>& trainer);
 
 // The whole model (num_parameters(config) values in llm.c's layout): each rank's device gets its
-// stage's regions of it.
-void upload_parameters(Trainer& trainer, const std::vector<float>& parameters);
+// stage's regions of it, rounded to nearest for bf16 parameters, whose master weights become
+// the rounded values, widened.
+template <typename Element>
+void upload_parameters(Trainer<Element>& trainer, const std::vector<float>& parameters);
 // The same for the AdamW moments (a resumed run's).
-void upload_moments(Trainer& trainer, const std::vector<float>& m, const std::vector<float>& v);
+template <typename Element>
+void upload_moments(Trainer<Element>& trainer, const std::vector<float>& m, const std::vector<float>& v);
+// The same for the master weights (a resumed bf16 run's), after upload_parameters.
+template <typename Element>
+void upload_master_weights(Trainer<Element>& trainer, const std::vector<float>& master);
 // The full model on world rank 0, gathered from the stages of replica 0 (the other ranks get
 // their own regions in llm.c's layout, zeros elsewhere). Collective over replica 0.
-std::vector<float> gather_parameters(const Trainer& trainer);
+template <typename Element>
+std::vector<float> gather_parameters(const Trainer<Element>& trainer);
 // The same for the AdamW moments.
-void gather_moments(const Trainer& trainer, std::vector<float>& m, std::vector<float>& v);
+template <typename Element>
+void gather_moments(const Trainer<Element>& trainer, std::vector<float>& m, std::vector<float>& v);
+// The same for the master weights; empty when the trainer has none.
+template <typename Element>
+std::vector<float> gather_master_weights(const Trainer<Element>& trainer);
 // This stage's gradients (after a step, that step's) in llm.c's layout of the whole model, zeros
 // outside the stage's regions.
-std::vector<float> download_gradients(const Trainer& trainer);
+template <typename Element>
+std::vector<float> download_gradients(const Trainer<Element>& trainer);
 
 struct StepResult {
   double loss;       // the mean of the step's microbatch losses over all replicas (every rank)
@@ -106,13 +129,16 @@ struct StepResult {
 // that of the step's mean loss; adds the tied embedding's two shares, sums the replicas'
 // gradients; then AdamW with clipping, unless the loss or the norm is not finite. The loss sum
 // over the ranks also carries each rank's received_stop_signal.
-StepResult train_step(Trainer& trainer, BatchReader& reader, const AdamWSettings& settings, double learning_rate,
-                      int t);
+template <typename Element>
+StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
+                      double learning_rate, int t);
 
 // The mean loss of the first `batches` microbatches of reader (read from position 0; the
 // reader's position is left where it was), forward only; on every rank.
-double validation_loss(Trainer& trainer, BatchReader& reader, int batches);
+template <typename Element>
+double validation_loss(Trainer<Element>& trainer, BatchReader& reader, int batches);
 
 // The logits (V, the padding dropped) of the token after context (count <= T tokens), from a
 // forward of one sequence of count tokens, on every rank. The reference lives until the next call.
-const std::vector<float>& next_token_logits(Trainer& trainer, const int* context, int count);
+template <typename Element>
+const std::vector<float>& next_token_logits(Trainer<Element>& trainer, const int* context, int count);

@@ -59,7 +59,8 @@ struct Watchdog {
 
 namespace {
 
-void watch(Watchdog* dog, double timeout_s, WatchdogIdentity who, const Executor* executor,
+template <typename Element>
+void watch(Watchdog* dog, double timeout_s, WatchdogIdentity who, const Executor<Element>* executor,
            const RunActivity* activity, std::function<void(const std::string&)> on_stuck) {
   // A tenth of the timeout, so a report comes at most 10% late, and no more than 4 wake-ups a second.
   const auto poll = std::chrono::duration<double>(std::max(0.25, std::min(1.0, timeout_s / 10)));
@@ -84,10 +85,11 @@ void watch(Watchdog* dog, double timeout_s, WatchdogIdentity who, const Executor
 
 }  // namespace
 
-Watchdog* start_watchdog(double timeout_s, const WatchdogIdentity& who, const Executor& executor,
+template <typename Element>
+Watchdog* start_watchdog(double timeout_s, const WatchdogIdentity& who, const Executor<Element>& executor,
                          const RunActivity& activity, std::function<void(const std::string& report)> on_stuck) {
   Watchdog* dog = new Watchdog;
-  dog->thread = std::thread(watch, dog, timeout_s, who, &executor, &activity, std::move(on_stuck));
+  dog->thread = std::thread(watch<Element>, dog, timeout_s, who, &executor, &activity, std::move(on_stuck));
   return dog;
 }
 
@@ -101,3 +103,8 @@ void stop_watchdog(Watchdog* dog) {
   dog->thread.join();
   delete dog;
 }
+
+template Watchdog* start_watchdog<float>(double, const WatchdogIdentity&, const Executor<float>&, const RunActivity&,
+                                         std::function<void(const std::string&)>);
+template Watchdog* start_watchdog<__nv_bfloat16>(double, const WatchdogIdentity&, const Executor<__nv_bfloat16>&,
+                                                 const RunActivity&, std::function<void(const std::string&)>);

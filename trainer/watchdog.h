@@ -43,7 +43,8 @@ std::string stuck_report(const WatchdogIdentity& who, int training_step, double 
 
 struct Watchdog;
 // Starts the thread (timeout_s > 0). The executor and activity must outlive stop_watchdog.
-Watchdog* start_watchdog(double timeout_s, const WatchdogIdentity& who, const Executor& executor,
+template <typename Element>
+Watchdog* start_watchdog(double timeout_s, const WatchdogIdentity& who, const Executor<Element>& executor,
                          const RunActivity& activity, std::function<void(const std::string& report)> on_stuck);
 // Stops and joins the thread; nullptr does nothing.
 void stop_watchdog(Watchdog* watchdog);

@@ -188,8 +188,10 @@ inline void feed_training_state(const Bytes& bytes) {
   const MemoryFile file(bytes);
   const TrainingState state = read_training_state(file.path());
   const size_t n = num_parameters(state.config);
-  if (state.m.size() != n || state.v.size() != n || state.step < 0)
-    throw std::logic_error("read_training_state gave moments other than its config's, or a negative step");
+  if (state.m.size() != n || state.v.size() != n || (!state.master.empty() && state.master.size() != n) ||
+      state.step < 0)
+    throw std::logic_error("read_training_state gave moments or master weights other than its config's, or a "
+                           "negative step");
   check_state_config_against_model(file.path(), state.config, small_config());
 }
 

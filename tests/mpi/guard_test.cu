@@ -21,7 +21,8 @@ using namespace pipeline_harness;
 void expect_nan_step_skipped_everywhere(int dp, int pp, int rank, int layer, int expected_stage) {
   WorldGroups world(dp, pp);
   const GPTConfig config = config_of(4);
-  Trainer trainer = create_trainer(config, kB, kT, {ScheduleKind::one_f_one_b, 4, 1, false, {}}, world.groups);
+  Trainer<float> trainer =
+      create_trainer<float>(config, kB, kT, {ScheduleKind::one_f_one_b, 4, 1, false, {}}, world.groups);
   upload_parameters(trainer, initial_parameters(config));
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
 

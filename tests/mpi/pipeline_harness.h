@@ -1,8 +1,8 @@
 // What the pipeline tests (pipeline_test.cu, layouts_test.cu) share: a tiny model (L = 3 to 16,
 // NH=2, C=16, T=8, B=2, V=64) trained on random tokens by the trainer of one case (layout,
-// schedule, recompute, microbatches, layer split), the single-stage run of the same global
-// batch it must reproduce, and the comparison of its losses and gradient norms and of its
-// gradients after the first step.
+// schedule, recompute, microbatches, layer split, fp32 or bf16), the single-stage run of the
+// same global batch and element type it must reproduce, and the comparison of its losses and
+// gradient norms and of its gradients after the first step.
 // Every function that takes or makes groups is collective over MPI_COMM_WORLD.
 #pragma once
 #include <gtest/gtest.h>
@@ -50,6 +50,7 @@ struct Case {
   int m;  // microbatches per replica
   int layers;
   std::vector<int> layers_per_stage = {};  // --layers-per-stage; empty: the even split
+  bool bf16 = false;                       // bf16 parameters, with fp32 master weights
 };
 
 inline std::string layers_per_stage_text(const std::vector<int>& counts) {
@@ -61,7 +62,7 @@ inline std::string layers_per_stage_text(const std::vector<int>& counts) {
 inline std::string describe(const Case& c) {
   return "dp " + std::to_string(c.dp) + " pp " + std::to_string(c.pp) + " " + schedule_name(c.schedule) + " v " +
          std::to_string(c.v) + (c.recompute ? " recompute" : "") + " m " + std::to_string(c.m) + " L " +
-         std::to_string(c.layers) + layers_per_stage_text(c.layers_per_stage);
+         std::to_string(c.layers) + layers_per_stage_text(c.layers_per_stage) + (c.bf16 ? " bf16" : "");
 }
 
 inline int rank_in_world() {
@@ -107,12 +108,16 @@ struct Outcome {
   ExecutorAccounting first_accounting;       // after step 1 (the slots the trace used)
 };
 
+// bf16 runs round stochastically with this seed.
+inline constexpr uint64_t kRoundingSeed = 5;
+
 // schedule_file: a grid to run instead of c.schedule (--schedule-file), or nullptr.
-inline Outcome run(const Case& c, const CommGroups& groups, int steps, const ScheduleGrid* schedule_file = nullptr) {
+template <typename Element>
+Outcome run_in(const Case& c, const CommGroups& groups, int steps, const ScheduleGrid* schedule_file) {
   const GPTConfig config = config_of(c.layers);
   PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
   if (schedule_file != nullptr) layout.schedule_file = *schedule_file;
-  Trainer trainer = create_trainer(config, kB, kT, layout, groups);
+  Trainer<Element> trainer = create_trainer<Element>(config, kB, kT, layout, groups, {true, kRoundingSeed});
   upload_parameters(trainer, initial_parameters(config));
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
   Outcome outcome;
@@ -135,9 +140,14 @@ inline Outcome run(const Case& c, const CommGroups& groups, int steps, const Sch
   return outcome;
 }
 
-// The single-stage, single-replica run (a mesh of one) of (global microbatches, layers, steps):
-// its losses and gradient norms, and its gradients after step 1.
-using ReferenceKey = std::tuple<int, int, int>;
+inline Outcome run(const Case& c, const CommGroups& groups, int steps, const ScheduleGrid* schedule_file = nullptr) {
+  return c.bf16 ? run_in<__nv_bfloat16>(c, groups, steps, schedule_file)
+                : run_in<float>(c, groups, steps, schedule_file);
+}
+
+// The single-stage, single-replica run (a mesh of one) of (global microbatches, layers, steps,
+// bf16): its losses and gradient norms, and its gradients after step 1.
+using ReferenceKey = std::tuple<int, int, int, bool>;
 inline std::map<ReferenceKey, Outcome>& reference_cache() {
   static std::map<ReferenceKey, Outcome> cache;
   return cache;
@@ -150,14 +160,15 @@ inline std::map<ReferenceKey, Outcome>& reference_cache() {
 inline void share_references(const std::vector<Case>& cases, int steps, const CommGroups& groups) {
   std::vector<ReferenceKey> missing;
   for (const Case& c : cases) {
-    const ReferenceKey key{c.m * c.dp, c.layers, steps};
+    const ReferenceKey key{c.m * c.dp, c.layers, steps, c.bf16};
     if (!reference_cache().count(key) && std::find(missing.begin(), missing.end(), key) == missing.end())
       missing.push_back(key);
   }
   const int size = groups.mesh.world_size, rank = groups.mesh.world_rank;
   CommGroups alone = create_world_groups(make_mesh(1, 1, 1, 0));
   for (size_t i = rank; i < missing.size(); i += size) {
-    const Case single{1, 1, ScheduleKind::one_f_one_b, 1, false, std::get<0>(missing[i]), std::get<1>(missing[i])};
+    const Case single{1, 1, ScheduleKind::one_f_one_b, 1, false, std::get<0>(missing[i]), std::get<1>(missing[i]),
+                      {}, std::get<3>(missing[i])};
     reference_cache()[missing[i]] = run(single, alone, steps);
   }
   if (size == 1) return;
@@ -197,7 +208,7 @@ inline std::vector<std::pair<int, int>> layers_of_stage(const Case& c, const Pla
 }
 
 inline const Outcome& reference(const Case& c, int steps) {
-  return reference_cache().at({c.m * c.dp, c.layers, steps});
+  return reference_cache().at({c.m * c.dp, c.layers, steps, c.bf16});
 }
 
 // The groups of a layout for the length of a test (creation and destruction are collective).
@@ -209,21 +220,28 @@ struct WorldGroups {
   CommGroups groups;
 };
 
+// How far a case may be from its reference: relative to each step's reference loss and
+// gradient norm, and to the largest reference magnitude of each gradient region after step 1.
+// All 0: bitwise.
+struct Tolerance {
+  double loss, norm, gradient;
+};
+inline constexpr Tolerance kBitwise{0, 0, 0};
+
 // Every case (all of one layout) trained for `steps` clipped steps against the reference: the
 // loss and the gradient norm before clipping of every step, and after step 1 every gradient
-// region the rank owns, bitwise equal (relative_tolerance 0: dp = 1), or within
-// relative_tolerance of each step's reference loss and norm and of the region's largest
-// reference magnitude (dp > 1, where the replicas' sums are added in another order than the
-// single run's microbatch loop). The norm is compared itself because every step clips and
-// AdamW hardly notices a constant error in the clip factor: a norm wrong by 1e-4 moves the
-// losses by less than the replicas' tolerance. With a --layers-per-stage, the rank's layers
-// are the split's. On a GPU node the stages and the reference run on different devices:
-// bitwise still holds on devices of one model, as our kernels fix their order of additions and
-// cuBLAS gives the same bits on GPUs of the same architecture and SM count (its
-// reproducibility guarantee), not across different models.
-inline void expect_cases_match(const std::vector<Case>& cases, int steps, double relative_tolerance) {
+// region the rank owns, bitwise equal (kBitwise: dp = 1), or within the tolerance (dp > 1, where
+// the replicas' sums are added in another order than the single run's microbatch loop). The
+// norm is compared itself because every step clips and AdamW hardly notices a constant error in
+// the clip factor: a norm wrong by 1e-4 moves the losses by less than the replicas' tolerance.
+// With a --layers-per-stage, the rank's layers are the split's. On a GPU node the stages and the
+// reference run on different devices: bitwise still holds on devices of one model, as our
+// kernels fix their order of additions and cuBLAS gives the same bits on GPUs of the same
+// architecture and SM count (its reproducibility guarantee), not across different models.
+inline void expect_cases_match(const std::vector<Case>& cases, int steps, const Tolerance& tolerance) {
   WorldGroups world(cases.front().dp, cases.front().pp);
   share_references(cases, steps, world.groups);
+  const bool bitwise = tolerance.loss == 0 && tolerance.norm == 0 && tolerance.gradient == 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(describe(c));
     const Outcome outcome = run(c, world.groups, steps);
@@ -233,14 +251,14 @@ inline void expect_cases_match(const std::vector<Case>& cases, int steps, double
     if (!c.layers_per_stage.empty()) {
       EXPECT_EQ(outcome.layers, layers_of_stage(c, outcome.placement, world.groups.mesh.pp_rank));
     }
-    if (relative_tolerance == 0) {
+    if (bitwise) {
       EXPECT_EQ(outcome.losses, expected.losses);
       EXPECT_EQ(outcome.grad_norms, expected.grad_norms);
     } else {
       for (int i = 0; i < steps; ++i) {
-        EXPECT_NEAR(outcome.losses[i], expected.losses[i], relative_tolerance * std::fabs(expected.losses[i]))
+        EXPECT_NEAR(outcome.losses[i], expected.losses[i], tolerance.loss * std::fabs(expected.losses[i]))
             << "step " << i + 1;
-        EXPECT_NEAR(outcome.grad_norms[i], expected.grad_norms[i], relative_tolerance * expected.grad_norms[i])
+        EXPECT_NEAR(outcome.grad_norms[i], expected.grad_norms[i], tolerance.norm * expected.grad_norms[i])
             << "gradient norm, step " << i + 1;
       }
     }
@@ -248,11 +266,11 @@ inline void expect_cases_match(const std::vector<Case>& cases, int steps, double
       const auto got = outcome.gradients.begin() + r.full_offset;
       const auto want = expected.gradients.begin() + r.full_offset;
       const double error = max_error_relative_to_scale({got, got + r.count}, {want, want + r.count});
-      if (relative_tolerance == 0) {
+      if (bitwise) {
         EXPECT_TRUE(std::equal(got, got + r.count, want)) << parameter_tensor_name(r.tensor) << " at " << r.full_offset
                                                           << " differs by up to " << error << " of its scale";
       } else {
-        EXPECT_LE(error, relative_tolerance) << parameter_tensor_name(r.tensor) << " at " << r.full_offset;
+        EXPECT_LE(error, tolerance.gradient) << parameter_tensor_name(r.tensor) << " at " << r.full_offset;
       }
     }
   }

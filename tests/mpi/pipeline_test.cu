@@ -3,14 +3,16 @@
 // gives the single-stage step bitwise; the executor allocates the schedule's slots (and, for
 // split backwards, weight buffers) and no more, the simulator's peaks; with recompute each slot is
 // the stage input, and nothing is allocated after the first step; a stage's device bytes are
-// exactly its arrays, slots and buffers; the executor runs what the schedule says (microbatch,
-// chunk, slot, peer, recompute); a schedule file of the printed 1F1B grid runs bitwise as 1F1B;
-// each stage allocates only its own tensors; a 4-stage checkpoint resumes bitwise.
+// exactly its arrays, slots and buffers (fp32 and bf16), and bf16 halves the messages; the
+// executor runs what the schedule says (microbatch, chunk, slot, peer, recompute); a schedule
+// file of the printed 1F1B grid runs bitwise as 1F1B; each stage allocates only its own tensors;
+// a 4-stage checkpoint resumes bitwise.
 // The model is pipeline_harness.h's tiny one: the file runs in a few seconds in the CPU build.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "comm/collectives.h"
@@ -34,7 +36,7 @@ const GPTConfig kConfig = config_of(4);
 // The interleaved schedule on 4 stages (2 chunks of 8 layers' model): activations go round the
 // ring, stage 3 -> stage 0, between the chunks, and its steady state posts four-way groups.
 TEST(Pipeline, InterleavedOnFourStagesGivesTheSingleStageStepBitwise) {
-  expect_cases_match({{1, 4, ScheduleKind::interleaved, 2, true, 4, 8}}, 1, 0.0);
+  expect_cases_match({{1, 4, ScheduleKind::interleaved, 2, true, 4, 8}}, 1, kBitwise);
 }
 
 // 1F1B on 4 stages with m = 16: stage s holds min(4 - s, 16) slots; AFAB holds all 16.
@@ -64,7 +66,8 @@ TEST(Pipeline, RecomputeSlotHoldsOnlyTheStageInput) {
 TEST(Pipeline, NoDeviceAllocationAfterTheFirstStep) {
   WorldGroups world(1, 4);
   for (bool recompute : {false, true}) {
-    Trainer trainer = create_trainer(kConfig, kB, kT, {ScheduleKind::one_f_one_b, 8, 1, recompute, {}}, world.groups);
+    Trainer<float> trainer =
+        create_trainer<float>(kConfig, kB, kT, {ScheduleKind::one_f_one_b, 8, 1, recompute, {}}, world.groups);
     upload_parameters(trainer, initial_parameters(kConfig));
     BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
     train_step(trainer, reader, kSettings, kLearningRate, 1);
@@ -77,39 +80,84 @@ TEST(Pipeline, NoDeviceAllocationAfterTheFirstStep) {
   }
 }
 
-// A stage's device bytes, to the byte: its parameters, gradients and AdamW's two moments (four
-// arrays of its parameter layout), the head's share of wte's gradient on the last stage, the
-// norm's buffers, the executor's slots and transfer buffers (its accounting), each chunk's
-// backward scratch and the targets. The step's stage records (the log's "dev") carry it; the
-// project's allocator counts it, the same on a GPU.
-TEST(Pipeline, StageDeviceBytesAreItsArraysSlotsAndBuffers) {
+// A stage's device bytes, to the byte: its parameters and gradients (two arrays of its parameter
+// layout in Element), AdamW's two moments and, for bf16, the master weights (fp32 arrays of the
+// layout), the head's share of wte's gradient on the last stage, the norm's buffers, the
+// executor's slots, weight buffers and transfer buffers (its accounting), each chunk's backward
+// scratch and the targets. The step's stage records (the log's "dev") carry it; the project's allocator counts
+// it, the same on a GPU.
+template <typename Element>
+void expect_stage_device_bytes(ScheduleKind kind, bool recompute) {
   WorldGroups world(1, 4);
   const int stage = rank_in_world();
+  const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
+  const size_t before = device_memory_counts().bytes_in_use;
+  Trainer<Element> trainer = create_trainer<Element>(kConfig, kB, kT, {kind, 8, 1, recompute, {}}, world.groups);
+  upload_parameters(trainer, initial_parameters(kConfig));
+  BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
+  const StepResult result = train_step(trainer, reader, kSettings, kLearningRate, 1);
+  const ExecutorAccounting& a = trainer.executor.accounting;
+  const size_t wte_bytes = size_t(kConfig.padded_vocab_size) * kConfig.channels * sizeof(Element);
+  size_t expected = trainer.parameter_layout.size * (2 * sizeof(Element) + (bf16 ? 3 : 2) * sizeof(float)) +
+                    (stage == 3 ? wte_bytes : 0) +
+                    (global_norm_workspace_size(int(trainer.optimizer.regions.size())) +
+                     norm_slot_count(kConfig.num_layers) + 1) * sizeof(float) +
+                    a.activation_bytes + a.transfer_bytes + size_t(kB) * kT * sizeof(int);
+  for (const LayerRange& range : trainer.chunks) expected += backward_scratch_bytes<Element>(kConfig, kB, kT, range);
+  const unsigned long long held = device_memory_counts().bytes_in_use;
+  EXPECT_EQ(held - before, expected);
+  std::vector<unsigned long long> held_by_stage(4);
+  MPI_Allgather(&held, 1, MPI_UNSIGNED_LONG_LONG, held_by_stage.data(), 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD);
+  if (stage == 0) {
+    ASSERT_EQ(result.stages.size(), 4u);
+    for (int s = 0; s < 4; ++s) EXPECT_EQ(result.stages[s].device_bytes, double(held_by_stage[s])) << "stage " << s;
+  }
+  destroy_trainer(trainer);
+  EXPECT_EQ(device_memory_counts().bytes_in_use, before);
+}
+
+TEST(Pipeline, StageDeviceBytesAreItsArraysSlotsAndBuffers) {
   for (const auto& [kind, recompute] : {std::pair{ScheduleKind::one_f_one_b, false},
                                         std::pair{ScheduleKind::one_f_one_b, true}, std::pair{ScheduleKind::zb_h1, false}}) {
     SCOPED_TRACE(schedule_name(kind) + (recompute ? " recompute" : " no recompute"));
-    const size_t before = device_memory_counts().bytes_in_use;
-    Trainer trainer = create_trainer(kConfig, kB, kT, {kind, 8, 1, recompute, {}}, world.groups);
-    upload_parameters(trainer, initial_parameters(kConfig));
-    BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
-    const StepResult result = train_step(trainer, reader, kSettings, kLearningRate, 1);
-    const ExecutorAccounting& a = trainer.executor.accounting;
-    const size_t wte_bytes = size_t(kConfig.padded_vocab_size) * kConfig.channels * sizeof(float);
-    size_t expected = 4 * trainer.parameter_layout.size * sizeof(float) + (stage == 3 ? wte_bytes : 0) +
-                      (global_norm_workspace_size(int(trainer.optimizer.regions.size())) +
-                       norm_slot_count(kConfig.num_layers) + 1) * sizeof(float) +
-                      a.activation_bytes + a.transfer_bytes + size_t(kB) * kT * sizeof(int);
-    for (const LayerRange& range : trainer.chunks) expected += backward_scratch_bytes<float>(kConfig, kB, kT, range);
-    const unsigned long long held = device_memory_counts().bytes_in_use;
-    EXPECT_EQ(held - before, expected);
-    std::vector<unsigned long long> held_by_stage(4);
-    MPI_Allgather(&held, 1, MPI_UNSIGNED_LONG_LONG, held_by_stage.data(), 1, MPI_UNSIGNED_LONG_LONG, MPI_COMM_WORLD);
-    if (stage == 0) {
-      ASSERT_EQ(result.stages.size(), 4u);
-      for (int s = 0; s < 4; ++s) EXPECT_EQ(result.stages[s].device_bytes, double(held_by_stage[s])) << "stage " << s;
+    expect_stage_device_bytes<float>(kind, recompute);
+    SCOPED_TRACE("bf16");
+    expect_stage_device_bytes<__nv_bfloat16>(kind, recompute);
+  }
+}
+
+// The executor's accounting after one 1F1B step of the 4-stage pipeline.
+template <typename Element>
+ExecutorAccounting accounting_of_a_step(bool recompute) {
+  WorldGroups world(1, 4);
+  Trainer<Element> trainer =
+      create_trainer<Element>(kConfig, kB, kT, {ScheduleKind::one_f_one_b, 8, 1, recompute, {}}, world.groups);
+  upload_parameters(trainer, initial_parameters(kConfig));
+  BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
+  train_step(trainer, reader, kSettings, kLearningRate, 1);
+  const ExecutorAccounting accounting = trainer.executor.accounting;
+  destroy_trainer(trainer);
+  return accounting;
+}
+
+// In bf16 every message between stages (an activation forward, a gradient backward: B T C
+// elements) is half the fp32 one: the transfer buffers they are sent from and received into
+// (recompute: the send buffers too) halve, and so does a recompute slot, the stage's input.
+TEST(Pipeline, Bf16MessagesAndStageInputsAreHalfTheFp32Ones) {
+  const int stage = rank_in_world();
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "no recompute");
+    const ExecutorAccounting fp32 = accounting_of_a_step<float>(recompute);
+    const ExecutorAccounting bf16 = accounting_of_a_step<__nv_bfloat16>(recompute);
+    EXPECT_GT(fp32.transfer_bytes, 0u);
+    EXPECT_EQ(2 * bf16.transfer_bytes, fp32.transfer_bytes);
+    EXPECT_EQ(bf16.slots, fp32.slots);
+    if (recompute && stage > 0) {
+      EXPECT_EQ(2 * bf16.slot_bytes[0], fp32.slot_bytes[0]);
     }
-    destroy_trainer(trainer);
-    EXPECT_EQ(device_memory_counts().bytes_in_use, before);
+    if (!recompute) {
+      EXPECT_LT(bf16.activation_bytes, fp32.activation_bytes);
+    }
   }
 }
 
@@ -123,7 +171,7 @@ TEST(Pipeline, EachStageAllocatesOnlyItsOwnTensors) {
     SCOPED_TRACE("v " + std::to_string(v));
     const GPTConfig config = config_of(4 * v);
     const ScheduleKind kind = v == 1 ? ScheduleKind::one_f_one_b : ScheduleKind::interleaved;
-    Trainer trainer = create_trainer(config, kB, kT, {kind, 4, v, false, {}}, world.groups);
+    Trainer<float> trainer = create_trainer<float>(config, kB, kT, {kind, 4, v, false, {}}, world.groups);
     const ParameterLayout& layout = trainer.parameter_layout;
     size_t held = 0, layer_elements = 0;
     std::vector<int> wte, others;  // tied_copy of each wte region; the other tensors outside the layers
