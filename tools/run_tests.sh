@@ -121,18 +121,81 @@ count() {
   done
 }
 
-# run MODE LOG LIMIT ENVIRONMENT COMMAND...: runs COMMAND with the ENVIRONMENT assignments,
-# at most LIMIT seconds, keeps its output in LOG and counts its verdict.
-run() {
-  local mode=$1 log=$2 limit=$3 environment=$4 start=$SECONDS status
+# The runs, queued by queue_run and run by run_queued: run i is mode run_mode[i], with the
+# environment assignments run_env[i], the command run_cmd[i] (quoted, as printf %q gives it),
+# at most run_limit[i] seconds, its output kept in run_log[i]; run_shown[i] is how the command
+# is shown.
+run_mode=() run_env=() run_cmd=() run_shown=() run_limit=() run_log=()
+
+# queue_run MODE LOG LIMIT ENVIRONMENT COMMAND...
+queue_run() {
+  run_mode+=("$1") run_log+=("$2") run_limit+=("$3") run_env+=("$4")
   shift 4
-  local -a assignments
-  read -ra assignments <<<"$environment"
-  echo "== [$mode] ${environment:+$environment }$*"
-  env "${assignments[@]}" timeout --kill-after=30 "$limit" "$@" </dev/null 2>&1 | tee "$log"
-  status=${PIPESTATUS[0]}
-  count "[$mode] $*" "$log" "$status" "$((SECONDS - start))" "$limit"
+  run_cmd+=("$(printf '%q ' "$@")")
+  run_shown+=("$*")
 }
+
+# Seconds a run took on 2 cores shared with other work (make test, 2026-11-25), rounded up:
+# the queue starts the longest first, so that the lanes end together.
+expected_seconds() {
+  case "$2|$1" in
+    stream*\|*/mpi_tests\ *) echo 250 ;;
+    *\|*/mpi_tests\ *) echo 90 ;;
+    *\|*/unit_tests\ *) echo 20 ;;
+    *) echo 10 ;;
+  esac
+}
+
+# run_queued: runs the queued runs, at most $TEST_LANES (default 2) at once, the longest
+# expected first. Each run's output goes to its log, and when the run ends, the whole log is
+# printed under its command, then its verdict (count): runs' outputs never interleave. Many
+# runs wait more than they compute (mpi_tests' ranks sleep in their NCCL waits, the stream
+# delay sleeps 200 us per operation, the Python checks start ./train and wait for it), so a
+# second lane takes the idle core (docs/testing.md, "What CI costs"). TEST_LANES=1 runs them
+# one after another.
+run_queued() {
+  local lanes=${TEST_LANES:-2} i finished status seconds running=0 next=0
+  local -a order
+  scratch=$(mktemp -d)
+  # Interrupted or killed: the runs under way end too (their timeout, whose pid is in
+  # $scratch/RUN.pid, passes TERM on to its run's process group), and the scratch files go.
+  trap 'for file in "$scratch"/*.pid; do [ -e "${file%.pid}" ] || kill -TERM "$(cat "$file")" 2>/dev/null; done; rm -rf "$scratch"' EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  mapfile -t order < <(for i in "${!run_mode[@]}"; do
+    echo "$(expected_seconds "${run_shown[$i]}" "${run_mode[$i]}") $i"
+  done | sort -s -k1,1nr | cut -d' ' -f2)
+  while [ "$next" -lt "${#order[@]}" ] || [ "$running" -gt 0 ]; do
+    while [ "$running" -lt "$lanes" ] && [ "$next" -lt "${#order[@]}" ]; do
+      i=${order[$next]}
+      next=$((next + 1))
+      (
+        read -ra assignments <<<"${run_env[$i]}"
+        eval "set -- ${run_cmd[$i]}"
+        start=$SECONDS
+        env "${assignments[@]}" timeout --kill-after=30 "${run_limit[$i]}" "$@" </dev/null >"${run_log[$i]}" 2>&1 &
+        echo $! >"$scratch/$i.pid"
+        wait $!
+        echo "$? $((SECONDS - start))" 2>/dev/null >"$scratch/$i"
+      ) &
+      pid_run[$!]=$i
+      running=$((running + 1))
+      echo ".. [${run_mode[$i]}] ${run_shown[$i]}: started"
+    done
+    wait -n -p finished
+    [ -n "${pid_run[$finished]:-}" ] || continue
+    i=${pid_run[$finished]}
+    unset "pid_run[$finished]"
+    running=$((running - 1))
+    status=1 seconds=0
+    read -r status seconds <"$scratch/$i"
+    echo "== [${run_mode[$i]}] ${run_env[$i]:+${run_env[$i]} }${run_shown[$i]}"
+    cat "${run_log[$i]}"
+    count "[${run_mode[$i]}] ${run_shown[$i]}" "${run_log[$i]}" "$status" "$seconds" "${run_limit[$i]}"
+  done
+}
+pid_run=()
+scratch=
 
 # list_tests BIN PATTERN: the tests of BIN that the gtest filter PATTERN selects, one a line.
 list_tests() {
@@ -154,7 +217,11 @@ mapfile -t modes < <(mode_table)
 for bin in "$@"; do
   case "$bin" in
     *.py)
-      if ! /usr/bin/python3 -c 'import numpy, torch' 2>/dev/null; then
+      # Asked once: the import takes 1 s of CPU and up to 8 s on a loaded machine.
+      if [ -z "${python_imports_torch:-}" ]; then
+        python_imports_torch=$(/usr/bin/python3 -c 'import numpy, torch' 2>/dev/null && echo yes || echo no)
+      fi
+      if [ "$python_imports_torch" = no ]; then
         if [ "${CI:-}" = true ]; then
           fail "$bin: /usr/bin/python3 cannot import torch or numpy: install Debian's python3-torch; under CI=true the PyTorch check must run"
         else
@@ -201,12 +268,13 @@ for bin in "$@"; do
     [ "$mode" = natural ] || log="$log-$(printf %s "$mode" | tr -cs 'a-z0-9' -)"
     limit=$(time_limit "$bin")
     case "$bin" in
-      *mpi_tests) run "$mode" "$log.log" "$limit" "$environment" "${MPIRUN:-mpirun}" -np "$ranks" "$bin" "--gtest_filter=$filter" ;;
-      *.py) run "$mode" "$log.log" "$limit" "$environment" /usr/bin/python3 "$bin" "--gtest_filter=$filter" ;;
-      *) run "$mode" "$log.log" "$limit" "$environment" "$bin" "--gtest_filter=$filter" ;;
+      *mpi_tests) queue_run "$mode" "$log.log" "$limit" "$environment" "${MPIRUN:-mpirun}" -np "$ranks" "$bin" "--gtest_filter=$filter" ;;
+      *.py) queue_run "$mode" "$log.log" "$limit" "$environment" /usr/bin/python3 "$bin" "--gtest_filter=$filter" ;;
+      *) queue_run "$mode" "$log.log" "$limit" "$environment" "$bin" "--gtest_filter=$filter" ;;
     esac
   done
 done
+run_queued
 
 for failure in "${failures[@]}"; do echo "failed: $failure"; done
 echo "$passed passed, $failed failed, $skipped skipped"
