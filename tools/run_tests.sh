@@ -8,7 +8,8 @@
 # PipelineLayouts checks every layout of the world it runs in, hence 2 and 8: MPICH
 # oversubscribes 8 ranks on 2 cores, the CPU build's NCCL waits sleep). Python checks run
 # with Debian's /usr/bin/python3, which has python3-torch. Each run's output is kept in
-# build/test-logs/, one file per binary and mode.
+# build/test-logs/, one file per binary and mode. The runs go $TEST_LANES (default 2) at a time,
+# each printed whole when it ends (run_queued).
 #
 # The runner is strict. A run passes only with exit status 0 (mpirun's is non-zero when any
 # rank's is: MPICH ORs the ranks' statuses) and its "tests: N passed, M failed" line; a run
@@ -135,8 +136,9 @@ queue_run() {
   run_shown+=("$*")
 }
 
-# Seconds a run took on 2 cores shared with other work (make test, 2026-11-25), rounded up:
-# the queue starts the longest first, so that the lanes end together.
+# expected_seconds SHOWN MODE: about how long the run takes, so that the queue starts the longest
+# first and the lanes end together. One lane on 2 shared cores (2026-11-24): mpi_tests' stream
+# delay 218 s, its other runs 21-95 s, unit_tests' 10-35 s, every other run at most 19 s.
 expected_seconds() {
   case "$2|$1" in
     stream*\|*/mpi_tests\ *) echo 250 ;;
