@@ -18,6 +18,10 @@
 # (GTEST_SKIP, DISABLED_) are counted and named; under CI=true each one not on SKIP_ALLOWED
 # fails, and so does a PyTorch check that cannot import torch.
 set -u
+if [ "${BASH_VERSINFO[0]}" -lt 5 ] || { [ "${BASH_VERSINFO[0]}" -eq 5 ] && [ "${BASH_VERSINFO[1]}" -lt 1 ]; }; then
+  echo "tools/run_tests.sh needs bash 5.1 or later (wait -n -p), not $BASH_VERSION" >&2
+  exit 2
+fi
 
 # The modes: name | environment | unit_tests filter | mpi_tests filter | mpi_tests ranks.
 # An empty filter: the mode does not run that binary; cpu_tests and Python checks run in the
