@@ -272,7 +272,7 @@ fuzz:
 	@printf '%s\n' $(FUZZ_TARGETS) | xargs -P $(FUZZ_LANES) -I{} sh -c '\
 	  log=$(FUZZ)/$$1.log; \
 	  if ! $(FUZZ)/$$1 $(FUZZ_RUN_FLAGS) -artifact_prefix=$(FUZZ)/crash-$$1- $(FUZZ)/corpus/$$1 >$$log 2>&1; then \
-	    echo "$$(tail -n 60 $$log; echo "fuzz: $$1 FAILED (log: $$log)")"; exit 1; fi; \
+	    printf "%s\n" "$$(tail -n 60 $$log; echo "fuzz: $$1 FAILED (log: $$log)")"; exit 1; fi; \
 	  echo "fuzz: $$1 ran $(FUZZ_SECONDS) s, $$(grep -o "number_of_executed_units: [0-9]*" $$log | cut -d" " -f2) inputs, no finding"' sh {}
 $(FUZZ)/obj/%.o: %.cpp
 	@mkdir -p $(dir $@)
