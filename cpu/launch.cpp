@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cpu/block_scheduler.h"
+#include "cpu/call_counts.h"
 #include "cpu/runtime_state.h"
 #include "cpu/streams.h"
 #include "cpu/symbol_name.h"
@@ -171,6 +172,7 @@ void launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared_byte
     set_error(e);
     return;
   }
+  count_launch();
   static std::atomic<uint64_t> launches{0};
   // The settings in force at the launch (tests change them between launches).
   const Settings& s = settings();
