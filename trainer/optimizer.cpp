@@ -43,6 +43,19 @@ Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layou
   optimizer.norm_workspace = device_alloc<float>(global_norm_workspace_size(int(optimizer.regions.size())));
   optimizer.norm_partials = device_alloc<float>(norm_slot_count(config.num_layers));
   optimizer.squared_norm = device_alloc<float>(1);
+  // The tied copy of wte has no slot: the first stage's counts it.
+  std::vector<size_t> offsets, counts, slots;
+  for (const ParameterRegion& r : optimizer.regions) {
+    if (r.tied_copy) continue;
+    offsets.push_back(r.offset);
+    counts.push_back(r.count);
+    slots.push_back(slot_of(r, config.num_layers));
+  }
+  const std::vector<NormTensor> norm_table = norm_tensor_table(offsets, counts, slots, optimizer.norm_blocks);
+  optimizer.norm_tensors = int(norm_table.size());
+  optimizer.norm_table = device_alloc<NormTensor>(norm_table.size());
+  CUDA_CHECK(cudaMemcpy(optimizer.norm_table, norm_table.data(), norm_table.size() * sizeof(NormTensor),
+                        cudaMemcpyHostToDevice));
   optimizer.nonfinite_ranks = device_alloc<double>(1);
   optimizer.norm = device_alloc<double>(1);
   optimizer.gate = device_alloc<AdamWGate>(1);
@@ -62,6 +75,7 @@ void destroy_optimizer(Optimizer& optimizer) {
   device_free(optimizer.norm_workspace);
   device_free(optimizer.norm_partials);
   device_free(optimizer.squared_norm);
+  device_free(optimizer.norm_table);
   device_free(optimizer.nonfinite_ranks);
   device_free(optimizer.norm);
   device_free(optimizer.gate);
@@ -74,28 +88,9 @@ void queue_gradient_norm(Optimizer& optimizer, const CommGroups& groups, const E
                          cudaStream_t stream) {
   const size_t num_slots = norm_slot_count(optimizer.config.num_layers);
   CUDA_CHECK(cudaMemsetAsync(optimizer.norm_partials, 0, num_slots * sizeof(float), stream));
-  // One launch per run of consecutive slots (a chunk's), written straight into its slots. The
-  // tied copy of wte has no slot: the first stage's counts it.
-  const std::vector<ParameterRegion>& regions = optimizer.regions;
-  const int L = optimizer.config.num_layers;
-  for (size_t first = 0; first < regions.size();) {
-    if (regions[first].tied_copy) {
-      ++first;
-      continue;
-    }
-    std::vector<const Element*> tensors;
-    std::vector<size_t> sizes;
-    size_t end = first;
-    while (end < regions.size() && !regions[end].tied_copy &&
-           slot_of(regions[end], L) == slot_of(regions[first], L) + (end - first)) {
-      tensors.push_back(gradients + regions[end].offset);
-      sizes.push_back(regions[end].count);
-      ++end;
-    }
-    global_norm_squared<Element>(optimizer.norm_partials + slot_of(regions[first], L), nullptr,
-                                 optimizer.norm_workspace, tensors.data(), sizes.data(), int(tensors.size()), stream);
-    first = end;
-  }
+  // Every region's squared sum straight into its slot, in two launches.
+  global_norm_squared_of_table<Element>(optimizer.norm_partials, optimizer.norm_workspace, gradients,
+                                        optimizer.norm_table, optimizer.norm_tensors, optimizer.norm_blocks, stream);
   gather_layer_norm_partials<float>(groups, optimizer.norm_partials, num_slots, {0, num_slots},
                                     optimizer.squared_norm, stream);
 }

@@ -15,6 +15,7 @@
 
 #include "comm/groups.h"
 #include "kernels/adamw.cuh"
+#include "kernels/global_norm.cuh"
 #include "model/config.h"
 #include "model/parameter_layout.h"
 
@@ -44,6 +45,9 @@ struct Optimizer {
   float* norm_workspace;  // (global_norm_workspace_size(regions))
   float* norm_partials;   // (norm_slot_count(L)) the squared sum of each slot
   float* squared_norm;    // (1)
+  NormTensor* norm_table;  // (norm_tensors) the regions with a slot (not the tied copy) and their slots
+  int norm_tensors;
+  unsigned norm_blocks;   // the table's blocks
   // The step's figures and decision on the device (queue_step_gate), and the table of regions
   // the one AdamW launch reads.
   double* nonfinite_ranks;      // (1) the world's ranks whose loss sum is not finite

@@ -29,6 +29,7 @@ std::vector<Case> cases_of_world() {
 struct StepCounts {
   cpu::CallCounts step;   // the whole train_step
   cpu::CallCounts adamw;  // queue_adamw_update alone
+  cpu::CallCounts norm;   // queue_gradient_norm alone
 };
 
 cpu::CallCounts difference(const cpu::CallCounts& after, const cpu::CallCounts& before) {
@@ -36,8 +37,8 @@ cpu::CallCounts difference(const cpu::CallCounts& after, const cpu::CallCounts& 
           after.nccl_calls - before.nccl_calls};
 }
 
-// Step 2 of the case, counted; then one more AdamW update counted alone (the call train_step
-// makes, on the trainer's own optimizer).
+// Step 2 of the case, counted; then one more norm and AdamW update, each counted alone (the
+// calls train_step makes, on the trainer's own optimizer).
 template <typename Element>
 StepCounts count_in(const Case& c, const CommGroups& groups) {
   const GPTConfig config = config_of(c.layers);
@@ -51,6 +52,9 @@ StepCounts count_in(const Case& c, const CommGroups& groups) {
   const cpu::CallCounts before = cpu::call_counts();
   train_step(trainer, reader, kSettings, kLearningRate, 2);
   counts.step = difference(cpu::call_counts(), before);
+  const cpu::CallCounts before_norm = cpu::call_counts();
+  queue_gradient_norm(trainer.optimizer, trainer.groups, trainer.gradient_memory, trainer.stream);
+  counts.norm = difference(cpu::call_counts(), before_norm);
   const cpu::CallCounts before_adamw = cpu::call_counts();
   queue_adamw_update(trainer.optimizer, trainer.parameter_memory, trainer.gradient_memory, kSettings, kLearningRate,
                      3, trainer.stream);
@@ -76,13 +80,16 @@ TEST(StepCounts, OneHostWaitPerTrainingStepOnEveryRank) {
   }
 }
 
-// AdamW over all of a stage's regions (decay per region from a table) is one launch.
-TEST(StepCounts, AdamWIsOneLaunchPerStage) {
+// AdamW over all of a stage's regions (decay per region from a table) is one launch; the norm
+// three: the regions' partial sums in two (kernels/global_norm.cuh's table), the total over the
+// gathered slots in one.
+TEST(StepCounts, AdamWIsOneLaunchAndTheNormThreePerStage) {
   for (const Case& c : cases_of_world()) {
     WorldGroups world(c.dp, c.pp);
     const StepCounts counts =
         c.bf16 ? count_in<__nv_bfloat16>(c, world.groups) : count_in<float>(c, world.groups);
     EXPECT_EQ(counts.adamw.launches, 1u) << describe(c) << ", rank " << rank_in_world();
     EXPECT_EQ(counts.adamw.host_waits, 0u) << describe(c) << ", rank " << rank_in_world();
+    EXPECT_EQ(counts.norm.launches, 3u) << describe(c) << ", rank " << rank_in_world();
   }
 }
