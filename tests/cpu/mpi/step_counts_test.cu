@@ -34,7 +34,7 @@ struct StepCounts {
 
 cpu::CallCounts difference(const cpu::CallCounts& after, const cpu::CallCounts& before) {
   return {after.host_waits - before.host_waits, after.launches - before.launches,
-          after.nccl_calls - before.nccl_calls};
+          after.nccl_calls - before.nccl_calls, after.nccl_bytes - before.nccl_bytes};
 }
 
 // Step 2 of the case, counted; then one more norm and AdamW update, each counted alone (the
