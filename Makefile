@@ -12,6 +12,9 @@
 #   make ptxas-report  registers and spills per kernel for sm_90
 #   make sanitize   the CPU build under AddressSanitizer and UndefinedBehaviorSanitizer
 #                   (build/sanitize/): unit_tests' families and mpi_tests -np 4
+#   make racecheck  the CPU build under ThreadSanitizer, each CUDA thread a fiber ordered only
+#                   by the barriers it meets (build/racecheck/): kernels, model, mpi_tests -np 4;
+#                   RACECHECK_UNIT_FILTER='LayerNorm.*' runs one family (docs/testing.md)
 #   make fuzz       libFuzzer targets for every parser (build/fuzz/), each run briefly;
 #                   FUZZ_SECONDS=3600 for a long campaign (docs/testing.md)
 
@@ -25,7 +28,7 @@ NVCC ?= $(CUDA)/bin/nvcc
 # `make clean`; SETUP_DEPS=0 skips it where it cannot check (not Debian or Ubuntu).
 ifeq ($(MAKELEVEL)$(filter 0,$(SETUP_DEPS)),0)
   ifneq ($(filter-out clean,$(or $(MAKECMDGOALS),all)),)
-    DEPS_GROUPS := build $(if $(filter test,$(MAKECMDGOALS)),test) $(filter sanitize fuzz,$(MAKECMDGOALS)) \
+    DEPS_GROUPS := build $(if $(filter test,$(MAKECMDGOALS)),test) $(filter sanitize racecheck fuzz,$(MAKECMDGOALS)) \
                    $(if $(or $(filter 1,$(GPU)),$(filter cuda ptxas-report,$(MAKECMDGOALS))),cuda)
     ifneq ($(shell CUDA='$(CUDA)' tools/setup_deps.sh $(DEPS_GROUPS) >&2; echo $$?),0)
       $(error the packages are not set up: tools/setup_deps.sh $(strip $(DEPS_GROUPS)) said why above)
@@ -79,7 +82,7 @@ TEST_BINS := $(BUILD)/tests/unit_tests $(if $(MPI_TEST_SRCS),$(BUILD)/tests/mpi_
              $(if $(and $(CPU_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_tests) \
              $(if $(and $(CPU_MPI_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_mpi_tests)
 
-.PHONY: all train test cuda bench ptxas-report sanitize fuzz clean
+.PHONY: all train test cuda bench ptxas-report sanitize racecheck fuzz clean
 all: $(if $(TRAIN_SRCS),train) $(TEST_BINS) data/kjv.txt
 
 # The default corpus: the King James Bible from Debian's bible-kjv package (written
@@ -178,6 +181,62 @@ $(SANITIZE)/tests/unit_tests: $(call objs,$(SANITIZE_TEST_SRCS) $(TEST_SUPPORT_S
 	$(CXX) $(SANITIZE_FLAGS) -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS)
 $(SANITIZE)/tests/mpi_tests: $(call objs,$(MPI_TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/mpi_gtest_main.cu $(LIB_SRCS) $(CPU_RUNTIME_SRCS),$(SANITIZE))
 	$(CXX) $(SANITIZE_FLAGS) -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS)
+
+# ---- race detector (CPU build, docs/testing.md) ----
+# The CPU build under ThreadSanitizer, with clang++-14 (its TSan runtime keeps vector clocks of
+# fixed size: gcc 12's grows them with every fiber, and a block of 256 threads took 5 times as
+# long), in build/racecheck. CPU_RACECHECK makes every CUDA thread a TSan fiber ordered only by
+# the barriers and collectives it meets (cpu/race_annotations.h). The scheduler's own files are
+# not instrumented (their bookkeeping is shared by a block's fibers on purpose) and come first
+# on the link line, so that their copies of inline library code, uninstrumented, are the ones
+# linked. Any report fails the run (TSan's exit status 66).
+# unit_tests: every kernel family and the model, where kernels run; mpi_tests at -np 4 but two
+# of PipelineLayouts' four; cpu_tests the demonstrations (Racecheck.*), the scheduler and blocks
+# on several OS threads (docs/testing.md says why these suffice and what the step costs).
+RACECHECK := build/racecheck
+RACECHECK_CXX := clang++-14
+RACECHECK_FLAGS := -std=c++20 -O1 -g -fno-strict-aliasing $(WARNINGS) -MMD -MP -Icpu/include -I. -isystem $(CUDA)/include \
+                   $(MPI_INCLUDE) -DCPU_RACECHECK
+RACECHECK_PLAIN_SRCS := cpu/block_scheduler.cpp cpu/warp_collectives.cpp cpu/race_fibers.cpp
+# UCX_MEM_EVENTS=no: UCX (under MPICH) patches mmap and munmap past ThreadSanitizer (cpu/launch.cpp).
+RACECHECK_ENV := TSAN_OPTIONS=second_deadlock_stack=1 UCX_MEM_EVENTS=no
+RACECHECK_KERNEL_FAMILIES := LayerNorm.*:Attention.*:Embedding.*:Gelu.*:Residual.*:Matmul.*:Classifier.*:AdamW.*:GlobalNorm.*
+# Atomics' exactly-once tests repeat their launch until blocks overlap in time, which a block per
+# new OS thread seldom gives: left out (they test cpu/'s atomics on several OS threads).
+RACECHECK_NEED_OVERLAP := Atomics.IntegerAddHandsOutEachTicketOnce:Atomics.CasGivesEachSlotToExactlyOneThread:Atomics.ExchangeReturnsEachStoredValueOnce
+RACECHECK_UNIT_FILTER ?= $(RACECHECK_KERNEL_FAMILIES):Atomics.*:BlockSync.*:Warp.*:GPT.*:-$(RACECHECK_NEED_OVERLAP)
+# PipelineLayouts' runs of every layout with AFAB, the interleaved schedule, ZB-H1, ZB-H2 and in
+# bf16 run the same kernels and executor as its 1F1B and ZB-V runs (ZB-V: the split backward, the
+# weight pool, two chunks per rank) and Pipeline.* (every schedule on 4 stages); with them
+# mpi_tests would take several times as long under racecheck: left out (docs/testing.md).
+RACECHECK_MPI_FILTER ?= *:-PipelineLayouts.AfabGivesTheSingleStageRun:PipelineLayouts.InterleavedGivesTheSingleStageRun:PipelineLayouts.ZeroBubbleH1GivesTheSingleStageRun:PipelineLayouts.ZeroBubbleH2GivesTheSingleStageRun:PipelineLayouts.Bf16GivesTheSingleStageBf16Run
+# These two race on purpose (a missing __syncthreads, for the thread orders to expose).
+RACECHECK_RACY_ON_PURPOSE := Scheduler.NaturalOrderHidesAMissingSyncthreads:Scheduler.ReversedAndShuffledOrdersExposeAMissingSyncthreads
+RACECHECK_CPU_FILTER ?= Racecheck.*:Scheduler.*:BlockThreads.*:-$(RACECHECK_RACY_ON_PURPOSE)
+racecheck_objs = $(call objs,$(filter-out $(RACECHECK_PLAIN_SRCS),$(1)),$(RACECHECK)) \
+                 $(call objs,$(RACECHECK_PLAIN_SRCS),$(RACECHECK)/plain)
+RACECHECK_RUNTIME := $(call objs,$(RACECHECK_PLAIN_SRCS),$(RACECHECK)/plain) \
+                     $(call objs,$(filter-out $(RACECHECK_PLAIN_SRCS),$(CPU_RUNTIME_SRCS)),$(RACECHECK))
+racecheck:
+	$(MAKE) $(RACECHECK)/tests/cpu_tests $(RACECHECK)/tests/unit_tests $(RACECHECK)/tests/mpi_tests
+	$(RACECHECK_ENV) $(RACECHECK)/tests/cpu_tests --gtest_filter='$(RACECHECK_CPU_FILTER)'
+	$(RACECHECK_ENV) $(RACECHECK)/tests/unit_tests --gtest_filter='$(RACECHECK_UNIT_FILTER)'
+	$(RACECHECK_ENV) $(MPIRUN) -np 4 $(RACECHECK)/tests/mpi_tests --gtest_filter='$(RACECHECK_MPI_FILTER)'
+$(RACECHECK)/plain/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(RACECHECK_CXX) $(RACECHECK_FLAGS) -c $< -o $@
+$(RACECHECK)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(RACECHECK_CXX) $(RACECHECK_FLAGS) -fsanitize=thread -x c++ -c $< -o $@
+$(RACECHECK)/%.o: %.cpp
+	@mkdir -p $(dir $@)
+	$(RACECHECK_CXX) $(RACECHECK_FLAGS) -fsanitize=thread -c $< -o $@
+$(RACECHECK)/tests/unit_tests: $(RACECHECK_RUNTIME) $(call racecheck_objs,$(TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/gtest_main.cu $(LIB_SRCS))
+	$(RACECHECK_CXX) -fsanitize=thread -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS)
+$(RACECHECK)/tests/mpi_tests: $(RACECHECK_RUNTIME) $(call racecheck_objs,$(MPI_TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/mpi_gtest_main.cu $(LIB_SRCS))
+	$(RACECHECK_CXX) -fsanitize=thread -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS)
+$(RACECHECK)/tests/cpu_tests: $(RACECHECK_RUNTIME) $(call racecheck_objs,$(CPU_TEST_SRCS) $(TEST_SUPPORT_SRCS) tests/gtest_main.cu $(LIB_SRCS))
+	$(RACECHECK_CXX) -fsanitize=thread -o $@ $^ $(CPU_LIBS) $(GTEST_LIBS)
 
 # ---- libFuzzer targets (docs/testing.md) ----
 # One target per parser (tests/fuzz/parser_fuzz.cpp with the parser's feed), clang++-14 with

@@ -7,7 +7,8 @@
 // (__syncthreads, a shuffle, a vote), the runner's fiber becomes that thread's
 // fiber, and the threads not yet started get a new runner. So a kernel without
 // synchronisation runs as a plain loop, and one that synchronises everywhere ends
-// up with one fiber per thread.
+// up with one fiber per thread. Under `make racecheck` a runner runs one thread only,
+// each thread on a stack of its own (cpu/race_annotations.h).
 //
 // Threads start in an order (natural, reversed or shuffled: cpu/settings.h) and run
 // until they block; a barrier or warp collective that completes releases its
@@ -16,124 +17,67 @@
 // switch per wait. When nothing can run and threads are left, the block is
 // deadlocked (a barrier or collective that some thread never reaches): control goes
 // back to BlockRunner::run, which reports it naming the kernel instead of hanging.
+//
+// synccheck: every barrier records its call site; threads of one block meeting at different
+// __syncthreads, or a barrier some threads never reach because they returned, fail the block
+// naming the sites. The warp collectives' checks are in cpu/warp_collectives.cpp.
 #include "cpu/block_scheduler.h"
 
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <boost/context/detail/fcontext.hpp>
+#include <bit>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <stdexcept>
 
-#include "cpu/fiber_sanitizer.h"
+#include "cpu/block_state.h"
+#include "cpu/race_annotations.h"
 
 namespace fc = boost::context::detail;
 
 namespace cpu {
 namespace {
 
-enum class Wait : uint8_t { none, barrier, warp };
-enum class Collective : uint8_t { shuffle_index, shuffle_up, shuffle_down, shuffle_xor, vote, syncwarp, reduce };
-
-const char* collective_name(Collective c) {
-  switch (c) {
-    case Collective::shuffle_index: return "__shfl_sync";
-    case Collective::shuffle_up: return "__shfl_up_sync";
-    case Collective::shuffle_down: return "__shfl_down_sync";
-    case Collective::shuffle_xor: return "__shfl_xor_sync";
-    case Collective::vote: return "__ballot_sync/__any_sync/__all_sync";
-    case Collective::syncwarp: return "__syncwarp";
-    case Collective::reduce: return "cooperative_groups::reduce";
+void set_thread_index(const Block& b, int id) {
+  if (b.block_dim.y == 1 && b.block_dim.z == 1) {  // the common case, without divisions
+    threadIdx.x = unsigned(id);
+    threadIdx.y = threadIdx.z = 0;
+    return;
   }
-  return "?";
+  threadIdx.x = id % b.block_dim.x;
+  threadIdx.y = (id / b.block_dim.x) % b.block_dim.y;
+  threadIdx.z = id / (b.block_dim.x * b.block_dim.y);
 }
 
-// A fiber's stack. Its top is set back by a different multiple of 64 bytes for each stack:
-// page-aligned tops would put the active frames of all fibers in the same few sets of the L1
-// cache, so that a warp's 32 lanes switching in turn would miss it at every switch.
-struct Stack {
-  void* memory = nullptr;  // lowest address, a guard page
-  size_t bytes = 0;
-  size_t set_back = 0;
-  void* top() const { return static_cast<char*>(memory) + bytes - set_back; }
-  size_t usable() const { return bytes - 4096 - set_back; }
-};
-
-struct Thread {
-  fc::fcontext_t context = nullptr;  // where it resumes, while suspended
-  int stack = -1;                    // the fiber stack it runs on, once it has waited
-  FiberSanitizerState sanitizer;     // its fake stack while suspended (AddressSanitizer)
-  Wait wait = Wait::none;
-  Collective collective{};
-  unsigned mask = 0;
-  int operand = 0, width = 32;
-  uint64_t bits = 0;    // what it brings to a collective
-  uint64_t result = 0;  // what the collective or barrier gives it back
-  const WarpReduction* reduction = nullptr;  // in a reduce: its value, result and combining tree
-};
-
-struct Block {
-  // the launch
-  StartThreads start_threads = nullptr;
-  const void* call = nullptr;
-  dim3 block_dim;
-  int n = 0;
-  // scheduling
-  std::vector<Thread> threads;
-  std::vector<int> order;  // start order of threads
-  std::vector<int> lane_order;  // order in which a warp's released lanes are queued
-  std::vector<int> queue;  // FIFO of ready threads
-  size_t queue_head = 0;
-  ThreadStarts starts;  // the runners' progress
-  fc::fcontext_t scheduler = nullptr;  // BlockRunner::run, waiting for the block to end
-  fc::fcontext_t discard = nullptr;    // where a finished fiber's context is "saved"
-  FiberSanitizerState scheduler_sanitizer;  // the scheduler's stack, and fake stack while a block runs
-  int new_runner_stack = -1;
-  int running_stack = -1;  // the stack of the fiber running now
-  // barrier and warp collectives in progress
-  int barrier_arrived = 0, barrier_true = 0;
-  std::vector<unsigned> warp_arrived;
-  // fiber stacks, reused across blocks and launches
-  std::vector<Stack> stacks;
-  std::vector<int> free_stacks;
-  size_t stack_bytes = 0;
-  std::string error;
-
-  // The running thread, from threadIdx (which the runners' loop sets).
-  int current() const { return int((threadIdx.z * block_dim.y + threadIdx.y) * block_dim.x + threadIdx.x); }
-
-  void set_thread_index(int id) {
-    if (block_dim.y == 1 && block_dim.z == 1) {  // the common case, without divisions
-      threadIdx.x = unsigned(id);
-      threadIdx.y = threadIdx.z = 0;
-      return;
-    }
-    threadIdx.x = id % block_dim.x;
-    threadIdx.y = (id / block_dim.x) % block_dim.y;
-    threadIdx.z = id / (block_dim.x * block_dim.y);
-  }
-};
-
-thread_local Block* current_block = nullptr;
+// Maps a stack of `bytes` (and a guard page); `index` sets its top back.
+Stack map_stack(size_t bytes, size_t index) {
+  const size_t page = 4096;
+  Stack s;
+  s.bytes = bytes + 2 * page;  // the guard page, and room to set the top back
+  s.memory = mmap(nullptr, s.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (s.memory == MAP_FAILED) throw std::runtime_error("cpu: cannot map a fiber stack");
+  mprotect(s.memory, page, PROT_NONE);  // an overflow faults instead of corrupting
+  s.set_back = index * 7 % 64 * 64;
+  return s;
+}
 
 int take_stack(Block& b) {
   if (b.free_stacks.empty()) {
-    const size_t page = 4096;
-    Stack s;
-    s.bytes = b.stack_bytes + 2 * page;  // the guard page, and room to set the top back
-    s.memory = mmap(nullptr, s.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (s.memory == MAP_FAILED) throw std::runtime_error("cpu: cannot map a fiber stack");
-    mprotect(s.memory, page, PROT_NONE);  // an overflow faults instead of corrupting
-    s.set_back = b.stacks.size() * 7 % 64 * 64;
-    b.stacks.push_back(s);
+    b.stacks.push_back(map_stack(b.stack_bytes, b.stacks.size()));
     return int(b.stacks.size()) - 1;
   }
-  int s = b.free_stacks.back();
+  const int s = b.free_stacks.back();
   b.free_stacks.pop_back();
   return s;
 }
+
+// The thread the next runner starts (its id), under racecheck the one whose fiber it becomes.
+int next_to_start(const Block& b) { return b.starts.order ? b.starts.order[b.starts.next] : b.starts.next; }
+
+// The stack of the next runner: a free one, or under racecheck its thread's.
+int take_runner_stack(Block& b) { return racecheck ? next_to_start(b) : take_stack(b); }
 
 void runner(fc::transfer_t from);
 
@@ -145,20 +89,25 @@ void switch_to_next(Block& b, fc::fcontext_t* save) {
   fc::fcontext_t target;
   // A fiber that ends (its context "saved" in discard) gives up its fake stack.
   FiberSanitizerState* leaving = save == &b.discard ? nullptr : &b.threads[b.current()].sanitizer;
-  if (b.queue_head < b.queue.size()) {
-    const int id = b.queue[b.queue_head++];
-    b.set_thread_index(id);
+  if (b.queue_size > 0) {
+    const int id = b.queue[b.queue_head];
+    b.queue_head = (b.queue_head + 1) & b.queue_mask;
+    --b.queue_size;
+    set_thread_index(b, id);
     target = b.threads[id].context;
-    const Stack& s = b.stacks[b.threads[id].stack];
+    const Stack& s = b.stack(b.threads[id].stack);
     sanitizer_start_switch(leaving, s.memory, s.bytes);
+    if (racecheck) race_switch_to(b.races.threads[id].fiber);
   } else if (b.starts.next < b.n) {
-    b.new_runner_stack = take_stack(b);
-    const Stack& s = b.stacks[b.new_runner_stack];
+    if (racecheck) race_switch_to(b.races.threads[next_to_start(b)].fiber);
+    b.new_runner_stack = take_runner_stack(b);
+    const Stack& s = b.stack(b.new_runner_stack);
     target = fc::make_fcontext(s.top(), s.usable(), runner);
     sanitizer_start_new_fiber(leaving, s.memory, s.bytes);
   } else {
     target = b.scheduler;
     sanitizer_start_switch(leaving, b.scheduler_sanitizer.stack_bottom, b.scheduler_sanitizer.stack_bytes);
+    if (racecheck) race_switch_to(b.races.scheduler);
   }
   fc::transfer_t t = fc::jump_fcontext(target, save);
   sanitizer_finish_switch(leaving);
@@ -166,78 +115,98 @@ void switch_to_next(Block& b, fc::fcontext_t* save) {
   b.running_stack = b.threads[b.current()].stack;  // only a suspended thread is resumed here
 }
 
-// From inside a fiber: wait until released.
-void suspend(Block& b) {
-  ++b.starts.suspensions;
-  Thread& t = b.threads[b.current()];
-  t.stack = b.running_stack;  // the fiber now belongs to this thread until it ends
-  switch_to_next(b, &t.context);
-}
-
-// Errors leave the fiber for good. Cold and out of line, so that the frames of the hot
-// paths (a shuffle is a few ns) carry no string temporaries.
-[[noreturn, gnu::cold, gnu::noinline]] void fail_in_fiber(Block& b, const std::string& what) {
-  b.error = what;
-  sanitizer_start_switch(nullptr, b.scheduler_sanitizer.stack_bottom, b.scheduler_sanitizer.stack_bytes);
-  fc::jump_fcontext(b.scheduler, &b.discard);
-  __builtin_unreachable();  // the scheduler abandons this fiber
-}
-
-void release(Block& b, int id, uint64_t result) {
-  Thread& t = b.threads[id];
-  t.result = result;
-  t.wait = Wait::none;
-  if (id != b.current()) b.queue.push_back(id);
-}
-
 // A fiber that starts threads one after another until none are left unstarted.
 // When the thread it runs blocks, the fiber stays with that thread; once the
-// thread ends, the fiber goes on starting threads.
+// thread ends, the fiber goes on starting threads (under racecheck it ends with its thread).
 void runner(fc::transfer_t from) {
   Block& b = *current_block;
   sanitizer_finish_first_switch(b.scheduler_sanitizer);
   *static_cast<fc::fcontext_t*>(from.data) = from.fctx;
   const int my_stack = b.new_runner_stack;
   b.running_stack = my_stack;
+  if (racecheck) race_acquire(b.races.start.get());  // after what the stream did before the launch
   b.start_threads(b.call, b.starts);
-  // No thread is left to start, so switch_to_next starts no runner on this stack.
-  b.free_stacks.push_back(my_stack);
+  if (racecheck) race_release(&b.races.launch->end);
+  else b.free_stacks.push_back(my_stack);  // no thread is left to start, so no runner starts on it
   switch_to_next(b, &b.discard);
   __builtin_unreachable();
 }
 
-std::string lanes_text(unsigned lanes) {
-  std::ostringstream s;
-  const char* sep = "";
-  for (int l = 0; l < 32; ++l)
-    if (lanes >> l & 1u) s << sep << l, sep = ",";
-  return s.str();
+bool same_site(const CallSite& a, const CallSite& b) {
+  return a.line == b.line && (a.file == b.file || std::strcmp(a.file, b.file) == 0);
 }
 
-std::string deadlock_report(const Block& b) {
-  // Every thread has started (the runners start them all before control comes
-  // back); those not waiting have finished.
-  int at_barrier = 0, finished = 0;
-  for (const Thread& t : b.threads) at_barrier += t.wait == Wait::barrier, finished += t.wait == Wait::none;
-  std::ostringstream s;
+[[noreturn, gnu::cold, gnu::noinline]] void fail_at_different_barriers(Block& b, int other, CallSite other_site) {
+  fail_in_fiber(b, "threads of the block meet at different __syncthreads: thread " + thread_text(b, b.barrier_first) +
+                       " at " + site_text(b.barrier_site) + ", thread " + thread_text(b, other) + " at " +
+                       site_text(other_site));
+}
+
+std::string barrier_deadlock_report(const Block& b) {
+  // Every thread has started (the runners start them all before control comes back); those
+  // not waiting have finished.
+  int at_barrier = 0, finished = 0, first_finished = -1;
   for (int id = 0; id < b.n; ++id) {
     const Thread& t = b.threads[id];
-    if (t.wait != Wait::warp) continue;
-    int warp = id / 32, first = warp * 32;
-    unsigned missing = 0;
-    for (int l = 0; l < 32; ++l)
-      if ((t.mask >> l & 1u) && (first + l >= b.n || b.threads[first + l].wait != Wait::warp)) missing |= 1u << l;
-    s << collective_name(t.collective) << " in warp " << warp << " (lane " << id % 32 << ", mask 0x" << std::hex
-      << t.mask << std::dec << ") waits for lanes " << lanes_text(missing)
-      << " that finished, wait at __syncthreads or do not exist";
-    return s.str();
+    if (t.wait == Wait::barrier) {
+      ++at_barrier;
+    } else if (t.wait == Wait::none) {
+      if (first_finished < 0) first_finished = id;
+      ++finished;
+    }
   }
-  s << "__syncthreads reached by " << at_barrier << " of " << b.n << " threads (" << finished
-    << " finished without reaching it)";
+  std::ostringstream s;
+  s << "__syncthreads at " << site_text(b.barrier_site) << " reached by " << at_barrier << " of " << b.n
+    << " threads; " << finished << " returned without reaching it";
+  if (first_finished >= 0) s << " (thread " << thread_text(b, first_finished) << " among them)";
   return s.str();
 }
 
 }  // namespace
+
+thread_local Block* current_block = nullptr;
+
+void called_outside_a_kernel(const char* what) {
+  std::fprintf(stderr, "cpu: %s called outside a kernel\n", what);
+  std::abort();
+}
+
+void suspend(Block& b) {
+  ++b.starts.suspensions;
+  const int id = b.current();
+  Thread& t = b.threads[id];
+  t.stack = b.running_stack;  // the fiber now belongs to this thread until it ends
+  switch_to_next(b, &t.context);
+}
+
+// Errors leave the fiber for good. Cold and out of line, so that the frames of the hot
+// paths (a shuffle is a few ns) carry no string temporaries.
+void fail_in_fiber(Block& b, const std::string& what) {
+  race_ignore_begin();
+  b.error = what;
+  race_ignore_end();
+  sanitizer_start_switch(nullptr, b.scheduler_sanitizer.stack_bottom, b.scheduler_sanitizer.stack_bytes);
+  if (racecheck) race_switch_to(b.races.scheduler);
+  fc::jump_fcontext(b.scheduler, &b.discard);
+  __builtin_unreachable();  // the scheduler abandons this fiber
+}
+
+std::string site_text(const CallSite& site) {
+  return std::string(site.file ? site.file : "?") + ":" + std::to_string(site.line);
+}
+
+std::string thread_text(const Block& b, int id) {
+  const dim3 t = thread_index(b, id);
+  return "(" + std::to_string(t.x) + "," + std::to_string(t.y) + "," + std::to_string(t.z) + ")";
+}
+
+// Under racecheck the runner's loop (cpu/launch_kernel.h) starts one thread through this.
+bool begin_thread(ThreadStarts& starts) {
+  if (starts.next >= starts.count) return false;
+  set_thread_index(*current_block, next_to_start(*current_block));
+  ++starts.next;
+  return true;
+}
 
 struct BlockRunner::Impl {
   Block block;
@@ -272,189 +241,88 @@ bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
       std::shuffle(b.lane_order.begin(), b.lane_order.end(), rng);
     }
   }
-  b.queue.clear();
-  b.queue_head = 0;
+  b.queue.resize(std::bit_ceil(unsigned(b.n)));
+  b.queue_mask = unsigned(b.queue.size()) - 1;
+  b.queue_head = b.queue_size = 0;
   b.starts = ThreadStarts{0, b.n, b.order.empty() ? nullptr : b.order.data(), b.block_dim, 0};
   b.barrier_arrived = b.barrier_true = 0;
+  b.barriers_completed = 0;
   b.warp_arrived.assign((b.n + 31) / 32, 0u);
+  b.warp_waiting.resize((b.n + 31) / 32);  // each warp's first arrival sets its entry
   b.error.clear();
   if (b.free_stacks.size() != b.stacks.size()) {  // a failed block left fibers behind
     b.free_stacks.clear();
     for (int s = int(b.stacks.size()) - 1; s >= 0; --s) b.free_stacks.push_back(s);
   }
+  if (racecheck) begin_races(b, launch);
 
   current_block = &b;
-  b.new_runner_stack = take_stack(b);
-  const Stack& first = b.stacks[b.new_runner_stack];
+  if (racecheck) race_switch_to(b.races.threads[next_to_start(b)].fiber);
+  b.new_runner_stack = take_runner_stack(b);
+  const Stack& first = b.stack(b.new_runner_stack);
   sanitizer_start_block(b.scheduler_sanitizer, first.memory, first.bytes);
   fc::transfer_t t = fc::jump_fcontext(fc::make_fcontext(first.top(), first.usable(), runner), &b.scheduler);
   sanitizer_finish_switch(&b.scheduler_sanitizer);
   *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
-  const bool waiting = b.barrier_arrived > 0 || std::any_of(b.warp_arrived.begin(), b.warp_arrived.end(), [](unsigned w) { return w != 0; });
-  if (b.error.empty() && waiting) b.error = deadlock_report(b);
+  const bool waiting =
+      b.barrier_arrived > 0 || std::any_of(b.warp_arrived.begin(), b.warp_arrived.end(), [](unsigned w) { return w != 0; });
+  if (b.error.empty() && waiting) {
+    b.error = warp_deadlock_report(b);
+    if (b.error.empty()) b.error = barrier_deadlock_report(b);
+  }
   current_block = nullptr;
+  if (racecheck) end_races(b);
   if (b.error.empty()) return true;
-  error = "block (" + std::to_string(launch.block_index.x) + "," +
-          std::to_string(launch.block_index.y) + "," + std::to_string(launch.block_index.z) + "): " + b.error;
+  error = "block (" + std::to_string(launch.block_index.x) + "," + std::to_string(launch.block_index.y) + "," +
+          std::to_string(launch.block_index.z) + "): " + b.error;
   return false;
 }
 
 namespace {
 
-Block& block_of_caller(const char* what) {
-  if (!current_block) {
-    std::fprintf(stderr, "cpu: %s called outside a kernel\n", what);
-    std::abort();
-  }
-  return *current_block;
-}
-
-int block_barrier(int predicate) {
+int block_barrier(int predicate, CallSite site) {
   Block& b = block_of_caller("__syncthreads");
   const int id = b.current();
+  if (b.barrier_arrived == 0) {
+    b.barrier_site = site;
+    b.barrier_first = id;
+  } else if (!same_site(site, b.barrier_site)) {
+    fail_at_different_barriers(b, id, site);
+  }
   ++b.barrier_arrived;
   b.barrier_true += predicate != 0;
   b.threads[id].wait = Wait::barrier;
-  if (b.barrier_arrived == b.n) {
-    const uint64_t count = uint64_t(b.barrier_true);
-    b.barrier_arrived = b.barrier_true = 0;
-    for (int k = 0; k < b.n; ++k) {
-      int other = b.order.empty() ? k : b.order[k];
-      if (b.threads[other].wait == Wait::barrier) release(b, other, count);
-    }
-    return int(count);
+  // racecheck: every thread releases the barrier's object as it arrives and acquires it as it
+  // goes on. Two objects, by the parity of the barrier's count: a thread that goes on and arrives
+  // at the next barrier before the others have gone on releases the other object.
+  const uint64_t parity = b.barriers_completed & 1;
+  if (racecheck) race_release(&b.races.barriers[parity]);
+  if (b.barrier_arrived < b.n) {
+    suspend(b);
+    if (racecheck) race_acquire(&b.races.barriers[parity]);
+    return int(b.threads[id].result);
   }
-  suspend(b);
-  return int(b.threads[id].result);
-}
-
-[[noreturn, gnu::cold, gnu::noinline]] void fail_mismatched_collective(Block& b, int warp, unsigned mask,
-                                                                       const Thread& t, const Thread& leader) {
-  std::ostringstream s;
-  s << "warp " << warp << ": lanes of mask 0x" << std::hex << mask << std::dec << " meet in different collectives ("
-    << collective_name(t.collective) << " with mask 0x" << std::hex << t.mask << std::dec << " vs "
-    << collective_name(leader.collective) << ")";
-  fail_in_fiber(b, s.str());
-}
-
-[[noreturn, gnu::cold, gnu::noinline]] void fail_bad_collective_call(Block& b, Collective kind, unsigned mask,
-                                                                     int width) {
-  const int lane = b.current() % 32, warp = b.current() / 32;
-  if (!(mask >> lane & 1u))
-    fail_in_fiber(b, std::string(collective_name(kind)) + " called by lane " + std::to_string(lane) + " of warp " +
-                         std::to_string(warp) + " whose mask does not include it");
-  fail_in_fiber(b, std::string(collective_name(kind)) + " with width " + std::to_string(width) +
-                       " (must be a power of 2, at most 32)");
-}
-
-// The lane whose value lane l of a shuffle receives (l itself where CUDA keeps the caller's).
-int shuffle_source(const Thread& t, int l) {
-  const int w = t.width, segment = l & ~(w - 1);
-  switch (t.collective) {
-    case Collective::shuffle_index: return segment + (t.operand & (w - 1));
-    case Collective::shuffle_up: return (l - segment) >= t.operand ? l - t.operand : l;
-    case Collective::shuffle_down: return (l - segment) + t.operand < w ? l + t.operand : l;
-    case Collective::shuffle_xor: {
-      const int src = l ^ t.operand;
-      return src < segment + w ? src : l;
-    }
-    default: return l;
-  }
-}
-
-// A reduce over all 32 lanes, all waiting at it but the caller: the leader's tree combines
-// the lanes' values once, and the result is copied to every lane's destination (their
-// stacks are intact while they wait).
-void finish_reduction(Block& b, const Thread* lanes) {
-  const WarpReduction& leader = *lanes[0].reduction;
-  const void* values[32];
-  for (int l = 0; l < 32; ++l) {
-    if (lanes[l].reduction->tree != leader.tree)
-      fail_in_fiber(b, "cooperative_groups::reduce: lanes of one warp reduce different types or operations");
-    values[l] = lanes[l].reduction->value;
-  }
-  leader.tree(leader.op, values, leader.result);
-  for (int l = 1; l < 32; ++l) std::memcpy(lanes[l].reduction->result, leader.result, leader.bytes);
-}
-
-// Gives each lane of a completed collective its result.
-void complete_collective(Block& b, int warp, unsigned mask) {
-  Thread* lanes = &b.threads[warp * 32];
-  const Thread& leader = lanes[__builtin_ctz(mask)];
-  uint64_t ballot = 0;
-  for (unsigned m = mask; m; m &= m - 1) {
-    const int l = __builtin_ctz(m);
-    const Thread& t = lanes[l];
-    if (t.collective != leader.collective || t.mask != mask) fail_mismatched_collective(b, warp, mask, t, leader);
-    ballot |= uint64_t(t.bits != 0) << l;
-  }
-  if (leader.collective == Collective::reduce) finish_reduction(b, lanes);
-  const bool shuffle = leader.collective < Collective::vote;
-  for (int k = 0; k < 32; ++k) {
-    const int l = b.lane_order.empty() ? k : b.lane_order[k];
-    if (!(mask >> l & 1u)) continue;
-    uint64_t result = ballot;
-    if (shuffle) {
-      // A source lane outside the mask gives an undefined value in CUDA; here, the caller's own.
-      const int src = shuffle_source(lanes[l], l);
-      result = (mask >> src & 1u) ? lanes[src].bits : lanes[l].bits;
-    }
-    release(b, warp * 32 + l, result);
-  }
-  b.warp_arrived[warp] &= ~mask;
-}
-
-uint64_t warp_collective(Collective kind, unsigned mask, uint64_t bits, int operand, int width,
-                         const WarpReduction* reduction = nullptr) {
-  Block& b = block_of_caller(collective_name(kind));
-  const int id = b.current(), warp = id / 32, lane = id % 32;
-  if (!(mask >> lane & 1u) || width < 1 || width > 32 || (width & (width - 1)))
-    fail_bad_collective_call(b, kind, mask, width);
-  Thread& t = b.threads[id];
-  t.collective = kind;
-  t.mask = mask;
-  t.bits = bits;
-  t.operand = operand;
-  t.width = width;
-  t.reduction = reduction;
-  t.wait = Wait::warp;
-  b.warp_arrived[warp] |= 1u << lane;
-  if ((b.warp_arrived[warp] & mask) == mask) {
-    complete_collective(b, warp, mask);
-    return t.result;
-  }
-  suspend(b);
-  return b.threads[id].result;
+  const uint64_t count = uint64_t(b.barrier_true);
+  b.barrier_arrived = b.barrier_true = 0;
+  ++b.barriers_completed;
+  for (int k = 0; k < b.n; ++k) release(b, b.order.empty() ? k : b.order[k], count);
+  if (racecheck) race_acquire(&b.races.barriers[parity]);
+  return int(count);
 }
 
 }  // namespace
 
 thread_local unsigned char* dynamic_shared_memory = nullptr;
 
-void warp_reduce(const WarpReduction& reduction) {
-  warp_collective(Collective::reduce, 0xffffffffu, 0, 0, 32, &reduction);
-}
-
-uint64_t warp_shuffle(Shuffle kind, unsigned mask, uint64_t bits, int operand, int width) {
-  static constexpr Collective kinds[] = {Collective::shuffle_index, Collective::shuffle_up, Collective::shuffle_down,
-                                         Collective::shuffle_xor};
-  return warp_collective(kinds[int(kind)], mask, bits, operand, width);
-}
-
 }  // namespace cpu
 
-void __syncthreads() { cpu::block_barrier(1); }
-int __syncthreads_count(int predicate) { return cpu::block_barrier(predicate); }
-int __syncthreads_and(int predicate) { return cpu::block_barrier(predicate) == int(blockDim.x * blockDim.y * blockDim.z); }
-int __syncthreads_or(int predicate) { return cpu::block_barrier(predicate) != 0; }
-void __syncwarp(unsigned mask) { cpu::warp_collective(cpu::Collective::syncwarp, mask, 0, 0, 32); }
-unsigned __ballot_sync(unsigned mask, int predicate) {
-  return unsigned(cpu::warp_collective(cpu::Collective::vote, mask, predicate != 0, 0, 32));
+void __syncthreads(const char* file, unsigned line) { cpu::block_barrier(1, {file, line}); }
+int __syncthreads_count(int predicate, const char* file, unsigned line) {
+  return cpu::block_barrier(predicate, {file, line});
 }
-int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
-int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
-unsigned __activemask() {
-  cpu::Block& b = cpu::block_of_caller("__activemask");
-  const int first = b.current() / 32 * 32, lanes = std::min(32, b.n - first);
-  return lanes == 32 ? 0xffffffffu : (1u << lanes) - 1u;
+int __syncthreads_and(int predicate, const char* file, unsigned line) {
+  return cpu::block_barrier(predicate, {file, line}) == int(blockDim.x * blockDim.y * blockDim.z);
+}
+int __syncthreads_or(int predicate, const char* file, unsigned line) {
+  return cpu::block_barrier(predicate, {file, line}) != 0;
 }

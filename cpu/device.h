@@ -37,31 +37,40 @@ inline thread_local dim3 gridDim;
 inline constexpr int warpSize = 32;
 #endif
 
-// ---- block and warp synchronisation (cpu/block_scheduler.cpp) ----
-void __syncthreads();
-int __syncthreads_count(int predicate);
-int __syncthreads_and(int predicate);
-int __syncthreads_or(int predicate);
-void __syncwarp(unsigned mask = 0xffffffffu);
-unsigned __ballot_sync(unsigned mask, int predicate);
-int __any_sync(unsigned mask, int predicate);
-int __all_sync(unsigned mask, int predicate);
+// ---- block and warp synchronisation (cpu/block_scheduler.cpp, cpu/warp_collectives.cpp) ----
+// Each takes its call site by default arguments, which the compiler fills in at the call
+// (synccheck: threads of a block meeting at different barriers are an error naming both sites).
+#define CPU_CALL_SITE const char *file = __builtin_FILE(), unsigned line = __builtin_LINE()
+void __syncthreads(CPU_CALL_SITE);
+int __syncthreads_count(int predicate, CPU_CALL_SITE);
+int __syncthreads_and(int predicate, CPU_CALL_SITE);
+int __syncthreads_or(int predicate, CPU_CALL_SITE);
+void __syncwarp(unsigned mask = 0xffffffffu, CPU_CALL_SITE);
+unsigned __ballot_sync(unsigned mask, int predicate, CPU_CALL_SITE);
+int __any_sync(unsigned mask, int predicate, CPU_CALL_SITE);
+int __all_sync(unsigned mask, int predicate, CPU_CALL_SITE);
 unsigned __activemask();
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 namespace cpu {
+// Where a kernel calls a barrier or a warp collective.
+struct CallSite {
+  const char* file = nullptr;
+  unsigned line = 0;
+};
+
 enum class Shuffle { index, up, down, exclusive_or };
 // Exchanges 8 bytes among the lanes of `mask`; returns the bytes of the lane that
 // `kind`/`operand`/`width` select for the caller, as the CUDA shuffles define it.
-uint64_t warp_shuffle(Shuffle kind, unsigned mask, uint64_t bits, int operand, int width);
+uint64_t warp_shuffle(Shuffle kind, unsigned mask, uint64_t bits, int operand, int width, CallSite site);
 
 template <typename T>
-T shuffle(Shuffle kind, unsigned mask, T var, int operand, int width) {
+T shuffle(Shuffle kind, unsigned mask, T var, int operand, int width, CallSite site) {
   static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffle of an 8-byte-or-smaller value");
   uint64_t bits = 0;
   std::memcpy(&bits, &var, sizeof(T));
-  bits = warp_shuffle(kind, mask, bits, operand, width);
+  bits = warp_shuffle(kind, mask, bits, operand, width, site);
   T out;
   std::memcpy(&out, &bits, sizeof(T));
   return out;
@@ -78,36 +87,43 @@ struct WarpReduction {
   const void* op;
   void (*tree)(const void* op, const void* const* values, void* result);
 };
-void warp_reduce(const WarpReduction& reduction);
+void warp_reduce(const WarpReduction& reduction, CallSite site);
 
 // The block's dynamic shared memory (launch's shared_bytes); see DYNAMIC_SHARED.
 extern thread_local unsigned char* dynamic_shared_memory;
 }  // namespace cpu
 
 template <typename T>
-T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize) {
-  return cpu::shuffle(cpu::Shuffle::index, mask, var, src_lane, width);
+T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize, CPU_CALL_SITE) {
+  return cpu::shuffle(cpu::Shuffle::index, mask, var, src_lane, width, {file, line});
 }
 template <typename T>
-T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
-  return cpu::shuffle(cpu::Shuffle::up, mask, var, int(delta), width);
+T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize, CPU_CALL_SITE) {
+  return cpu::shuffle(cpu::Shuffle::up, mask, var, int(delta), width, {file, line});
 }
 template <typename T>
-T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
-  return cpu::shuffle(cpu::Shuffle::down, mask, var, int(delta), width);
+T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize, CPU_CALL_SITE) {
+  return cpu::shuffle(cpu::Shuffle::down, mask, var, int(delta), width, {file, line});
 }
 template <typename T>
-T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize) {
-  return cpu::shuffle(cpu::Shuffle::exclusive_or, mask, var, lane_mask, width);
+T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize, CPU_CALL_SITE) {
+  return cpu::shuffle(cpu::Shuffle::exclusive_or, mask, var, lane_mask, width, {file, line});
 }
 
 // ---- atomics: the overloads CUDA has, real atomics so that blocks may run on
-// several OS threads at once ----
+// several OS threads at once. Under `make racecheck` they are relaxed, as CUDA's are ("atomic
+// functions do not act as memory fences"), so that ThreadSanitizer sees no order through them
+// that a GPU does not give; elsewhere sequentially consistent. ----
+#ifdef CPU_RACECHECK
+#define CPU_ATOMIC_ORDER __ATOMIC_RELAXED
+#else
+#define CPU_ATOMIC_ORDER __ATOMIC_SEQ_CST
+#endif
 namespace cpu {
 template <typename T, typename F>
 T atomic_update(T* address, F update) {
   T old = __atomic_load_n(address, __ATOMIC_RELAXED);
-  while (!__atomic_compare_exchange_n(address, &old, update(old), true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+  while (!__atomic_compare_exchange_n(address, &old, update(old), true, CPU_ATOMIC_ORDER, __ATOMIC_RELAXED)) {
   }
   return old;
 }
@@ -121,15 +137,15 @@ T atomic_update_float(T* address, F update) {  // CAS on the bit pattern
     std::memcpy(&old_value, &old, sizeof(T));
     T new_value = update(old_value);
     std::memcpy(&next, &new_value, sizeof(T));
-  } while (!__atomic_compare_exchange_n(bits, &old, next, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+  } while (!__atomic_compare_exchange_n(bits, &old, next, true, CPU_ATOMIC_ORDER, __ATOMIC_RELAXED));
   return old_value;
 }
 }  // namespace cpu
 
-inline int atomicAdd(int* a, int v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
-inline unsigned atomicAdd(unsigned* a, unsigned v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
+inline int atomicAdd(int* a, int v) { return __atomic_fetch_add(a, v, CPU_ATOMIC_ORDER); }
+inline unsigned atomicAdd(unsigned* a, unsigned v) { return __atomic_fetch_add(a, v, CPU_ATOMIC_ORDER); }
 inline unsigned long long atomicAdd(unsigned long long* a, unsigned long long v) {
-  return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);
+  return __atomic_fetch_add(a, v, CPU_ATOMIC_ORDER);
 }
 inline float atomicAdd(float* a, float v) {
   return cpu::atomic_update_float(a, [v](float x) { return x + v; });
@@ -137,8 +153,8 @@ inline float atomicAdd(float* a, float v) {
 inline double atomicAdd(double* a, double v) {
   return cpu::atomic_update_float(a, [v](double x) { return x + v; });
 }
-inline int atomicSub(int* a, int v) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); }
-inline unsigned atomicSub(unsigned* a, unsigned v) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); }
+inline int atomicSub(int* a, int v) { return __atomic_fetch_sub(a, v, CPU_ATOMIC_ORDER); }
+inline unsigned atomicSub(unsigned* a, unsigned v) { return __atomic_fetch_sub(a, v, CPU_ATOMIC_ORDER); }
 template <typename T>
 T atomicMax(T* a, T v) {
   static_assert(std::is_integral_v<T>, "CUDA has atomicMax only for integer types");
@@ -152,13 +168,13 @@ T atomicMin(T* a, T v) {
 template <typename T>
 T atomicCAS(T* a, T compare, T v) {
   static_assert(std::is_integral_v<T>, "CUDA has atomicCAS only for integer types");
-  __atomic_compare_exchange_n(a, &compare, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  __atomic_compare_exchange_n(a, &compare, v, false, CPU_ATOMIC_ORDER, CPU_ATOMIC_ORDER);
   return compare;
 }
-inline int atomicExch(int* a, int v) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); }
-inline unsigned atomicExch(unsigned* a, unsigned v) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); }
+inline int atomicExch(int* a, int v) { return __atomic_exchange_n(a, v, CPU_ATOMIC_ORDER); }
+inline unsigned atomicExch(unsigned* a, unsigned v) { return __atomic_exchange_n(a, v, CPU_ATOMIC_ORDER); }
 inline unsigned long long atomicExch(unsigned long long* a, unsigned long long v) {
-  return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);
+  return __atomic_exchange_n(a, v, CPU_ATOMIC_ORDER);
 }
 inline float atomicExch(float* a, float v) {
   return cpu::atomic_update_float(a, [v](float) { return v; });

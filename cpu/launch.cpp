@@ -1,23 +1,29 @@
 // Kernel launch for the CPU build: checks the configuration as CUDA does, then queues the grid
 // on its stream, whose worker runs the blocks itself or spread over CUDA_CPU_BLOCK_THREADS OS
-// threads. As on a GPU, launch() returns before the kernel has run.
+// threads (under `make racecheck`, each block on a new OS thread). As on a GPU, launch()
+// returns before the kernel has run.
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <sys/mman.h>
+
 #include "cpu/block_scheduler.h"
 #include "cpu/call_counts.h"
+#include "cpu/race_annotations.h"
 #include "cpu/runtime_state.h"
 #include "cpu/streams.h"
 #include "cpu/symbol_name.h"
@@ -46,31 +52,102 @@ struct Grid {
   std::atomic<bool> failed{false};
   std::mutex error_mutex;
   std::string error;
+  RaceLaunch race;  // racecheck
 };
+
+// Runs the k-th block of `g` (in its order of blocks) on the calling OS thread, with the
+// dynamic shared memory enter_grid gave it.
+void run_block(Grid& g, uint64_t k, BlockRunner& runner) {
+  const uint64_t linear = g.block_order.empty() ? k : g.block_order[k];
+  blockIdx.x = unsigned(linear % g.grid.x);
+  blockIdx.y = unsigned(linear / g.grid.x % g.grid.y);
+  blockIdx.z = unsigned(linear / (uint64_t(g.grid.x) * g.grid.y));
+  if (g.order != ThreadOrder::natural) std::memset(dynamic_shared_memory, 0xff, g.shared_bytes);  // NaN
+  BlockLaunch b{g.start_threads, g.call.get(), g.block, blockIdx, g.order, g.seed ^ (linear * 0x9e3779b97f4a7c15ull),
+                &g.race};
+  std::string error;
+  if (!runner.run(b, error)) {
+    std::lock_guard<std::mutex> lock(g.error_mutex);
+    if (!g.failed.exchange(true)) g.error = error;
+  }
+}
+
+// Prepares the calling OS thread to run blocks of `g`: the launch's dimensions, and `shared` as
+// the blocks' dynamic shared memory.
+void enter_grid(const Grid& g, unsigned char* shared) {
+  dynamic_shared_memory = shared;
+  blockDim = g.block;
+  gridDim = g.grid;
+}
+
+void* map_shared_memory(size_t bytes) {
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) throw std::runtime_error("cpu: cannot map a block's shared memory");
+  return memory;
+}
 
 // Runs blocks of `g` until none are left; one call per OS thread.
 void run_blocks(Grid& g) {
   thread_local BlockRunner runner(settings().stack_bytes);
   thread_local std::vector<unsigned char> shared;
   RunningOperation running("kernel", g.device, g.kernel);
-  const uint64_t blocks = uint64_t(g.grid.x) * g.grid.y * g.grid.z;
   if (shared.size() < g.shared_bytes) shared.resize(g.shared_bytes);
-  dynamic_shared_memory = shared.data();
-  blockDim = g.block;
-  gridDim = g.grid;
-  std::string error;
-  for (uint64_t k; !g.failed.load(std::memory_order_relaxed) && (k = g.next.fetch_add(1)) < blocks;) {
-    const uint64_t linear = g.block_order.empty() ? k : g.block_order[k];
-    blockIdx.x = unsigned(linear % g.grid.x);
-    blockIdx.y = unsigned(linear / g.grid.x % g.grid.y);
-    blockIdx.z = unsigned(linear / (uint64_t(g.grid.x) * g.grid.y));
-    if (g.order != ThreadOrder::natural) std::memset(shared.data(), 0xff, g.shared_bytes);  // NaN
-    BlockLaunch b{g.start_threads, g.call.get(), g.block, blockIdx, g.order, g.seed ^ (linear * 0x9e3779b97f4a7c15ull)};
-    if (!runner.run(b, error)) {
-      std::lock_guard<std::mutex> lock(g.error_mutex);
-      if (!g.failed.exchange(true)) g.error = error;
+  enter_grid(g, shared.data());
+  const uint64_t blocks = uint64_t(g.grid.x) * g.grid.y * g.grid.z;
+  for (uint64_t k; !g.failed.load(std::memory_order_relaxed) && (k = g.next.fetch_add(1)) < blocks;)
+    run_block(g, k, runner);
+}
+
+// `make racecheck` runs each block on an OS thread of its own, at most block_threads at once:
+// __shared__ variables are thread_local, and ThreadSanitizer forgets what an OS thread's
+// thread_local memory saw only when a new thread starts, so a new thread is a block whose
+// shared memory no earlier block has touched. Blocks are in no order (a block's thread starts
+// after the stream's earlier work, and joining the thread of an earlier block orders nothing
+// of that block's CUDA threads); every CUDA thread releases the launch's end as it finishes,
+// which the stream acquires. The runners are kept for later blocks, the fibers for later launches.
+void run_grid_racecheck(Grid& g, int block_threads) {
+  // UCX (under MPICH) patches mmap and munmap, and calls through its patches bypass
+  // ThreadSanitizer's: TSan then never forgets what memory that was unmapped and mapped again
+  // saw (a block's stacks and shared memory), and reports races with threads long gone.
+  static const bool ucx_hooks_off = [] {
+    const char* events = std::getenv("UCX_MEM_EVENTS");
+    if (events && std::strcmp(events, "no") == 0) return true;
+    std::fprintf(stderr, "cpu: the racecheck build needs UCX_MEM_EVENTS=no in its environment (UCX's mmap hooks "
+                         "hide unmapped memory from ThreadSanitizer); make racecheck sets it\n");
+    std::exit(EXIT_FAILURE);
+  }();
+  (void)ucx_hooks_off;
+  static std::mutex& runners_mutex = *new std::mutex;
+  static auto& runners = *new std::vector<std::unique_ptr<BlockRunner>>;
+  const auto run_alone = [&g](uint64_t k) {
+    std::unique_ptr<BlockRunner> runner;
+    {
+      std::lock_guard<std::mutex> lock(runners_mutex);
+      if (!runners.empty()) runner = std::move(runners.back()), runners.pop_back();
     }
+    if (!runner) runner = std::make_unique<BlockRunner>(settings().stack_bytes);
+    RunningOperation running("kernel", g.device, g.kernel);
+    // Mapped, not allocated: unmapping makes ThreadSanitizer forget the accesses of the block's
+    // threads, which nothing orders before the block's OS thread (a free() would race with them).
+    void* shared = g.shared_bytes ? map_shared_memory(g.shared_bytes) : nullptr;
+    enter_grid(g, static_cast<unsigned char*>(shared));
+    run_block(g, k, *runner);
+    if (shared) munmap(shared, g.shared_bytes);
+    std::lock_guard<std::mutex> lock(runners_mutex);
+    runners.push_back(std::move(runner));
+  };
+  const uint64_t blocks = uint64_t(g.grid.x) * g.grid.y * g.grid.z;
+  std::deque<std::thread> running;
+  for (uint64_t k = 0; k < blocks && !g.failed; ++k) {
+    if (int(running.size()) >= std::max(1, block_threads)) {
+      running.front().join();
+      running.pop_front();
+    }
+    running.emplace_back(run_alone, k);
   }
+  for (std::thread& t : running) t.join();
+  race_acquire(&g.race.end);
+  race_launch_done(g.race);
 }
 
 // OS threads that help run the blocks of large launches. Never destroyed: its
@@ -146,7 +223,9 @@ void run_grid(Grid& g, int block_threads) {
     else std::shuffle(g.block_order.begin(), g.block_order.end(), std::mt19937_64(g.seed));
   }
   const int threads = int(std::min<uint64_t>(blocks, uint64_t(std::max(1, block_threads))));
-  if (threads <= 1) {
+  if (racecheck) {
+    run_grid_racecheck(g, threads);
+  } else if (threads <= 1) {
     run_blocks(g);
   } else {
     static BlockThreadPool& pool = *new BlockThreadPool;

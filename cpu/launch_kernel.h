@@ -26,12 +26,20 @@ using StartThreads = void (*)(const void* call, ThreadStarts& starts);
 void launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                    StartThreads start_threads, std::shared_ptr<const void> call);
 
+// Under `make racecheck`: takes the next thread to start and sets threadIdx to it; false when
+// none is left (cpu/block_scheduler.cpp, which ThreadSanitizer does not watch).
+bool begin_thread(ThreadStarts& starts);
+
 // The runner's loop, with the thread's body (the kernel call) inlined so that a kernel that
 // never waits runs as a plain loop over its threads. A thread that waits leaves this fiber
 // holding its frame, and another runner starts the threads after it; so once a wait has
-// happened, the loop goes on from wherever the others have got to.
+// happened, the loop goes on from wherever the others have got to. Under racecheck a runner
+// runs one thread, which is then its own fiber to ThreadSanitizer.
 template <typename RunThread>
 void start_threads(ThreadStarts& starts, RunThread run_thread) {
+#ifdef CPU_RACECHECK
+  if (begin_thread(starts)) run_thread();
+#else
   const int* const order = starts.order;
   const dim3 dim = starts.block_dim;
   const int count = starts.count;
@@ -65,6 +73,7 @@ void start_threads(ThreadStarts& starts, RunThread run_thread) {
       position = starts.next;
     }
   }
+#endif
 }
 
 }  // namespace cpu

@@ -33,14 +33,29 @@
 
 #include "cpu/call_counts.h"
 #include "cpu/memory.h"
+#include "cpu/nccl_check.h"
 #include "cpu/runtime_state.h"
+#include "cpu/settings.h"
 #include "cpu/streams.h"
 
 struct ncclComm {
-  ncclComm(MPI_Comm mpi, int device) : mpi(mpi), device(device) {}
+  // Every rank of mpi makes it at once (ncclCommInitRank, ncclCommSplit): with the check on, it
+  // duplicates the communicator for the check's own messages.
+  ncclComm(MPI_Comm mpi, int device) : mpi(mpi), device(device) {
+    if (!cpu::settings().nccl_check) return;
+    MPI_Comm_dup(mpi, &check_mpi);
+    matcher = std::make_unique<cpu::NcclMatcher>(check_mpi);
+  }
   MPI_Comm mpi;
+  MPI_Comm check_mpi = MPI_COMM_NULL;
+  std::unique_ptr<cpu::NcclMatcher> matcher;  // CUDA_CPU_NCCL_CHECK (cpu/nccl_check.h), if on when made
   int device;
+  int64_t calls = 0;  // calls made on it (the host's count: CUDA_CPU_NCCL_CHECK names calls by it)
   std::atomic<bool> aborted{false};  // ncclCommAbort: queued work gives up waiting
+  // An operation that failed on its stream (CUDA_CPU_NCCL_CHECK): ncclCommGetAsyncError's result,
+  // and the message every later call on the communicator fails with.
+  std::atomic<ncclResult_t> async_error{ncclSuccess};
+  std::string async_message;  // written once, before async_error
   std::mutex mutex;
   std::condition_variable idle;
   int in_flight = 0;  // queued operations not yet completed
@@ -207,6 +222,7 @@ struct Collected {
   cudaStream_t stream;
   const char* function;
   Post post;
+  cpu::NcclSignature signature;
 };
 
 thread_local int group_depth = 0;
@@ -247,6 +263,72 @@ void wait_until_idle(ncclComm_t comm) {
   comm->idle.wait(lock, [comm] { return comm->in_flight == 0; });
 }
 
+// Marks the group's communicators failed by CUDA_CPU_NCCL_CHECK with `problem`, said on stderr.
+void fail_communicators(const std::vector<ncclComm_t>& comms, const std::string& problem) {
+  const std::string message = "CUDA_CPU_NCCL_CHECK: " + problem;
+  std::fprintf(stderr, "cpu: %s\n", message.c_str());
+  for (ncclComm_t comm : comms) {
+    if (comm->async_error != ncclSuccess) continue;
+    comm->async_message = message;
+    comm->async_error = ncclInvalidUsage;
+  }
+}
+
+// Posts the group's calls, each once it has met its partners' counterparts (CUDA_CPU_NCCL_CHECK,
+// cpu/nccl_check.h) and the calls before it in its channel are posted: a call waits for its own
+// partners only, as the calls of an NCCL group do. False when a call differs from its counterpart
+// (the communicators have failed) or a communicator was aborted; the calls posted stay pending.
+bool post_checked(const std::vector<Collected>& calls, const std::vector<ncclComm_t>& comms, Staging& staging,
+                  std::vector<MPI_Request>& requests) {
+  std::vector<std::vector<cpu::NcclMeeting>> meetings(calls.size());  // one each, none without the check
+  for (ncclComm_t comm : comms) {
+    if (!comm->matcher) continue;
+    std::vector<cpu::NcclSignature> signatures;
+    for (const Collected& c : calls)
+      if (c.comm == comm) signatures.push_back(c.signature);
+    std::vector<cpu::NcclMeeting> announced = comm->matcher->announce(signatures);
+    for (size_t i = 0, k = 0; i < calls.size(); ++i)
+      if (calls[i].comm == comm) meetings[i].push_back(std::move(announced[k++]));
+  }
+  std::vector<bool> posted(calls.size(), false);
+  const auto before_in_channel_posted = [&](size_t i) {
+    const cpu::NcclMatcher* m = calls[i].comm->matcher.get();
+    for (size_t j = 0; j < i; ++j)
+      if (!posted[j] && calls[j].comm == calls[i].comm &&
+          (!m || m->channel(calls[j].signature) == m->channel(calls[i].signature)))
+        return false;
+    return true;
+  };
+  auto sleep = std::chrono::microseconds(1);
+  for (size_t left = calls.size(); left > 0;) {
+    bool progress = false;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (posted[i]) continue;
+      if (!meetings[i].empty()) {
+        if (const std::string problem = calls[i].comm->matcher->meet(meetings[i][0]); !problem.empty()) {
+          fail_communicators(comms, problem);
+          return false;
+        }
+        if (!meetings[i][0].met()) continue;
+      }
+      if (!before_in_channel_posted(i)) continue;
+      requests.push_back(calls[i].post(staging));
+      posted[i] = progress = true;
+      --left;
+    }
+    if (left == 0 || progress) continue;
+    bool arrived = false;
+    for (ncclComm_t comm : comms)
+      if (comm->matcher) arrived |= comm->matcher->receive();
+    if (arrived) continue;
+    for (ncclComm_t comm : comms)
+      if (comm->aborted) return false;
+    std::this_thread::sleep_for(sleep);  // as wait_without_spinning, leaving the core to the ranks waited for
+    sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
+  }
+  return true;
+}
+
 // Queues the collected calls on their stream as one operation.
 ncclResult_t queue_collected() {
   std::vector<Collected> calls;
@@ -264,11 +346,13 @@ ncclResult_t queue_collected() {
     auto staging = std::make_unique<Staging>();
     std::vector<MPI_Request> requests;
     requests.reserve(calls.size());
-    for (const Collected& c : calls) requests.push_back(c.post(*staging));
-    if (wait_without_spinning(requests, comms)) {
+    if (post_checked(calls, comms, *staging, requests) && wait_without_spinning(requests, comms)) {
       staging->finish();
     } else {
-      cpu::set_sticky_error(cudaErrorLaunchFailure);
+      // Aborted: the stream's work fails, as a GPU's kernels would. A mismatch failed the
+      // communicators instead (ncclCommGetAsyncError), as NCCL reports its errors.
+      if (std::any_of(comms.begin(), comms.end(), [](ncclComm_t c) { return c->aborted.load(); }))
+        cpu::set_sticky_error(cudaErrorLaunchFailure);
       // The requests stay pending until the process ends (an abort): their buffers must too.
       static std::mutex abandoned_mutex;
       static std::vector<std::unique_ptr<Staging>> abandoned;
@@ -280,10 +364,16 @@ ncclResult_t queue_collected() {
   return ncclSuccess;
 }
 
-// Outside a group, each call is its own group.
-ncclResult_t submit(ncclComm_t comm, cudaStream_t stream, const char* function, Post post) {
+// Outside a group, each call is its own group. `signature` describes the call for
+// CUDA_CPU_NCCL_CHECK (its rank and number are filled in here).
+ncclResult_t submit(ncclComm_t comm, cudaStream_t stream, const char* function, cpu::NcclSignature signature,
+                    Post post) {
+  if (const ncclResult_t r = comm->async_error; r != ncclSuccess)
+    return fail(r, std::string(function) + ": the communicator failed earlier: " + comm->async_message);
   if (ncclResult_t r = check_stream(stream, comm, function); r != ncclSuccess) return r;
-  collected.push_back({comm, stream, function, std::move(post)});
+  signature.rank = comm_rank(comm);
+  signature.number = ++comm->calls;
+  collected.push_back({comm, stream, function, std::move(post), signature});
   return group_depth == 0 ? queue_collected() : ncclSuccess;
 }
 
@@ -414,6 +504,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   wait_until_idle(comm);
+  if (comm->check_mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->check_mpi);
   MPI_Comm_free(&comm->mpi);
   delete comm;
   return ncclSuccess;
@@ -424,6 +515,12 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 // which follows an abort.
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm != nullptr) comm->aborted = true;
+  return ncclSuccess;
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* async_error) {
+  if (ncclResult_t r = check_comm(comm, "ncclCommGetAsyncError"); r != ncclSuccess) return r;
+  *async_error = comm->async_error;
   return ncclSuccess;
 }
 
@@ -461,7 +558,8 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
   const int n = mpi_count(count, "ncclSend");
   cpu::count_nccl_call(count * e.bytes);
   if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclSend", "sendbuff"); r != ncclSuccess) return r;
-  return submit(comm, stream, "ncclSend", [=](Staging& staging) {
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::send, datatype, count, -1, -1, peer);
+  return submit(comm, stream, "ncclSend", signature, [=](Staging& staging) {
     MPI_Request request;
     MPI_Isend(staging.in(sendbuff, count * e.bytes), n, e.mpi, peer, 0, comm->mpi, &request);
     return request;
@@ -475,7 +573,8 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
   const int n = mpi_count(count, "ncclRecv");
   cpu::count_nccl_call(0);
   if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclRecv", "recvbuff"); r != ncclSuccess) return r;
-  return submit(comm, stream, "ncclRecv", [=](Staging& staging) {
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::recv, datatype, count, -1, -1, peer);
+  return submit(comm, stream, "ncclRecv", signature, [=](Staging& staging) {
     MPI_Request request;
     MPI_Irecv(staging.out(recvbuff, count * e.bytes), n, e.mpi, peer, 0, comm->mpi, &request);
     return request;
@@ -495,7 +594,8 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
     return r;
   if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclAllReduce", "recvbuff"); r != ncclSuccess)
     return r;
-  return submit(comm, stream, "ncclAllReduce", [=](Staging& staging) {
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::all_reduce, datatype, count, op);
+  return submit(comm, stream, "ncclAllReduce", signature, [=](Staging& staging) {
     const size_t bytes = count * e.bytes;
     const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, bytes);
     MPI_Request request;
@@ -519,7 +619,8 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   if (ncclResult_t r = check_buffer(recvbuff, recvcount * e.bytes, comm, "ncclReduceScatter", "recvbuff");
       r != ncclSuccess)
     return r;
-  return submit(comm, stream, "ncclReduceScatter", [=](Staging& staging) {
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::reduce_scatter, datatype, recvcount, op);
+  return submit(comm, stream, "ncclReduceScatter", signature, [=](Staging& staging) {
     MPI_Request request;
     MPI_Ireduce_scatter_block(staging.in(sendbuff, send_bytes), staging.out(recvbuff, recvcount * e.bytes), n, e.mpi,
                               mpi_op, comm->mpi, &request);
@@ -542,7 +643,8 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   if (ncclResult_t r = check_buffer(recvbuff, comm_size(comm) * sendcount * e.bytes, comm, "ncclAllGather", "recvbuff");
       r != ncclSuccess)
     return r;
-  return submit(comm, stream, "ncclAllGather", [=](Staging& staging) {
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::all_gather, datatype, sendcount);
+  return submit(comm, stream, "ncclAllGather", signature, [=](Staging& staging) {
     const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, sendcount * e.bytes);
     MPI_Request request;
     MPI_Iallgather(in, n, e.mpi, staging.out(recvbuff, comm_size(comm) * sendcount * e.bytes, in_place), n, e.mpi,
@@ -565,7 +667,8 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
       return r;
   if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclBroadcast", "recvbuff"); r != ncclSuccess)
     return r;
-  return submit(comm, stream, "ncclBroadcast", [=](Staging& staging) {
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::broadcast, datatype, count, -1, root);
+  return submit(comm, stream, "ncclBroadcast", signature, [=](Staging& staging) {
     if (copy_first) std::memcpy(recvbuff, sendbuff, count * e.bytes);
     MPI_Request request;
     MPI_Ibcast(staging.out(recvbuff, count * e.bytes, comm_rank(comm) == root), n, e.mpi, root, comm->mpi, &request);
@@ -588,7 +691,8 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   if (comm_rank(comm) == root)
     if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclReduce", "recvbuff"); r != ncclSuccess)
       return r;
-  return submit(comm, stream, "ncclReduce", [=](Staging& staging) {
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::reduce, datatype, count, op, root);
+  return submit(comm, stream, "ncclReduce", signature, [=](Staging& staging) {
     const size_t bytes = count * e.bytes;
     const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, bytes);
     void* out = is_root ? staging.out(recvbuff, bytes, in_place) : nullptr;  // only the root's is used

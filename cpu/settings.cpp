@@ -68,6 +68,7 @@ Settings read_settings() {
   s.devices = int(read_number("CUDA_CPU_DEVICES", 8, 1));
   s.strict_memory = read_number("CUDA_CPU_STRICT_MEMORY", 0, 0) != 0;
   s.stream_delay_us = int(read_number("CUDA_CPU_STREAM_DELAY_US", 0, 0));
+  s.nccl_check = read_number("CUDA_CPU_NCCL_CHECK", 0, 0) != 0;
   return s;
 }
 

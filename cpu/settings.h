@@ -26,6 +26,10 @@
 //                          reported naming the allocation, and the process aborts.
 //   CUDA_CPU_STREAM_DELAY_US  each operation queued on a stream waits this long before it runs
 //                          (default 0), so that a missing synchronisation reads unfinished results.
+//   CUDA_CPU_NCCL_CHECK    1: every NCCL call is checked against its partners' calls before it
+//                          exchanges data (cpu/nccl_check.h): a mismatched count, type, reduction,
+//                          root or operation fails the communicator naming both ranks' calls,
+//                          instead of hanging or exchanging garbage. For communicators made with it on.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -46,6 +50,7 @@ struct Settings {
   int devices = 8;
   bool strict_memory = false;
   int stream_delay_us = 0;
+  bool nccl_check = false;
 };
 
 // The process's settings, read from the environment on first use.

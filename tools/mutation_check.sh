@@ -157,7 +157,7 @@ fault nccl-sum-is-max cpu/nccl.cpp \
   's/if (op == ncclSum) return MPI_SUM;/if (op == ncclSum) return MPI_MAX;/' \
   'mpi4 Nccl.*'
 fault syncthreads-does-not-wait cpu/block_scheduler.cpp \
-  's/void __syncthreads() { cpu::block_barrier(1); }/void __syncthreads() {}/' \
+  's/void __syncthreads(const char\* file, unsigned line) { cpu::block_barrier(1, {file, line}); }/void __syncthreads(const char*, unsigned) {}/' \
   'unit BlockSync.*; cpu Scheduler.*'
 fault stream-synchronize-returns-at-once cpu/streams.cpp \
   '/^cudaError_t cudaStreamSynchronize(cudaStream_t stream) {$/,/^}$/{/cpu::synchronize_stream(stream);/d}' \

@@ -27,6 +27,9 @@ set -u
 # all four add 1.5 minutes to the 7 of make test.
 # Strict memory and the stream delay are for the code that hands device memory and streams
 # between host, model and pipeline (issue 10); a build without them ignores the variables.
+# Every mode that runs mpi_tests checks that each NCCL call matches its partners'
+# (CUDA_CPU_NCCL_CHECK=1, cpu/nccl_check.h): a mismatch fails naming both calls instead of
+# hanging until the time limit. It costs little (docs/testing.md); unit_tests makes no NCCL call.
 # The stream delay leaves out PipelineLayouts.Bf16*: the delay tests the order of work on the
 # streams, which the element type does not change (the same executor and trainer code, templated),
 # and the fp32 layouts run under it; bf16's layouts run in the natural, np 2, np 8 and strict
@@ -34,15 +37,15 @@ set -u
 # load 2-5 on the 2 cores).
 mode_table() {
   sed -E 's/[[:space:]]*\|[[:space:]]*/|/g; s/^[[:space:]]+|[[:space:]]+$//g' <<'TABLE'
-natural             |                                               | *                             | *                                                       | 4
-np 2                |                                               |                               | PipelineLayouts.*                                       | 2
-np 8                |                                               |                               | PipelineLayouts.*                                       | 8
-shuffle seed 1      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=1 | *                             |                                                         |
-shuffle seed 2      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=2 | *                             |                                                         |
-reverse             | CUDA_CPU_THREAD_ORDER=reverse                 | *                             |                                                         |
-1 block thread      | CUDA_CPU_BLOCK_THREADS=1                      | *                             |                                                         |
-strict memory       | CUDA_CPU_STRICT_MEMORY=1                      | Trainer.*:GPT.*:TrainLayout.* | Pipeline*:TrainLayout.*:Trainer.*                       | 4
-stream delay 200 us | CUDA_CPU_STREAM_DELAY_US=200                  | Trainer.*:GPT.*:TrainLayout.* | Pipeline*:TrainLayout.*:Trainer.*-PipelineLayouts.Bf16* | 4
+natural             | CUDA_CPU_NCCL_CHECK=1                              | *                             | *                                                       | 4
+np 2                | CUDA_CPU_NCCL_CHECK=1                              |                               | PipelineLayouts.*                                       | 2
+np 8                | CUDA_CPU_NCCL_CHECK=1                              |                               | PipelineLayouts.*                                       | 8
+shuffle seed 1      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=1      | *                             |                                                         |
+shuffle seed 2      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=2      | *                             |                                                         |
+reverse             | CUDA_CPU_THREAD_ORDER=reverse                      | *                             |                                                         |
+1 block thread      | CUDA_CPU_BLOCK_THREADS=1                           | *                             |                                                         |
+strict memory       | CUDA_CPU_STRICT_MEMORY=1 CUDA_CPU_NCCL_CHECK=1     | Trainer.*:GPT.*:TrainLayout.* | Pipeline*:TrainLayout.*:Trainer.*                       | 4
+stream delay 200 us | CUDA_CPU_STREAM_DELAY_US=200 CUDA_CPU_NCCL_CHECK=1 | Trainer.*:GPT.*:TrainLayout.* | Pipeline*:TrainLayout.*:Trainer.*-PipelineLayouts.Bf16* | 4
 TABLE
 }
 

@@ -2,7 +2,7 @@
 # Sets up a fresh Debian or Ubuntu machine for a make target: checks that the packages of each
 # GROUP are installed and installs the missing ones with apt-get, printing the one command it
 # runs, when it runs as root or `sudo -n` works; otherwise it stops, printing that command.
-#   tools/setup_deps.sh GROUP...    groups: build test sanitize fuzz cuda
+#   tools/setup_deps.sh GROUP...    groups: build test sanitize racecheck fuzz cuda
 # The Makefile runs it before anything is built (make: build; make test: test; make cuda: cuda),
 # so on a machine that has everything it must cost little: one dpkg-query, about 0.1 s.
 # Not Debian or Ubuntu: it names the packages (by their Debian names) and stops.
@@ -15,20 +15,22 @@ set -euo pipefail
 
 me=tools/setup_deps.sh
 # The packages of each group. sanitize: libasan.so and libubsan.so for g++-12 come with
-# libgcc-12-dev, their runtimes with libasan8 and libubsan1. cuda: the GPU build needs what the
+# libgcc-12-dev, their runtimes with libasan8 and libubsan1; racecheck: clang's ThreadSanitizer
+# runtime comes with libclang-rt-14-dev. cuda: the GPU build needs what the
 # CPU build needs, plus the CUDA toolkit (checked by its nvcc, not installed: NVIDIA's, not Debian's).
 packages_of() {
   case "$1" in
     build) echo g++ make pkg-config mpich libmpich-dev libopenblas-dev libboost-context-dev libgtest-dev bible-kjv ;;
     test) packages_of build; echo python3 python3-numpy python3-torch python3-matplotlib ;;
     sanitize) packages_of build; echo libgcc-12-dev libasan8 libubsan1 ;;
+    racecheck) packages_of build; echo clang-14 libclang-rt-14-dev ;;
     fuzz) packages_of build; echo clang-14 libfuzzer-14-dev ;;
     cuda) packages_of build ;;
-    *) echo "$me: unknown group '$1' (groups: build test sanitize fuzz cuda)" >&2; return 1 ;;
+    *) echo "$me: unknown group '$1' (groups: build test sanitize racecheck fuzz cuda)" >&2; return 1 ;;
   esac
 }
 
-[ $# -gt 0 ] || { echo "usage: $me GROUP... (groups: build test sanitize fuzz cuda)" >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: $me GROUP... (groups: build test sanitize racecheck fuzz cuda)" >&2; exit 2; }
 wanted=()
 for group in "$@"; do
   list=$(packages_of "$group") || exit 2

@@ -1,14 +1,17 @@
 // The CPU build as a test harness for kernels: reordered threads expose a missing
 // __syncthreads, poisoned dynamic shared memory exposes a read before write, and a
 // barrier or warp collective that some thread never reaches is reported naming the
-// kernel instead of hanging; cooperative_groups::reduce keeps the shuffles' order. Also:
-// launch-configuration errors as CUDA gives them.
+// kernel instead of hanging; cooperative_groups::reduce keeps the shuffles' order. And
+// synccheck: threads meeting at different barriers, lanes calling a collective with
+// different masks, a barrier or collective waiting for threads that returned, each named
+// with its call sites. Also: launch-configuration errors as CUDA gives them.
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "cpu/launch_kernel.h"
@@ -32,7 +35,10 @@ class WithSettings : public testing::Test {
  protected:
   // Death tests re-execute the binary: safe with the OS threads that OpenBLAS starts.
   void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
-  void TearDown() override { cpu::settings() = saved_; }
+  void TearDown() override {  // once the test's kernels are done: they read the settings
+    cudaDeviceSynchronize();
+    cpu::settings() = saved_;
+  }
   cpu::Settings saved_ = cpu::settings();
 };
 using Scheduler = WithSettings;
@@ -79,29 +85,56 @@ TEST_F(Scheduler, WithItsSyncthreadsTheKernelIsRightInEveryOrder) {
 
 __global__ void read_shared_before_write(float* out) {
   DYNAMIC_SHARED(float, tile);
-  out[threadIdx.x] = tile[threadIdx.x];
+  out[blockIdx.x * blockDim.x + threadIdx.x] = tile[threadIdx.x];
 }
 
 TEST_F(Scheduler, DynamicSharedMemoryIsPoisonedWhenTheOrderIsNotNatural) {
   cpu::settings().thread_order = cpu::ThreadOrder::shuffle;
-  DeviceBuffer<float> out(32);
+  DeviceBuffer<float> out(3 * 32);
   launch(read_shared_before_write, dim3(3), dim3(32), 32 * sizeof(float), nullptr, out.data());
   for (float x : out.to_host()) EXPECT_TRUE(std::isnan(x));
 }
 
+// "tests/cpu/scheduler_test.cu:LINE", as synccheck names a call site.
+std::string site(unsigned line) { return std::string(__FILE__) + ":" + std::to_string(line); }
+
+constexpr unsigned kBarrierAfterReturnLine = __LINE__ + 3;
 __global__ void half_the_block_leaves_before_the_barrier(int* out) {
   if (threadIdx.x >= 16) return;
   __syncthreads();
   out[threadIdx.x] = 1;
 }
 
-TEST_F(Scheduler, ASyncthreadsReachedByPartOfTheBlockIsReportedNotHung) {
+TEST_F(Scheduler, ASyncthreadsReachedAfterSomeThreadsReturnedIsReportedWithItsSite) {
   DeviceBuffer<int> out(32);
   EXPECT_DEATH(launch_and_wait(half_the_block_leaves_before_the_barrier, dim3(2), dim3(32), 0, nullptr, out.data()),
-               "kernel .*half_the_block_leaves_before_the_barrier.*__syncthreads reached by 16 of 32 threads "
-               "\\(16 finished");
+               "kernel .*half_the_block_leaves_before_the_barrier.*, block \\([01],0,0\\): __syncthreads at " +
+                   site(kBarrierAfterReturnLine) +
+                   " reached by 16 of 32 threads; 16 returned without reaching it \\(thread \\(16,0,0\\)");
 }
 
+// The lower half of the block waits at one __syncthreads, the upper half at another (a
+// cooperative-groups block sync, which is a barrier of the whole block too). A GPU's barrier
+// counts arrivals, not places: this "works" there, by accident of the hardware, and is undefined.
+constexpr unsigned kLowerHalfBarrierLine = __LINE__ + 4;
+__global__ void halves_at_different_barriers(int* out) {
+  int value = int(threadIdx.x);
+  if (threadIdx.x < 16)
+    __syncthreads();
+  else
+    cooperative_groups::this_thread_block().sync();
+  out[threadIdx.x] = value;
+}
+
+TEST_F(Scheduler, ThreadsMeetingAtDifferentBarriersAreReportedNamingBothSites) {
+  DeviceBuffer<int> out(32);
+  EXPECT_DEATH(launch_and_wait(halves_at_different_barriers, dim3(1), dim3(32), 0, nullptr, out.data()),
+               "kernel .*halves_at_different_barriers.*, block \\(0,0,0\\): threads of the block meet at different "
+               "__syncthreads: thread \\(0,0,0\\) at " +
+                   site(kLowerHalfBarrierLine) + ", thread \\(16,0,0\\) at " + site(kLowerHalfBarrierLine + 2));
+}
+
+constexpr unsigned kAbsentLanesLine = __LINE__ + 2;
 __global__ void shuffle_with_absent_lanes(float* out) {
   out[threadIdx.x] = __shfl_down_sync(0xffffffffu, float(threadIdx.x), 1);
 }
@@ -109,26 +142,69 @@ __global__ void shuffle_with_absent_lanes(float* out) {
 TEST_F(Scheduler, AWarpMaskNamingLanesThatDoNotExistIsReported) {
   DeviceBuffer<float> out(48);  // warp 1 has lanes 0-15 only
   EXPECT_DEATH(launch_and_wait(shuffle_with_absent_lanes, dim3(1), dim3(48), 0, nullptr, out.data()),
-               "shuffle_with_absent_lanes.*__shfl_down_sync in warp 1 .*waits for lanes 16,17,.*,31");
+               "shuffle_with_absent_lanes.*__shfl_down_sync at " + site(kAbsentLanesLine) +
+                   " in warp 1 .*waits for lanes that never come: lanes 16,17,.*,31 do not exist");
 }
 
+constexpr unsigned kReturnedLanesLine = __LINE__ + 3;
 __global__ void lanes_leave_before_the_shuffle(float* out) {
   if (threadIdx.x % 32 >= 8) return;
   out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
 }
 
-TEST_F(Scheduler, AWarpCollectiveWaitingForLanesThatExitedIsReported) {
+TEST_F(Scheduler, AWarpMaskNamingLanesThatReturnedIsReported) {
   DeviceBuffer<float> out(32);
   EXPECT_DEATH(launch_and_wait(lanes_leave_before_the_shuffle, dim3(1), dim3(32), 0, nullptr, out.data()),
-               "lanes_leave_before_the_shuffle.*__shfl_xor_sync in warp 0.*waits for lanes 8,9,");
+               "lanes_leave_before_the_shuffle.*__shfl_xor_sync at " + site(kReturnedLanesLine) +
+                   " in warp 0 \\(lane 0, mask 0xffffffff\\) waits for lanes that never come: lanes 8,9,.*,31 returned");
 }
 
+constexpr unsigned kOwnMaskLine = __LINE__ + 1;
 __global__ void lane_outside_its_own_mask(int* out) { out[threadIdx.x] = __shfl_sync(0x1u, 5, 0); }
 
 TEST_F(Scheduler, ALaneCallingWithAMaskWithoutItselfIsReported) {
   DeviceBuffer<int> out(32);
   EXPECT_DEATH(launch_and_wait(lane_outside_its_own_mask, dim3(1), dim3(32), 0, nullptr, out.data()),
-               "whose mask does not include it");
+               "__shfl_sync at " + site(kOwnMaskLine) + " called by lane 1 of warp 0 with mask 0x1, which does not "
+               "include it");
+}
+
+// The lower half of a warp shuffles over the whole warp, the upper half over itself alone:
+// lane 16 meets lanes whose mask names it with a mask of its own.
+constexpr unsigned kWholeWarpMaskLine = __LINE__ + 4;
+__global__ void halves_with_different_masks(float* out) {
+  const float v = float(threadIdx.x);
+  if (threadIdx.x < 16)
+    out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, v, 1);
+  else
+    out[threadIdx.x] = __shfl_xor_sync(0xffff0000u, v, 1);
+}
+
+TEST_F(Scheduler, LanesCallingACollectiveWithDifferentMasksAreReportedNamingBoth) {
+  DeviceBuffer<float> out(32);
+  EXPECT_DEATH(launch_and_wait(halves_with_different_masks, dim3(1), dim3(32), 0, nullptr, out.data()),
+               "halves_with_different_masks.*lanes of warp 0 meet in different collectives or with different masks "
+               "\\(lane 16: __shfl_xor_sync with mask 0xffff0000 at " +
+                   site(kWholeWarpMaskLine + 2) + "; lane 0: __shfl_xor_sync with mask 0xffffffff at " +
+                   site(kWholeWarpMaskLine) + "\\)");
+}
+
+// Each half of the warp shuffles within itself, with its own mask: they never meet, and CUDA
+// allows it.
+__global__ void halves_each_with_its_own_mask(float* out) {
+  const float v = float(threadIdx.x);
+  out[threadIdx.x] = threadIdx.x < 16 ? __shfl_xor_sync(0x0000ffffu, v, 1) : __shfl_xor_sync(0xffff0000u, v, 1);
+}
+
+TEST_F(Scheduler, HalvesOfAWarpWithDisjointMasksRunInEveryOrder) {
+  std::vector<float> expect(32);
+  for (int t = 0; t < 32; ++t) expect[t] = float(t ^ 1);
+  for (auto order : {cpu::ThreadOrder::natural, cpu::ThreadOrder::reverse, cpu::ThreadOrder::shuffle}) {
+    cpu::settings().thread_order = order;
+    DeviceBuffer<float> out(32);
+    launch(halves_each_with_its_own_mask, dim3(1), dim3(32), 0, nullptr, out.data());
+    EXPECT_EQ(out.to_host(), expect) << "order " << int(order);
+  }
 }
 
 namespace cg = cooperative_groups;
@@ -178,7 +254,8 @@ __global__ void reduce_in_a_partial_warp(float* out) {
 TEST_F(Scheduler, AReduceInAWarpWithAbsentLanesIsReported) {
   DeviceBuffer<float> out(40);  // warp 1 has lanes 0-7 only
   EXPECT_DEATH(launch_and_wait(reduce_in_a_partial_warp, dim3(1), dim3(40), 0, nullptr, out.data()),
-               "cooperative_groups::reduce in warp 1 .*waits for lanes 8,9,.*,31");
+               "cooperative_groups::reduce at .* in warp 1 .*waits for lanes that never come: lanes 8,9,.*,31 do not "
+               "exist");
 }
 
 __global__ void empty_kernel() {}

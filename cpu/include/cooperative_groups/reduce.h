@@ -50,14 +50,14 @@ void butterfly_tree(const void* op, const void* const* values, void* result) {
 }  // namespace cpu_detail
 
 template <unsigned Size, typename Parent, typename TyVal, typename TyFn>
-auto reduce(const thread_block_tile<Size, Parent>&, TyVal&& val, TyFn&& op) -> decltype(op(val, val)) {
+auto reduce(const thread_block_tile<Size, Parent>&, TyVal&& val, TyFn&& op, CPU_CALL_SITE) -> decltype(op(val, val)) {
   using R = std::decay_t<decltype(op(val, val))>;
   using Op = std::decay_t<TyFn>;
   static_assert(std::is_trivially_copyable_v<R>, "cooperative_groups::reduce of a trivially copyable type");
   const R value = val;
   R result{};
   const Op combine = op;
-  cpu::warp_reduce({&value, &result, sizeof(R), &combine, &cpu_detail::butterfly_tree<R, Op>});
+  cpu::warp_reduce({&value, &result, sizeof(R), &combine, &cpu_detail::butterfly_tree<R, Op>}, {file, line});
   return result;
 }
 
