@@ -347,6 +347,8 @@ ncclResult_t queue_collected() {
     std::vector<MPI_Request> requests;
     requests.reserve(calls.size());
     if (post_checked(calls, comms, *staging, requests) && wait_without_spinning(requests, comms)) {
+      if (const int latency_us = cpu::settings().nccl_latency_us)
+        std::this_thread::sleep_for(std::chrono::microseconds(latency_us));
       staging->finish();
     } else {
       // Aborted: the stream's work fails, as a GPU's kernels would. A mismatch failed the
