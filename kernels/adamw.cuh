@@ -1,7 +1,9 @@
-// The AdamW optimizer step (decoupled weight decay, bias-corrected moments), one
-// parameter tensor or group per call. Instantiated for double (double throughout, for
-// checks), float, and __nv_bfloat16 parameters and gradients with fp32 moments, an optional
-// fp32 master copy of the parameters, and the bf16 parameters written by stochastic rounding.
+// The AdamW optimizer step (decoupled weight decay, bias-corrected moments): one parameter
+// tensor or group per call, or a stage's regions in one launch with the clipping factor and the
+// decision to apply the step read from device memory. Instantiated for double (double
+// throughout, for checks), float, and __nv_bfloat16 parameters and gradients with fp32 moments,
+// an optional fp32 master copy of the parameters, and the bf16 parameters written by stochastic
+// rounding.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -64,7 +66,8 @@ struct AdamWRegion {
 };
 
 // adamw_update over n elements in one launch, with weight_decay on the regions that decay (0 on
-// the others) and each element's rounding index from its region: regions (device, num_regions, sorted by offset) cover [0, n) exactly once.
+// the others) and each element's rounding index from its region: regions (device, num_regions,
+// sorted by offset) cover [0, n) exactly once.
 // grad_scale and whether to update at all come from *gate (device): a skipped step changes
 // nothing. Element i of region r is updated bitwise as adamw_update of that region alone updates
 // its element i - r.offset with rounding {key, r.full_offset}. For float and bf16.

@@ -70,7 +70,8 @@ __global__ void __launch_bounds__(kNormThreads)
   const unsigned block = blockIdx.x - tensor.first_block;
   C* block_sums = workspace + size_t(low) * kGlobalNormBlocks;
   if (block == 0)
-    for (unsigned b = tensor.blocks + threadIdx.x; b < unsigned(kGlobalNormBlocks); b += blockDim.x) block_sums[b] = C(0);
+    for (unsigned b = tensor.blocks + threadIdx.x; b < unsigned(kGlobalNormBlocks); b += blockDim.x)
+      block_sums[b] = C(0);
   const T* x = base + tensor.offset;
   const size_t stride = size_t(tensor.blocks) * blockDim.x;
   C sum = C(0);

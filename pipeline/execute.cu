@@ -162,8 +162,7 @@ void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
     if (!is_compute(step)) {
       transfer_step(e, step, e.trace[i]);
     } else if (step[0].kind == ActionKind::forward) {
-      forward_step(e, params, step[0].microbatch, step[0].chunk, host_tokens, host_targets, loss_scale,
-                               e.trace[i]);
+      forward_step(e, params, step[0].microbatch, step[0].chunk, host_tokens, host_targets, loss_scale, e.trace[i]);
     } else if (step[0].kind == ActionKind::backward_weight) {
       weight_step(e, grads, grad_wte_head, step[0], e.trace[i]);
     } else {

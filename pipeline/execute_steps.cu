@@ -106,8 +106,8 @@ void forward_chunk(Executor<Element>& e, const std::vector<ParameterTensors<Elem
 // until B or I.
 template <typename Element>
 void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int microbatch,
-                    int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
-                    ExecutedStep& record) {
+                  int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
+                  ExecutedStep& record) {
   ChunkState<Element>& state = e.chunks[chunk];
   const int key = key_of(e, microbatch, chunk);
   const size_t BT = size_t(e.B) * e.T;
@@ -258,7 +258,7 @@ void transfer_step(Executor<Element>& e, const Step& step, ExecutedStep& record)
   template void forward_chunk<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, int, int, \
                                        const int*, double, int, int);                                               \
   template void forward_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, int,       \
-                                        int, const int*, const int*, double, ExecutedStep&);                        \
+                                      int, const int*, const int*, double, ExecutedStep&);                          \
   template void backward_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&,            \
                                        const std::vector<ParameterTensors<Element>>&, Element*, const Action&,      \
                                        const int*, double, ExecutedStep&);                                          \

@@ -34,8 +34,8 @@ void forward_chunk(Executor<Element>& e, const std::vector<ParameterTensors<Elem
 // and host_targets are the step's (m, B, T).
 template <typename Element>
 void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int microbatch,
-                    int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
-                    ExecutedStep& record);
+                  int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
+                  ExecutedStep& record);
 // B, or with split I: the input gradient (and for B the parameter gradients).
 template <typename Element>
 void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,

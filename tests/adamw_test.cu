@@ -293,7 +293,8 @@ TEST(AdamW, Bf16RegionsInOneLaunchAreEachRegionsOwnUpdate) {
 TEST(AdamW, ClosedGateChangesNothing) {
   const std::vector<double> initial = random_values(kCount, 8);
   const std::vector<float> moments = convert<float>(random_values(kCount, 9));
-  DeviceBuffer<__nv_bfloat16> params(convert<__nv_bfloat16>(initial)), grads(convert<__nv_bfloat16>(step_grads<float>(1)));
+  DeviceBuffer<__nv_bfloat16> params(convert<__nv_bfloat16>(initial)),
+      grads(convert<__nv_bfloat16>(step_grads<float>(1)));
   DeviceBuffer<float> master(convert<float>(initial)), m(moments), v(moments);
   DeviceBuffer<AdamWRegion> table(std::vector<AdamWRegion>{{0, kCount, 0, 1}});
   DeviceBuffer<AdamWGate> gate(std::vector<AdamWGate>{{1.0, 0}});

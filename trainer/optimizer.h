@@ -62,9 +62,9 @@ Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layou
                            uint64_t rounding_seed);
 void destroy_optimizer(Optimizer& optimizer);
 
-// Queues the global gradient norm into *optimizer.norm's inputs: this stage's slots (fp32 sums of
-// squares), gathered over the pipeline and summed in slot order into optimizer.squared_norm.
-// Every stage of every replica gets the same value. Does not wait.
+// Queues the global gradient norm's square: this stage's slots (fp32 sums of squares, two
+// launches), gathered over the pipeline and summed in slot order into optimizer.squared_norm
+// (queue_step_gate takes its root). Every stage of every replica gets the same value. Does not wait.
 template <typename Element>
 void queue_gradient_norm(Optimizer& optimizer, const CommGroups& groups, const Element* gradients,
                          cudaStream_t stream);
@@ -76,7 +76,7 @@ void queue_gradient_norm(Optimizer& optimizer, const CommGroups& groups, const E
 void queue_step_gate(Optimizer& optimizer, const CommGroups& groups, const double* loss_sum, double grad_clip,
                      cudaStream_t stream);
 
-// The table gradient_norm last gathered (norm_slot_count(L) squared sums, every stage's), on the
+// The table queue_gradient_norm last gathered (norm_slot_count(L) squared sums, every stage's), on the
 // host. Waits for stream.
 std::vector<float> download_norm_partials(const Optimizer& optimizer, cudaStream_t stream);
 
