@@ -502,19 +502,26 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   return ncclSuccess;
 }
 
-// As NCCL's destroy, waits for the communicator's queued work (which may wait for peers).
+// As NCCL's destroy, waits for the communicator's queued work (which may wait for peers). A
+// communicator that failed (CUDA_CPU_NCCL_CHECK) may have messages no rank will receive: data a
+// partner's failed group never posted the receive of, signatures a rank that failed first never
+// took in. MPI gives a freed communicator's context to the next one made, whose receives would
+// take those messages for their own (garbage, or MPI_ERR_TRUNCATE); so its MPI communicators are
+// never freed, as after ncclCommAbort, and nothing of it can reach a later communicator.
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   wait_until_idle(comm);
-  if (comm->check_mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->check_mpi);
-  MPI_Comm_free(&comm->mpi);
+  if (comm->async_error == ncclSuccess) {
+    if (comm->check_mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->check_mpi);
+    MPI_Comm_free(&comm->mpi);
+  }
   delete comm;
   return ncclSuccess;
 }
 
 // Queued work stops waiting for its peers and fails (a sticky error, as a GPU's kernels would),
-// and nothing waits: the communicator and its pending MPI requests are left to the process's end,
-// which follows an abort.
+// and nothing waits: the communicator, its MPI communicators (whose contexts so stay out of
+// later communicators' reach) and its pending MPI requests are left to the process's end.
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm != nullptr) comm->aborted = true;
   return ncclSuccess;
