@@ -142,7 +142,7 @@ ptxas-report:
 	  | tools/ptxas_summary.sh
 
 # ---- benchmarks (CPU build) ----
-BENCH_SRCS := $(wildcard tools/*_bench.cu)
+BENCH_SRCS := $(wildcard tools/*_bench.cu) tools/step_counts.cu
 bench: $(BENCH_SRCS:tools/%.cu=build/cpu/tools/%)
 build/cpu/tools/%: build/cpu/tools/%.o $(call objs,$(LIB_SRCS),build/cpu) $(CPU_RUNTIME_SRCS:%.cpp=build/cpu/%.o)
 	$(CXX) -o $@ $^ $(CPU_LIBS)

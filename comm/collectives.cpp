@@ -52,6 +52,11 @@ ncclDataType_t nccl_type(float*) { return ncclFloat32; }
 ncclDataType_t nccl_type(double*) { return ncclFloat64; }
 }  // namespace
 
+void allreduce_world_sum(const CommGroups& groups, double* values, size_t count, cudaStream_t stream) {
+  if (groups.mesh.world_size > 1)
+    NCCL_CHECK(ncclAllReduce(values, values, count, ncclDouble, ncclSum, groups.world, stream));
+}
+
 template <typename S>
 void gather_layer_norm_partials(const CommGroups& groups, S* partials, size_t num_slots, NormSlotRange own, S* total,
                                 cudaStream_t stream) {

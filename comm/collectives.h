@@ -28,6 +28,10 @@ void allreduce_data_parallel_gradients(const CommGroups& groups, void* gradients
 void allreduce_tied_embedding_gradient(const CommGroups& groups, void* grad_wte, size_t count, ncclDataType_t type,
                                        cudaStream_t stream);
 
+// values (count) = their sum over every rank of the mesh (in place), e.g. a count of the ranks
+// that found something. Nothing when the world is one rank.
+void allreduce_world_sum(const CommGroups& groups, double* values, size_t count, cudaStream_t stream);
+
 // The norm-partials table: one squared-norm partial sum per slot, a slot per parameter
 // tensor and layer, in global layer order (model/parameters.h's tensor order within a layer):
 //

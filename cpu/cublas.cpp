@@ -17,6 +17,7 @@
 
 #include "cpu/blas_library.h"
 #include "cpu/blas_threads.h"
+#include "cpu/call_counts.h"
 #include "cpu/memory.h"
 #include "cpu/runtime_state.h"
 #include "cpu/streams.h"
@@ -86,6 +87,7 @@ cublasStatus_t queue_gemm(const char* function, cublasHandle_t handle, const Sha
     cpu::set_sticky_error(cudaErrorIllegalAddress);
     return CUBLAS_STATUS_EXECUTION_FAILED;
   }
+  cpu::count_launch();  // a cuBLAS call launches at least one kernel on a GPU: counted as one
   cpu::enqueue(handle->stream, function, std::move(work));
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 
 #include "cpu/block_scheduler.h"
+#include "cpu/call_counts.h"
 #include "cpu/race_annotations.h"
 #include "cpu/runtime_state.h"
 #include "cpu/streams.h"
@@ -250,6 +251,7 @@ void launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t shared_byte
     set_error(e);
     return;
   }
+  count_launch();
   static std::atomic<uint64_t> launches{0};
   // The settings in force at the launch (tests change them between launches).
   const Settings& s = settings();

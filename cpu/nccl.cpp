@@ -31,6 +31,7 @@
 #include <condition_variable>
 #include <mutex>
 
+#include "cpu/call_counts.h"
 #include "cpu/memory.h"
 #include "cpu/nccl_check.h"
 #include "cpu/runtime_state.h"
@@ -346,6 +347,8 @@ ncclResult_t queue_collected() {
     std::vector<MPI_Request> requests;
     requests.reserve(calls.size());
     if (post_checked(calls, comms, *staging, requests) && wait_without_spinning(requests, comms)) {
+      if (const int latency_us = cpu::settings().nccl_latency_us)
+        std::this_thread::sleep_for(std::chrono::microseconds(latency_us));
       staging->finish();
     } else {
       // Aborted: the stream's work fails, as a GPU's kernels would. A mismatch failed the
@@ -499,19 +502,26 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   return ncclSuccess;
 }
 
-// As NCCL's destroy, waits for the communicator's queued work (which may wait for peers).
+// As NCCL's destroy, waits for the communicator's queued work (which may wait for peers). A
+// communicator that failed (CUDA_CPU_NCCL_CHECK) may have messages no rank will receive: data a
+// partner's failed group never posted the receive of, signatures a rank that failed first never
+// took in. MPI gives a freed communicator's context to the next one made, whose receives would
+// take those messages for their own (garbage, or MPI_ERR_TRUNCATE); so its MPI communicators are
+// never freed, as after ncclCommAbort, and nothing of it can reach a later communicator.
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   wait_until_idle(comm);
-  if (comm->check_mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->check_mpi);
-  MPI_Comm_free(&comm->mpi);
+  if (comm->async_error == ncclSuccess) {
+    if (comm->check_mpi != MPI_COMM_NULL) MPI_Comm_free(&comm->check_mpi);
+    MPI_Comm_free(&comm->mpi);
+  }
   delete comm;
   return ncclSuccess;
 }
 
 // Queued work stops waiting for its peers and fails (a sticky error, as a GPU's kernels would),
-// and nothing waits: the communicator and its pending MPI requests are left to the process's end,
-// which follows an abort.
+// and nothing waits: the communicator, its MPI communicators (whose contexts so stay out of
+// later communicators' reach) and its pending MPI requests are left to the process's end.
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm != nullptr) comm->aborted = true;
   return ncclSuccess;
@@ -555,6 +565,7 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
   if (ncclResult_t r = check_rank(peer, comm, "ncclSend", "peer"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclSend");
   const int n = mpi_count(count, "ncclSend");
+  cpu::count_nccl_call(count * e.bytes);
   if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclSend", "sendbuff"); r != ncclSuccess) return r;
   const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::send, datatype, count, -1, -1, peer);
   return submit(comm, stream, "ncclSend", signature, [=](Staging& staging) {
@@ -569,6 +580,7 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
   if (ncclResult_t r = check_rank(peer, comm, "ncclRecv", "peer"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclRecv");
   const int n = mpi_count(count, "ncclRecv");
+  cpu::count_nccl_call(0);
   if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclRecv", "recvbuff"); r != ncclSuccess) return r;
   const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::recv, datatype, count, -1, -1, peer);
   return submit(comm, stream, "ncclRecv", signature, [=](Staging& staging) {
@@ -585,6 +597,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   const Element e = element(datatype, "ncclAllReduce");
   const MPI_Op mpi_op = reduction(op, datatype, "ncclAllReduce");
   const int n = mpi_count(count, "ncclAllReduce");
+  cpu::count_nccl_call(count * e.bytes);
   const bool in_place = sendbuff == recvbuff;
   if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclAllReduce", "sendbuff"); r != ncclSuccess)
     return r;
@@ -609,6 +622,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   const MPI_Op mpi_op = reduction(op, datatype, "ncclReduceScatter");
   const int n = mpi_count(recvcount, "ncclReduceScatter");
   const size_t send_bytes = comm_size(comm) * recvcount * e.bytes;
+  cpu::count_nccl_call(send_bytes);
   if (ncclResult_t r = check_buffer(sendbuff, send_bytes, comm, "ncclReduceScatter", "sendbuff"); r != ncclSuccess)
     return r;
   if (ncclResult_t r = check_buffer(recvbuff, recvcount * e.bytes, comm, "ncclReduceScatter", "recvbuff");
@@ -630,6 +644,7 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   if (ncclResult_t r = check_comm(comm, "ncclAllGather"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclAllGather");
   const int n = mpi_count(sendcount, "ncclAllGather");
+  cpu::count_nccl_call(sendcount * e.bytes);
   const char* own_row = static_cast<const char*>(recvbuff) + comm_rank(comm) * sendcount * e.bytes;
   const bool in_place = sendbuff == own_row;
   if (ncclResult_t r = check_buffer(sendbuff, sendcount * e.bytes, comm, "ncclAllGather", "sendbuff"); r != ncclSuccess)
@@ -654,6 +669,7 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   if (ncclResult_t r = check_rank(root, comm, "ncclBroadcast", "root"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclBroadcast");
   const int n = mpi_count(count, "ncclBroadcast");
+  cpu::count_nccl_call(count * e.bytes);
   const bool copy_first = comm_rank(comm) == root && sendbuff != recvbuff;
   if (comm_rank(comm) == root)
     if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclBroadcast", "sendbuff"); r != ncclSuccess)
@@ -677,6 +693,7 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   const Element e = element(datatype, "ncclReduce");
   const MPI_Op mpi_op = reduction(op, datatype, "ncclReduce");
   const int n = mpi_count(count, "ncclReduce");
+  cpu::count_nccl_call(count * e.bytes);
   const bool is_root = comm_rank(comm) == root, in_place = is_root && sendbuff == recvbuff;
   if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclReduce", "sendbuff"); r != ncclSuccess)
     return r;

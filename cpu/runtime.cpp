@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/call_counts.h"
 #include "cpu/memory.h"
 #include "cpu/runtime_state.h"
 #include "cpu/settings.h"
@@ -69,6 +70,7 @@ cudaError_t copy(const char* function, void* dst, const void* src, size_t bytes,
   if (cudaError_t e = check_side(function, "dst", dst, bytes, writes_device(kind), device, dst_side)) return set_error(e);
   if (cudaError_t e = check_side(function, "src", src, bytes, reads_device(kind), device, src_side)) return set_error(e);
   if (kind == cudaMemcpyHostToHost) {
+    count_host_wait();
     synchronize_stream(stream);
     std::memmove(dst, src, bytes);
     return cudaSuccess;
@@ -82,6 +84,7 @@ cudaError_t copy(const char* function, void* dst, const void* src, size_t bytes,
   const bool staged = is_host_to_device(kind) && src_side == Side::pageable;
   const bool host_waits = synchronous ? !(kind == cudaMemcpyDeviceToDevice || staged) : dst_side == Side::pageable;
   if (host_waits) {
+    count_host_wait();
     wait_for(ticket);
     if (sticky_error() != cudaSuccess) return set_error(sticky_error());
   }
@@ -133,6 +136,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 // As on a GPU, freeing device memory first waits for the device's work.
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  cpu::count_host_wait();
   cpu::synchronize_device(cpu::current_device());
   return cpu::free_device_memory(p) ? cudaSuccess : set_error(cudaErrorInvalidValue);
 }
@@ -148,6 +152,7 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags) {
 }
 cudaError_t cudaFreeHost(void* p) {
   if (!p) return cudaSuccess;
+  cpu::count_host_wait();
   cpu::synchronize_device(cpu::current_device());
   return cpu::free_pinned_memory(p) ? cudaSuccess : set_error(cudaErrorInvalidValue);
 }

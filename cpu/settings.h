@@ -30,6 +30,9 @@
 //                          exchanges data (cpu/nccl_check.h): a mismatched count, type, reduction,
 //                          root or operation fails the communicator naming both ranks' calls,
 //                          instead of hanging or exchanging garbage. For communicators made with it on.
+//   CUDA_CPU_NCCL_LATENCY_US  each NCCL operation (a call, or a group as one) completes this long
+//                          after its data has arrived (default 0): a network's latency, on the
+//                          operation's stream, whose worker sleeps (no core held).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -51,6 +54,7 @@ struct Settings {
   bool strict_memory = false;
   int stream_delay_us = 0;
   bool nccl_check = false;
+  int nccl_latency_us = 0;
 };
 
 // The process's settings, read from the environment on first use.

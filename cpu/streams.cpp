@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "cpu/call_counts.h"
 #include "cpu/memory.h"
 #include "cpu/runtime_state.h"
 #include "cpu/settings.h"
@@ -240,6 +241,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  cpu::count_host_wait();
   cpu::synchronize_stream(stream);
   return cpu::sticky_or_success();
 }
@@ -252,6 +254,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  cpu::count_host_wait();
   cpu::synchronize_device(cpu::current_device());
   return cpu::sticky_or_success();
 }
@@ -291,6 +294,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!event) return set_error(cudaErrorInvalidResourceHandle);
+  cpu::count_host_wait();
   cpu::wait_for(event->recorded);
   return cpu::sticky_or_success();
 }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "kernels/global_norm.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/stochastic_rounding.cuh"
 
@@ -51,6 +52,61 @@ __global__ void __launch_bounds__(kAdamWThreads)
   params[i] = stored<T>(new_p, rounding, i);
 }
 
+// The first region whose end is past i (regions sorted by offset, covering the range).
+__device__ inline const AdamWRegion& region_of(const AdamWRegion* regions, int num_regions, size_t i) {
+  int low = 0, high = num_regions - 1;
+  while (low < high) {
+    const int middle = (low + high) / 2;
+    if (regions[middle].offset + regions[middle].count <= i) {
+      low = middle + 1;
+    } else {
+      high = middle;
+    }
+  }
+  return regions[low];
+}
+
+// adamw_kernel's arithmetic, element by element, with the region's decay and rounding index.
+template <typename T>
+__global__ void __launch_bounds__(kAdamWThreads)
+    adamw_regions_kernel(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v,
+                         size_t n, const AdamWRegion* regions, int num_regions, Compute<T> learning_rate,
+                         Compute<T> beta1, Compute<T> beta2, Compute<T> bias_correction1,
+                         Compute<T> bias_correction2, Compute<T> eps, Compute<T> decay, const AdamWGate* gate,
+                         uint64_t rounding_key) {
+  using C = Compute<T>;
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n || !gate->apply) return;  // no barriers or shuffles in this kernel
+  const AdamWRegion& region = region_of(regions, num_regions, i);
+  const C weight_decay = region.decays ? decay : C(0);
+  const C g = C(gate->grad_scale) * to_compute(grads[i]);
+  const C new_m = beta1 * m[i] + (C(1) - beta1) * g;
+  const C new_v = beta2 * v[i] + (C(1) - beta2) * g * g;
+  m[i] = new_m;
+  v[i] = new_v;
+  const C p = master_params != nullptr ? master_params[i] : to_compute(params[i]);
+  const C m_hat = new_m / bias_correction1;
+  const C v_hat = new_v / bias_correction2;
+  const C new_p = p - learning_rate * (m_hat / (square_root(v_hat) + eps) + weight_decay * p);
+  if (master_params != nullptr) master_params[i] = new_p;
+  params[i] = stored<T>(new_p, {rounding_key, region.full_offset}, i - region.offset);
+}
+
+// A value is finite when x - x is 0 (infinities and NaNs give NaN).
+__device__ inline bool is_finite(double x) { return x - x == 0.0; }
+
+__global__ void adamw_gate_kernel(AdamWGate* gate, double* norm, const float* squared_norm,
+                                  const double* nonfinite_ranks, double grad_clip) {
+  const double value = sqrt(double(*squared_norm));
+  *norm = value;
+  gate->grad_scale = grad_clip > 0 ? clip_factor(value, grad_clip) : 1.0;
+  gate->apply = *nonfinite_ranks == 0.0 && is_finite(value);
+}
+
+__global__ void flag_nonfinite_kernel(double* nonfinite, const double* value) {
+  *nonfinite = is_finite(*value) ? 0.0 : 1.0;
+}
+
 }  // namespace
 
 // ---- launchers ----
@@ -73,6 +129,40 @@ void adamw_update(T* params, Compute<T>* master_params, const T* grads, Compute<
          C(weight_decay), C(grad_scale), rounding);
 }
 
+void set_adamw_gate(AdamWGate* gate, double* norm, const float* squared_norm, const double* nonfinite_ranks,
+                    double grad_clip, cudaStream_t stream) {
+  launch(adamw_gate_kernel, dim3(1), dim3(1), 0, stream, gate, norm, squared_norm, nonfinite_ranks, grad_clip);
+}
+
+void flag_nonfinite(double* nonfinite, const double* value, cudaStream_t stream) {
+  launch(flag_nonfinite_kernel, dim3(1), dim3(1), 0, stream, nonfinite, value);
+}
+
+template <typename T>
+void adamw_update_regions(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v,
+                          size_t n, const AdamWRegion* regions, int num_regions, double learning_rate, double beta1,
+                          double beta2, double eps, double weight_decay, const AdamWGate* gate, int t,
+                          uint64_t rounding_key, cudaStream_t stream) {
+  if (t < 1) {
+    std::fprintf(stderr, "adamw_update_regions: the step counter t starts at 1, got %d\n", t);
+    std::exit(EXIT_FAILURE);
+  }
+  if (n == 0) return;
+  using C = Compute<T>;
+  const double bias_correction1 = 1.0 - std::pow(beta1, t);
+  const double bias_correction2 = 1.0 - std::pow(beta2, t);
+  const size_t blocks = (n + kAdamWThreads - 1) / kAdamWThreads;
+  launch(adamw_regions_kernel<T>, dim3(unsigned(blocks)), dim3(kAdamWThreads), 0, stream, params, master_params,
+         grads, m, v, n, regions, num_regions, C(learning_rate), C(beta1), C(beta2), C(bias_correction1),
+         C(bias_correction2), C(eps), C(weight_decay), gate, rounding_key);
+}
+
+template void adamw_update_regions<float>(float*, float*, const float*, float*, float*, size_t, const AdamWRegion*,
+                                          int, double, double, double, double, double, const AdamWGate*, int,
+                                          uint64_t, cudaStream_t);
+template void adamw_update_regions<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, float*, float*,
+                                                  size_t, const AdamWRegion*, int, double, double, double, double,
+                                                  double, const AdamWGate*, int, uint64_t, cudaStream_t);
 template void adamw_update<double>(double*, double*, const double*, double*, double*, size_t, double, double,
                                    double, double, double, double, int, StochasticRounding, cudaStream_t);
 template void adamw_update<float>(float*, float*, const float*, float*, float*, size_t, double, double, double,

@@ -1,7 +1,9 @@
-// The AdamW optimizer step (decoupled weight decay, bias-corrected moments), one
-// parameter tensor or group per call. Instantiated for double (double throughout, for
-// checks), float, and __nv_bfloat16 parameters and gradients with fp32 moments, an optional
-// fp32 master copy of the parameters, and the bf16 parameters written by stochastic rounding.
+// The AdamW optimizer step (decoupled weight decay, bias-corrected moments): one parameter
+// tensor or group per call, or a stage's regions in one launch with the clipping factor and the
+// decision to apply the step read from device memory. Instantiated for double (double
+// throughout, for checks), float, and __nv_bfloat16 parameters and gradients with fp32 moments,
+// an optional fp32 master copy of the parameters, and the bf16 parameters written by stochastic
+// rounding.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -34,3 +36,43 @@ template <typename T>
 void adamw_update(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v, size_t n,
                   double learning_rate, double beta1, double beta2, double eps, double weight_decay,
                   double grad_scale, int t, StochasticRounding rounding, cudaStream_t stream);
+
+// What a training step decided on the device before its update (trainer/optimizer.h): the
+// gradient's scale (the clipping factor, or 1) and whether to apply the step at all (0: a
+// non-finite loss or norm, and the update leaves everything as it was).
+struct AdamWGate {
+  double grad_scale;
+  int apply;
+};
+
+// *gate (device) from the step's figures on the device, by one thread: *norm (=) = sqrt of
+// *squared_norm in double; grad_scale = clip_factor(*norm, grad_clip) when grad_clip > 0, else 1;
+// apply = (*nonfinite_ranks == 0 and *norm is finite). The same arithmetic as the host's, so the
+// update is bitwise the one a host-computed factor gives.
+void set_adamw_gate(AdamWGate* gate, double* norm, const float* squared_norm, const double* nonfinite_ranks,
+                    double grad_clip, cudaStream_t stream);
+
+// *nonfinite (=) = 0 when *value is finite, else 1 (device, one thread).
+void flag_nonfinite(double* nonfinite, const double* value, cudaStream_t stream);
+
+// One region of a stage's parameters for adamw_update_regions: elements [offset, offset + count)
+// of the stage's arrays, the first one's index in the whole model (for the rounding bits), and
+// whether the weight decay applies to it.
+struct AdamWRegion {
+  size_t offset;
+  size_t count;
+  size_t full_offset;
+  int decays;
+};
+
+// adamw_update over n elements in one launch, with weight_decay on the regions that decay (0 on
+// the others) and each element's rounding index from its region: regions (device, num_regions,
+// sorted by offset) cover [0, n) exactly once.
+// grad_scale and whether to update at all come from *gate (device): a skipped step changes
+// nothing. Element i of region r is updated bitwise as adamw_update of that region alone updates
+// its element i - r.offset with rounding {key, r.full_offset}. For float and bf16.
+template <typename T>
+void adamw_update_regions(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v,
+                          size_t n, const AdamWRegion* regions, int num_regions, double learning_rate, double beta1,
+                          double beta2, double eps, double weight_decay, const AdamWGate* gate, int t,
+                          uint64_t rounding_key, cudaStream_t stream);

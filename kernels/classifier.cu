@@ -94,6 +94,14 @@ __global__ void __launch_bounds__(kClassifierThreads)
   }
 }
 
+// One thread: the host's order of additions.
+template <typename S>
+__global__ void add_mean_loss_kernel(double* loss_sum, const S* losses, size_t BT) {
+  double sum = 0.0;
+  for (size_t row = 0; row < BT; ++row) sum += double(losses[row]);
+  *loss_sum += sum / double(BT);
+}
+
 }  // namespace
 
 // ---- launchers ----
@@ -112,6 +120,12 @@ void classifier_forward_backward(T* logits, Compute<T>* losses, const int* targe
          targets, dloss, bad_target_row, V, Vp);
 }
 
+template <typename S>
+void add_mean_loss(double* loss_sum, const S* losses, size_t BT, cudaStream_t stream) {
+  if (BT == 0) return;
+  launch(add_mean_loss_kernel<S>, dim3(1), dim3(1), 0, stream, loss_sum, losses, BT);
+}
+
 void reset_bad_target_row(int* bad_target_row, cudaStream_t stream) {
   CUDA_CHECK(cudaMemsetAsync(bad_target_row, 0xff, sizeof(int), stream));  // all bits set: -1
 }
@@ -123,6 +137,8 @@ int read_bad_target_row(const int* bad_target_row, cudaStream_t stream) {
   return row;
 }
 
+template void add_mean_loss<double>(double*, const double*, size_t, cudaStream_t);
+template void add_mean_loss<float>(double*, const float*, size_t, cudaStream_t);
 template void classifier_forward_backward<double>(double*, double*, const int*, double, int*, size_t, int, int,
                                                   cudaStream_t);
 template void classifier_forward_backward<float>(float*, float*, const int*, float, int*, size_t, int, int,

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <vector>
 
 #include "kernels/element.cuh"
 
@@ -23,6 +24,30 @@ inline size_t global_norm_workspace_size(int num_tensors) { return size_t(num_te
 template <typename T>
 void global_norm_squared(Compute<T>* tensor_sums, Compute<T>* total, Compute<T>* workspace,
                          const T* const* tensors, const size_t* sizes, int num_tensors, cudaStream_t stream);
+
+// One tensor of global_norm_squared_of_table: elements [offset, offset + count) of the caller's
+// base array, whose squared sum goes to out[slot]; it takes blocks [first_block, first_block +
+// blocks) of the launch, as many as global_norm_squared gives a tensor of its size.
+struct NormTensor {
+  size_t offset;
+  size_t count;
+  size_t slot;
+  unsigned first_block;
+  unsigned blocks;
+};
+
+// The table of tensors (offset, count, slot), blocks assigned in order; total_blocks (=) their sum.
+std::vector<NormTensor> norm_tensor_table(const std::vector<size_t>& offsets, const std::vector<size_t>& counts,
+                                          const std::vector<size_t>& slots, unsigned& total_blocks);
+
+// The same sums as global_norm_squared over the table's tensors in two launches whatever their
+// number, bitwise: out[table[i].slot] (=) = sum of base[table[i].offset + j]^2 over its count,
+// each tensor reduced by the same blocks in the same order. table (device, num_tensors entries,
+// norm_tensor_table's), total_blocks its sum of blocks, workspace global_norm_workspace_size
+// (num_tensors) elements. Other entries of out are left as they were.
+template <typename T>
+void global_norm_squared_of_table(Compute<T>* out, Compute<T>* workspace, const T* base, const NormTensor* table,
+                                  int num_tensors, unsigned total_blocks, cudaStream_t stream);
 
 // out[r] (rows) = sum of values[r, :] (rows, count) (=), in an order fixed by count alone; e.g.
 // per-layer partial sums gathered from the ranks, in layer order, to their total.

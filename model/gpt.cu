@@ -268,6 +268,11 @@ double mean_loss(const Activations<Element>& acts, int B, int T, cudaStream_t st
   return sum / double(BT);
 }
 
+template <typename Element>
+void add_mean_loss(const Activations<Element>& acts, int B, int T, double* loss_sum, cudaStream_t stream) {
+  add_mean_loss(loss_sum, acts.losses, size_t(B) * T, stream);
+}
+
 #define INSTANTIATE_GPT(Element)                                                                                       \
   template size_t activation_bytes<Element>(const GPTConfig&, int, int, const LayerRange&);                            \
   template size_t stage_input_bytes<Element>(const GPTConfig&, int, int, const LayerRange&);                           \
@@ -285,7 +290,8 @@ double mean_loss(const Activations<Element>& acts, int B, int T, cudaStream_t st
                                       BackwardScratch<Element>&, const int*, const Element*, const Element*, Element*, \
                                       int, int, cublasHandle_t, cudaStream_t);                                         \
   template void sum_tied_embedding_gradient<Element>(const GPTConfig&, Element*, const Element*, cudaStream_t);        \
-  template double mean_loss<Element>(const Activations<Element>&, int, int, cudaStream_t);
+  template double mean_loss<Element>(const Activations<Element>&, int, int, cudaStream_t);                             \
+  template void add_mean_loss<Element>(const Activations<Element>&, int, int, double*, cudaStream_t);
 
 INSTANTIATE_GPT(double)
 INSTANTIATE_GPT(float)

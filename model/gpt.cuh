@@ -235,3 +235,7 @@ void sum_tied_embedding_gradient(const GPTConfig& config, Element* grad_wte, con
 // the host in double in row order (deterministic). Waits for stream.
 template <typename Element>
 double mean_loss(const Activations<Element>& acts, int B, int T, cudaStream_t stream);
+// The same mean added to *loss_sum (1, device) on the stream, without waiting: bitwise the
+// value mean_loss returns, added in double.
+template <typename Element>
+void add_mean_loss(const Activations<Element>& acts, int B, int T, double* loss_sum, cudaStream_t stream);

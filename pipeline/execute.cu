@@ -103,6 +103,7 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
     e.chunks.push_back(std::move(state));
   }
   e.targets = device_alloc<int>(size_t(B) * T);
+  e.loss_sum = device_alloc<double>(1);
   e.progress = std::make_shared<ExecutorProgress>();
   e.trace.resize(schedule.size());
   e.step_start.resize(schedule.size());
@@ -128,6 +129,7 @@ void destroy_executor(Executor<Element>& e) {
   destroy_pool(e.grad_outputs);
   destroy_pool(e.grad_inputs);
   device_free(e.targets);
+  device_free(e.loss_sum);
   for (cudaEvent_t event : e.step_start) CUDA_CHECK(cudaEventDestroy(event));
   for (cudaEvent_t event : e.step_end) CUDA_CHECK(cudaEventDestroy(event));
   CUDA_CHECK(cudaEventDestroy(e.origin));
@@ -135,12 +137,12 @@ void destroy_executor(Executor<Element>& e) {
 }
 
 template <typename Element>
-double execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,
-                    const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,
-                    const int* host_tokens, const int* host_targets, double loss_scale) {
+void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,
+                  const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,
+                  const int* host_tokens, const int* host_targets, double loss_scale) {
   check_views(e, params, "execute_step");
   check_views(e, grads, "execute_step");
-  double loss_sum = 0;
+  CUDA_CHECK(cudaMemsetAsync(e.loss_sum, 0, sizeof(double), e.stream));  // all bits zero: 0.0
   for (ChunkState<Element>& state : e.chunks) state.working_microbatch = -1;
   ExecutorProgress& progress = *e.progress;
   {
@@ -160,8 +162,7 @@ double execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Ele
     if (!is_compute(step)) {
       transfer_step(e, step, e.trace[i]);
     } else if (step[0].kind == ActionKind::forward) {
-      loss_sum += forward_step(e, params, step[0].microbatch, step[0].chunk, host_tokens, host_targets, loss_scale,
-                               e.trace[i]);
+      forward_step(e, params, step[0].microbatch, step[0].chunk, host_tokens, host_targets, loss_scale, e.trace[i]);
     } else if (step[0].kind == ActionKind::backward_weight) {
       weight_step(e, grads, grad_wte_head, step[0], e.trace[i]);
     } else {
@@ -174,13 +175,15 @@ double execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Ele
     }
     nvtxRangePop();
   }
-  CUDA_CHECK(cudaStreamSynchronize(e.stream));
+}
+
+template <typename Element>
+void finish_step(Executor<Element>& e) {
   {
-    std::lock_guard<std::mutex> lock(progress.mutex);
-    progress.walking = false;
+    std::lock_guard<std::mutex> lock(e.progress->mutex);
+    e.progress->walking = false;
   }
   update_accounting(e);
-  return loss_sum;
 }
 
 template <typename Element>
@@ -288,9 +291,10 @@ std::string trace_text(const std::vector<ExecutedStep>& trace) {
                                                       const std::vector<LayerRange>&, const Placement&, int, bool,  \
                                                       const CommGroups&, cublasHandle_t, cudaStream_t);             \
   template void destroy_executor<Element>(Executor<Element>&);                                                      \
-  template double execute_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&,          \
-                                        const std::vector<ParameterTensors<Element>>&, Element*, const int*,        \
-                                        const int*, double);                                                        \
+  template void execute_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&,            \
+                                      const std::vector<ParameterTensors<Element>>&, Element*, const int*,          \
+                                      const int*, double);                                                          \
+  template void finish_step<Element>(Executor<Element>&);                                                           \
   template void mark_timeline_origin<Element>(Executor<Element>&);                                                  \
   template ForwardResult<Element> execute_forward<Element>(Executor<Element>&,                                      \
                                                            const std::vector<ParameterTensors<Element>>&,           \

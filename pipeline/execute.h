@@ -125,6 +125,7 @@ struct Executor {
   BufferPool grad_outputs;         // gradients of chunk outputs, received or handed over locally
   BufferPool grad_inputs;          // gradients of chunk inputs waiting for their send
   int* targets;                    // (B, T) the head's targets of the current forward
+  double* loss_sum;                // (1) execute_step's sum of the microbatches' mean losses (head), else 0
   std::vector<cudaEvent_t> step_start, step_end;  // one pair per schedule step
   cudaEvent_t origin;                              // mark_timeline_origin's
   bool origin_marked;                              // for the next execute_step
@@ -153,17 +154,21 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
 template <typename Element>
 void destroy_executor(Executor<Element>& executor);
 
-// One training step's schedule over the microbatches whose tokens and targets are
+// Queues one training step's schedule over the microbatches whose tokens and targets are
 // host_tokens/host_targets (m, B, T) (the first virtual stage reads the tokens, the last the
 // targets). params[c] and grads[c] are chunk c's views (model/parameter_layout.h). Parameter
 // gradients accumulate (+=) into grads, the tied head's share of wte's into grad_wte_head
-// (nullptr on a stage without the head), every loss scaled by loss_scale. Returns the sum over
-// the microbatches of their mean losses on the stage with the head, else 0. Waits for the
-// stream at the end and updates the trace and the accounting.
+// (nullptr on a stage without the head), every loss scaled by loss_scale. executor.loss_sum (device)
+// becomes the sum over the microbatches of their mean losses on the stage with the head, else 0.
+// Does not wait for the device: the caller waits once for its whole step, then calls finish_step.
 template <typename Element>
-double execute_step(Executor<Element>& executor, const std::vector<ParameterTensors<Element>>& params,
-                    const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,
-                    const int* host_tokens, const int* host_targets, double loss_scale);
+void execute_step(Executor<Element>& executor, const std::vector<ParameterTensors<Element>>& params,
+                  const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,
+                  const int* host_tokens, const int* host_targets, double loss_scale);
+// After the stream has run the last execute_step (the caller has waited for it): updates the
+// accounting (its times) and ends the walk that schedule_position reports.
+template <typename Element>
+void finish_step(Executor<Element>& executor);
 
 // Records the origin of the next execute_step's timeline on the stream: the accounting's
 // step_start_ms are measured from it. A caller that records it on every rank right after a barrier,

@@ -105,9 +105,9 @@ void forward_chunk(Executor<Element>& e, const std::vector<ParameterTensors<Elem
 // the send), into a send buffer. Without recompute the send reads the slot's activations, alive
 // until B or I.
 template <typename Element>
-double forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int microbatch,
-                    int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
-                    ExecutedStep& record) {
+void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int microbatch,
+                  int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
+                  ExecutedStep& record) {
   ChunkState<Element>& state = e.chunks[chunk];
   const int key = key_of(e, microbatch, chunk);
   const size_t BT = size_t(e.B) * e.T;
@@ -123,7 +123,10 @@ double forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Ele
   record_compute(record, ActionKind::forward, microbatch, chunk, slot);
   if (e.recompute) state.working_microbatch = microbatch;
   const Activations<Element>& acts = activations_of(e, chunk, slot);
-  if (state.range.has_head) return mean_loss(acts, e.B, e.T, e.stream);
+  if (state.range.has_head) {
+    add_mean_loss(acts, e.B, e.T, e.loss_sum, e.stream);
+    return;
+  }
   const size_t output_bytes = btc_elements(e) * sizeof(Element);
   const int next = local_next_chunk(e, chunk);
   if (next >= 0) {
@@ -133,7 +136,6 @@ double forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Ele
     record.output_buffer = take(e.sends, key);
     copy_device(e.sends.buffers[record.output_buffer], range_output(acts), output_bytes, e.stream);
   }
-  return 0;
 }
 
 // B or I (microbatch, chunk): the forward again if the working set holds another microbatch's,
@@ -255,8 +257,8 @@ void transfer_step(Executor<Element>& e, const Step& step, ExecutedStep& record)
   template Activations<Element>& activations_of<Element>(Executor<Element>&, int, int);                             \
   template void forward_chunk<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, int, int, \
                                        const int*, double, int, int);                                               \
-  template double forward_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, int,     \
-                                        int, const int*, const int*, double, ExecutedStep&);                        \
+  template void forward_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, int,       \
+                                      int, const int*, const int*, double, ExecutedStep&);                          \
   template void backward_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&,            \
                                        const std::vector<ParameterTensors<Element>>&, Element*, const Action&,      \
                                        const int*, double, ExecutedStep&);                                          \

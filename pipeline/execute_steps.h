@@ -30,12 +30,12 @@ template <typename Element>
 void forward_chunk(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int chunk, int slot,
                    const int* host_targets, double loss_scale, int B, int T);
 
-// F: returns the microbatch's mean loss on the chunk with the head, else 0. host_tokens and
-// host_targets are the step's (m, B, T).
+// F: on the chunk with the head, adds the microbatch's mean loss to e.loss_sum (device). host_tokens
+// and host_targets are the step's (m, B, T).
 template <typename Element>
-double forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int microbatch,
-                    int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
-                    ExecutedStep& record);
+void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int microbatch,
+                  int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
+                  ExecutedStep& record);
 // B, or with split I: the input gradient (and for B the parameter gradients).
 template <typename Element>
 void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,

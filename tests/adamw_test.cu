@@ -245,3 +245,63 @@ TEST(AdamW, Bf16StochasticRoundingIsUnbiased) {
 }
 
 }  // namespace
+
+// The stage's one launch (adamw_update_regions): three regions of one allocation, the middle one
+// without decay, each with its own place in the whole model, updated in one call are bitwise each
+// region updated alone by adamw_update with its decay, the gate's scale and its rounding start.
+namespace {
+
+template <typename T>
+void expect_regions_match_separate_calls(bool with_master) {
+  const std::vector<AdamWRegion> regions = {{0, 300, 5000, 1}, {300, 400, 100, 0}, {700, kCount - 700, 20000, 1}};
+  const std::vector<double> initial = to_double(convert<T>(random_values(kCount, 7)));
+  const double weight_decay = 0.1, lr = 1e-2, grad_scale = 0.5;
+  DeviceBuffer<T> one_params(convert<T>(initial)), separate_params(convert<T>(initial)), grads(kCount);
+  DeviceBuffer<Compute<T>> one_master(convert<Compute<T>>(initial)), separate_master(convert<Compute<T>>(initial));
+  const std::vector<Compute<T>> zeros(kCount, 0);
+  DeviceBuffer<Compute<T>> one_m(zeros), one_v(zeros), separate_m(zeros), separate_v(zeros);
+  DeviceBuffer<AdamWRegion> table(regions);
+  DeviceBuffer<AdamWGate> gate(std::vector<AdamWGate>{{grad_scale, 1}});
+  for (int t = 1; t <= 2; ++t) {
+    grads.upload(convert<T>(step_grads<T>(t)));
+    const uint64_t key = rounding_key(99, t);
+    adamw_update_regions<T>(one_params.data(), with_master ? one_master.data() : nullptr, grads.data(), one_m.data(),
+                            one_v.data(), kCount, table.data(), int(regions.size()), lr, 0.9, 0.95, 1e-8,
+                            weight_decay, gate.data(), t, key, nullptr);
+    for (const AdamWRegion& r : regions)
+      adamw_update<T>(separate_params.data() + r.offset, with_master ? separate_master.data() + r.offset : nullptr,
+                      grads.data() + r.offset, separate_m.data() + r.offset, separate_v.data() + r.offset, r.count,
+                      lr, 0.9, 0.95, 1e-8, r.decays ? weight_decay : 0.0, grad_scale, t, {key, r.full_offset},
+                      nullptr);
+  }
+  EXPECT_EQ(to_double(one_params.to_host()), to_double(separate_params.to_host()));
+  EXPECT_EQ(to_double(one_master.to_host()), to_double(separate_master.to_host()));
+  EXPECT_EQ(to_double(one_m.to_host()), to_double(separate_m.to_host()));
+  EXPECT_EQ(to_double(one_v.to_host()), to_double(separate_v.to_host()));
+}
+
+}  // namespace
+
+TEST(AdamW, FloatRegionsInOneLaunchAreEachRegionsOwnUpdate) { expect_regions_match_separate_calls<float>(false); }
+TEST(AdamW, Bf16RegionsInOneLaunchAreEachRegionsOwnUpdate) {
+  expect_regions_match_separate_calls<__nv_bfloat16>(true);
+  expect_regions_match_separate_calls<__nv_bfloat16>(false);
+}
+
+// A gate that says not to apply the step (a non-finite loss or norm) leaves parameters, master
+// weights and moments as they were.
+TEST(AdamW, ClosedGateChangesNothing) {
+  const std::vector<double> initial = random_values(kCount, 8);
+  const std::vector<float> moments = convert<float>(random_values(kCount, 9));
+  DeviceBuffer<__nv_bfloat16> params(convert<__nv_bfloat16>(initial)),
+      grads(convert<__nv_bfloat16>(step_grads<float>(1)));
+  DeviceBuffer<float> master(convert<float>(initial)), m(moments), v(moments);
+  DeviceBuffer<AdamWRegion> table(std::vector<AdamWRegion>{{0, kCount, 0, 1}});
+  DeviceBuffer<AdamWGate> gate(std::vector<AdamWGate>{{1.0, 0}});
+  adamw_update_regions<__nv_bfloat16>(params.data(), master.data(), grads.data(), m.data(), v.data(), kCount,
+                                      table.data(), 1, 1e-2, 0.9, 0.95, 1e-8, 0.1, gate.data(), 1, 7, nullptr);
+  EXPECT_EQ(to_double(params.to_host()), to_double(convert<__nv_bfloat16>(initial)));
+  EXPECT_EQ(to_double(master.to_host()), to_double(convert<float>(initial)));
+  EXPECT_EQ(m.to_host(), moments);
+  EXPECT_EQ(v.to_host(), moments);
+}

@@ -129,3 +129,48 @@ TEST(GlobalNorm, ScaleTensorMultipliesEveryElement) {
 }
 
 }  // namespace
+
+namespace {
+
+// The tensors laid out one after another in one array (as a stage's gradients are), their slots
+// in reverse order with a gap, summed by the table's two launches.
+template <typename T>
+std::vector<double> run_table(const std::vector<std::vector<double>>& tensors) {
+  std::vector<double> all;
+  std::vector<size_t> offsets, counts, slots;
+  for (int i = 0; i < kTensors; ++i) {
+    offsets.push_back(all.size());
+    counts.push_back(tensors[i].size());
+    slots.push_back(size_t(2 * (kTensors - 1 - i)));
+    all.insert(all.end(), tensors[i].begin(), tensors[i].end());
+  }
+  unsigned blocks = 0;
+  const std::vector<NormTensor> host_table = norm_tensor_table(offsets, counts, slots, blocks);
+  DeviceBuffer<T> base(convert<T>(all));
+  DeviceBuffer<NormTensor> table(host_table);
+  DeviceBuffer<Compute<T>> out(std::vector<Compute<T>>(2 * kTensors, Compute<T>(-1))),
+      workspace(global_norm_workspace_size(kTensors));
+  global_norm_squared_of_table<T>(out.data(), workspace.data(), base.data(), table.data(), kTensors, blocks, nullptr);
+  return to_double(out.to_host());
+}
+
+// What lets the trainer sum a stage's regions in two launches: each tensor's sum is bitwise the
+// one global_norm_squared computes for it, written to its slot, the other entries untouched.
+template <typename T>
+void expect_table_matches_per_tensor_launches() {
+  const std::vector<std::vector<double>> tensors = random_tensors<T>();
+  const Norms norms = run_global_norm<T>(tensors);
+  const std::vector<double> out = run_table<T>(tensors);
+  for (int i = 0; i < kTensors; ++i) {
+    EXPECT_EQ(out[2 * (kTensors - 1 - i)], norms.tensor_sums[i]) << "tensor " << i;
+    EXPECT_EQ(out[2 * (kTensors - 1 - i) + 1], -1.0) << "the slot after tensor " << i;
+  }
+}
+
+}  // namespace
+
+TEST(GlobalNorm, TableInTwoLaunchesIsBitwiseThePerTensorSums) {
+  expect_table_matches_per_tensor_launches<float>();
+  expect_table_matches_per_tensor_launches<__nv_bfloat16>();
+  expect_table_matches_per_tensor_launches<double>();
+}

@@ -1,6 +1,7 @@
 // AdamW over a stage's regions, the layout-independent global norm and clipping (trainer/optimizer.h).
 #include "trainer/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "comm/collectives.h"
@@ -16,18 +17,52 @@ namespace {
 // The region's slot in the norm-partials table (comm/collectives.h).
 size_t slot_of(const ParameterRegion& r, int num_layers) { return norm_slot(r.tensor, r.layer, num_layers); }
 
+// The regions as AdamW's one launch reads them: sorted by offset, each with its decay (GPT-2's:
+// the matrices and embeddings). The tied copy of wte on the last stage has wte's full_offset:
+// both copies round alike and stay equal.
+std::vector<AdamWRegion> adamw_region_table(const std::vector<ParameterRegion>& regions) {
+  std::vector<AdamWRegion> table;
+  for (const ParameterRegion& r : regions)
+    table.push_back({r.offset, r.count, r.full_offset, parameter_tensor_has_weight_decay(r.tensor) ? 1 : 0});
+  std::sort(table.begin(), table.end(), [](const AdamWRegion& a, const AdamWRegion& b) { return a.offset < b.offset; });
+  return table;
+}
+
 }  // namespace
 
 Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layout, bool with_master_weights,
                            uint64_t rounding_seed) {
   const size_t n = layout.size;
-  Optimizer optimizer{config, layout.regions, nullptr, nullptr, nullptr, rounding_seed, nullptr, nullptr, nullptr};
+  Optimizer optimizer{};
+  optimizer.config = config;
+  optimizer.regions = layout.regions;
+  optimizer.rounding_seed = rounding_seed;
   optimizer.m = device_alloc<float>(n);
   optimizer.v = device_alloc<float>(n);
   if (with_master_weights) optimizer.master = device_alloc<float>(n);
   optimizer.norm_workspace = device_alloc<float>(global_norm_workspace_size(int(optimizer.regions.size())));
   optimizer.norm_partials = device_alloc<float>(norm_slot_count(config.num_layers));
   optimizer.squared_norm = device_alloc<float>(1);
+  // The tied copy of wte has no slot: the first stage's counts it.
+  std::vector<size_t> offsets, counts, slots;
+  for (const ParameterRegion& r : optimizer.regions) {
+    if (r.tied_copy) continue;
+    offsets.push_back(r.offset);
+    counts.push_back(r.count);
+    slots.push_back(slot_of(r, config.num_layers));
+  }
+  const std::vector<NormTensor> norm_table = norm_tensor_table(offsets, counts, slots, optimizer.norm_blocks);
+  optimizer.norm_tensors = int(norm_table.size());
+  optimizer.norm_table = device_alloc<NormTensor>(norm_table.size());
+  CUDA_CHECK(cudaMemcpy(optimizer.norm_table, norm_table.data(), norm_table.size() * sizeof(NormTensor),
+                        cudaMemcpyHostToDevice));
+  optimizer.nonfinite_ranks = device_alloc<double>(1);
+  optimizer.norm = device_alloc<double>(1);
+  optimizer.gate = device_alloc<AdamWGate>(1);
+  const std::vector<AdamWRegion> table = adamw_region_table(optimizer.regions);
+  optimizer.adamw_regions = device_alloc<AdamWRegion>(table.size());
+  CUDA_CHECK(cudaMemcpy(optimizer.adamw_regions, table.data(), table.size() * sizeof(AdamWRegion),
+                        cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemset(optimizer.m, 0, n * sizeof(float)));
   CUDA_CHECK(cudaMemset(optimizer.v, 0, n * sizeof(float)));
   return optimizer;
@@ -40,41 +75,31 @@ void destroy_optimizer(Optimizer& optimizer) {
   device_free(optimizer.norm_workspace);
   device_free(optimizer.norm_partials);
   device_free(optimizer.squared_norm);
+  device_free(optimizer.norm_table);
+  device_free(optimizer.nonfinite_ranks);
+  device_free(optimizer.norm);
+  device_free(optimizer.gate);
+  device_free(optimizer.adamw_regions);
   optimizer = Optimizer{};
 }
 
 template <typename Element>
-double gradient_norm(Optimizer& optimizer, const CommGroups& groups, const Element* gradients, cudaStream_t stream) {
+void queue_gradient_norm(Optimizer& optimizer, const CommGroups& groups, const Element* gradients,
+                         cudaStream_t stream) {
   const size_t num_slots = norm_slot_count(optimizer.config.num_layers);
   CUDA_CHECK(cudaMemsetAsync(optimizer.norm_partials, 0, num_slots * sizeof(float), stream));
-  // One launch per run of consecutive slots (a chunk's), written straight into its slots. The
-  // tied copy of wte has no slot: the first stage's counts it.
-  const std::vector<ParameterRegion>& regions = optimizer.regions;
-  const int L = optimizer.config.num_layers;
-  for (size_t first = 0; first < regions.size();) {
-    if (regions[first].tied_copy) {
-      ++first;
-      continue;
-    }
-    std::vector<const Element*> tensors;
-    std::vector<size_t> sizes;
-    size_t end = first;
-    while (end < regions.size() && !regions[end].tied_copy &&
-           slot_of(regions[end], L) == slot_of(regions[first], L) + (end - first)) {
-      tensors.push_back(gradients + regions[end].offset);
-      sizes.push_back(regions[end].count);
-      ++end;
-    }
-    global_norm_squared<Element>(optimizer.norm_partials + slot_of(regions[first], L), nullptr,
-                                 optimizer.norm_workspace, tensors.data(), sizes.data(), int(tensors.size()), stream);
-    first = end;
-  }
+  // Every region's squared sum straight into its slot, in two launches.
+  global_norm_squared_of_table<Element>(optimizer.norm_partials, optimizer.norm_workspace, gradients,
+                                        optimizer.norm_table, optimizer.norm_tensors, optimizer.norm_blocks, stream);
   gather_layer_norm_partials<float>(groups, optimizer.norm_partials, num_slots, {0, num_slots},
                                     optimizer.squared_norm, stream);
-  float squared_norm = 0;
-  CUDA_CHECK(cudaMemcpyAsync(&squared_norm, optimizer.squared_norm, sizeof(float), cudaMemcpyDeviceToHost, stream));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
-  return std::sqrt(double(squared_norm));
+}
+
+void queue_step_gate(Optimizer& optimizer, const CommGroups& groups, const double* loss_sum, double grad_clip,
+                     cudaStream_t stream) {
+  flag_nonfinite(optimizer.nonfinite_ranks, loss_sum, stream);
+  allreduce_world_sum(groups, optimizer.nonfinite_ranks, 1, stream);
+  set_adamw_gate(optimizer.gate, optimizer.norm, optimizer.squared_norm, optimizer.nonfinite_ranks, grad_clip, stream);
 }
 
 std::vector<float> download_norm_partials(const Optimizer& optimizer, cudaStream_t stream) {
@@ -86,24 +111,19 @@ std::vector<float> download_norm_partials(const Optimizer& optimizer, cudaStream
 }
 
 template <typename Element>
-void adamw_update_stage(Optimizer& optimizer, Element* parameters, const Element* gradients,
-                        const AdamWSettings& settings, double learning_rate, int t, double norm, cudaStream_t stream) {
-  const double grad_scale = settings.grad_clip > 0 ? clip_factor(norm, settings.grad_clip) : 1.0;
-  const uint64_t key = rounding_key(optimizer.rounding_seed, uint64_t(t));
-  for (const ParameterRegion& r : optimizer.regions) {
-    const double weight_decay = parameter_tensor_has_weight_decay(r.tensor) ? settings.weight_decay : 0.0;
-    // The tied copy of wte on the last stage has wte's full_offset: both copies round alike and
-    // stay equal.
-    adamw_update<Element>(parameters + r.offset, optimizer.master ? optimizer.master + r.offset : nullptr,
-                          gradients + r.offset, optimizer.m + r.offset, optimizer.v + r.offset, r.count,
-                          learning_rate, settings.beta1, settings.beta2, settings.eps, weight_decay, grad_scale, t,
-                          {key, r.full_offset}, stream);
-  }
+void queue_adamw_update(Optimizer& optimizer, Element* parameters, const Element* gradients,
+                        const AdamWSettings& settings, double learning_rate, int t, cudaStream_t stream) {
+  size_t n = 0;
+  for (const ParameterRegion& r : optimizer.regions) n += r.count;
+  adamw_update_regions<Element>(parameters, optimizer.master, gradients, optimizer.m, optimizer.v, n,
+                                optimizer.adamw_regions, int(optimizer.regions.size()), learning_rate, settings.beta1,
+                                settings.beta2, settings.eps, settings.weight_decay, optimizer.gate, t,
+                                rounding_key(optimizer.rounding_seed, uint64_t(t)), stream);
 }
 
-template double gradient_norm<float>(Optimizer&, const CommGroups&, const float*, cudaStream_t);
-template double gradient_norm<__nv_bfloat16>(Optimizer&, const CommGroups&, const __nv_bfloat16*, cudaStream_t);
-template void adamw_update_stage<float>(Optimizer&, float*, const float*, const AdamWSettings&, double, int, double,
+template void queue_gradient_norm<float>(Optimizer&, const CommGroups&, const float*, cudaStream_t);
+template void queue_gradient_norm<__nv_bfloat16>(Optimizer&, const CommGroups&, const __nv_bfloat16*, cudaStream_t);
+template void queue_adamw_update<float>(Optimizer&, float*, const float*, const AdamWSettings&, double, int,
                                         cudaStream_t);
-template void adamw_update_stage<__nv_bfloat16>(Optimizer&, __nv_bfloat16*, const __nv_bfloat16*,
-                                                const AdamWSettings&, double, int, double, cudaStream_t);
+template void queue_adamw_update<__nv_bfloat16>(Optimizer&, __nv_bfloat16*, const __nv_bfloat16*,
+                                                const AdamWSettings&, double, int, cudaStream_t);

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "comm/groups.h"
+#include "kernels/adamw.cuh"
+#include "kernels/global_norm.cuh"
 #include "model/config.h"
 #include "model/parameter_layout.h"
 
@@ -43,6 +45,15 @@ struct Optimizer {
   float* norm_workspace;  // (global_norm_workspace_size(regions))
   float* norm_partials;   // (norm_slot_count(L)) the squared sum of each slot
   float* squared_norm;    // (1)
+  NormTensor* norm_table;  // (norm_tensors) the regions with a slot (not the tied copy) and their slots
+  int norm_tensors;
+  unsigned norm_blocks;   // the table's blocks
+  // The step's figures and decision on the device (queue_step_gate), and the table of regions
+  // the one AdamW launch reads.
+  double* nonfinite_ranks;      // (1) the world's ranks whose loss sum is not finite
+  double* norm;                 // (1) the global gradient norm
+  AdamWGate* gate;              // (1)
+  AdamWRegion* adamw_regions;   // (regions.size()) the regions sorted by offset, with their decay
 };
 
 // Moments start at zero; the master weights (with_master_weights) are allocated, uninitialised:
@@ -51,22 +62,30 @@ Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layou
                            uint64_t rounding_seed);
 void destroy_optimizer(Optimizer& optimizer);
 
-// The global gradient norm: this stage's slots (fp32 sums of squares), gathered over the
-// pipeline and summed in slot order. Every stage of every replica gets the same value. Waits
-// for stream.
+// Queues the global gradient norm's square: this stage's slots (fp32 sums of squares, two
+// launches), gathered over the pipeline and summed in slot order into optimizer.squared_norm
+// (queue_step_gate takes its root). Every stage of every replica gets the same value. Does not wait.
 template <typename Element>
-double gradient_norm(Optimizer& optimizer, const CommGroups& groups, const Element* gradients, cudaStream_t stream);
+void queue_gradient_norm(Optimizer& optimizer, const CommGroups& groups, const Element* gradients,
+                         cudaStream_t stream);
 
-// The table gradient_norm last gathered (norm_slot_count(L) squared sums, every stage's), on the
+// Queues the step's decision (after queue_gradient_norm): the count over the world of ranks whose
+// loss_sum (device, 1; 0 on ranks without losses) is not finite (one all-reduce over the world),
+// then optimizer.norm and optimizer.gate (kernels/adamw.cuh's set_adamw_gate with grad_clip).
+// Every rank decides alike. Does not wait.
+void queue_step_gate(Optimizer& optimizer, const CommGroups& groups, const double* loss_sum, double grad_clip,
+                     cudaStream_t stream);
+
+// The table queue_gradient_norm last gathered (norm_slot_count(L) squared sums, every stage's), on the
 // host. Waits for stream.
 std::vector<float> download_norm_partials(const Optimizer& optimizer, cudaStream_t stream);
 
-// AdamW step t (1, 2, ...) of the stage's regions with the given learning rate, the gradient
-// scaled by clip_factor(norm, grad_clip) when clipping is on (norm: gradient_norm's).
+// Queues AdamW step t (1, 2, ...) of the stage's regions, in one launch, with the given learning
+// rate, gated by optimizer.gate (the clipping factor, and nothing at all on a skipped step).
 // parameters and gradients are the stage's allocations. bf16 parameters: the update reads and
 // writes the master weights when there are any, else reads the parameters, and writes the
 // parameters by stochastic rounding with the bits of (rounding_seed, t, each element's index in
-// llm.c's layout of the whole model).
+// llm.c's layout of the whole model). Does not wait.
 template <typename Element>
-void adamw_update_stage(Optimizer& optimizer, Element* parameters, const Element* gradients,
-                        const AdamWSettings& settings, double learning_rate, int t, double norm, cudaStream_t stream);
+void queue_adamw_update(Optimizer& optimizer, Element* parameters, const Element* gradients,
+                        const AdamWSettings& settings, double learning_rate, int t, cudaStream_t stream);

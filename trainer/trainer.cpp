@@ -179,6 +179,7 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
                                mesh.pp_rank, layout.recompute, trainer.groups, trainer.cublas, trainer.stream);
   const bool master_weights = std::is_same_v<Element, __nv_bfloat16> && precision.master_weights;
   trainer.optimizer = create_optimizer(config, trainer.parameter_layout, master_weights, precision.rounding_seed);
+  CUDA_CHECK(cudaMallocHost(&trainer.figures, sizeof(StepFigures)));
   const size_t BT = size_t(B) * T;
   trainer.host_tokens.resize(layout.microbatches * BT);
   trainer.host_targets.resize(layout.microbatches * BT);
@@ -202,6 +203,7 @@ void destroy_trainer(Trainer<Element>& trainer) {
   device_free(trainer.grad_wte_head);
   destroy_executor(trainer.executor);
   destroy_optimizer(trainer.optimizer);
+  CUDA_CHECK(cudaFreeHost(trainer.figures));
   CUBLAS_CHECK(cublasDestroy(trainer.cublas));
   CUDA_CHECK(cudaStreamDestroy(trainer.stream));
 }
@@ -266,8 +268,8 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
   if (head) CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config) * sizeof(Element), trainer.stream));
   const double loss_scale = 1.0 / (double(BT) * m * mesh.dp);
   fail_if_injected(trainer.world.rank, t);
-  const double loss = execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head,
-                                   trainer.host_tokens.data(), trainer.host_targets.data(), loss_scale);
+  execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens.data(),
+               trainer.host_targets.data(), loss_scale);
   inject_nan_if_asked(trainer.world.rank, t, trainer.parameter_layout, trainer.gradient_memory, trainer.stream);
   // The tied embedding: the head's share joins wte's gradient on the stage with the head (zero
   // there unless it also has the embedding), then the first and last stage add their copies. A
@@ -283,27 +285,36 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
   for (const ParameterRegion& r : trainer.optimizer.regions)
     allreduce_data_parallel_gradients(trainer.groups, trainer.gradient_memory + r.offset, r.count, type,
                                       trainer.stream);
-  const double norm = gradient_norm(trainer.optimizer, trainer.groups, trainer.gradient_memory, trainer.stream);
+  // The update is decided on the device, alike on every rank (trainer/optimizer.h): skipped when
+  // any rank's loss sum or the norm is not finite.
+  queue_gradient_norm(trainer.optimizer, trainer.groups, trainer.gradient_memory, trainer.stream);
+  queue_step_gate(trainer.optimizer, trainer.groups, trainer.executor.loss_sum, settings.grad_clip, trainer.stream);
+  queue_adamw_update(trainer.optimizer, trainer.parameter_memory, trainer.gradient_memory, settings, learning_rate, t,
+                     trainer.stream);
+  StepFigures& figures = *trainer.figures;
+  CUDA_CHECK(cudaMemcpyAsync(&figures.loss_sum, trainer.executor.loss_sum, sizeof(double), cudaMemcpyDeviceToHost,
+                             trainer.stream));
+  CUDA_CHECK(cudaMemcpyAsync(&figures.norm, trainer.optimizer.norm, sizeof(double), cudaMemcpyDeviceToHost,
+                             trainer.stream));
+  CUDA_CHECK(cudaMemcpyAsync(&figures.gate, trainer.optimizer.gate, sizeof(AdamWGate), cudaMemcpyDeviceToHost,
+                             trainer.stream));
+  CUDA_CHECK(cudaStreamSynchronize(trainer.stream));  // the step's one host wait
+  finish_step(trainer.executor);
   // Only the stages with the head hold losses; the others add zeros. The same exchange counts the
-  // ranks that received a stop signal, and comes before the update so that every rank decides on
-  // the same loss whether to apply it.
+  // ranks that received a stop signal.
   const int stop_signal = received_stop_signal();
-  double sums[3] = {loss, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
+  double sums[3] = {figures.loss_sum, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
   sum_over_world(trainer.world, sums, 3);
   StepResult result;
   result.loss = sums[0] / (double(m) * mesh.dp);
-  result.grad_norm = norm;
+  result.grad_norm = figures.norm;
   result.stop_signal = sums[2] > 0 ? SIGINT : sums[1] > 0 ? SIGTERM : 0;
-  if (std::isfinite(result.loss) && std::isfinite(norm)) {
-    adamw_update_stage(trainer.optimizer, trainer.parameter_memory, trainer.gradient_memory, settings, learning_rate,
-                       t, norm, trainer.stream);
-  } else {
+  if (!figures.gate.apply) {
     result.applied = false;
     const std::vector<float> partials = download_norm_partials(trainer.optimizer, trainer.stream);
     result.skipped = skipped_step_reason(
-        norm, first_nonfinite_gradient(partials, config, trainer.virtual_stages, trainer.placement));
+        figures.norm, first_nonfinite_gradient(partials, config, trainer.virtual_stages, trainer.placement));
   }
-  CUDA_CHECK(cudaStreamSynchronize(trainer.stream));
   result.stages = gather_stage_records(trainer);
   return result;
 }

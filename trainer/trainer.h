@@ -42,6 +42,14 @@ struct PipelineLayout {
 // (pipeline/schedule_file.h). Throws std::runtime_error saying what does not fit.
 PipelineSchedule layout_schedule(const PipelineLayout& layout, int pp);
 
+// What a training step copies back to the host, once, at its end: this rank's loss sum, the
+// global norm, and the device's decision (kernels/adamw.cuh).
+struct StepFigures {
+  double loss_sum;
+  double norm;
+  AdamWGate gate;
+};
+
 template <typename Element>
 struct Trainer {
   GPTConfig config;
@@ -62,6 +70,7 @@ struct Trainer {
   std::vector<ParameterTensors<Element>> grads;   // and of gradient_memory
   Executor<Element> executor;
   Optimizer optimizer;  // fp32 moments; with bf16 parameters the master weights and the rounding seed
+  StepFigures* figures;  // (1) pinned host memory: what a step copies back at its end
   std::vector<int> host_tokens;    // (microbatches, B, T)
   std::vector<int> host_targets;   // (microbatches, B, T)
   std::vector<float> host_logits;  // (Vp) one row of logits, for sampling
@@ -127,8 +136,11 @@ struct StepResult {
 // microbatches of the step (replica r reads the step's microbatches r m .. r m + m - 1 of reader;
 // the reader advances by dp m), each loss scaled by 1 / (B T m dp) so that the summed gradient is
 // that of the step's mean loss; adds the tied embedding's two shares, sums the replicas'
-// gradients; then AdamW with clipping, unless the loss or the norm is not finite. The loss sum
-// over the ranks also carries each rank's received_stop_signal.
+// gradients; then AdamW with clipping, unless the loss or the norm is not finite. All of it is
+// queued on the device, the losses summed, the norm, the clipping factor and the decision made
+// there: the host waits once, at the end, to copy back the step's figures (StepFigures). The
+// loss sum over the ranks (on the host, after that wait) also carries each rank's
+// received_stop_signal.
 template <typename Element>
 StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
                       double learning_rate, int t);

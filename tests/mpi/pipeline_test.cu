@@ -82,9 +82,10 @@ TEST(Pipeline, NoDeviceAllocationAfterTheFirstStep) {
 
 // A stage's device bytes, to the byte: its parameters and gradients (two arrays of its parameter
 // layout in Element), AdamW's two moments and, for bf16, the master weights (fp32 arrays of the
-// layout), the head's share of wte's gradient on the last stage, the norm's buffers, the
-// executor's slots, weight buffers and transfer buffers (its accounting), each chunk's backward
-// scratch and the targets. The step's stage records (the log's "dev") carry it; the project's allocator counts
+// layout), the head's share of wte's gradient on the last stage, the norm's buffers and table, the step's
+// decision on the device (the count of non-finite losses, the norm, the gate) and AdamW's region
+// table, the executor's slots, weight buffers and transfer buffers (its accounting), each chunk's
+// backward scratch, the targets and the loss sum. The step's stage records (the log's "dev") carry it; the project's allocator counts
 // it, the same on a GPU.
 template <typename Element>
 void expect_stage_device_bytes(ScheduleKind kind, bool recompute) {
@@ -102,7 +103,9 @@ void expect_stage_device_bytes(ScheduleKind kind, bool recompute) {
                     (stage == 3 ? wte_bytes : 0) +
                     (global_norm_workspace_size(int(trainer.optimizer.regions.size())) +
                      norm_slot_count(kConfig.num_layers) + 1) * sizeof(float) +
-                    a.activation_bytes + a.transfer_bytes + size_t(kB) * kT * sizeof(int);
+                    trainer.optimizer.norm_tensors * sizeof(NormTensor) + 2 * sizeof(double) + sizeof(AdamWGate) +
+                    trainer.optimizer.regions.size() * sizeof(AdamWRegion) +
+                    a.activation_bytes + a.transfer_bytes + size_t(kB) * kT * sizeof(int) + sizeof(double);
   for (const LayerRange& range : trainer.chunks) expected += backward_scratch_bytes<Element>(kConfig, kB, kT, range);
   const unsigned long long held = device_memory_counts().bytes_in_use;
   EXPECT_EQ(held - before, expected);

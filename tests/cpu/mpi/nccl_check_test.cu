@@ -153,4 +153,38 @@ TEST_F(NcclCheck, OneRanksCountInACollectiveFailsItOnEveryRank) {
   EXPECT_NE(message.find("(count 8, ncclFloat32, ncclSum)"), std::string::npos) << message;
 }
 
+// A failed communicator's messages stay its own. Each pair's group here fails at its second
+// transfer on the even rank and at its first on the odd one, which never posts the receive of the
+// 8 values the even rank has sent: a communicator made next, in the MPI context the failed one
+// held, would receive them in place of its own, of another size (MPI_ERR_TRUNCATE) or, as here,
+// of the same size.
+TEST_F(NcclCheck, AFreshCommunicatorAfterAFailedOneExchangesOnlyItsOwnData) {
+  DeviceBuffer<float> stale(std::vector<float>(8, -1.0f)), received(8);
+  const int peer = even() ? 1 : 0;
+  NCCL_CHECK(ncclGroupStart());
+  if (even()) {
+    NCCL_CHECK(ncclSend(stale.data(), 8, ncclFloat32, peer, pair_, stream_));
+    NCCL_CHECK(ncclRecv(received.data(), 8, ncclInt32, peer, pair_, stream_));
+  } else {
+    NCCL_CHECK(ncclSend(stale.data(), 4, ncclInt32, peer, pair_, stream_));
+    NCCL_CHECK(ncclRecv(received.data(), 8, ncclFloat32, peer, pair_, stream_));
+  }
+  NCCL_CHECK(ncclGroupEnd());
+  ASSERT_EQ(failure(pair_).first, ncclInvalidUsage);
+  NCCL_CHECK(ncclCommDestroy(pair_));  // what TearDown does after the other tests' failures
+  NCCL_CHECK(ncclCommSplit(world_, world_rank_ / 2, world_rank_, &pair_, nullptr));
+
+  DeviceBuffer<float> mine(std::vector<float>(8, float(world_rank_ + 1))), sum(std::vector<float>(8, 1.0f));
+  NCCL_CHECK(ncclGroupStart());
+  NCCL_CHECK(ncclSend(mine.data(), 8, ncclFloat32, peer, pair_, stream_));
+  NCCL_CHECK(ncclRecv(received.data(), 8, ncclFloat32, peer, pair_, stream_));
+  NCCL_CHECK(ncclGroupEnd());
+  NCCL_CHECK(ncclAllReduce(sum.data(), sum.data(), 8, ncclFloat32, ncclSum, pair_, stream_));
+  EXPECT_EQ(failure(pair_).first, ncclSuccess);
+  const int peer_world_rank = world_rank_ / 2 * 2 + peer;
+  EXPECT_EQ(received.to_host(), std::vector<float>(8, float(peer_world_rank + 1)));
+  EXPECT_EQ(sum.to_host(), std::vector<float>(8, 2.0f));
+}
+
+
 }  // namespace

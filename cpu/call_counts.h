@@ -1,0 +1,22 @@
+// What this rank (process) has asked of its device, counted by the CPU build so that tests and
+// benchmarks can say what a training step costs on a GPU: calls that block the host until device
+// work is done (stream, device and event synchronisation, copies that wait, frees), kernel
+// launches, and NCCL calls and their bytes. Counts only grow; a caller takes the difference around what it measures.
+#pragma once
+#include <cstdint>
+
+namespace cpu {
+
+struct CallCounts {
+  uint64_t host_waits = 0;
+  uint64_t launches = 0;    // kernels, and cuBLAS calls (each at least one kernel on a GPU)
+  uint64_t nccl_calls = 0;  // ncclSend, ncclRecv and the collectives, each call once (a group's calls each)
+  uint64_t nccl_bytes = 0;  // what those calls hand to NCCL: a send's bytes, a collective's input, 0 for a receive
+};
+CallCounts call_counts();
+
+void count_host_wait();
+void count_launch();
+void count_nccl_call(uint64_t bytes);
+
+}  // namespace cpu

@@ -1,0 +1,95 @@
+// What a training step asks of each rank's device, counted by the CPU build (cpu/call_counts.h)
+// on every rank of several layouts of the pipeline tests' tiny model (tests/mpi/pipeline_harness.h):
+// the host waits once per step, and AdamW is one launch per stage whatever its number of
+// regions. CPU build only (build/cpu/tests/cpu_mpi_tests, under mpirun -np 4): the counts are
+// the CPU runtime's. Steps after the first: the first allocates its activation slots.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "cpu/call_counts.h"
+#include "tests/mpi/pipeline_harness.h"
+
+namespace {
+
+using namespace pipeline_harness;
+
+// The layouts of a 4-rank world the counts are checked on: every schedule family, recompute,
+// replicas, and bf16 with master weights.
+std::vector<Case> cases_of_world() {
+  return {{1, 4, ScheduleKind::one_f_one_b, 1, false, 8, 4},
+          {1, 4, ScheduleKind::afab, 1, true, 4, 4},
+          {2, 2, ScheduleKind::interleaved, 2, true, 4, 4},
+          {1, 4, ScheduleKind::zb_v, 2, false, 5, 8},
+          {4, 1, ScheduleKind::one_f_one_b, 1, false, 2, 2},
+          {2, 2, ScheduleKind::one_f_one_b, 1, false, 3, 4, {}, true}};
+}
+
+struct StepCounts {
+  cpu::CallCounts step;   // the whole train_step
+  cpu::CallCounts adamw;  // queue_adamw_update alone
+  cpu::CallCounts norm;   // queue_gradient_norm alone
+};
+
+cpu::CallCounts difference(const cpu::CallCounts& after, const cpu::CallCounts& before) {
+  return {after.host_waits - before.host_waits, after.launches - before.launches,
+          after.nccl_calls - before.nccl_calls, after.nccl_bytes - before.nccl_bytes};
+}
+
+// Step 2 of the case, counted; then one more norm and AdamW update, each counted alone (the
+// calls train_step makes, on the trainer's own optimizer).
+template <typename Element>
+StepCounts count_in(const Case& c, const CommGroups& groups) {
+  const GPTConfig config = config_of(c.layers);
+  Trainer<Element> trainer = create_trainer<Element>(
+      config, kB, kT, PipelineLayout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage}, groups,
+      {true, kRoundingSeed});
+  upload_parameters(trainer, initial_parameters(config));
+  BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
+  train_step(trainer, reader, kSettings, kLearningRate, 1);
+  StepCounts counts;
+  const cpu::CallCounts before = cpu::call_counts();
+  train_step(trainer, reader, kSettings, kLearningRate, 2);
+  counts.step = difference(cpu::call_counts(), before);
+  const cpu::CallCounts before_norm = cpu::call_counts();
+  queue_gradient_norm(trainer.optimizer, trainer.groups, trainer.gradient_memory, trainer.stream);
+  counts.norm = difference(cpu::call_counts(), before_norm);
+  const cpu::CallCounts before_adamw = cpu::call_counts();
+  queue_adamw_update(trainer.optimizer, trainer.parameter_memory, trainer.gradient_memory, kSettings, kLearningRate,
+                     3, trainer.stream);
+  counts.adamw = difference(cpu::call_counts(), before_adamw);
+  CUDA_CHECK(cudaStreamSynchronize(trainer.stream));
+  EXPECT_GT(trainer.optimizer.regions.size(), size_t(4)) << "a stage of several regions";
+  destroy_trainer(trainer);
+  return counts;
+}
+
+}  // namespace
+
+// One host wait per training step on every rank: the step's figures (its loss sum, the norm, the
+// decision to apply it) copied back at its end. The losses are summed, the norm and the clipping
+// factor computed and the non-finite guard decided on the device; the stop signals and the loss
+// over the ranks are summed on the host after the wait (MPI between hosts, no device work).
+TEST(StepCounts, OneHostWaitPerTrainingStepOnEveryRank) {
+  for (const Case& c : cases_of_world()) {
+    WorldGroups world(c.dp, c.pp);
+    const StepCounts counts =
+        c.bf16 ? count_in<__nv_bfloat16>(c, world.groups) : count_in<float>(c, world.groups);
+    EXPECT_EQ(counts.step.host_waits, 1u) << describe(c) << ", rank " << rank_in_world();
+  }
+}
+
+// AdamW over all of a stage's regions (decay per region from a table) is one launch; the norm
+// three: the regions' partial sums in two (kernels/global_norm.cuh's table), the total over the
+// gathered slots in one.
+TEST(StepCounts, AdamWIsOneLaunchAndTheNormThreePerStage) {
+  for (const Case& c : cases_of_world()) {
+    WorldGroups world(c.dp, c.pp);
+    const StepCounts counts =
+        c.bf16 ? count_in<__nv_bfloat16>(c, world.groups) : count_in<float>(c, world.groups);
+    EXPECT_EQ(counts.adamw.launches, 1u) << describe(c) << ", rank " << rank_in_world();
+    EXPECT_EQ(counts.adamw.host_waits, 0u) << describe(c) << ", rank " << rank_in_world();
+    EXPECT_EQ(counts.norm.launches, 3u) << describe(c) << ", rank " << rank_in_world();
+  }
+}

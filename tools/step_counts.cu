@@ -1,0 +1,91 @@
+// Counts for a GPU reader (a program, not a test): what one training step asks of each stage's
+// device, counted by the CPU build (cpu/call_counts.h) on replica 0's ranks. A line per stage:
+//   stage S: launches L, host_waits H, nccl_calls N, bytes_sent B
+// launches: kernels and cuBLAS calls; host_waits: calls that block the host until device work
+// is done; nccl_calls: sends, receives and collectives; bytes_sent: what those calls hand to NCCL
+// (a send's bytes, an all-reduce's input). The model and pipeline come from ./train's flags
+// (--layers, --heads, --dim, --seq-len, --vocab, --batch, --microbatches, --dp, --pp, --schedule,
+// --virtual-stages, --recompute, --layers-per-stage, --dtype); the tokens are random. It runs
+// --steps steps (default 2) and counts the last one: the first also allocates its slots.
+// Usage: mpirun -np 4 build/cpu/tools/step_counts [flags] (make bench).
+#include <mpi.h>
+
+#include <cstdio>
+#include <exception>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "comm/rank_device.h"
+#include "cpu/call_counts.h"
+#include "model/config.h"
+#include "model/parameters.h"
+#include "pipeline/schedule.h"
+#include "trainer/data.h"
+#include "trainer/options.h"
+#include "trainer/ranks.h"
+#include "trainer/trainer.h"
+
+namespace {
+
+// The counts of the last of `steps` steps on this rank: host waits, launches, NCCL calls, bytes.
+template <typename Element>
+std::vector<double> count_last_step(const TrainOptions& options, const GPTConfig& config, const CommGroups& groups,
+                                    int steps) {
+  const PipelineLayout layout{parse_schedule_kind(options.schedule), options.microbatches, options.virtual_stages,
+                              options.recompute, options.layers_per_stage};
+  Trainer<Element> trainer = create_trainer<Element>(config, options.batch, options.seq_len, layout, groups, {});
+  std::vector<float> parameters;
+  init_gpt2_parameters(parameters, config, options.seed);
+  upload_parameters(trainer, parameters);
+  TokenDataset data;
+  std::mt19937_64 generator(options.seed);
+  const size_t tokens = size_t(options.batch) * options.seq_len * options.microbatches * groups.mesh.dp + 1;
+  for (size_t i = 0; i < tokens; ++i) data.tokens.push_back(uint16_t(generator() % config.vocab_size));
+  data.vocab_size = config.vocab_size;
+  data.source = "random tokens";
+  BatchReader reader = make_batch_reader(data, options.batch, options.seq_len, false, options.seed);
+  const AdamWSettings settings{options.beta1, options.beta2, options.eps, options.weight_decay, options.grad_clip};
+  cpu::CallCounts before;
+  for (int t = 1; t <= steps; ++t) {
+    before = cpu::call_counts();
+    train_step(trainer, reader, settings, options.lr, t);
+  }
+  const cpu::CallCounts after = cpu::call_counts();
+  destroy_trainer(trainer);
+  return {double(after.launches - before.launches), double(after.host_waits - before.host_waits),
+          double(after.nccl_calls - before.nccl_calls), double(after.nccl_bytes - before.nccl_bytes)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!start_rank_on_own_device(&argc, &argv, "step_counts")) return 1;
+  const World world = this_world();
+  int status = 0;
+  try {
+    const TrainOptions options = parse_train_options(argc, argv);
+    const int steps = options.given.count("steps") ? options.steps : 2;
+    const GPTConfig config = make_gpt_config(options.layers, options.heads, options.dim, options.seq_len,
+                                             options.vocab > 0 ? options.vocab : 256);
+    CommGroups groups = create_world_groups(make_mesh(options.dp, options.pp, world.size, world.rank));
+    const std::vector<double> counts =
+        options.dtype == "bf16" ? count_last_step<__nv_bfloat16>(options, config, groups, steps)
+                                : count_last_step<float>(options, config, groups, steps);
+    const Mesh mesh = groups.mesh;
+    std::vector<double> all(4 * size_t(world.size));
+    MPI_Gather(counts.data(), 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (world.rank == 0)
+      for (int stage = 0; stage < mesh.pp; ++stage) {
+        const double* c = all.data() + 4 * size_t(world_rank_of(mesh, 0, stage));
+        std::printf("stage %d: launches %.0f, host_waits %.0f, nccl_calls %.0f, bytes_sent %.0f\n", stage, c[0], c[1],
+                    c[2], c[3]);
+      }
+    destroy_world_groups(groups);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "step_counts: %s\n", e.what());
+    status = 1;
+  }
+  MPI_Finalize();
+  return status;
+}
