@@ -31,10 +31,10 @@ constexpr double kShortestEventMs = 2e-5;
 
 // This rank's events, one line each: name, category, start (ms), end (ms), details, tab-separated.
 // One track per stage shows its steps in schedule order without overlaps, while a transfer group
-// runs on its own stream beside the computes: a step is drawn from the later of its start and the
-// previous step's drawn end to the earlier of its end and the next step's start (at least
-// kShortestEventMs), and a step drawn shorter or later than measured says its measured times
-// ("measured 1.250-3.500 ms") in its details.
+// runs on its own stream beside the computes: a compute is drawn as measured (the computes of a
+// stage never overlap); a group from the later of its start and the previous step's drawn end to
+// the earlier of its end and the next step's start (at least kShortestEventMs), and then says its
+// measured times ("measured 1.250-3.500 ms") in its details.
 template <typename Element>
 std::string own_events(const Trainer<Element>& trainer) {
   const Executor<Element>& e = trainer.executor;
@@ -46,9 +46,11 @@ std::string own_events(const Trainer<Element>& trainer) {
   double drawn_end = -1e300;
   for (size_t i = 0; i < e.trace.size(); ++i) {
     const double start = std::max<double>(a.step_start_ms[i], drawn_end);
-    double end = a.step_end_ms[i];
-    if (i + 1 < e.trace.size()) end = std::min<double>(end, a.step_start_ms[i + 1]);
-    end = std::max(end, start + kShortestEventMs);
+    double end = std::max<double>(a.step_end_ms[i], start);
+    if (!e.trace[i].compute) {
+      if (i + 1 < e.trace.size()) end = std::min<double>(end, a.step_start_ms[i + 1]);
+      end = std::max(end, start + kShortestEventMs);
+    }
     std::string details = to_text(e.trace[i]);
     if (start != a.step_start_ms[i] || end != a.step_end_ms[i]) {
       std::ostringstream measured;
