@@ -110,11 +110,12 @@ struct ExecutorAccounting {
 };
 
 // Where the executor is, for a watchdog on another thread (what watches a run belongs to the
-// trainer; the executor only publishes). The host queues a step's schedule on the stream long
+// trainer; the executor only publishes). The host queues a step's schedule on the streams long
 // before the device has run it, so the step the device is in is the first queued schedule step
-// whose end event has not completed: schedule_position asks the events. The executor holds the
-// mutex while it records a step's events and counts it queued, so that a query never meets an
-// event being recorded again.
+// whose end event has not completed (a group still in flight on the transfer stream while the
+// computes after it have run, e.g. a send whose receiver is stuck, is that step):
+// schedule_position asks the events. The executor holds the mutex while it records a step's
+// events and counts it queued, so that a query never meets an event being recorded again.
 struct ExecutorProgress {
   std::mutex mutex;
   unsigned long long walks = 0;  // execute_step and execute_forward calls begun
@@ -140,7 +141,7 @@ struct Executor {
   BufferPool grad_inputs;          // gradients of chunk inputs waiting for their send
   int* targets;                    // (B, T) the head's targets of the current forward
   double* loss_sum;                // (1) execute_step's sum of the microbatches' mean losses (head), else 0
-  std::vector<cudaEvent_t> step_start, step_end;  // one pair per schedule step
+  std::vector<cudaEvent_t> step_start, step_end;  // one pair per schedule step, on the stream that runs it
   cudaEvent_t origin;                              // mark_timeline_origin's
   cudaEvent_t compute_ready, transfers_done;       // one stream's work so far, for the other to wait for
   bool origin_marked;                              // for the next execute_step
