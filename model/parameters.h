@@ -125,7 +125,9 @@ T* tensor_view(const ParameterTensors<T>& views, int tensor) {
 template <typename T>
 LayerParameters<T> layer_views(const ParameterTensors<T>& p, const GPTConfig& config, int layer) {
   const size_t C = config.channels, l = layer - p.first_layer;
-  const auto at = [&](T* tensor, size_t per_layer) { return tensor + l * (p.layer_stride ? p.layer_stride : per_layer); };
+  const auto at = [&](T* tensor, size_t per_layer) {
+    return tensor + l * (p.layer_stride != 0 ? p.layer_stride : per_layer);
+  };
   return {at(p.ln1w, C),         at(p.ln1b, C),     at(p.qkvw, 3 * C * C), at(p.qkvb, 3 * C),
           at(p.attprojw, C * C), at(p.attprojb, C), at(p.ln2w, C),         at(p.ln2b, C),
           at(p.fcw, 4 * C * C),  at(p.fcb, 4 * C),  at(p.fcprojw, 4 * C * C), at(p.fcprojb, C)};
