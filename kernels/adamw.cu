@@ -29,16 +29,15 @@ __device__ inline T stored(Compute<T> p, StochasticRounding rounding, size_t i) 
   }
 }
 
-// bias_correction1 = 1 - beta1^t and bias_correction2 = 1 - beta2^t.
+// One parameter's update, the arithmetic both kernels share; bias_correction1 = 1 - beta1^t and
+// bias_correction2 = 1 - beta2^t. `rounding` and `rounding_i` give bf16's stochastic-rounding bits.
 template <typename T>
-__global__ void __launch_bounds__(kAdamWThreads)
-    adamw_kernel(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v, size_t n,
-                 Compute<T> learning_rate, Compute<T> beta1, Compute<T> beta2, Compute<T> bias_correction1,
-                 Compute<T> bias_correction2, Compute<T> eps, Compute<T> weight_decay, Compute<T> grad_scale,
-                 StochasticRounding rounding) {
+__device__ inline void adamw_element(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m,
+                                     Compute<T>* v, size_t i, Compute<T> learning_rate, Compute<T> beta1,
+                                     Compute<T> beta2, Compute<T> bias_correction1, Compute<T> bias_correction2,
+                                     Compute<T> eps, Compute<T> weight_decay, Compute<T> grad_scale,
+                                     StochasticRounding rounding, size_t rounding_i) {
   using C = Compute<T>;
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;  // no barriers or shuffles in this kernel
   const C g = grad_scale * to_compute(grads[i]);
   const C new_m = beta1 * m[i] + (C(1) - beta1) * g;
   const C new_v = beta2 * v[i] + (C(1) - beta2) * g * g;
@@ -49,7 +48,19 @@ __global__ void __launch_bounds__(kAdamWThreads)
   const C v_hat = new_v / bias_correction2;
   const C new_p = p - learning_rate * (m_hat / (square_root(v_hat) + eps) + weight_decay * p);
   if (master_params != nullptr) master_params[i] = new_p;
-  params[i] = stored<T>(new_p, rounding, i);
+  params[i] = stored<T>(new_p, rounding, rounding_i);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kAdamWThreads)
+    adamw_kernel(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v, size_t n,
+                 Compute<T> learning_rate, Compute<T> beta1, Compute<T> beta2, Compute<T> bias_correction1,
+                 Compute<T> bias_correction2, Compute<T> eps, Compute<T> weight_decay, Compute<T> grad_scale,
+                 StochasticRounding rounding) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;  // no barriers or shuffles in this kernel
+  adamw_element(params, master_params, grads, m, v, i, learning_rate, beta1, beta2, bias_correction1,
+                bias_correction2, eps, weight_decay, grad_scale, rounding, i);
 }
 
 // The first region whose end is past i (regions sorted by offset, covering the range).
@@ -66,7 +77,7 @@ __device__ inline const AdamWRegion& region_of(const AdamWRegion* regions, int n
   return regions[low];
 }
 
-// adamw_kernel's arithmetic, element by element, with the region's decay and rounding index.
+// adamw_element over a table of regions: each element with its region's decay and rounding index.
 template <typename T>
 __global__ void __launch_bounds__(kAdamWThreads)
     adamw_regions_kernel(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v,
@@ -74,22 +85,12 @@ __global__ void __launch_bounds__(kAdamWThreads)
                          Compute<T> beta1, Compute<T> beta2, Compute<T> bias_correction1,
                          Compute<T> bias_correction2, Compute<T> eps, Compute<T> decay, const AdamWGate* gate,
                          uint64_t rounding_key) {
-  using C = Compute<T>;
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n || !gate->apply) return;  // no barriers or shuffles in this kernel
   const AdamWRegion& region = region_of(regions, num_regions, i);
-  const C weight_decay = region.decays ? decay : C(0);
-  const C g = C(gate->grad_scale) * to_compute(grads[i]);
-  const C new_m = beta1 * m[i] + (C(1) - beta1) * g;
-  const C new_v = beta2 * v[i] + (C(1) - beta2) * g * g;
-  m[i] = new_m;
-  v[i] = new_v;
-  const C p = master_params != nullptr ? master_params[i] : to_compute(params[i]);
-  const C m_hat = new_m / bias_correction1;
-  const C v_hat = new_v / bias_correction2;
-  const C new_p = p - learning_rate * (m_hat / (square_root(v_hat) + eps) + weight_decay * p);
-  if (master_params != nullptr) master_params[i] = new_p;
-  params[i] = stored<T>(new_p, {rounding_key, region.full_offset}, i - region.offset);
+  adamw_element(params, master_params, grads, m, v, i, learning_rate, beta1, beta2, bias_correction1,
+                bias_correction2, eps, region.decays ? decay : Compute<T>(0), Compute<T>(gate->grad_scale),
+                {rounding_key, region.full_offset}, i - region.offset);
 }
 
 // A value is finite when x - x is 0 (infinities and NaNs give NaN).

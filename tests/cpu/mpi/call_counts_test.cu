@@ -26,7 +26,7 @@ std::vector<Case> cases_of_world() {
           {2, 2, ScheduleKind::one_f_one_b, 1, false, 3, 4, {}, true}};
 }
 
-struct StepCounts {
+struct CountedStep {
   cpu::CallCounts step;   // the whole train_step
   cpu::CallCounts adamw;  // queue_adamw_update alone
   cpu::CallCounts norm;   // queue_gradient_norm alone
@@ -40,7 +40,7 @@ cpu::CallCounts difference(const cpu::CallCounts& after, const cpu::CallCounts& 
 // Step 2 of the case, counted; then one more norm and AdamW update, each counted alone (the
 // calls train_step makes, on the trainer's own optimizer).
 template <typename Element>
-StepCounts count_in(const Case& c, const CommGroups& groups) {
+CountedStep count_in(const Case& c, const CommGroups& groups) {
   const GPTConfig config = config_of(c.layers);
   Trainer<Element> trainer = create_trainer<Element>(
       config, kB, kT, PipelineLayout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage}, groups,
@@ -48,7 +48,7 @@ StepCounts count_in(const Case& c, const CommGroups& groups) {
   upload_parameters(trainer, initial_parameters(config));
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
   train_step(trainer, reader, kSettings, kLearningRate, 1);
-  StepCounts counts;
+  CountedStep counts;
   const cpu::CallCounts before = cpu::call_counts();
   train_step(trainer, reader, kSettings, kLearningRate, 2);
   counts.step = difference(cpu::call_counts(), before);
@@ -67,29 +67,43 @@ StepCounts count_in(const Case& c, const CommGroups& groups) {
 
 }  // namespace
 
+// Each case's counts, taken once for both tests (a counted step is the suite's whole cost).
+class StepCounts : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    counted = new std::vector<CountedStep>;
+    for (const Case& c : cases_of_world()) {
+      WorldGroups world(c.dp, c.pp);
+      counted->push_back(c.bf16 ? count_in<__nv_bfloat16>(c, world.groups) : count_in<float>(c, world.groups));
+    }
+  }
+  static void TearDownTestSuite() {
+    delete counted;
+    counted = nullptr;
+  }
+  static std::vector<CountedStep>* counted;  // parallel to cases_of_world()
+};
+std::vector<CountedStep>* StepCounts::counted = nullptr;
+
 // One host wait per training step on every rank: the step's figures (its loss sum, the norm, the
 // decision to apply it) copied back at its end. The losses are summed, the norm and the clipping
 // factor computed and the non-finite guard decided on the device; the stop signals and the loss
 // over the ranks are summed on the host after the wait (MPI between hosts, no device work).
-TEST(StepCounts, OneHostWaitPerTrainingStepOnEveryRank) {
-  for (const Case& c : cases_of_world()) {
-    WorldGroups world(c.dp, c.pp);
-    const StepCounts counts =
-        c.bf16 ? count_in<__nv_bfloat16>(c, world.groups) : count_in<float>(c, world.groups);
-    EXPECT_EQ(counts.step.host_waits, 1u) << describe(c) << ", rank " << rank_in_world();
-  }
+TEST_F(StepCounts, OneHostWaitPerTrainingStepOnEveryRank) {
+  const std::vector<Case> cases = cases_of_world();
+  for (size_t i = 0; i < cases.size(); ++i)
+    EXPECT_EQ((*counted)[i].step.host_waits, 1u) << describe(cases[i]) << ", rank " << rank_in_world();
 }
 
 // AdamW over all of a stage's regions (decay per region from a table) is one launch; the norm
 // three: the regions' partial sums in two (kernels/global_norm.cuh's table), the total over the
 // gathered slots in one.
-TEST(StepCounts, AdamWIsOneLaunchAndTheNormThreePerStage) {
-  for (const Case& c : cases_of_world()) {
-    WorldGroups world(c.dp, c.pp);
-    const StepCounts counts =
-        c.bf16 ? count_in<__nv_bfloat16>(c, world.groups) : count_in<float>(c, world.groups);
-    EXPECT_EQ(counts.adamw.launches, 1u) << describe(c) << ", rank " << rank_in_world();
-    EXPECT_EQ(counts.adamw.host_waits, 0u) << describe(c) << ", rank " << rank_in_world();
-    EXPECT_EQ(counts.norm.launches, 3u) << describe(c) << ", rank " << rank_in_world();
+TEST_F(StepCounts, AdamWIsOneLaunchAndTheNormThreePerStage) {
+  const std::vector<Case> cases = cases_of_world();
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const CountedStep& counts = (*counted)[i];
+    EXPECT_EQ(counts.adamw.launches, 1u) << describe(cases[i]) << ", rank " << rank_in_world();
+    EXPECT_EQ(counts.adamw.host_waits, 0u) << describe(cases[i]) << ", rank " << rank_in_world();
+    EXPECT_EQ(counts.norm.launches, 3u) << describe(cases[i]) << ", rank " << rank_in_world();
   }
 }

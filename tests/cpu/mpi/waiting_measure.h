@@ -1,0 +1,60 @@
+// What the CPU build's tests of waiting on NCCL share (tests/cpu/mpi/latency_test.cu,
+// nccl_wait_test.cu): a communicator over the whole world, and the wall and CPU time the process
+// spends from a start until the work queued on the legacy default stream is done.
+#pragma once
+#include <mpi.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <ctime>
+
+#include "comm/nccl_check.cuh"
+#include "kernels/cuda_check.cuh"
+
+namespace waiting_measure {
+
+// Every rank of MPI_COMM_WORLD, rank for rank.
+inline ncclComm_t world_communicator() {
+  int rank = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  ncclUniqueId id;
+  if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
+  return comm;
+}
+
+inline double process_cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+// Started at construction; waited() ends with the host waiting for the default stream on an event
+// made with cudaEventBlockingSync, as a program whose host thread should sleep would have it on a
+// GPU (whose runtime spins in a synchronisation by default). CPU time counts every thread of the
+// process: the host's, the streams' workers, MPI's.
+class Measure {
+ public:
+  Measure() : wall_start_(std::chrono::steady_clock::now()), cpu_start_(process_cpu_seconds()) {}
+  struct Times {
+    double wall_seconds, cpu_seconds;
+  };
+  Times waited() const {
+    cudaEvent_t done;
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventBlockingSync | cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventRecord(done, nullptr));
+    CUDA_CHECK(cudaEventSynchronize(done));
+    CUDA_CHECK(cudaEventDestroy(done));
+    return {std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start_).count(),
+            process_cpu_seconds() - cpu_start_};
+  }
+
+ private:
+  std::chrono::steady_clock::time_point wall_start_;
+  double cpu_start_;
+};
+
+}  // namespace waiting_measure
