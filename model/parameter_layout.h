@@ -6,7 +6,8 @@
 // summed over the replicas in one call as soon as they are final, trainer/gradient_buckets.h),
 // then lnfw and lnfb with the head. The regions map each piece of the stage allocation to its
 // place in llm.c's layout of the whole model (tensor-major), for uploads, gathers, checkpoints,
-// the norm's slots and bf16's stochastic rounding; they are in increasing order of offset.
+// the norm's slots and bf16's stochastic rounding; they are in increasing order of offset but for
+// the tied copy of wte (listed with the head, placed first).
 #pragma once
 #include <array>
 #include <cstddef>

@@ -1,6 +1,5 @@
 // A pipeline stage's parameter layout (model/parameter_layout.h): a stage's allocation holds
-// exactly its regions, packed in increasing order of offset, each layer's twelve tensors together
-// (layer-major); each region's full offset is its place in llm.c's layout; wte once per stage, a
+// exactly its regions, packed, each layer's twelve tensors together (layer-major); each region's full offset is its place in llm.c's layout; wte once per stage, a
 // tied copy only on a stage with the head but not the embedding; chunk views (through
 // layer_views) point at their layers' regions; values round-trip through the stage layout. Host
 // code only.
@@ -29,11 +28,21 @@ size_t count_of(const ParameterLayout& layout, int tensor) {
                        [&](const ParameterRegion& r) { return r.tensor == tensor; });
 }
 
-// The regions tile [0, size) of the stage allocation in their own order: each starts where the
-// previous ends (so each layer's twelve regions, consecutive in the list, are one range).
+// The regions tile [0, size) of the stage allocation: sorted by offset, each starts where the
+// previous ends; and in their own order, each layer's twelve (consecutive in the list) are one
+// range, layer-major.
 void expect_packed(const ParameterLayout& layout) {
+  for (size_t i = 1; i < layout.regions.size(); ++i) {
+    const ParameterRegion &a = layout.regions[i - 1], &b = layout.regions[i];
+    if (parameter_tensor_is_per_layer(a.tensor) && b.tensor == a.tensor + 1) {
+      EXPECT_EQ(b.offset, a.offset + a.count) << parameter_tensor_name(b.tensor) << " layer " << b.layer;
+    }
+  }
+  std::vector<ParameterRegion> regions = layout.regions;
+  std::sort(regions.begin(), regions.end(),
+            [](const ParameterRegion& a, const ParameterRegion& b) { return a.offset < b.offset; });
   size_t at = 0;
-  for (const ParameterRegion& r : layout.regions) {
+  for (const ParameterRegion& r : regions) {
     EXPECT_EQ(r.offset, at) << parameter_tensor_name(r.tensor) << " layer " << r.layer;
     at = r.offset + r.count;
   }
@@ -66,8 +75,11 @@ void expect_views_at_regions(const ParameterLayout& layout) {
   for (const ParameterRegion& r : layout.regions) {
     const float* at = memory.data() + r.offset;
     if (!parameter_tensor_is_per_layer(r.tensor)) {
-      for (const ParameterTensors<float>& chunk : views)
-        if (tensor_view(chunk, r.tensor) != nullptr) EXPECT_EQ(tensor_view(chunk, r.tensor), at);
+      for (const ParameterTensors<float>& chunk : views) {
+        if (tensor_view(chunk, r.tensor) != nullptr) {
+          EXPECT_EQ(tensor_view(chunk, r.tensor), at) << parameter_tensor_name(r.tensor);
+        }
+      }
       continue;
     }
     int held = 0;
