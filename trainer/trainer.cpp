@@ -275,8 +275,8 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
   GradientBuckets& buckets = trainer.buckets;
   buckets.queued.clear();
   if (buckets.stream != nullptr)
-    trainer.executor.gradients_final = [&](int chunk, int layer) {
-      queue_final_buckets(buckets, trainer.groups, trainer.gradient_memory, chunk, layer, trainer.stream);
+    trainer.executor.gradients_final = [&trainer](int chunk, int layer) {
+      queue_final_buckets(trainer.buckets, trainer.groups, trainer.gradient_memory, chunk, layer, trainer.stream);
     };
   execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens.data(),
                trainer.host_targets.data(), loss_scale);

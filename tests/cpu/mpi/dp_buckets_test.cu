@@ -20,6 +20,7 @@ using namespace pipeline_harness;
 std::vector<Case> cases() {
   return {{2, 2, ScheduleKind::one_f_one_b, 1, false, 4, 4},
           {2, 2, ScheduleKind::interleaved, 2, false, 4, 4},
+          {2, 2, ScheduleKind::zb_v, 2, false, 4, 4},
           {2, 2, ScheduleKind::zb_v, 2, false, 4, 4, {}, true}};
 }
 
