@@ -193,7 +193,7 @@ void gpt_backward(const GPTConfig& config, const LayerRange& range, const Parame
                   const ParameterTensors<Element>& grads, Nullable<Element>* grad_wte_head,
                   const Activations<Element>& acts, BackwardScratch<Element>& scratch, const int* tokens,
                   const Nullable<Element>* input, const Nullable<Element>* grad_output, Nullable<Element>* grad_input,
-                  int B, int T, cublasHandle_t cublas, cudaStream_t stream) {
+                  int B, int T, cublasHandle_t cublas, cudaStream_t stream, const LayerGradientsQueued& layer_done) {
   check_call(config, range, params, acts, tokens, input, B, T, "gpt_backward");
   const std::string where = "gpt_backward: " + describe(range);
   if (!same_range(range, scratch.range) || B > scratch.B || T > scratch.T)
@@ -244,6 +244,7 @@ void gpt_backward(const GPTConfig& config, const LayerRange& range, const Parame
     matmul_backward_weight(cublas, g.qkvw, g.qkvb, scratch.dqkv, a.ln1, BT, C, 3 * C, stream);
     layernorm_backward_input(dresidual, dbtc, x, p.ln1w, a.ln1_mean, a.ln1_rstd, BT, C, stream);
     layernorm_backward_weight(g.ln1w, g.ln1b, scratch.layernorm_weight, dbtc, x, a.ln1_mean, a.ln1_rstd, BT, C, stream);
+    if (layer_done) layer_done(l);
   }
 
   if (range.has_embedding)
@@ -288,7 +289,7 @@ void add_mean_loss(const Activations<Element>& acts, int B, int T, double* loss_
   template void gpt_backward<Element>(const GPTConfig&, const LayerRange&, const ParameterTensors<Element>&,           \
                                       const ParameterTensors<Element>&, Element*, const Activations<Element>&,         \
                                       BackwardScratch<Element>&, const int*, const Element*, const Element*, Element*, \
-                                      int, int, cublasHandle_t, cudaStream_t);                                         \
+                                      int, int, cublasHandle_t, cudaStream_t, const LayerGradientsQueued&);            \
   template void sum_tied_embedding_gradient<Element>(const GPTConfig&, Element*, const Element*, cudaStream_t);        \
   template double mean_loss<Element>(const Activations<Element>&, int, int, cudaStream_t);                             \
   template void add_mean_loss<Element>(const Activations<Element>&, int, int, double*, cudaStream_t);

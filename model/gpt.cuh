@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -133,19 +134,26 @@ void gpt_forward(const GPTConfig& config, const LayerRange& range, const Paramet
 template <typename Element>
 const Element* range_output(const Activations<Element>& acts);
 
+// Called by a backward with a layer as soon as that layer's parameter-gradient kernels are queued
+// (the layers from last to first), so that a caller may queue work that reads them (the
+// data-parallel sum, trainer/gradient_buckets.h) while the backward goes on. An empty one is not called.
+using LayerGradientsQueued = std::function<void(int layer)>;
+
 // The backward of the range, after gpt_forward with targets (head) on the same acts and input.
 // grad_output (B, T, C) is the gradient of range_output (nullptr with has_head, whose
 // gradient starts from acts.logits). Parameter gradients of the range are accumulated (+=)
 // into grads (same layout as params), the tied output projection's share of wte's gradient
 // into grad_wte_head (Vp, C) (+=; nullptr without has_head), the embedding's into grads.wte. For a range without
 // the embedding, grad_input (B, T, C) = the gradient of input (=); grad_input may not
-// alias grad_output. tokens/input as given to the forward.
+// alias grad_output. tokens/input as given to the forward. layer_done: after each block's
+// parameter gradients (lnfw and lnfb come before the last block's, wte and wpe after the first's).
 template <typename Element>
 void gpt_backward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
                   const ParameterTensors<Element>& grads, Nullable<Element>* grad_wte_head,
                   const Activations<Element>& acts, BackwardScratch<Element>& scratch, const int* tokens,
                   const Nullable<Element>* input, const Nullable<Element>* grad_output, Nullable<Element>* grad_input,
-                  int B, int T, cublasHandle_t cublas, cudaStream_t stream);
+                  int B, int T, cublasHandle_t cublas, cudaStream_t stream,
+                  const LayerGradientsQueued& layer_done = {});
 
 // The backward split in two (the zero-bubble schedules, pipeline/zero_bubble.h): I, the input
 // gradient, which the previous stage waits for, and W, the parameter gradients, which nobody
@@ -219,11 +227,13 @@ void gpt_backward_input(const GPTConfig& config, const LayerRange& range, const 
                         cublasHandle_t cublas, cudaStream_t stream);
 
 // W: the range's parameter gradients from w, accumulated (+=) into grads and (the head's share of
-// wte's) into grad_wte_head, as gpt_backward does. B and T as given to gpt_backward_input.
+// wte's) into grad_wte_head, as gpt_backward does, calling layer_done as gpt_backward does. B and
+// T as given to gpt_backward_input.
 template <typename Element>
 void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& grads,
                          Nullable<Element>* grad_wte_head, const WeightGradientInputs<Element>& w,
-                         BackwardScratch<Element>& scratch, int B, int T, cublasHandle_t cublas, cudaStream_t stream);
+                         BackwardScratch<Element>& scratch, int B, int T, cublasHandle_t cublas, cudaStream_t stream,
+                         const LayerGradientsQueued& layer_done = {});
 
 // grad_wte (Vp, C) += grad_wte_head (Vp, C): the tied embedding's two gradient shares,
 // added once per step in this fixed order, so every split of the model gives the same sum.

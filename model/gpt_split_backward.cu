@@ -177,7 +177,8 @@ void gpt_backward_input(const GPTConfig& config, const LayerRange& range, const 
 template <typename Element>
 void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& grads,
                          Nullable<Element>* grad_wte_head, const WeightGradientInputs<Element>& w,
-                         BackwardScratch<Element>& scratch, int B, int T, cublasHandle_t cublas, cudaStream_t stream) {
+                         BackwardScratch<Element>& scratch, int B, int T, cublasHandle_t cublas, cudaStream_t stream,
+                         const LayerGradientsQueued& layer_done) {
   const std::string where = "gpt_backward_weight: " + describe(range);
   check_scratch(range, scratch, B, T, where);
   check_weight_inputs(range, w, B, T, where);
@@ -203,6 +204,7 @@ void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const
     matmul_backward_weight(cublas, g.qkvw, g.qkvb, b.dqkv, b.ln1, BT, C, 3 * C, stream);
     layernorm_backward_weight(g.ln1w, g.ln1b, scratch.layernorm_weight, b.dln1, b.ln1_input, b.ln1_mean, b.ln1_rstd,
                               BT, C, stream);
+    if (layer_done) layer_done(l);
   }
   if (range.has_embedding)
     embedding_backward(grads.wte, grads.wpe, scratch.embedding, w.dencoded, w.tokens, B, T, C, stream);
@@ -221,7 +223,8 @@ void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const
                                             int, int, cublasHandle_t, cudaStream_t);                                 \
   template void gpt_backward_weight<Element>(const GPTConfig&, const LayerRange&, const ParameterTensors<Element>&,  \
                                              Element*, const WeightGradientInputs<Element>&,                         \
-                                             BackwardScratch<Element>&, int, int, cublasHandle_t, cudaStream_t);
+                                             BackwardScratch<Element>&, int, int, cublasHandle_t, cudaStream_t,       \
+                                             const LayerGradientsQueued&);
 
 INSTANTIATE_GPT_SPLIT_BACKWARD(double)
 INSTANTIATE_GPT_SPLIT_BACKWARD(float)

@@ -14,7 +14,8 @@ ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<Laye
     has_embedding = has_embedding || range.has_embedding;
     has_head = has_head || range.has_head;
   }
-  ParameterLayout layout{chunks, {}, {}, 0, num_parameters(config)};
+  const size_t per_layer = parameters_per_layer(config);
+  ParameterLayout layout{chunks, {}, {}, 0, num_parameters(config), per_layer};
   const auto place = [&](size_t count) {
     const size_t at = layout.size;
     layout.size += count;
@@ -28,9 +29,9 @@ ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<Laye
   for (const LayerRange& range : chunks) {
     std::array<size_t, kNumParameterTensors> offsets;
     offsets.fill(kNotHeld);
-    const size_t layers = range.end_layer - range.first_layer;
-    if (layers > 0)
-      for (int i = kLn1w; i <= kFcprojb; ++i) offsets[i] = place(layers * (sizes[i] / L));
+    const size_t block = place((range.end_layer - range.first_layer) * per_layer);
+    if (range.end_layer > range.first_layer)
+      for (int i = kLn1w, at = 0; i <= kFcprojb; at += int(sizes[i] / L), ++i) offsets[i] = block + at;
     layout.chunk_offsets.push_back(offsets);
   }
   if (has_head) {
@@ -52,9 +53,9 @@ ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<Laye
     }
     for (int layer = range.first_layer; layer < range.end_layer; ++layer)
       for (int tensor = kLn1w; tensor <= kFcprojb; ++tensor) {
-        const size_t per_layer = sizes[tensor] / L;
+        const size_t slice = sizes[tensor] / L;
         layout.regions.push_back({tensor, layer, offsets[tensor] + (layer - range.first_layer) * per_layer,
-                                  full[tensor] + layer * per_layer, per_layer, false});
+                                  full[tensor] + layer * slice, slice, false});
       }
     if (range.has_head) {
       offsets[kLnfw] = whole[kLnfw];

@@ -1,10 +1,13 @@
 // Where one pipeline stage's parameters live. A stage allocates only the tensors of what it
-// computes (its gradients and AdamW moments have the same layout): llm.c's order restricted
-// to the stage, i.e. wte (once, when the stage has the embedding or the head: the tied output
-// projection reads it), wpe with the embedding, then for each chunk, in chunk order, every
-// per-layer tensor cut to the chunk's layers, then lnfw and lnfb with the head. The whole model
-// as one chunk is exactly llm.c's layout. The regions map each piece of the stage allocation to
-// its place in llm.c's layout of the whole model, for uploads, gathers and checkpoints.
+// computes (its gradients and AdamW moments have the same layout): wte (once, when the stage has
+// the embedding or the head: the tied output projection reads it), wpe with the embedding, then
+// for each chunk, in chunk order, its layers in order, each layer's 12 tensors together in
+// llm.c's order (layer-major: a layer is one contiguous range, so that its gradients can be
+// summed over the replicas in one call as soon as they are final, trainer/gradient_buckets.h),
+// then lnfw and lnfb with the head. The regions map each piece of the stage allocation to its
+// place in llm.c's layout of the whole model (tensor-major), for uploads, gathers, checkpoints,
+// the norm's slots and bf16's stochastic rounding; they are in increasing order of offset but for
+// the tied copy of wte (listed with the head, placed first).
 #pragma once
 #include <array>
 #include <cstddef>
@@ -35,6 +38,7 @@ struct ParameterLayout {
   std::vector<ParameterRegion> regions;
   size_t size;       // elements of the stage allocation
   size_t full_size;  // num_parameters: elements of the whole model
+  size_t layer_stride;  // parameters_per_layer: from one layer's slice of a tensor to the next layer's
 };
 
 inline constexpr size_t kNotHeld = ~size_t(0);
@@ -43,11 +47,13 @@ inline constexpr size_t kNotHeld = ~size_t(0);
 ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<LayerRange>& chunks);
 
 // Chunk c's views into a stage allocation (memory: layout.size elements): the model's
-// ParameterTensors with first_layer = the chunk's first layer, nullptr for tensors not used.
+// ParameterTensors with first_layer = the chunk's first layer and the stage's layer_stride,
+// nullptr for tensors not used.
 template <typename T>
 ParameterTensors<T> chunk_views(T* memory, const ParameterLayout& layout, int chunk) {
   ParameterTensors<T> views;
   views.first_layer = layout.chunks[chunk].first_layer;
+  views.layer_stride = layout.layer_stride;
   for (int i = 0; i < kNumParameterTensors; ++i) {
     const size_t offset = layout.chunk_offsets[chunk][i];
     views.*kParameterTensorMembers<T>[i] = offset == kNotHeld ? nullptr : memory + offset;

@@ -49,7 +49,8 @@ bool parameter_tensor_has_weight_decay(int tensor);
 
 // Named views of the 16 tensors (host or device): into one allocation of num_parameters
 // elements in llm.c's layout (point_views), or of one pipeline chunk's tensors, whose per-layer
-// tensors hold only the chunk's layers from first_layer on (model/parameter_layout.h).
+// tensors hold only the chunk's layers from first_layer on, layer by layer (layer_stride;
+// model/parameter_layout.h).
 template <typename T>
 struct ParameterTensors {
   T* wte;       // (Vp, C)
@@ -69,6 +70,10 @@ struct ParameterTensors {
   T* lnfw;      // (C)
   T* lnfb;      // (C)
   int first_layer = 0;  // the layer whose slice starts each per-layer tensor
+  // 0: each per-layer tensor's slices are back to back (llm.c's layout); else layer l + 1's slice
+  // of every per-layer tensor is layer_stride elements after layer l's (one layer's 12 slices
+  // together, as a pipeline stage allocates them).
+  size_t layer_stride = 0;
 };
 
 // One transformer block's slices of the per-layer tensors.
@@ -115,22 +120,17 @@ T* tensor_view(const ParameterTensors<T>& views, int tensor) {
   return views.*kParameterTensorMembers<T>[tensor];
 }
 
-// Layer l's slices: each per-layer tensor advanced by l - p.first_layer times its per-layer size.
+// Layer l's slices: each per-layer tensor advanced by l - p.first_layer times its per-layer size
+// (or p.layer_stride).
 template <typename T>
 LayerParameters<T> layer_views(const ParameterTensors<T>& p, const GPTConfig& config, int layer) {
   const size_t C = config.channels, l = layer - p.first_layer;
-  return {p.ln1w + l * C,
-          p.ln1b + l * C,
-          p.qkvw + l * 3 * C * C,
-          p.qkvb + l * 3 * C,
-          p.attprojw + l * C * C,
-          p.attprojb + l * C,
-          p.ln2w + l * C,
-          p.ln2b + l * C,
-          p.fcw + l * 4 * C * C,
-          p.fcb + l * 4 * C,
-          p.fcprojw + l * 4 * C * C,
-          p.fcprojb + l * C};
+  const auto at = [&](T* tensor, size_t per_layer) {
+    return tensor + l * (p.layer_stride != 0 ? p.layer_stride : per_layer);
+  };
+  return {at(p.ln1w, C),         at(p.ln1b, C),     at(p.qkvw, 3 * C * C), at(p.qkvb, 3 * C),
+          at(p.attprojw, C * C), at(p.attprojb, C), at(p.ln2w, C),         at(p.ln2b, C),
+          at(p.fcw, 4 * C * C),  at(p.fcb, 4 * C),  at(p.fcprojw, 4 * C * C), at(p.fcprojb, C)};
 }
 
 // GPT-2's initialisation; resizes host to num_parameters(config). Weights N(0, 0.02),

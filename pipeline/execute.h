@@ -41,6 +41,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -146,6 +147,10 @@ struct Executor {
   cudaEvent_t compute_ready, transfers_done;       // one stream's work so far, for the other to wait for
   bool origin_marked;                              // for the next execute_step
   std::vector<ExecutedStep> trace;  // the last step's executed steps, one per schedule step
+  // Called while execute_step queues the step, with (chunk, layer) once the layer's parameter
+  // gradients are final (queued by the chunk's last B or W of the schedule), then with (chunk, -1)
+  // once that B or W is queued whole (wpe, lnfw, lnfb). Set by the owner; empty: not called.
+  std::function<void(int chunk, int layer)> gradients_final;
   ExecutorAccounting accounting;
   std::shared_ptr<ExecutorProgress> progress;  // shared with whoever watches
 };

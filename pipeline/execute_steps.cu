@@ -47,6 +47,20 @@ int take_weight_inputs(Executor<Element>& e, int chunk, int key) {
   return index;
 }
 
+// The model's per-layer report for the B or W that is its chunk's last in the schedule (after
+// it the chunk's parameter gradients are final), when the owner asked for reports; else empty.
+template <typename Element>
+LayerGradientsQueued final_gradient_reports(const Executor<Element>& e, const Action& action) {
+  if (!e.gradients_final) return {};
+  const Action* last = nullptr;
+  for (const Step& step : e.schedule)
+    for (const Action& a : step)
+      if (a.chunk == action.chunk && (a.kind == ActionKind::backward || a.kind == ActionKind::backward_weight))
+        last = &a;
+  if (last == nullptr || !(*last == action)) return {};
+  return [&e, chunk = action.chunk](int layer) { e.gradients_final(chunk, layer); };
+}
+
 }  // namespace
 
 template <typename Element>
@@ -171,9 +185,11 @@ void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Elem
   const int* tokens = embedding ? static_cast<const int*>(input) : nullptr;
   const Element* input_activation = embedding ? nullptr : static_cast<const Element*>(input);
   if (action.kind == ActionKind::backward) {
+    const LayerGradientsQueued reports = final_gradient_reports(e, action);
     gpt_backward(e.config, state.range, params[chunk], grads[chunk], state.range.has_head ? grad_wte_head : nullptr,
                  activations_of(e, chunk, slot), state.scratch, tokens, input_activation, grad_output, grad_input, e.B,
-                 e.T, e.cublas, e.stream);
+                 e.T, e.cublas, e.stream, reports);
+    if (reports) reports(-1);
   } else {
     record.weight_inputs = take_weight_inputs(e, chunk, key);
     gpt_backward_input(e.config, state.range, params[chunk], activations_of(e, chunk, slot), state.scratch, tokens,
@@ -192,8 +208,10 @@ void weight_step(Executor<Element>& e, const std::vector<ParameterTensors<Elemen
   const int key = key_of(e, action.microbatch, action.chunk);
   record_compute(record, ActionKind::backward_weight, action.microbatch, action.chunk, -1);
   record.weight_inputs = held(state.weight_pool, key);
+  const LayerGradientsQueued reports = final_gradient_reports(e, action);
   gpt_backward_weight(e.config, state.range, grads[action.chunk], state.range.has_head ? grad_wte_head : nullptr,
-                      state.weight_inputs[record.weight_inputs], state.scratch, e.B, e.T, e.cublas, e.stream);
+                      state.weight_inputs[record.weight_inputs], state.scratch, e.B, e.T, e.cublas, e.stream, reports);
+  if (reports) reports(-1);
   give_back(state.weight_pool, key);
 }
 

@@ -1,8 +1,8 @@
-// A pipeline stage's parameter layout (model/parameter_layout.h): the whole model is llm.c's
-// layout; a stage's allocation holds exactly its regions, packed; each region's full offset is
-// its place in llm.c's layout; wte once per stage, a tied copy only on a stage with the head
-// but not the embedding; chunk views slice their own layers; values round-trip through the
-// stage layout. Host code only.
+// A pipeline stage's parameter layout (model/parameter_layout.h): a stage's allocation holds
+// exactly its regions, packed, each layer's twelve tensors together (layer-major); each region's full offset is its place in llm.c's layout; wte once per stage, a
+// tied copy only on a stage with the head but not the embedding; chunk views (through
+// layer_views) point at their layers' regions; values round-trip through the stage layout. Host
+// code only.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,8 +29,15 @@ size_t count_of(const ParameterLayout& layout, int tensor) {
 }
 
 // The regions tile [0, size) of the stage allocation: sorted by offset, each starts where the
-// previous ends.
+// previous ends; and in their own order, each layer's twelve (consecutive in the list) are one
+// range, layer-major.
 void expect_packed(const ParameterLayout& layout) {
+  for (size_t i = 1; i < layout.regions.size(); ++i) {
+    const ParameterRegion &a = layout.regions[i - 1], &b = layout.regions[i];
+    if (parameter_tensor_is_per_layer(a.tensor) && b.tensor == a.tensor + 1) {
+      EXPECT_EQ(b.offset, a.offset + a.count) << parameter_tensor_name(b.tensor) << " layer " << b.layer;
+    }
+  }
   std::vector<ParameterRegion> regions = layout.regions;
   std::sort(regions.begin(), regions.end(),
             [](const ParameterRegion& a, const ParameterRegion& b) { return a.offset < b.offset; });
@@ -52,22 +59,75 @@ void expect_full_offsets(const ParameterLayout& layout) {
   }
 }
 
+// Layer l's slice of per-layer tensor i through layer_views.
+template <typename T>
+T* layer_slice(const ParameterTensors<T>& views, int tensor, int layer) {
+  const LayerParameters<T> p = layer_views(views, kConfig, layer);
+  const std::array<T*, 12> slices = {p.ln1w, p.ln1b, p.qkvw, p.qkvb, p.attprojw, p.attprojb,
+                                     p.ln2w, p.ln2b, p.fcw,  p.fcb,  p.fcprojw,  p.fcprojb};
+  return slices[tensor - kLn1w];
+}
+
+// Every region is where the chunk views (and layer_views of them) point.
+void expect_views_at_regions(const ParameterLayout& layout) {
+  std::vector<float> memory(layout.size);
+  const std::vector<ParameterTensors<float>> views = stage_views(memory.data(), layout);
+  for (const ParameterRegion& r : layout.regions) {
+    const float* at = memory.data() + r.offset;
+    if (!parameter_tensor_is_per_layer(r.tensor)) {
+      for (const ParameterTensors<float>& chunk : views) {
+        if (tensor_view(chunk, r.tensor) != nullptr) {
+          EXPECT_EQ(tensor_view(chunk, r.tensor), at) << parameter_tensor_name(r.tensor);
+        }
+      }
+      continue;
+    }
+    int held = 0;
+    for (size_t c = 0; c < views.size(); ++c)
+      if (r.layer >= layout.chunks[c].first_layer && r.layer < layout.chunks[c].end_layer) {
+        EXPECT_EQ(layer_slice(views[c], r.tensor, r.layer), at) << parameter_tensor_name(r.tensor) << " " << r.layer;
+        ++held;
+      }
+    EXPECT_EQ(held, 1) << parameter_tensor_name(r.tensor) << " layer " << r.layer;
+  }
+}
+
 }  // namespace
 
-TEST(ParameterLayout, WholeModelIsLlmcLayout) {
+// One chunk of the whole model: wte and wpe where llm.c has them, then layer by layer (layer l's
+// twelve tensors at wte + wpe + l x parameters_per_layer), then lnfw and lnfb at llm.c's place.
+TEST(ParameterLayout, WholeModelIsLayerMajor) {
   const ParameterLayout layout = parameter_layout(kConfig, {whole_model(kConfig)});
   EXPECT_EQ(layout.size, num_parameters(kConfig));
   EXPECT_EQ(layout.full_size, num_parameters(kConfig));
+  EXPECT_EQ(layout.layer_stride, parameters_per_layer(kConfig));
+  const size_t blocks = size_of(kWte) + size_of(kWpe);
   for (const ParameterRegion& r : layout.regions) {
-    EXPECT_EQ(r.offset, r.full_offset) << parameter_tensor_name(r.tensor) << " layer " << r.layer;
     EXPECT_FALSE(r.tied_copy);
+    if (!parameter_tensor_is_per_layer(r.tensor)) {
+      EXPECT_EQ(r.offset, r.full_offset) << parameter_tensor_name(r.tensor);
+    } else {
+      EXPECT_GE(r.offset, blocks + r.layer * layout.layer_stride);
+      EXPECT_LT(r.offset, blocks + (r.layer + 1) * layout.layer_stride);
+    }
   }
   expect_packed(layout);
+  expect_full_offsets(layout);
+  expect_views_at_regions(layout);
   std::vector<float> memory(layout.size);
   const ParameterTensors<float> chunk = chunk_views(memory.data(), layout, 0);
-  const ParameterTensors<float> full = point_views(memory.data(), kConfig);
-  for (int i = 0; i < kNumParameterTensors; ++i) EXPECT_EQ(tensor_view(chunk, i), tensor_view(full, i)) << i;
   EXPECT_EQ(chunk.first_layer, 0);
+  EXPECT_EQ(layer_views(chunk, kConfig, 1).ln1w, memory.data() + blocks + layout.layer_stride);
+}
+
+// llm.c's layout itself (point_views, layer_stride 0): layer_views slice each tensor.
+TEST(ParameterLayout, PointViewsSliceEachTensor) {
+  std::vector<float> memory(num_parameters(kConfig));
+  const ParameterTensors<float> full = point_views(memory.data(), kConfig);
+  const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(kConfig);
+  for (int tensor = kLn1w; tensor <= kFcprojb; ++tensor)
+    for (int l = 0; l < kConfig.num_layers; ++l)
+      EXPECT_EQ(layer_slice(full, tensor, l), memory.data() + offsets[tensor] + l * per_layer(tensor));
 }
 
 // Regions in norm-slot order: wte, wpe, layer 0's twelve tensors, ..., lnfw, lnfb.
@@ -102,6 +162,7 @@ TEST(ParameterLayout, FourStagesHoldOnlyTheirTensors) {
   for (const ParameterLayout& stage : stages) {
     expect_packed(stage);
     expect_full_offsets(stage);
+    expect_views_at_regions(stage);
     for (const ParameterRegion& r : stage.regions)
       if (!r.tied_copy)
         for (size_t i = 0; i < r.count; ++i) ++covered[r.full_offset + i];
@@ -117,7 +178,7 @@ TEST(ParameterLayout, FourStagesHoldOnlyTheirTensors) {
 }
 
 // One stage with both uses (interleaved chunks on a single stage): wte once, not a tied copy,
-// and each chunk's per-layer tensors hold its own layers only.
+// and each chunk holds its own layers only, one after the other.
 TEST(ParameterLayout, ChunksOfOneStageShareWteAndSliceTheirLayers) {
   const ParameterLayout layout = parameter_layout(kConfig, {{0, 2, true, false}, {2, 4, false, true}});
   EXPECT_EQ(layout.size, num_parameters(kConfig));
@@ -125,6 +186,7 @@ TEST(ParameterLayout, ChunksOfOneStageShareWteAndSliceTheirLayers) {
   for (const ParameterRegion& r : layout.regions) EXPECT_FALSE(r.tied_copy);
   expect_packed(layout);
   expect_full_offsets(layout);
+  expect_views_at_regions(layout);
 
   std::vector<float> memory(layout.size);
   const std::vector<ParameterTensors<float>> views = stage_views(memory.data(), layout);
@@ -133,11 +195,13 @@ TEST(ParameterLayout, ChunksOfOneStageShareWteAndSliceTheirLayers) {
   EXPECT_EQ(views[1].wpe, nullptr);
   EXPECT_EQ(views[0].lnfw, nullptr);
   EXPECT_EQ(views[1].first_layer, 2);
-  // Chunk 0's per-layer tensors are two layers long: qkvw of chunk 0 ends where qkvb begins.
-  EXPECT_EQ(views[0].qkvw + 2 * per_layer(kQkvw), views[0].qkvb);
-  // Layer 3 is the second slice of chunk 1's tensors, at the region's offset.
+  // Within a layer the tensors follow each other: qkvw of chunk 0's first layer ends where its
+  // qkvb begins; chunk 1's first layer follows chunk 0's two.
+  EXPECT_EQ(views[0].qkvw + per_layer(kQkvw), views[0].qkvb);
+  EXPECT_EQ(views[1].ln1w, views[0].ln1w + 2 * parameters_per_layer(kConfig));
+  // Layer 3 is the second layer of chunk 1, at the region's offset.
   const LayerParameters<float> layer3 = layer_views(views[1], kConfig, 3);
-  EXPECT_EQ(layer3.qkvw, views[1].qkvw + per_layer(kQkvw));
+  EXPECT_EQ(layer3.qkvw, views[1].qkvw + parameters_per_layer(kConfig));
   const auto fcw3 = std::find_if(layout.regions.begin(), layout.regions.end(),
                                  [](const ParameterRegion& r) { return r.tensor == kFcw && r.layer == 3; });
   ASSERT_NE(fcw3, layout.regions.end());
@@ -151,6 +215,7 @@ TEST(ParameterLayout, MiddleStageHasNoEmbeddings) {
   EXPECT_EQ(count_of(layout, kWte), 0);
   expect_packed(layout);
   expect_full_offsets(layout);
+  expect_views_at_regions(layout);
 }
 
 // To the stage layout and back: the stage's regions keep their values, the rest is zero; the

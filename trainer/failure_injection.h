@@ -9,7 +9,8 @@
 // TRAIN_TEST_NAN="rank=R,step=S,tensor=NAME,layer=L" checks the non-finite guard
 // (tests/train_guard_test.py): world rank R writes a NaN into the first element of its gradient
 // of tensor NAME (llm.c's name: wte, fcw, ...) at layer L (0 for the tensors outside the layers)
-// in step S, after the schedule and before the gradient sums.
+// in step S, after the gradients are zeroed and before the schedule, which only adds to them (the
+// data-parallel sum of a layer starts during the schedule, trainer/gradient_buckets.h).
 #pragma once
 #include <cuda_runtime.h>
 

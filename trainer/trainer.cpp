@@ -177,6 +177,7 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   trainer.executor =
       create_executor<Element>(config, B, T, schedule.stages[mesh.pp_rank], trainer.chunks, trainer.placement,
                                mesh.pp_rank, layout.recompute, trainer.groups, trainer.cublas, trainer.stream);
+  trainer.buckets = create_gradient_buckets(trainer.parameter_layout, trainer.groups);
   const bool master_weights = std::is_same_v<Element, __nv_bfloat16> && precision.master_weights;
   trainer.optimizer = create_optimizer(config, trainer.parameter_layout, master_weights, precision.rounding_seed);
   CUDA_CHECK(cudaMallocHost(&trainer.figures, sizeof(StepFigures)));
@@ -202,6 +203,7 @@ void destroy_trainer(Trainer<Element>& trainer) {
   device_free(trainer.gradient_memory);
   device_free(trainer.grad_wte_head);
   destroy_executor(trainer.executor);
+  destroy_gradient_buckets(trainer.buckets);
   destroy_optimizer(trainer.optimizer);
   CUDA_CHECK(cudaFreeHost(trainer.figures));
   CUBLAS_CHECK(cublasDestroy(trainer.cublas));
@@ -268,23 +270,29 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
   if (head) CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config) * sizeof(Element), trainer.stream));
   const double loss_scale = 1.0 / (double(BT) * m * mesh.dp);
   fail_if_injected(trainer.world.rank, t);
+  // Before the backward: the data-parallel sum of a layer may start as soon as its gradients are final.
+  inject_nan_if_asked(trainer.world.rank, t, trainer.parameter_layout, trainer.gradient_memory, trainer.stream);
+  GradientBuckets& buckets = trainer.buckets;
+  buckets.queued.clear();
+  if (buckets.stream != nullptr)
+    trainer.executor.gradients_final = [&trainer](int chunk, int layer) {
+      queue_final_buckets(trainer.buckets, trainer.groups, trainer.gradient_memory, chunk, layer, trainer.stream);
+    };
   execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens.data(),
                trainer.host_targets.data(), loss_scale);
-  inject_nan_if_asked(trainer.world.rank, t, trainer.parameter_layout, trainer.gradient_memory, trainer.stream);
+  trainer.executor.gradients_final = nullptr;
   // The tied embedding: the head's share joins wte's gradient on the stage with the head (zero
   // there unless it also has the embedding), then the first and last stage add their copies. A
   // stage with both (one stage, or stage 0 of the V placement, whose last stage has neither)
   // holds the whole sum already. In bf16, NCCL's sum of the two shares is one rounding of their
   // exact sum, as the single stage's sum_tied_embedding_gradient is (0 + a head share rounds to
-  // itself).
+  // itself). Then wte's data-parallel sum, the last bucket.
   Element* grad_wte = wte_of(trainer, trainer.gradient_memory);
   if (head) sum_tied_embedding_gradient(config, grad_wte, trainer.grad_wte_head, trainer.stream);
-  constexpr ncclDataType_t type = nccl_data_type<Element>();
   if (head != has_embedding(trainer.chunks))
-    allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config), type, trainer.stream);
-  for (const ParameterRegion& r : trainer.optimizer.regions)
-    allreduce_data_parallel_gradients(trainer.groups, trainer.gradient_memory + r.offset, r.count, type,
+    allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config), nccl_data_type<Element>(),
                                       trainer.stream);
+  finish_data_parallel_sum(buckets, trainer.groups, trainer.gradient_memory, trainer.stream);
   // The update is decided on the device, alike on every rank (trainer/optimizer.h): skipped when
   // any rank's loss sum or the norm is not finite.
   queue_gradient_norm(trainer.optimizer, trainer.groups, trainer.gradient_memory, trainer.stream);

@@ -24,6 +24,7 @@
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_file.h"
 #include "trainer/data.h"
+#include "trainer/gradient_buckets.h"
 #include "trainer/log.h"
 #include "trainer/optimizer.h"
 #include "trainer/ranks.h"
@@ -69,6 +70,7 @@ struct Trainer {
   std::vector<ParameterTensors<Element>> params;  // chunk c's views of parameter_memory
   std::vector<ParameterTensors<Element>> grads;   // and of gradient_memory
   Executor<Element> executor;
+  GradientBuckets buckets;  // the data-parallel sum (dp > 1), started while the backward goes on
   Optimizer optimizer;  // fp32 moments; with bf16 parameters the master weights and the rounding seed
   StepFigures* figures;  // (1) pinned host memory: what a step copies back at its end
   std::vector<int> host_tokens;    // (microbatches, B, T)
