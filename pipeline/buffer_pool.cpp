@@ -6,13 +6,15 @@
 
 #include "kernels/device_memory.cuh"
 
-BufferPool make_pool(size_t bytes) { return BufferPool{bytes, {}, {}, {}}; }
+BufferPool make_pool(size_t bytes) { return BufferPool{bytes, {}, {}, {}, {}, {}}; }
 
 int take(BufferPool& pool, int key) {
   if (pool.held.count(key)) throw std::runtime_error("executor: buffer " + std::to_string(key) + " taken twice");
   int index;
   if (pool.free.empty()) {
     pool.buffers.push_back(device_alloc_bytes(pool.bytes));
+    pool.compute_step.push_back(-1);
+    pool.transfer_step.push_back(-1);
     index = int(pool.buffers.size()) - 1;
   } else {
     index = pool.free.back();
@@ -21,6 +23,8 @@ int take(BufferPool& pool, int key) {
   pool.held[key] = index;
   return index;
 }
+
+int next_take(const BufferPool& pool) { return pool.free.empty() ? int(pool.buffers.size()) : pool.free.back(); }
 
 int held(const BufferPool& pool, int key) {
   const auto found = pool.held.find(key);
@@ -31,6 +35,11 @@ int held(const BufferPool& pool, int key) {
 void give_back(BufferPool& pool, int key) {
   pool.free.push_back(held(pool, key));
   pool.held.erase(key);
+}
+
+void forget_steps(BufferPool& pool) {
+  pool.compute_step.assign(pool.buffers.size(), -1);
+  pool.transfer_step.assign(pool.buffers.size(), -1);
 }
 
 void destroy_pool(BufferPool& pool) {

@@ -6,6 +6,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "comm/nccl_types.h"
@@ -46,7 +47,15 @@ void update_accounting(Executor<Element>& e) {
   a.step_start_ms.assign(e.origin_marked ? e.schedule.size() : 0, 0.0f);
   a.step_end_ms.assign(a.step_start_ms.size(), 0.0f);
   a.busy_ms = 0;
+  // The steps run on two streams: the span runs from the earliest start to the latest end, both
+  // measured from the first step's start.
+  float first_start = 0, last_end = 0;
   for (size_t i = 0; i < e.schedule.size(); ++i) {
+    float start = 0, end = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&start, e.step_start.front(), e.step_start[i]));
+    CUDA_CHECK(cudaEventElapsedTime(&end, e.step_start.front(), e.step_end[i]));
+    first_start = std::min(first_start, start);
+    last_end = std::max(last_end, end);
     CUDA_CHECK(cudaEventElapsedTime(&a.step_ms[i], e.step_start[i], e.step_end[i]));
     if (e.origin_marked) {
       CUDA_CHECK(cudaEventElapsedTime(&a.step_start_ms[i], e.origin, e.step_start[i]));
@@ -55,9 +64,33 @@ void update_accounting(Executor<Element>& e) {
     if (is_compute(e.schedule[i])) a.busy_ms += a.step_ms[i];
   }
   e.origin_marked = false;
-  float span = 0;
-  if (!e.schedule.empty()) CUDA_CHECK(cudaEventElapsedTime(&span, e.step_start.front(), e.step_end.back()));
-  a.span_ms = span;
+  a.span_ms = last_end - first_start;
+}
+
+// Work queued on `later` from now on runs after all work queued on `earlier` so far.
+void order_after(cudaStream_t later, cudaStream_t earlier, cudaEvent_t event) {
+  if (later == earlier) return;
+  CUDA_CHECK(cudaEventRecord(event, earlier));
+  CUDA_CHECK(cudaStreamWaitEvent(later, event, 0));
+}
+
+template <typename Element>
+std::vector<BufferPool*> transfer_pools(Executor<Element>& e) {
+  std::vector<BufferPool*> pools{&e.sends, &e.grad_outputs, &e.grad_inputs};
+  for (ChunkState<Element>& state : e.chunks) pools.push_back(&state.inputs);
+  return pools;
+}
+
+// Before a compute whose buffers are `uses`: the compute stream waits for the last
+// transfer group that used one of them.
+template <typename Element>
+void wait_for_transfers(Executor<Element>& e, const BufferUses& uses) {
+  int after = -1;
+  for (int k = 0; k < uses.count; ++k) {
+    const BufferUse& use = uses.uses[k];
+    if (size_t(use.index) < use.pool->transfer_step.size()) after = std::max(after, use.pool->transfer_step[use.index]);
+  }
+  if (after >= 0 && e.transfer_stream != e.stream) CUDA_CHECK(cudaStreamWaitEvent(e.stream, e.step_end[after], 0));
 }
 
 }  // namespace
@@ -83,6 +116,9 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
   e.groups = groups;
   e.cublas = cublas;
   e.stream = stream;
+  const char* serial = std::getenv("TRAIN_TRANSFERS_IN_COMPUTE_STREAM");
+  if (serial != nullptr && std::string(serial) == "1") e.transfer_stream = stream;
+  else CUDA_CHECK(cudaStreamCreate(&e.transfer_stream));
   const size_t btc_bytes = size_t(B) * T * config.channels * sizeof(Element);
   e.sends = make_pool(btc_bytes);
   e.grad_outputs = make_pool(btc_bytes);
@@ -113,6 +149,8 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
     CUDA_CHECK(cudaEventCreate(&e.step_end[i]));
   }
   CUDA_CHECK(cudaEventCreate(&e.origin));
+  CUDA_CHECK(cudaEventCreateWithFlags(&e.compute_ready, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&e.transfers_done, cudaEventDisableTiming));
   return e;
 }
 
@@ -133,6 +171,9 @@ void destroy_executor(Executor<Element>& e) {
   for (cudaEvent_t event : e.step_start) CUDA_CHECK(cudaEventDestroy(event));
   for (cudaEvent_t event : e.step_end) CUDA_CHECK(cudaEventDestroy(event));
   CUDA_CHECK(cudaEventDestroy(e.origin));
+  CUDA_CHECK(cudaEventDestroy(e.compute_ready));
+  CUDA_CHECK(cudaEventDestroy(e.transfers_done));
+  if (e.transfer_stream != e.stream) CUDA_CHECK(cudaStreamDestroy(e.transfer_stream));
   e = Executor<Element>{};
 }
 
@@ -151,30 +192,38 @@ void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
     progress.walking = true;
     progress.queued = 0;
   }
+  for (BufferPool* pool : transfer_pools(e)) forget_steps(*pool);
+  order_after(e.transfer_stream, e.stream, e.compute_ready);
   for (size_t i = 0; i < e.schedule.size(); ++i) {
     const Step& step = e.schedule[i];
     const std::string name = to_text(step);
     nvtxRangePushA(name.c_str());
-    {
-      std::lock_guard<std::mutex> lock(progress.mutex);
-      CUDA_CHECK(cudaEventRecord(e.step_start[i], e.stream));
-    }
-    if (!is_compute(step)) {
-      transfer_step(e, step, e.trace[i]);
-    } else if (step[0].kind == ActionKind::forward) {
-      forward_step(e, params, step[0].microbatch, step[0].chunk, host_tokens, host_targets, loss_scale, e.trace[i]);
-    } else if (step[0].kind == ActionKind::backward_weight) {
-      weight_step(e, grads, grad_wte_head, step[0], e.trace[i]);
+    const bool compute = is_compute(step);
+    if (!compute) {
+      transfer_step(e, i, step, e.trace[i]);  // records its start on the transfer stream
     } else {
-      backward_step(e, params, grads, grad_wte_head, step[0], host_targets, loss_scale, e.trace[i]);
+      // The compute's start is recorded after its waits: its time is its own, not the transfers'.
+      const BufferUses uses = compute_uses(e, step[0]);
+      wait_for_transfers(e, uses);
+      record_step_event(e, e.step_start[i], e.stream);
+      if (step[0].kind == ActionKind::forward) {
+        forward_step(e, params, step[0].microbatch, step[0].chunk, host_tokens, host_targets, loss_scale,
+                     e.trace[i]);
+      } else if (step[0].kind == ActionKind::backward_weight) {
+        weight_step(e, grads, grad_wte_head, step[0], e.trace[i]);
+      } else {
+        backward_step(e, params, grads, grad_wte_head, step[0], host_targets, loss_scale, e.trace[i]);
+      }
+      for (int k = 0; k < uses.count; ++k) uses.uses[k].pool->compute_step[uses.uses[k].index] = int(i);
     }
     {
       std::lock_guard<std::mutex> lock(progress.mutex);
-      CUDA_CHECK(cudaEventRecord(e.step_end[i], e.stream));
+      CUDA_CHECK(cudaEventRecord(e.step_end[i], compute ? e.stream : e.transfer_stream));
       progress.queued = int(i) + 1;
     }
     nvtxRangePop();
   }
+  order_after(e.stream, e.transfer_stream, e.transfers_done);
 }
 
 template <typename Element>
@@ -199,10 +248,13 @@ ForwardResult<Element> execute_forward(Executor<Element>& e, const std::vector<P
     e.progress->walks += 1;
   }
   nvtxRangePushA("forward only");
-  // One transfer with the stage holding virtual stage `virtual_stage`.
+  // One transfer with the stage holding virtual stage `virtual_stage`, on the transfer stream
+  // between the computes before and after it (a forward-only pass has nothing to overlap).
   const auto transfer = [&](bool send, void* buffer, int virtual_stage) {
     const Transfer t{send, stage_of(e, virtual_stage) == (e.stage + 1) % e.p, buffer, count};
-    exchange_group(e.groups, &t, 1, nccl_data_type<Element>(), e.stream);
+    order_after(e.transfer_stream, e.stream, e.compute_ready);
+    exchange_group(e.groups, &t, 1, nccl_data_type<Element>(), e.transfer_stream);
+    order_after(e.stream, e.transfer_stream, e.transfers_done);
   };
   for (int chunk = 0; chunk < e.v; ++chunk) {
     ChunkState<Element>& state = e.chunks[chunk];

@@ -26,6 +26,17 @@
 // transfer pools of B T C elements that grow the same way. Each transfer group takes its receive
 // buffers and gives back its send buffers itself, so a group's buffers live exactly from the
 // compute that fills them to the compute (or the group) that empties them.
+//
+// Streams. Computes run on the caller's stream, transfer groups on the executor's transfer
+// stream, each ordered against the other by the step events with only the dependencies it has:
+// a group waits for the last compute that used one of its buffers (the compute that produced a
+// send's data, the last reader of a receive's reused buffer), and a compute for the last group
+// that used one of its buffers (the receive of its input, or the send still reading a buffer it
+// is about to write); each buffer remembers those steps (pipeline/buffer_pool.h). So a group is
+// posted as soon as its own data is ready, whatever computes the host has queued after it, and a
+// compute waits for no group it does not read from or write over. The walk begins with the
+// transfer stream waiting for the compute stream (what came before the step) and ends with the
+// compute stream waiting for the transfer stream, so a caller's one wait on its stream covers both.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -91,18 +102,21 @@ struct ExecutorAccounting {
   size_t transfer_bytes;            // the gradient and send buffers
   std::vector<float> step_ms;       // the last step: each schedule step's time
   // The last step, when mark_timeline_origin preceded it: each schedule step's start and end after
-  // the origin (monotone in the events' times, so a step never ends after the next one starts); else empty.
+  // the origin, a compute's on the compute stream (after its waits), a group's on the transfer
+  // stream (from its posting, after its waits, to its completion). Computes never overlap one
+  // another, nor groups; a group may overlap the computes after it. Else empty.
   std::vector<float> step_start_ms, step_end_ms;
   double busy_ms;                   // the last step: time in F, B, I and W
-  double span_ms;                   // the last step: from its first schedule step's start to its last's end
+  double span_ms;                   // the last step: from its earliest step's start to its latest's end
 };
 
 // Where the executor is, for a watchdog on another thread (what watches a run belongs to the
-// trainer; the executor only publishes). The host queues a step's schedule on the stream long
+// trainer; the executor only publishes). The host queues a step's schedule on the streams long
 // before the device has run it, so the step the device is in is the first queued schedule step
-// whose end event has not completed: schedule_position asks the events. The executor holds the
-// mutex while it records a step's events and counts it queued, so that a query never meets an
-// event being recorded again.
+// whose end event has not completed (a group still in flight on the transfer stream while the
+// computes after it have run, e.g. a send whose receiver is stuck, is that step):
+// schedule_position asks the events. The executor holds the mutex while it records a step's
+// events and counts it queued, so that a query never meets an event being recorded again.
 struct ExecutorProgress {
   std::mutex mutex;
   unsigned long long walks = 0;  // execute_step and execute_forward calls begun
@@ -120,15 +134,17 @@ struct Executor {
   StageSchedule schedule;
   CommGroups groups;  // the pipeline's communicator (none needed when p == 1)
   cublasHandle_t cublas;
-  cudaStream_t stream;
+  cudaStream_t stream;           // the compute stream (the caller's)
+  cudaStream_t transfer_stream;  // the executor's own, or stream itself (see create_executor)
   std::vector<ChunkState<Element>> chunks;  // index = chunk c, virtual stage placement.virtual_stage(stage, c)
   BufferPool sends;                // recompute: forward outputs waiting for their send
   BufferPool grad_outputs;         // gradients of chunk outputs, received or handed over locally
   BufferPool grad_inputs;          // gradients of chunk inputs waiting for their send
   int* targets;                    // (B, T) the head's targets of the current forward
   double* loss_sum;                // (1) execute_step's sum of the microbatches' mean losses (head), else 0
-  std::vector<cudaEvent_t> step_start, step_end;  // one pair per schedule step
+  std::vector<cudaEvent_t> step_start, step_end;  // one pair per schedule step, on the stream that runs it
   cudaEvent_t origin;                              // mark_timeline_origin's
+  cudaEvent_t compute_ready, transfers_done;       // one stream's work so far, for the other to wait for
   bool origin_marked;                              // for the next execute_step
   std::vector<ExecutedStep> trace;  // the last step's executed steps, one per schedule step
   // Called while execute_step queues the step, with (chunk, layer) once the layer's parameter
@@ -150,7 +166,9 @@ template <typename Element>
 SchedulePosition schedule_position(const Executor<Element>& executor);
 
 // chunk_ranges[c] is chunk c of this stage (split_layers' entry placement.virtual_stage(stage, c)).
-// Allocates the scratch, the working sets (recompute) and the events; slots come during the first step.
+// Allocates the scratch, the working sets (recompute), the events and the transfer stream; slots
+// come during the first step. With TRAIN_TRANSFERS_IN_COMPUTE_STREAM=1 in the environment the
+// transfers run on stream itself, one after the other with the computes (no overlap: for comparison).
 template <typename Element>
 Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
                                   const std::vector<LayerRange>& chunk_ranges, const Placement& placement,

@@ -2,6 +2,7 @@
 // the W, and the grouped transfers of one stage, with the pools' takes and gives-back.
 #include "pipeline/execute_steps.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "comm/nccl_types.h"
@@ -214,23 +215,33 @@ void weight_step(Executor<Element>& e, const std::vector<ParameterTensors<Elemen
   give_back(state.weight_pool, key);
 }
 
-// A step of sends and receives: one NCCL group in the listed order; receives take their
-// buffers first, sends give theirs back after (the stream orders any reuse after the send).
-// Each message goes to the stage that holds the virtual stage at its other end.
+// A step of sends and receives: one NCCL group in the listed order, on the transfer stream;
+// receives take their buffers first, sends give theirs back after (the buffer remembers this
+// step, so the next compute that writes it waits for the send). The group waits only for the
+// last compute that used one of its buffers: the one that produced a send's data, or the last
+// reader of a receive's buffer (a slot or an output gradient given back earlier), not for the
+// computes queued since. Each message goes to the stage that holds the virtual stage at its other end.
 template <typename Element>
-void transfer_step(Executor<Element>& e, const Step& step, ExecutedStep& record) {
+void transfer_step(Executor<Element>& e, size_t index, const Step& step, ExecutedStep& record) {
   std::vector<Transfer> transfers;
   const size_t count = btc_elements(e);
   record.compute = false;
   record.messages.clear();
+  int after_compute = -1;
+  const auto use = [&](BufferPool& pool, int buffer) {
+    after_compute = std::max(after_compute, pool.compute_step[buffer]);
+    pool.transfer_step[buffer] = int(index);
+  };
   for (const Action& a : step) {
     const int key = key_of(e, a.microbatch, a.chunk);
     const int vs = virtual_stage_of(e, a.chunk);
+    ChunkState<Element>& state = e.chunks[a.chunk];
     int buffer, peer;
     switch (a.kind) {
       case ActionKind::send_forward: {
-        ChunkState<Element>& state = e.chunks[a.chunk];
-        buffer = e.recompute ? held(e.sends, key) : held(state.inputs, key);
+        BufferPool& pool = e.recompute ? e.sends : state.inputs;  // without recompute: the slot's activations
+        buffer = held(pool, key);
+        use(pool, buffer);
         const void* output = e.recompute ? e.sends.buffers[buffer] : range_output(state.acts[buffer]);
         peer = stage_of(e, vs + 1);
         transfers.push_back({true, false, const_cast<void*>(output), count});
@@ -238,16 +249,19 @@ void transfer_step(Executor<Element>& e, const Step& step, ExecutedStep& record)
       }
       case ActionKind::recv_forward:
         buffer = take_slot(e, a.chunk, key);
+        use(state.inputs, buffer);
         peer = stage_of(e, vs - 1);
-        transfers.push_back({false, false, e.chunks[a.chunk].inputs.buffers[buffer], count});
+        transfers.push_back({false, false, state.inputs.buffers[buffer], count});
         break;
       case ActionKind::send_backward:
         buffer = held(e.grad_inputs, key);
+        use(e.grad_inputs, buffer);
         peer = stage_of(e, vs - 1);
         transfers.push_back({true, false, e.grad_inputs.buffers[buffer], count});
         break;
       case ActionKind::recv_backward:
         buffer = take(e.grad_outputs, key);
+        use(e.grad_outputs, buffer);
         peer = stage_of(e, vs + 1);
         transfers.push_back({false, false, e.grad_outputs.buffers[buffer], count});
         break;
@@ -258,12 +272,44 @@ void transfer_step(Executor<Element>& e, const Step& step, ExecutedStep& record)
     transfers.back().with_next = peer == (e.stage + 1) % e.p;
     record.messages.push_back({a.kind, a.microbatch, a.chunk, peer, buffer});
   }
-  exchange_group(e.groups, transfers.data(), transfers.size(), nccl_data_type<Element>(), e.stream);
+  if (after_compute >= 0 && e.transfer_stream != e.stream)
+    CUDA_CHECK(cudaStreamWaitEvent(e.transfer_stream, e.step_end[after_compute], 0));
+  record_step_event(e, e.step_start[index], e.transfer_stream);
+  exchange_group(e.groups, transfers.data(), transfers.size(), nccl_data_type<Element>(), e.transfer_stream);
   for (const Action& a : step) {
     const int key = key_of(e, a.microbatch, a.chunk);
     if (a.kind == ActionKind::send_forward && e.recompute) give_back(e.sends, key);
     if (a.kind == ActionKind::send_backward) give_back(e.grad_inputs, key);
   }
+}
+
+// Mirrors forward_step's and backward_step's takes and holds.
+template <typename Element>
+BufferUses compute_uses(Executor<Element>& e, const Action& a) {
+  BufferUses uses;
+  const auto add = [&](BufferPool& pool, int index) { uses.uses[uses.count++] = {&pool, index}; };
+  ChunkState<Element>& state = e.chunks[a.chunk];
+  const int key = key_of(e, a.microbatch, a.chunk);
+  if (a.kind == ActionKind::forward) {
+    add(state.inputs, state.range.has_embedding ? next_take(state.inputs) : held(state.inputs, key));
+    if (state.range.has_head) return uses;
+    const int next = local_next_chunk(e, a.chunk);
+    if (next >= 0) add(e.chunks[next].inputs, next_take(e.chunks[next].inputs));
+    else if (e.recompute) add(e.sends, next_take(e.sends));
+  } else if (computes_input_gradient(a.kind)) {
+    add(state.inputs, held(state.inputs, key));
+    if (!state.range.has_head) add(e.grad_outputs, held(e.grad_outputs, key));
+    if (!state.range.has_embedding)
+      add(local_previous_chunk(e, a.chunk) >= 0 ? e.grad_outputs : e.grad_inputs,
+          local_previous_chunk(e, a.chunk) >= 0 ? next_take(e.grad_outputs) : next_take(e.grad_inputs));
+  }
+  return uses;
+}
+
+template <typename Element>
+void record_step_event(Executor<Element>& e, cudaEvent_t event, cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(e.progress->mutex);
+  CUDA_CHECK(cudaEventRecord(event, stream));
 }
 
 #define INSTANTIATE_EXECUTOR_STEPS(Element)                                                                         \
@@ -282,7 +328,9 @@ void transfer_step(Executor<Element>& e, const Step& step, ExecutedStep& record)
                                        const int*, double, ExecutedStep&);                                          \
   template void weight_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, Element*,   \
                                      const Action&, ExecutedStep&);                                                 \
-  template void transfer_step<Element>(Executor<Element>&, const Step&, ExecutedStep&);
+  template void transfer_step<Element>(Executor<Element>&, size_t, const Step&, ExecutedStep&);                     \
+  template BufferUses compute_uses<Element>(Executor<Element>&, const Action&);                                     \
+  template void record_step_event<Element>(Executor<Element>&, cudaEvent_t, cudaStream_t);
 
 INSTANTIATE_EXECUTOR_STEPS(float)
 INSTANTIATE_EXECUTOR_STEPS(__nv_bfloat16)

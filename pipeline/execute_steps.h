@@ -45,6 +45,25 @@ void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Elem
 template <typename Element>
 void weight_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,
                  const Action& action, ExecutedStep& record);
-// A group of sends and receives.
+// Schedule step `index`, a group of sends and receives, on the transfer stream: it waits there for
+// the last compute that used its buffers, records its start event, and posts the group.
 template <typename Element>
-void transfer_step(Executor<Element>& e, const Step& step, ExecutedStep& record);
+void transfer_step(Executor<Element>& e, size_t index, const Step& step, ExecutedStep& record);
+
+// The transfer-pool buffers (pipeline/buffer_pool.h) a compute action will use, found before it
+// runs (what it holds, and what its takes will return): its slot, and the output gradient,
+// input-gradient and hand-over or send buffers it reads or writes. W uses none of them.
+struct BufferUse {
+  BufferPool* pool;
+  int index;
+};
+struct BufferUses {
+  BufferUse uses[3];
+  int count = 0;
+};
+template <typename Element>
+BufferUses compute_uses(Executor<Element>& e, const Action& action);
+
+// Records event on stream, holding the progress mutex (schedule_position may query it meanwhile).
+template <typename Element>
+void record_step_event(Executor<Element>& e, cudaEvent_t event, cudaStream_t stream);

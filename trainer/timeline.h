@@ -1,6 +1,8 @@
 // --trace FILE: the measured timeline of one training step (the last, or --trace-step N) as
 // Chrome trace-event JSON (pipeline/timeline.h), one track per stage and replica, every schedule
-// step an event with the start and duration the executor's CUDA events measured.
+// step an event with the start and duration the executor's CUDA events measured. A transfer
+// group runs on its own stream and may overlap the computes after it: the track then draws it up
+// to the next step's start and gives its measured times in its details (timeline.cpp says how).
 //
 // The ranks' clocks: each rank's times are measured on its own device from one event, its
 // timeline origin, recorded on its idle stream right after all ranks met at an MPI barrier (the

@@ -1,0 +1,87 @@
+// The executor's transfer stream (pipeline/execute.h): a compute that does not depend on a
+// transfer group runs while that group is still in flight, and TRAIN_TRANSFERS_IN_COMPUTE_STREAM=1
+// puts the groups back in the compute stream, with the same losses. CPU build only
+// (build/cpu/tests/cpu_mpi_tests, under mpirun -np 4): the overlap is made visible by the CPU
+// build's emulated network latency (CUDA_CPU_NCCL_LATENCY_US, cpu/settings.h), not by a clock.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "cpu/settings.h"
+#include "tests/mpi/pipeline_harness.h"
+#include "trainer/timeline.h"
+
+namespace {
+
+using namespace pipeline_harness;
+
+// Every NCCL group completes this long after its data has arrived: far longer than a forward of
+// the tiny model (about a millisecond; tens under a loaded machine's worst).
+constexpr int kLatencyUs = 100000;
+
+struct Measured {
+  std::vector<double> losses;
+  StageSchedule schedule;
+  ExecutorAccounting accounting;  // of step 2, with a timeline origin
+};
+
+// Two steps of 1F1B on 4 stages (m = 4, one layer each) with the latency, step 2 timed from an
+// origin common to the ranks; the transfers in the compute stream when serial.
+Measured run_with_latency(bool serial) {
+  if (serial) setenv("TRAIN_TRANSFERS_IN_COMPUTE_STREAM", "1", 1);
+  const Case c{1, 4, ScheduleKind::one_f_one_b, 1, false, 4, 4};
+  WorldGroups world(c.dp, c.pp);
+  const GPTConfig config = config_of(c.layers);
+  Trainer<float> trainer =
+      create_trainer<float>(config, kB, kT, PipelineLayout{c.schedule, c.m, c.v, false, {}}, world.groups,
+                            {true, kRoundingSeed});
+  unsetenv("TRAIN_TRANSFERS_IN_COMPUTE_STREAM");
+  upload_parameters(trainer, initial_parameters(config));
+  BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
+  cpu::settings().nccl_latency_us = kLatencyUs;
+  Measured measured;
+  for (int t = 1; t <= 2; ++t) {
+    if (t == 2) start_measured_timeline(trainer);
+    measured.losses.push_back(train_step(trainer, reader, kSettings, kLearningRate, t).loss);
+  }
+  cpu::settings().nccl_latency_us = 0;
+  measured.schedule = trainer.executor.schedule;
+  measured.accounting = trainer.executor.accounting;
+  destroy_trainer(trainer);
+  return measured;
+}
+
+size_t index_of(const StageSchedule& schedule, const std::string& text) {
+  for (size_t i = 0; i < schedule.size(); ++i)
+    if (to_text(schedule[i]) == text) return i;
+  ADD_FAILURE() << text << " is not in " << to_text(schedule);
+  return 0;
+}
+
+}  // namespace
+
+// Stage 0 of 1F1B begins "F0 sF0 F1 sF1": F1 reads nothing sF0 touches, so with transfers on their
+// own stream F1 has ended while sF0's group still waits out its latency; in the compute stream
+// F1 cannot start before that group ends. The losses are the same bits either way.
+TEST(TransferStream, AComputeEndsWhileTheSendBeforeItIsInFlight) {
+  const Measured overlapped = run_with_latency(false);
+  const Measured serial = run_with_latency(true);
+  EXPECT_EQ(overlapped.losses, serial.losses);
+  if (rank_in_world() != 0) return;
+  const size_t send = index_of(overlapped.schedule, "sF0"), forward = index_of(overlapped.schedule, "F1");
+  ASSERT_LT(send, forward);
+  const ExecutorAccounting& a = overlapped.accounting;
+  const ExecutorAccounting& b = serial.accounting;
+  ASSERT_EQ(a.step_end_ms.size(), overlapped.schedule.size());
+  ASSERT_EQ(b.step_end_ms.size(), serial.schedule.size());
+  EXPECT_LT(a.step_end_ms[forward], a.step_end_ms[send])
+      << "with its own stream: F1 ended at " << a.step_end_ms[forward] << " ms, sF0's group at "
+      << a.step_end_ms[send] << " ms";
+  EXPECT_GE(b.step_start_ms[forward], b.step_end_ms[send])
+      << "in the compute stream: F1 started at " << b.step_start_ms[forward] << " ms, sF0's group ended at "
+      << b.step_end_ms[send] << " ms";
+  // sF0's group waits out the latency after F0 (its data) has ended.
+  EXPECT_GE(a.step_end_ms[send] - a.step_start_ms[send], kLatencyUs * 1e-3);
+}
