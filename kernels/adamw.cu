@@ -108,6 +108,18 @@ __global__ void flag_nonfinite_kernel(double* nonfinite, const double* value) {
   *nonfinite = is_finite(*value) ? 0.0 : 1.0;
 }
 
+// 1 - beta1^t and 1 - beta2^t, in double once per launch; exits naming `launcher` when t < 1.
+struct BiasCorrections {
+  double first, second;
+};
+BiasCorrections bias_corrections(const char* launcher, double beta1, double beta2, int t) {
+  if (t < 1) {
+    std::fprintf(stderr, "%s: the step counter t starts at 1, got %d\n", launcher, t);
+    std::exit(EXIT_FAILURE);
+  }
+  return {1.0 - std::pow(beta1, t), 1.0 - std::pow(beta2, t)};
+}
+
 }  // namespace
 
 // ---- launchers ----
@@ -116,17 +128,12 @@ template <typename T>
 void adamw_update(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v, size_t n,
                   double learning_rate, double beta1, double beta2, double eps, double weight_decay,
                   double grad_scale, int t, StochasticRounding rounding, cudaStream_t stream) {
-  if (t < 1) {
-    std::fprintf(stderr, "adamw_update: the step counter t starts at 1, got %d\n", t);
-    std::exit(EXIT_FAILURE);
-  }
+  const BiasCorrections corrections = bias_corrections("adamw_update", beta1, beta2, t);
   if (n == 0) return;
   using C = Compute<T>;
-  const double bias_correction1 = 1.0 - std::pow(beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(beta2, t);
   const size_t blocks = (n + kAdamWThreads - 1) / kAdamWThreads;
   launch(adamw_kernel<T>, dim3(unsigned(blocks)), dim3(kAdamWThreads), 0, stream, params, master_params, grads, m,
-         v, n, C(learning_rate), C(beta1), C(beta2), C(bias_correction1), C(bias_correction2), C(eps),
+         v, n, C(learning_rate), C(beta1), C(beta2), C(corrections.first), C(corrections.second), C(eps),
          C(weight_decay), C(grad_scale), rounding);
 }
 
@@ -144,18 +151,13 @@ void adamw_update_regions(T* params, Compute<T>* master_params, const T* grads, 
                           size_t n, const AdamWRegion* regions, int num_regions, double learning_rate, double beta1,
                           double beta2, double eps, double weight_decay, const AdamWGate* gate, int t,
                           uint64_t rounding_key, cudaStream_t stream) {
-  if (t < 1) {
-    std::fprintf(stderr, "adamw_update_regions: the step counter t starts at 1, got %d\n", t);
-    std::exit(EXIT_FAILURE);
-  }
+  const BiasCorrections corrections = bias_corrections("adamw_update_regions", beta1, beta2, t);
   if (n == 0) return;
   using C = Compute<T>;
-  const double bias_correction1 = 1.0 - std::pow(beta1, t);
-  const double bias_correction2 = 1.0 - std::pow(beta2, t);
   const size_t blocks = (n + kAdamWThreads - 1) / kAdamWThreads;
   launch(adamw_regions_kernel<T>, dim3(unsigned(blocks)), dim3(kAdamWThreads), 0, stream, params, master_params,
-         grads, m, v, n, regions, num_regions, C(learning_rate), C(beta1), C(beta2), C(bias_correction1),
-         C(bias_correction2), C(eps), C(weight_decay), gate, rounding_key);
+         grads, m, v, n, regions, num_regions, C(learning_rate), C(beta1), C(beta2), C(corrections.first),
+         C(corrections.second), C(eps), C(weight_decay), gate, rounding_key);
 }
 
 template void adamw_update_regions<float>(float*, float*, const float*, float*, float*, size_t, const AdamWRegion*,
