@@ -141,6 +141,11 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
   e.targets = device_alloc<int>(size_t(B) * T);
   e.loss_sum = device_alloc<double>(1);
   e.progress = std::make_shared<ExecutorProgress>();
+  e.last_gradient_step.assign(e.v, -1);
+  for (size_t i = 0; i < schedule.size(); ++i)
+    for (const Action& a : schedule[i])
+      if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_weight)
+        e.last_gradient_step[a.chunk] = int(i);
   e.trace.resize(schedule.size());
   e.step_start.resize(schedule.size());
   e.step_end.resize(schedule.size());

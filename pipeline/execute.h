@@ -151,6 +151,7 @@ struct Executor {
   // gradients are final (queued by the chunk's last B or W of the schedule), then with (chunk, -1)
   // once that B or W is queued whole (wpe, lnfw, lnfb). Set by the owner; empty: not called.
   std::function<void(int chunk, int layer)> gradients_final;
+  std::vector<int> last_gradient_step;  // per chunk: the schedule index of its last B or W; -1: none
   ExecutorAccounting accounting;
   std::shared_ptr<ExecutorProgress> progress;  // shared with whoever watches
 };

@@ -52,12 +52,8 @@ int take_weight_inputs(Executor<Element>& e, int chunk, int key) {
 template <typename Element>
 LayerGradientsQueued final_gradient_reports(const Executor<Element>& e, const Action& action) {
   if (!e.gradients_final) return {};
-  const Action* last = nullptr;
-  for (const Step& step : e.schedule)
-    for (const Action& a : step)
-      if (a.chunk == action.chunk && (a.kind == ActionKind::backward || a.kind == ActionKind::backward_weight))
-        last = &a;
-  if (last == nullptr || !(*last == action)) return {};
+  const int last = e.last_gradient_step[action.chunk];
+  if (last < 0 || !(e.schedule[last][0] == action)) return {};
   return [&e, chunk = action.chunk](int layer) { e.gradients_final(chunk, layer); };
 }
 
