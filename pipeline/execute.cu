@@ -74,11 +74,15 @@ void order_after(cudaStream_t later, cudaStream_t earlier, cudaEvent_t event) {
   CUDA_CHECK(cudaStreamWaitEvent(later, event, 0));
 }
 
+// A new walk: the pools that transfers use forget the steps that last used their buffers. Named
+// one by one, not listed in the Executor: a list of pointers to its members would dangle once the
+// Executor create_executor returns is moved into its owner.
 template <typename Element>
-std::vector<BufferPool*> transfer_pools(Executor<Element>& e) {
-  std::vector<BufferPool*> pools{&e.sends, &e.grad_outputs, &e.grad_inputs};
-  for (ChunkState<Element>& state : e.chunks) pools.push_back(&state.inputs);
-  return pools;
+void forget_transfer_steps(Executor<Element>& e) {
+  forget_steps(e.sends);
+  forget_steps(e.grad_outputs);
+  forget_steps(e.grad_inputs);
+  for (ChunkState<Element>& state : e.chunks) forget_steps(state.inputs);
 }
 
 // Before a compute whose buffers are `uses`: the compute stream waits for the last
@@ -197,7 +201,7 @@ void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
     progress.walking = true;
     progress.queued = 0;
   }
-  for (BufferPool* pool : transfer_pools(e)) forget_steps(*pool);
+  forget_transfer_steps(e);
   order_after(e.transfer_stream, e.stream, e.compute_ready);
   for (size_t i = 0; i < e.schedule.size(); ++i) {
     const Step& step = e.schedule[i];
