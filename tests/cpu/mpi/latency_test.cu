@@ -11,25 +11,20 @@
 // no sooner than 300 ms after the call (a lower bound, whatever the machine's load), and the
 // process used a small part of that in CPU time (the stream's worker sleeps). Without the
 // setting the same exchange takes a few ms on this machine.
-TEST(NcclLatency, EachOperationCompletesThatLongAfterItsDataWithoutHoldingACore) {
-  int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  ASSERT_GE(size, 2) << "a sender and a receiver";
-  ncclComm_t comm = waiting_measure::world_communicator();
+using NcclLatency = waiting_measure::SenderAndReceiver;
+TEST_F(NcclLatency, EachOperationCompletesThatLongAfterItsDataWithoutHoldingACore) {
   DeviceBuffer<float> buffer(1);
   constexpr int kLatencyUs = 300000;
   cpu::settings().nccl_latency_us = kLatencyUs;
   MPI_Barrier(MPI_COMM_WORLD);
   const waiting_measure::Measure measure;
-  if (rank == 0) NCCL_CHECK(ncclSend(buffer.data(), 1, ncclFloat32, 1, comm, nullptr));
-  if (rank == 1) NCCL_CHECK(ncclRecv(buffer.data(), 1, ncclFloat32, 0, comm, nullptr));
-  if (rank < 2) {
+  if (rank_ == 0) NCCL_CHECK(ncclSend(buffer.data(), 1, ncclFloat32, 1, comm_, nullptr));
+  if (rank_ == 1) NCCL_CHECK(ncclRecv(buffer.data(), 1, ncclFloat32, 0, comm_, nullptr));
+  if (rank_ < 2) {
     const waiting_measure::Measure::Times t = measure.waited();
-    EXPECT_GE(t.wall_seconds, kLatencyUs * 1e-6) << "rank " << rank;
+    EXPECT_GE(t.wall_seconds, kLatencyUs * 1e-6) << "rank " << rank_;
     EXPECT_LT(t.cpu_seconds, 0.3 * t.wall_seconds)
-        << "rank " << rank << " used " << t.cpu_seconds << " s of CPU in " << t.wall_seconds << " s";
+        << "rank " << rank_ << " used " << t.cpu_seconds << " s of CPU in " << t.wall_seconds << " s";
   }
   cpu::settings().nccl_latency_us = 0;
-  NCCL_CHECK(ncclCommDestroy(comm));
 }

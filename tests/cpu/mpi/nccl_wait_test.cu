@@ -12,26 +12,21 @@
 
 // Rank 1 waits half a second for rank 0's send; what is measured is the receive's own waiting,
 // on every thread of the process.
-TEST(Nccl, WaitingRankDoesNotBurnCpu) {
-  int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  ASSERT_GE(size, 2) << "a sender and a receiver";
-  ncclComm_t comm = waiting_measure::world_communicator();
+using Nccl = waiting_measure::SenderAndReceiver;
+TEST_F(Nccl, WaitingRankDoesNotBurnCpu) {
   constexpr auto sender_delay = std::chrono::milliseconds(500);
   DeviceBuffer<float> buffer(1);
   MPI_Barrier(MPI_COMM_WORLD);
-  if (rank == 0) {
+  if (rank_ == 0) {
     std::this_thread::sleep_for(sender_delay);
-    NCCL_CHECK(ncclSend(buffer.data(), 1, ncclFloat32, 1, comm, nullptr));
+    NCCL_CHECK(ncclSend(buffer.data(), 1, ncclFloat32, 1, comm_, nullptr));
     CUDA_CHECK(cudaStreamSynchronize(nullptr));
-  } else if (rank == 1) {
+  } else if (rank_ == 1) {
     const waiting_measure::Measure measure;
-    NCCL_CHECK(ncclRecv(buffer.data(), 1, ncclFloat32, 0, comm, nullptr));
+    NCCL_CHECK(ncclRecv(buffer.data(), 1, ncclFloat32, 0, comm_, nullptr));
     const waiting_measure::Measure::Times t = measure.waited();
     EXPECT_GT(t.wall_seconds, 0.8 * std::chrono::duration<double>(sender_delay).count()) << "rank 1 did not wait";
     EXPECT_LT(t.cpu_seconds, 0.2 * t.wall_seconds)
         << "rank 1 used " << t.cpu_seconds << " s of CPU in " << t.wall_seconds << " s of waiting";
   }
-  NCCL_CHECK(ncclCommDestroy(comm));
 }

@@ -1,7 +1,9 @@
 // What the CPU build's tests of waiting on NCCL share (tests/cpu/mpi/latency_test.cu,
-// nccl_wait_test.cu): a communicator over the whole world, and the wall and CPU time the process
-// spends from a start until the work queued on the legacy default stream is done.
+// nccl_wait_test.cu): their fixture (a communicator over the whole world, of a sender and a
+// receiver at least), and the wall and CPU time the process spends from a start until the work
+// queued on the legacy default stream is done.
 #pragma once
+#include <gtest/gtest.h>
 #include <mpi.h>
 #include <nccl.h>
 
@@ -25,6 +27,24 @@ inline ncclComm_t world_communicator() {
   NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
   return comm;
 }
+
+// A test's world: rank 0 sends, rank 1 receives, over comm_ (every rank of the world).
+class SenderAndReceiver : public testing::Test {
+ protected:
+  void SetUp() override {
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    ASSERT_GE(size, 2) << "a sender and a receiver";
+    comm_ = world_communicator();
+  }
+  void TearDown() override {
+    if (comm_ != nullptr) NCCL_CHECK(ncclCommDestroy(comm_));
+  }
+
+  int rank_ = 0;
+  ncclComm_t comm_ = nullptr;
+};
 
 inline double process_cpu_seconds() {
   timespec t;
