@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpu/call_counts.h"
+#include "tests/cpu/mpi/counted_step.h"
 #include "tests/mpi/pipeline_harness.h"
 
 namespace {
@@ -32,33 +33,20 @@ struct CountedStep {
   cpu::CallCounts norm;   // queue_gradient_norm alone
 };
 
-cpu::CallCounts difference(const cpu::CallCounts& after, const cpu::CallCounts& before) {
-  return {after.host_waits - before.host_waits, after.launches - before.launches,
-          after.nccl_calls - before.nccl_calls, after.nccl_bytes - before.nccl_bytes};
-}
-
 // Step 2 of the case, counted; then one more norm and AdamW update, each counted alone (the
 // calls train_step makes, on the trainer's own optimizer).
 template <typename Element>
 CountedStep count_in(const Case& c, const CommGroups& groups) {
-  const GPTConfig config = config_of(c.layers);
-  Trainer<Element> trainer = create_trainer<Element>(
-      config, kB, kT, PipelineLayout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage}, groups,
-      {true, kRoundingSeed});
-  upload_parameters(trainer, initial_parameters(config));
-  BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
-  train_step(trainer, reader, kSettings, kLearningRate, 1);
+  Trainer<Element> trainer = counted_step::trainer_of<Element>(c, groups);
   CountedStep counts;
-  const cpu::CallCounts before = cpu::call_counts();
-  train_step(trainer, reader, kSettings, kLearningRate, 2);
-  counts.step = difference(cpu::call_counts(), before);
+  counts.step = counted_step::second_step_calls(trainer);
   const cpu::CallCounts before_norm = cpu::call_counts();
   queue_gradient_norm(trainer.optimizer, trainer.groups, trainer.gradient_memory, trainer.stream);
-  counts.norm = difference(cpu::call_counts(), before_norm);
+  counts.norm = counted_step::difference(cpu::call_counts(), before_norm);
   const cpu::CallCounts before_adamw = cpu::call_counts();
   queue_adamw_update(trainer.optimizer, trainer.parameter_memory, trainer.gradient_memory, kSettings, kLearningRate,
                      3, trainer.stream);
-  counts.adamw = difference(cpu::call_counts(), before_adamw);
+  counts.adamw = counted_step::difference(cpu::call_counts(), before_adamw);
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));
   EXPECT_GT(trainer.optimizer.regions.size(), size_t(4)) << "a stage of several regions";
   destroy_trainer(trainer);

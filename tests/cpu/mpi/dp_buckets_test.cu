@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpu/call_counts.h"
+#include "tests/cpu/mpi/counted_step.h"
 #include "tests/mpi/pipeline_harness.h"
 
 namespace {
@@ -22,16 +23,6 @@ std::vector<Case> cases() {
           {2, 2, ScheduleKind::interleaved, 2, false, 4, 4},
           {2, 2, ScheduleKind::zb_v, 2, false, 4, 4},
           {2, 2, ScheduleKind::zb_v, 2, false, 4, 4, {}, true}};
-}
-
-template <typename Element>
-Trainer<Element> trainer_of(const Case& c, const CommGroups& groups) {
-  const GPTConfig config = config_of(c.layers);
-  Trainer<Element> trainer = create_trainer<Element>(
-      config, kB, kT, PipelineLayout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage}, groups,
-      {true, kRoundingSeed});
-  upload_parameters(trainer, initial_parameters(config));
-  return trainer;
 }
 
 bool has(const std::vector<LayerRange>& chunks, bool LayerRange::*use) {
@@ -55,12 +46,8 @@ size_t expected_nccl_calls(const Trainer<Element>& trainer) {
 
 template <typename Element>
 void expect_nccl_calls(const Case& c, const CommGroups& groups) {
-  Trainer<Element> trainer = trainer_of<Element>(c, groups);
-  BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
-  train_step(trainer, reader, kSettings, kLearningRate, 1);
-  const cpu::CallCounts before = cpu::call_counts();
-  train_step(trainer, reader, kSettings, kLearningRate, 2);
-  const uint64_t calls = cpu::call_counts().nccl_calls - before.nccl_calls;
+  Trainer<Element> trainer = counted_step::trainer_of<Element>(c, groups);
+  const uint64_t calls = counted_step::second_step_calls(trainer).nccl_calls;
   // A bucket per layer of the stage (wpe and lnfw, lnfb folded into their neighbouring layer's).
   size_t layers = 0;
   for (const LayerRange& r : trainer.chunks) layers += r.end_layer - r.first_layer;
@@ -133,7 +120,7 @@ TEST(DataParallelBuckets, BucketsAreQueuedDuringTheBackward) {
   for (const Case& c : cases()) {
     if (c.bf16) continue;
     WorldGroups world(c.dp, c.pp);
-    Trainer<float> trainer = trainer_of<float>(c, world.groups);
+    Trainer<float> trainer = counted_step::trainer_of<float>(c, world.groups);
     queue_step(trainer);  // the first step allocates the slots
     const Queued queued = queue_step(trainer);
     const std::vector<int>& order = trainer.buckets.queued;
