@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -242,33 +243,29 @@ std::vector<Action> interleaved_order(int p, int m, int v, int stage) {
 }
 
 StageSchedule add_communication(const std::vector<Action>& compute, const Placement& placement, int stage,
-                                size_t first_pair, size_t pairs) {
+                                ReceivePosting posting) {
   const size_t n = compute.size();
   const int last_virtual_stage = placement.virtual_stages() - 1;
-  // Group point g sits before compute g (g = n: after the last one); none inside a pair.
-  auto is_group_point = [&](size_t g) {
-    return g <= first_pair || g >= first_pair + 2 * pairs || (g - first_pair) % 2 == 0;
-  };
   // Whether virtual stage `neighbour` exists and lives on another stage.
   auto remote = [&](int neighbour) {
     return neighbour >= 0 && neighbour <= last_virtual_stage && placement.stage_of(neighbour) != stage;
   };
-  std::vector<Step> sends(n + 1), receives(n + 1);  // by group point
+  std::vector<Step> sends(n + 1), receives(n + 1);  // by group point: g sits before compute g
+  std::optional<size_t> previous_forward, previous_backward;  // the last compute of each direction so far
   for (size_t i = 0; i < n; i++) {
     const Action& a = compute[i];
     if (a.kind == ActionKind::backward_weight) continue;  // W neither receives nor sends
     const int virtual_stage = placement.virtual_stage(stage, a.chunk);
     const bool is_forward = a.kind == ActionKind::forward;
+    std::optional<size_t>& previous = is_forward ? previous_forward : previous_backward;
     if (remote(is_forward ? virtual_stage - 1 : virtual_stage + 1)) {
-      size_t g = i;
-      while (!is_group_point(g)) g--;
-      receives[g].push_back({is_forward ? ActionKind::recv_forward : ActionKind::recv_backward, a.microbatch, a.chunk});
+      const bool early = posting == ReceivePosting::after_previous_of_direction && previous;
+      receives[early ? *previous + 1 : i].push_back(
+          {is_forward ? ActionKind::recv_forward : ActionKind::recv_backward, a.microbatch, a.chunk});
     }
-    if (remote(is_forward ? virtual_stage + 1 : virtual_stage - 1)) {
-      size_t g = i + 1;
-      while (!is_group_point(g)) g++;
-      sends[g].push_back({is_forward ? ActionKind::send_forward : ActionKind::send_backward, a.microbatch, a.chunk});
-    }
+    if (remote(is_forward ? virtual_stage + 1 : virtual_stage - 1))
+      sends[i + 1].push_back({is_forward ? ActionKind::send_forward : ActionKind::send_backward, a.microbatch, a.chunk});
+    previous = i;
   }
   StageSchedule steps;
   for (size_t g = 0; g <= n; g++) {
@@ -314,10 +311,9 @@ StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage) {
   switch (kind) {
     case ScheduleKind::afab: return add_communication(afab_order(p, m, stage), placement, stage);
     case ScheduleKind::one_f_one_b: return add_communication(one_f_one_b_order(p, m, stage), placement, stage);
-    case ScheduleKind::interleaved: {
-      const size_t warmup = interleaved_warmup(p, m, v, stage);
-      return add_communication(interleaved_order(p, m, v, stage), placement, stage, warmup, m * v - warmup);
-    }
+    case ScheduleKind::interleaved:
+      return add_communication(interleaved_order(p, m, v, stage), placement, stage,
+                               ReceivePosting::after_previous_of_direction);
     default: throw std::logic_error("make_schedule: " + schedule_name(kind));
   }
 }

@@ -21,17 +21,20 @@
 // A schedule is built in two passes, as in picotron and torch.distributed.pipelining: the
 // schedule's function gives the compute order (F, B, I, W), then add_communication lowers it to
 // steps. A step is one compute action, or sends and receives posted together as one NCCL group.
-// Each compute's receive is posted in the group point before it and its send in the group point
-// after it; a group point sits between every two computes (Megatron's 1F1B: "F3 sF3+rB1 B1
-// sB1+rF4 F4" is send_forward_recv_backward, then send_backward_recv_forward), except that in the
-// interleaved schedule a forward and the backward right after it share the group point after
-// both ("F3.1 B1 sF3.1+sB1+rF4.1+rB2", Megatron's send_forward_backward_recv_forward_backward).
+// Each compute's send is posted in the group point after it. In afab and 1f1b its receive is
+// posted in the group point before it, so a group point sits between every two computes (Megatron's
+// 1F1B: "F3 sF3+rB1 B1 sB1+rF4 F4" is send_forward_recv_backward, then send_backward_recv_forward).
+// The interleaved schedule posts each receive one compute earlier, in the group point after the
+// stage's previous compute of the same direction ("F4.1 sF4.1+rF5.1 B2 sB2+rB3 F5.1": Megatron's
+// overlap_p2p_comm, send_forward_recv_forward then send_backward_recv_backward): on the executor's
+// transfer stream a forward's input then arrives while the backward before it runs, for one more
+// received input held per stage. 1F1B cannot do the same: its groups would wait for each other in
+// a cycle (tests/schedule_test.cu), which is why Megatron overlaps the interleaved schedule only.
 // Why groups: sends block until the peer posts the matching receive (NCCL's point-to-point
 // calls behave so for large tensors). In 1F1B's steady state stage 0 sends F1's output while
 // stage 1 sends B0's gradient; posted alone, each send waits for a receive the other has not
-// reached. In one group with the receive, both complete. The interleaved schedule's ring and
-// its chunk-deep warm-up need the wider groups; pipeline/simulate checks every schedule with
-// exactly these rules.
+// reached. In one group with the receive, both complete. pipeline/simulate checks every schedule
+// with exactly these rules.
 //
 // Text form of actions (microbatch 3, chunk 1 shown; ".c" is left out for chunk 0, so "F3" is
 // "F3.0"):
@@ -132,11 +135,13 @@ int interleaved_warmup(int p, int m, int v, int stage);
 // The zero-bubble orders are in pipeline/zero_bubble.h.
 
 // The lowering pass (see the top): a stage's compute order as steps with its sends and
-// receives, for the stages and chunks of placement. compute[first_pair + 2k] (a forward) and
-// compute[first_pair + 2k + 1] (the backward after it), k < pairs, share the group point after
-// both (the steady state of the interleaved schedule; none for the others).
+// receives, for the stages and chunks of placement. Each send goes in the group point right after
+// the compute producing it; each receive in the group point right before the compute using it
+// (before_use), or, with after_previous_of_direction, in the one right after the stage's previous
+// compute of the same direction (a forward for a forward, a B or I for a B or I) where there is one.
+enum class ReceivePosting { before_use, after_previous_of_direction };
 StageSchedule add_communication(const std::vector<Action>& compute, const Placement& placement, int stage,
-                                size_t first_pair = 0, size_t pairs = 0);
+                                ReceivePosting posting = ReceivePosting::before_use);
 
 // The lowering of every stage's compute order at once, for orders that come without group points
 // of their own (the zero-bubble schedules, a schedule file): the orders are timed as a data flow

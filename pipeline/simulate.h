@@ -77,6 +77,19 @@ Simulation simulate(const std::vector<StageSchedule>& stages, const StepCosts& c
 Simulation simulate_dataflow(const std::vector<std::vector<Action>>& compute, const StepCosts& costs,
                              PlacementKind placement = PlacementKind::ring);
 
+// The list as the executor runs it (pipeline/execute.h): computes in list order on the compute
+// stream, groups in list order on one transfer stream beside it. A compute starts when the stage's
+// previous compute has ended and the group holding its input's receive has completed; a group is
+// posted when the stage's previous group has completed and the computes producing its sends have
+// ended, and completes latency after the later of it and each peer group is posted (the rendezvous
+// of simulate). start_time of a group is when it is posted. The list must pass simulate, whose
+// errors, deadlock, messages and peaks this returns: every wait here points to an earlier step of
+// the list, so a list that runs one step at a time runs here too. Not modelled: the executor's
+// waits for a pool buffer (a receive for the last reader of its buffer, a compute for a pending
+// send from the buffer it overwrites).
+Simulation simulate_transfer_stream(const std::vector<StageSchedule>& stages, const StepCosts& costs,
+                                    PlacementKind placement = PlacementKind::ring);
+
 // The compute actions on a time axis: one column per costs.forward of time, an action of k
 // forwards' time spans k columns ("B3" then "--"), idle columns are ".". Needs a run without
 // deadlock.

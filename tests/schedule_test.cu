@@ -15,6 +15,7 @@
 
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_file.h"
+#include "pipeline/simulate.h"
 #include "pipeline/zero_bubble.h"
 
 namespace {
@@ -179,12 +180,30 @@ TEST(Schedule, InterleavedIsMegatronsOrder) {
   EXPECT_EQ(compute_text(make_schedule(ScheduleKind::interleaved, 2, 2, 2, 1)), "F0 F1 F0.1 F1.1 B0.1 B1.1 B0 B1");
 }
 
-TEST(Schedule, InterleavedSteadyStateSharesOneGroupPerForwardBackwardPair) {
+// Megatron's overlap_p2p_comm: a forward's input is received in the group after the stage's
+// previous forward (send_forward_recv_forward), a backward's gradient in the group after the
+// previous backward (send_backward_recv_backward), so each arrives while the compute before its use
+// runs; the first of each direction is received just before it.
+TEST(Schedule, InterleavedPostsEachReceiveAfterThePreviousComputeOfItsDirection) {
   const std::string stage0 = to_text(make_schedule(ScheduleKind::interleaved, 2, 4, 2, 0));
-  // The last warm-up group also receives the first backward's gradient (Megatron's recv_next).
-  EXPECT_NE(stage0.find("F1.1 sF1.1+rB0.1 F2 B0.1 sF2+sB0.1+rB1.1 F3 B1.1 sF3+sB1.1+rF2.1+rB0 F2.1"),
+  EXPECT_NE(stage0.find("F2 sF2+rB0.1 B0.1 sB0.1+rB1.1 F3 sF3+rF2.1 B1.1 sB1.1+rB0 F2.1 sF2.1+rF3.1 B0 rB1 F3.1"),
             std::string::npos)
       << stage0;
+}
+
+// The same posting in 1F1B: stage 1 waits for B1's gradient right after B0, before its F2; stage 2
+// sends that gradient only after its own F2, whose input stage 1 sends after its F2. A cycle,
+// whatever the costs: 1F1B's warm-up leaves no compute to overlap a receive with, so it posts each
+// receive just before its use.
+TEST(Schedule, OneFOneBCannotPostReceivesAfterThePreviousComputeOfTheirDirection) {
+  const Placement placement = placement_of(ScheduleKind::one_f_one_b, 3, 1);
+  std::vector<StageSchedule> stages;
+  for (int s = 0; s < 3; s++)
+    stages.push_back(add_communication(one_f_one_b_order(3, 3, s), placement, s,
+                                       ReceivePosting::after_previous_of_direction));
+  EXPECT_EQ(to_text(stages[1]), "rF0 F0 sF0+rF1 F1 sF1+rB0+rF2 B0 sB0+rB1 F2 sF2 B1 sB1+rB2 B2 sB2");
+  EXPECT_NE(simulate(stages, {1, 2, 0, 0}).deadlock, "");
+  EXPECT_EQ(simulate(make_all_schedules(ScheduleKind::one_f_one_b, 3, 3, 1), {1, 2, 0, 0}).deadlock, "");
 }
 
 // The lowering in time order (add_communication_in_time_order) of ZB-H1 on 2 stages: each

@@ -3,7 +3,9 @@
 // bubbles (p-1) max(t_f, t_f + t_i - k t_w) for ZB-H1 (k = 1) and ZB-H2 (k = 2), ZB-V's makespan
 // (6m + p - 1) t at equal costs, and the peaks of slots and weight buffers; rendezvous sends,
 // latency, deadlocks reported with the grid, and schedule errors. Every schedule the library
-// makes must run without deadlock, whatever the costs. Host code only; runs in both builds.
+// makes must run without deadlock, whatever the costs. The transfer-stream model (the executor's
+// two streams) by hand, and between the data flow and one step at a time. Host code only; runs in
+// both builds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -220,6 +222,63 @@ TEST(Simulator, EachMessageAddsItsLatency) {
   orders = {zb_v_order(1, 1, 0)};
   EXPECT_EQ(simulate_dataflow(orders, {1, 1, 1, 5}, PlacementKind::v_shape).makespan, 6);
   EXPECT_EQ(simulate(make_all_schedules(ScheduleKind::zb_v, 1, 1, 2), {1, 1, 1, 5}, PlacementKind::v_shape).makespan, 6);
+}
+
+// The executor's way, computes and groups on two streams: stage 0's F1 does not wait for sF0's
+// group, and stage 0's receives are posted as soon as its stream is free. By hand, with F = 1,
+// B = 2 and latency 0.5: stage 1 gets F0 at 1.5 and F1 at 2.5 (sF1 posted when F1 ends at 2),
+// sends B0's gradient at 5.5 and B1's at 7.5; stage 0 runs B0 from 6 and B1 from 8 to 10. One
+// step at a time, F1 waits for sF0 (until 1.5), and everything after it is half a latency later
+// on each message: 11.
+TEST(Simulator, TransferStreamRunsComputesPastTheirStagesGroups) {
+  const std::vector<StageSchedule> stages =
+      parse_stages({"F0 sF0 F1 sF1 rB0 B0 rB1 B1", "rF0 F0 rF1 F1 B0 sB0 B1 sB1"});
+  const StepCosts costs{1, 1, 1, 0.5};
+  const Simulation streamed = simulate_transfer_stream(stages, costs);
+
+  EXPECT_EQ(simulate(stages, costs).makespan, 11);
+  EXPECT_EQ(streamed.makespan, 10);
+  EXPECT_EQ(streamed.start_time[0], (std::vector<double>{0, 1, 1, 2, 2.5, 6, 6, 8}));
+  EXPECT_EQ(streamed.end_time[0], (std::vector<double>{1, 1.5, 2, 2.5, 6, 8, 8, 10}));
+  EXPECT_EQ(streamed.start_time[1], (std::vector<double>{0, 1.5, 1.5, 2.5, 3.5, 5.5, 5.5, 7.5}));
+  EXPECT_EQ(streamed.stages[0].busy, 6);
+  EXPECT_NEAR(streamed.stages[1].idle_share, 1 - 6 / 10.0, kExact);
+}
+
+// Each model drops waits of the one after it (the data flow the transfer stream's rendezvous and
+// order, the transfer stream the step-by-step order), so their makespans are ordered, for every
+// schedule the library makes and any costs.
+TEST(Simulator, TransferStreamLiesBetweenTheDataFlowAndOneStepAtATime) {
+  for (ScheduleKind kind : {ScheduleKind::afab, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
+                            ScheduleKind::zb_h1, ScheduleKind::zb_h2, ScheduleKind::zb_v})
+    for (int p : {1, 2, 3, 4, 6})
+      for (int m : {p, 2 * p, 4 * p}) {
+        const int v = kind == ScheduleKind::interleaved ? 2 : chunks_per_stage(kind, 1);
+        const PipelineSchedule schedule = make_pipeline_schedule(kind, p, m, v);
+        std::vector<std::vector<Action>> orders;
+        for (const StageSchedule& steps : schedule.stages) orders.push_back(compute_actions(steps));
+        for (const StepCosts& costs : {StepCosts{1, 1, 1, 0}, StepCosts{1, 1.5, 1.5, 4}, StepCosts{2, 1, 3, 0.5}}) {
+          const PlacementKind placement = schedule.placement.kind;
+          const double streamed = simulate_transfer_stream(schedule.stages, costs, placement).makespan;
+          EXPECT_LE(simulate_dataflow(orders, costs, placement).makespan, streamed + kExact)
+              << schedule_name(kind) << " p " << p << " m " << m;
+          EXPECT_LE(streamed, simulate(schedule.stages, costs, placement).makespan + kExact)
+              << schedule_name(kind) << " p " << p << " m " << m;
+        }
+      }
+}
+
+// In 1F1B every group but the first and last sits between the compute producing its send and the
+// compute using its receive (F3 sF3+rB1 B1): the transfer stream has nothing to overlap, at any
+// latency.
+TEST(Simulator, OneFOneBGainsNothingFromTheTransferStream) {
+  for (int p : {2, 4, 8})
+    for (int m : {1, p, 3 * p + 1})
+      for (const StepCosts& costs : {StepCosts{1, 1, 1, 0.5}, StepCosts{1, 2, 0, 3}}) {
+        const std::vector<StageSchedule> stages = make_all_schedules(ScheduleKind::one_f_one_b, p, m, 1);
+        EXPECT_EQ(simulate_transfer_stream(stages, costs).makespan, simulate(stages, costs).makespan)
+            << "p " << p << " m " << m;
+      }
 }
 
 TEST(Simulator, TwoStageCrossingDeadlocksUnlessGrouped) {

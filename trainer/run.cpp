@@ -340,6 +340,17 @@ std::string schedule_report(const RunSetup& setup) {
                        "\n";
   std::snprintf(line, sizeof(line), "predicted makespan %.4g t_f\n", simulation.makespan / costs.forward);
   report += line;
+  const Simulation streamed = simulate_transfer_stream(schedule.stages, costs, schedule.placement.kind);
+  if (streamed.makespan != simulation.makespan) {
+    std::snprintf(line, sizeof(line), "on the executor's transfer stream (pipeline/simulate.h): makespan %.4g t_f, idle",
+                  streamed.makespan / costs.forward);
+    report += line;
+    for (int s = 0; s < p; ++s) {
+      std::snprintf(line, sizeof(line), "%s %.3f", s ? "," : "", streamed.stages[s].idle_share);
+      report += line;
+    }
+    report += "\n";
+  }
   if (dataflow.makespan != simulation.makespan) {
     std::snprintf(line, sizeof(line),
                   "with transfers beside the compute stream, not in it (pipeline/simulate.h): makespan %.4g t_f, idle",
