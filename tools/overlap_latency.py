@@ -1,19 +1,21 @@
 #!/usr/bin/python3
 """What an emulated network latency adds to a training step, with the executor's transfer stream
 (transfers beside the compute stream) and without it (TRAIN_TRANSFERS_IN_COMPUTE_STREAM=1), against
-the schedule simulator's two predictions: a benchmark of issue 13's overlap for the CPU build, not
+the schedule simulator's three predictions: a benchmark of issue 13's overlap for the CPU build, not
 a test (it takes minutes).
     tools/overlap_latency.py [--latencies-ms 0,20,50] [--rounds 3] [--steps 8] [--ranks 4]
                              [--dir DIR] [-- TRAIN OPTIONS...]
 First a run at latency 0 with --trace gives the mean F and B times (tools/trace_svg.py --summary),
-the costs of `./train --print-schedule --schedule-costs TF,TB/2,TB/2,LATENCY`, whose two makespans
-are the predictions (transfers in the compute stream, and beside it). Then each round runs every
+the costs of `./train --print-schedule --schedule-costs TF,TB/2,TB/2,LATENCY`, whose makespans are
+the predictions: one step at a time (transfers in the compute stream), the executor's two streams
+(groups in order on a transfer stream beside the computes), and the data flow (transfers that
+hold nothing, which one in-order stream of NCCL groups cannot reach). Then each round runs every
 latency in both modes, in turn (so that a change in the machine's load falls on both), each
 `CUDA_CPU_NCCL_LATENCY_US=N mpirun -np RANKS ./train --steps STEPS --val-every 0 --sample-every 0
 --log ...`, its step time the median of its steps from the third on. Prints every run, then per
 latency and mode the median over the rounds and what the latency adds to it (against the same
-mode's latency 0), beside what the simulator predicts it adds, and whether the transfer stream's
-added time is nearer the "beside" prediction than the "in the stream" one. Default TRAIN OPTIONS:
+mode's latency 0), beside what the simulator predicts it adds, and whether the step with the
+transfer stream is nearer the transfer-stream prediction than the step without it. Default TRAIN OPTIONS:
 --microbatches 8 (p = RANKS, 1F1B, the default model). The predictions cover the schedule only;
 the step's other NCCL operations (the tied embedding's sum, the norm's gather, the non-finite
 count) pay the latency too, about 3 x LATENCY in both modes.
@@ -65,14 +67,17 @@ def measured_costs(ranks, extra, directory):
 
 
 def predicted_ms(ranks, extra, t_f, t_b, latency_ms):
+    """The simulator's makespans: one step at a time (groups in the compute stream), the executor's
+    two streams, and the data flow (transfers that hold nothing)."""
     costs = "%g,%g,%g,%g" % (t_f, t_b / 2, t_b / 2, latency_ms)
     text = mpirun(ranks, ["--print-schedule", "--schedule-costs", costs] + extra)
     in_stream = re.search(r"predicted makespan ([0-9.]+) t_f", text)
-    beside = re.search(r"beside the compute stream.*makespan ([0-9.]+) t_f", text)
+    streamed = re.search(r"transfer stream.*makespan ([0-9.]+) t_f", text)
+    beside = re.search(r"data flow.*makespan ([0-9.]+) t_f", text)
     if not in_stream:
         fail("--print-schedule printed no makespan:\n" + text)
-    # Without a latency the simulator prints one makespan: both ways are the same.
-    return float(in_stream.group(1)) * t_f, float((beside or in_stream).group(1)) * t_f
+    # The simulator leaves out a makespan equal to the one step at a time.
+    return tuple(float((found or in_stream).group(1)) * t_f for found in (in_stream, streamed, beside))
 
 
 def main():
@@ -93,7 +98,7 @@ def main():
     t_f, t_b = measured_costs(options.ranks, extra, directory)
     print("t_f %.2f ms, t_b %.2f ms (mean over the stages, latency 0, transfer stream)" % (t_f, t_b))
     predicted = {latency: predicted_ms(options.ranks, extra, t_f, t_b, latency) for latency in latencies}
-    modes = {"beside": {}, "in stream": {"TRAIN_TRANSFERS_IN_COMPUTE_STREAM": "1"}}
+    modes = {"transfer stream": {}, "compute stream": {"TRAIN_TRANSFERS_IN_COMPUTE_STREAM": "1"}}
     runs = {(latency, mode): [] for latency in latencies for mode in modes}
     for round_number in range(options.rounds):
         for latency in latencies:
@@ -108,25 +113,24 @@ def main():
                 print("round %d, latency %g ms, %s: %.0f ms a step" % (round_number + 1, latency, mode,
                                                                       runs[(latency, mode)][-1]), flush=True)
     median = {key: statistics.median(values) for key, values in runs.items()}
-    print("\n| latency (ms) | step, beside (ms) | step, in stream (ms) | adds, beside | adds, in stream "
-          "| predicted adds, beside | predicted adds, in stream |")
-    print("|---|---|---|---|---|---|---|")
+    added = {key: median[key] - median[(0, key[1])] for key in median}
+    predicted_added = {latency: [now - then for now, then in zip(predicted[latency], predicted[0])]
+                       for latency in latencies}
+    print("\n| latency (ms) | step, transfer stream (ms) | step, in the compute stream (ms) | adds, transfer stream "
+          "| adds, in the compute stream | predicted adds: one step at a time | transfer stream | data flow |")
+    print("|---|---|---|---|---|---|---|---|")
     for latency in latencies:
-        added = {mode: median[(latency, mode)] - median[(0, mode)] for mode in modes}
-        in_stream, beside = (p - q for p, q in zip(predicted[latency], predicted[0]))
-        print("| %g | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |" % (
-            latency, median[(latency, "beside")], median[(latency, "in stream")], added["beside"],
-            added["in stream"], beside, in_stream))
+        print("| %g | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |" % (
+            (latency, median[(latency, "transfer stream")], median[(latency, "compute stream")], added[(latency, "transfer stream")],
+             added[(latency, "compute stream")]) + tuple(predicted_added[latency])))
     for latency in latencies[1:]:
-        in_stream, beside = (p - q for p, q in zip(predicted[latency], predicted[0]))
-        added = median[(latency, "beside")] - median[(0, "beside")]
-        nearer = abs(added - beside) < abs(added - in_stream)
-        print("latency %g ms: the transfer stream adds %.0f ms, nearer the %s prediction (%.0f beside, %.0f in "
-              "the stream); saved against the compute stream: %.0f ms of %.0f (%.1f%%)" % (
-                  latency, added, "beside" if nearer else "in-the-stream", beside, in_stream,
-                  median[(latency, "in stream")] - median[(latency, "beside")], median[(latency, "in stream")],
-                  100 * (1 - median[(latency, "beside")] / median[(latency, "in stream")])))
-
+        one_at_a_time, streamed, dataflow = predicted_added[latency]
+        with_stream, without = added[(latency, "transfer stream")], added[(latency, "compute stream")]
+        print("latency %g ms: the transfer stream saves %.0f ms a step against the compute stream (predicted %.0f); "
+              "with it the step is %.0f ms from the transfer-stream prediction, without it %.0f ms from it: %s" % (
+                  latency, without - with_stream, one_at_a_time - streamed, abs(with_stream - streamed),
+                  abs(without - streamed), "nearer with overlap" if abs(with_stream - streamed) < abs(without - streamed)
+                  else "not nearer with overlap"))
 
 if __name__ == "__main__":
     main()

@@ -340,28 +340,20 @@ std::string schedule_report(const RunSetup& setup) {
                        "\n";
   std::snprintf(line, sizeof(line), "predicted makespan %.4g t_f\n", simulation.makespan / costs.forward);
   report += line;
-  const Simulation streamed = simulate_transfer_stream(schedule.stages, costs, schedule.placement.kind);
-  if (streamed.makespan != simulation.makespan) {
-    std::snprintf(line, sizeof(line), "on the executor's transfer stream (pipeline/simulate.h): makespan %.4g t_f, idle",
-                  streamed.makespan / costs.forward);
+  // The other two models, where they differ from one step at a time (pipeline/simulate.h).
+  const auto other_model = [&](const char* name, const Simulation& other) {
+    if (other.makespan == simulation.makespan) return;
+    std::snprintf(line, sizeof(line), "%s (pipeline/simulate.h): makespan %.4g t_f, idle", name,
+                  other.makespan / costs.forward);
     report += line;
     for (int s = 0; s < p; ++s) {
-      std::snprintf(line, sizeof(line), "%s %.3f", s ? "," : "", streamed.stages[s].idle_share);
+      std::snprintf(line, sizeof(line), "%s %.3f", s ? "," : "", other.stages[s].idle_share);
       report += line;
     }
     report += "\n";
-  }
-  if (dataflow.makespan != simulation.makespan) {
-    std::snprintf(line, sizeof(line),
-                  "with transfers beside the compute stream, not in it (pipeline/simulate.h): makespan %.4g t_f, idle",
-                  dataflow.makespan / costs.forward);
-    report += line;
-    for (int s = 0; s < p; ++s) {
-      std::snprintf(line, sizeof(line), "%s %.3f", s ? "," : "", dataflow.stages[s].idle_share);
-      report += line;
-    }
-    report += "\n";
-  }
+  };
+  other_model("on the executor's transfer stream", simulate_transfer_stream(schedule.stages, costs, schedule.placement.kind));
+  other_model("as a data flow, transfers holding no stream", dataflow);
   // What the executor allocates: each chunk's pools grow to that chunk's peaks.
   for (int s = 0; s < p; ++s) {
     const StageSimulation& stage = simulation.stages[s];
