@@ -5,20 +5,20 @@ the schedule simulator's three predictions: a benchmark of issue 13's overlap fo
 a test (it takes minutes).
     tools/overlap_latency.py [--latencies-ms 0,20,50] [--rounds 3] [--steps 8] [--ranks 4]
                              [--dir DIR] [-- TRAIN OPTIONS...]
-First a run at latency 0 with --trace gives the mean F and B times (tools/trace_svg.py --summary),
-the costs of `./train --print-schedule --schedule-costs TF,TB/2,TB/2,LATENCY`, whose makespans are
-the predictions: one step at a time (transfers in the compute stream), the executor's two streams
-(groups in order on a transfer stream beside the computes), and the data flow (transfers that
-hold nothing, which one in-order stream of NCCL groups cannot reach). Then each round runs every
-latency in both modes, in turn (so that a change in the machine's load falls on both), each
-`CUDA_CPU_NCCL_LATENCY_US=N mpirun -np RANKS ./train --steps STEPS --val-every 0 --sample-every 0
---log ...`, its step time the median of its steps from the third on. Prints every run, then per
-latency and mode the median over the rounds and what the latency adds to it (against the same
-mode's latency 0), beside what the simulator predicts it adds, and whether the step with the
-transfer stream is nearer the transfer-stream prediction than the step without it. Default TRAIN OPTIONS:
---microbatches 8 (p = RANKS, 1F1B, the default model). The predictions cover the schedule only;
-the step's other NCCL operations (the tied embedding's sum, the norm's gather, the non-finite
-count) pay the latency too, about 3 x LATENCY in both modes.
+First a run at latency 0 with --trace gives the mean F, B (or I and W) times (tools/trace_svg.py
+--summary), the costs of `./train --print-schedule --schedule-costs TF,TI,TW,LATENCY` (TI = TW =
+TB/2 for a fused B), whose makespans are the predictions: one step at a time (transfers in the
+compute stream), the executor's two streams (groups in order on a transfer stream beside the
+computes), and the data flow (transfers that hold nothing, which one in-order stream of NCCL groups
+cannot reach). Then each round runs every latency in both modes, in turn (so that a change in the
+machine's load falls on both), each `CUDA_CPU_NCCL_LATENCY_US=N mpirun -np RANKS ./train --steps
+STEPS --val-every 0 --sample-every 0 --log ...`, its step time the median of its steps from the
+third on. Prints every run, then per latency and mode the median over the rounds and what the
+latency adds to it (against the same mode's latency 0), beside what the simulator predicts it adds,
+and whether the step with the transfer stream is nearer the transfer-stream prediction than the step
+without it. Default TRAIN OPTIONS: --microbatches 8 (p = RANKS, 1F1B, the default model). The
+predictions cover the schedule only; the step's other NCCL operations (the tied embedding's sum, the
+norm's gather, the non-finite count) pay the latency too, about 3 x LATENCY in both modes.
 """
 import argparse
 import json
@@ -60,16 +60,20 @@ def measured_costs(ranks, extra, directory):
     mpirun(ranks, ["--steps", "4", "--val-every", "0", "--sample-every", "0", "--trace", trace] + extra)
     summary = subprocess.run([sys.executable, os.path.join(HERE, "trace_svg.py"), trace, "--summary"],
                              stdout=subprocess.PIPE, text=True, check=True).stdout
-    means = dict(re.findall(r"\b(forward|backward) ([0-9.]+)", summary.splitlines()[-1]))
-    if "forward" not in means or "backward" not in means:
-        fail("the trace's summary has no mean forward and backward: " + summary)
-    return float(means["forward"]), float(means["backward"])
+    means = dict(re.findall(r"\b(forward|backward|input gradient|weight gradient) ([0-9.]+)", summary.splitlines()[-1]))
+    if "forward" not in means:
+        fail("the trace's summary has no mean forward: " + summary)
+    if "backward" in means:  # a fused B: taken as half I, half W
+        return float(means["forward"]), float(means["backward"]) / 2, float(means["backward"]) / 2
+    if "input gradient" in means and "weight gradient" in means:
+        return float(means["forward"]), float(means["input gradient"]), float(means["weight gradient"])
+    fail("the trace's summary has no mean backward, nor input and weight gradients: " + summary)
 
 
-def predicted_ms(ranks, extra, t_f, t_b, latency_ms):
+def predicted_ms(ranks, extra, t_f, t_i, t_w, latency_ms):
     """The simulator's makespans: one step at a time (groups in the compute stream), the executor's
     two streams, and the data flow (transfers that hold nothing)."""
-    costs = "%g,%g,%g,%g" % (t_f, t_b / 2, t_b / 2, latency_ms)
+    costs = "%g,%g,%g,%g" % (t_f, t_i, t_w, latency_ms)
     text = mpirun(ranks, ["--print-schedule", "--schedule-costs", costs] + extra)
     in_stream = re.search(r"predicted makespan ([0-9.]+) t_f", text)
     streamed = re.search(r"transfer stream.*makespan ([0-9.]+) t_f", text)
@@ -95,9 +99,9 @@ def main():
     extra = options.train or ["--microbatches", "8"]
     directory = options.dir or tempfile.mkdtemp(prefix="overlap_latency.")
     os.makedirs(directory, exist_ok=True)
-    t_f, t_b = measured_costs(options.ranks, extra, directory)
-    print("t_f %.2f ms, t_b %.2f ms (mean over the stages, latency 0, transfer stream)" % (t_f, t_b))
-    predicted = {latency: predicted_ms(options.ranks, extra, t_f, t_b, latency) for latency in latencies}
+    t_f, t_i, t_w = measured_costs(options.ranks, extra, directory)
+    print("t_f %.2f ms, t_i %.2f ms, t_w %.2f ms (mean over the stages, latency 0, transfer stream)" % (t_f, t_i, t_w))
+    predicted = {latency: predicted_ms(options.ranks, extra, t_f, t_i, t_w, latency) for latency in latencies}
     modes = {"transfer stream": {}, "compute stream": {"TRAIN_TRANSFERS_IN_COMPUTE_STREAM": "1"}}
     runs = {(latency, mode): [] for latency in latencies for mode in modes}
     for round_number in range(options.rounds):
