@@ -22,6 +22,7 @@ cd "$(dirname "$0")/.." || exit 2
 # change FILE. TESTS: runs separated by ';', each "[VAR=VALUE ...] BINARY FILTER [SECONDS]":
 #   unit, cpu       build/cpu/tests/unit_tests, cpu_tests
 #   mpi2/4/8        build/cpu/tests/mpi_tests under mpirun -np 2, 4 or 8
+#   cpumpi4         build/cpu/tests/cpu_mpi_tests (the CPU build's own MPI tests) under mpirun -np 4
 #   pytorch         tests/pytorch_check.py (our trainer against PyTorch)
 # FILTER is a gtest filter; SECONDS the run's time limit (default 300: a hang is caught by it).
 # A fault is caught when one of its runs fails: a non-zero exit status or a timeout. Faults
@@ -102,6 +103,12 @@ fault v-placement-is-the-ring pipeline/schedule.cpp \
 fault messages-lowered-after-their-consumer pipeline/lower_in_time_order.cpp \
   's/return std::make_tuple(time, is_compute, stage, index, sender);/return std::make_tuple(time, !is_compute, stage, index, sender);/' \
   'unit Schedule.*:Simulator.*'
+fault interleaved-forward-receives-before-use pipeline/schedule.cpp \
+  's/receives\[early ? \*previous + 1 : i\]/receives[early \&\& a.kind != ActionKind::forward ? *previous + 1 : i]/' \
+  'unit Schedule.*:Simulator.*; cpumpi4 TransferStream.*'
+fault transfer-stream-model-ignores-receives pipeline/simulate_transfer_stream.cpp \
+  's/start\[s\]\[c\] = std::max(compute_free\[s\], ended(s, waits\[s\]\[c\]));/start[s][c] = compute_free[s];/' \
+  'unit Simulator.*'
 
 # comm/. A transfer to the wrong neighbour never finds its receive: the run hangs, and its
 # time limit (60 s, the test takes about 5) is what catches it, as in make test.
@@ -120,8 +127,8 @@ fault mesh-ranks-in-the-other-order comm/mesh.cpp \
 
 # trainer/. The optimizer's faults change the single-stage reference as much as the pipeline,
 # so only an outside reference sees them: PyTorch's losses and gradient norms.
-fault clip-factor-doubled trainer/optimizer.cpp \
-  's/clip_factor(norm, settings.grad_clip)/clip_factor(norm, 2 * settings.grad_clip)/' \
+fault clip-factor-doubled kernels/adamw.cu \
+  's/clip_factor(value, grad_clip)/clip_factor(value, 2 * grad_clip)/' \
   'unit Trainer.*; pytorch *'
 fault tied-embedding-head-share-dropped trainer/trainer.cpp \
   '/if (head) sum_tied_embedding_gradient/d' \
@@ -140,7 +147,7 @@ fault warmup-one-step-ahead trainer/lr_schedule.cpp \
 # element's index in llm.c's layout (every layout must round alike), rounding to nearest instead,
 # and a resumed run that keeps the rounded parameters instead of its saved master weights.
 fault bf16-rounding-by-the-stage-offset trainer/optimizer.cpp \
-  's/{key, r.full_offset}, stream);/{key, r.offset}, stream);/' \
+  's/table.push_back({r.offset, r.count, r.full_offset,/table.push_back({r.offset, r.count, r.offset,/' \
   'mpi4 PipelineLayouts.Bf16GivesTheSingleStageBf16Run'
 fault bf16-rounding-to-nearest kernels/adamw.cu \
   's/return round_stochastically(p, rounding_bits(rounding.key, rounding.first_index + i));/return __float2bfloat16(p);/' \
@@ -170,6 +177,7 @@ target_of() {
   case "$1" in
     unit) echo build/cpu/tests/unit_tests ;;
     cpu) echo build/cpu/tests/cpu_tests ;;
+    cpumpi[0-9]*) echo build/cpu/tests/cpu_mpi_tests ;;
     mpi[0-9]*) echo build/cpu/tests/mpi_tests ;;
     pytorch) echo build/cpu/tools/reference_run ;;
     *) echo "mutation_check: unknown binary '$1' in a test run" >&2; return 1 ;;
@@ -235,6 +243,7 @@ execute() {
   case "$run_binary" in
     unit) command=(build/cpu/tests/unit_tests "--gtest_filter=$run_filter") ;;
     cpu) command=(build/cpu/tests/cpu_tests "--gtest_filter=$run_filter") ;;
+    cpumpi*) command=("${MPIRUN:-mpirun}" -np "${run_binary#cpumpi}" build/cpu/tests/cpu_mpi_tests "--gtest_filter=$run_filter") ;;
     mpi*) command=("${MPIRUN:-mpirun}" -np "${run_binary#mpi}" build/cpu/tests/mpi_tests "--gtest_filter=$run_filter") ;;
     pytorch) command=(/usr/bin/python3 tests/pytorch_check.py "--gtest_filter=$run_filter") ;;
   esac
