@@ -84,8 +84,8 @@ Simulation simulate_transfer_stream(const std::vector<StageSchedule>& stages, co
     const StageSchedule& steps = stages[s];
     size_t& c = next_compute[s];
     while (c < steps.size() && !is_compute(steps[c])) c++;
-    if (c < steps.size() && ended(s, waits[s][c]) >= 0) {
-      start[s][c] = std::max(compute_free[s], ended(s, waits[s][c]));
+    if (const double input = c < steps.size() ? ended(s, waits[s][c]) : -1; input >= 0) {
+      start[s][c] = std::max(compute_free[s], input);
       end[s][c] = compute_free[s] = start[s][c] + cost_of(steps[c][0], costs);
       c++;
       return true;
@@ -94,8 +94,9 @@ Simulation simulate_transfer_stream(const std::vector<StageSchedule>& stages, co
     while (g < steps.size() && is_compute(steps[g])) g++;
     if (g == steps.size()) return false;
     if (start[s][g] < 0) {
-      if (ended(s, waits[s][g]) < 0) return false;
-      start[s][g] = std::max(transfer_free[s], ended(s, waits[s][g]));
+      const double data = ended(s, waits[s][g]);
+      if (data < 0) return false;
+      start[s][g] = std::max(transfer_free[s], data);
     }
     double completion = start[s][g];
     for (const auto& [peer, step] : peers[s][g]) {

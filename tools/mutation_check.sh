@@ -107,7 +107,7 @@ fault interleaved-forward-receives-before-use pipeline/schedule.cpp \
   's/receives\[early ? \*previous + 1 : i\]/receives[early \&\& a.kind != ActionKind::forward ? *previous + 1 : i]/' \
   'unit Schedule.*:Simulator.*; cpumpi4 TransferStream.*'
 fault transfer-stream-model-ignores-receives pipeline/simulate_transfer_stream.cpp \
-  's/start\[s\]\[c\] = std::max(compute_free\[s\], ended(s, waits\[s\]\[c\]));/start[s][c] = compute_free[s];/' \
+  's/start\[s\]\[c\] = std::max(compute_free\[s\], input);/start[s][c] = compute_free[s];/' \
   'unit Simulator.*'
 
 # comm/. A transfer to the wrong neighbour never finds its receive: the run hangs, and its
