@@ -53,6 +53,16 @@ Measured run_with_latency(const Case& c, bool serial) {
   return measured;
 }
 
+// Case c run both ways; the losses must be the same bits.
+struct BothWays {
+  Measured overlapped, serial;
+};
+BothWays run_both_ways(const Case& c) {
+  BothWays runs{run_with_latency(c, false), run_with_latency(c, true)};
+  EXPECT_EQ(runs.overlapped.losses, runs.serial.losses);
+  return runs;
+}
+
 size_t index_of(const StageSchedule& schedule, const std::string& text) {
   for (size_t i = 0; i < schedule.size(); ++i)
     if (to_text(schedule[i]) == text) return i;
@@ -66,10 +76,8 @@ size_t index_of(const StageSchedule& schedule, const std::string& text) {
 // own stream F1 has ended while sF0's group still waits out its latency; in the compute stream
 // F1 cannot start before that group ends. The losses are the same bits either way.
 TEST(TransferStream, AComputeEndsWhileTheSendBeforeItIsInFlight) {
-  const Case c{1, 4, ScheduleKind::one_f_one_b, 1, false, 4, 4};  // one layer a stage
-  const Measured overlapped = run_with_latency(c, false);
-  const Measured serial = run_with_latency(c, true);
-  EXPECT_EQ(overlapped.losses, serial.losses);
+  // One layer a stage.
+  const auto [overlapped, serial] = run_both_ways(Case{1, 4, ScheduleKind::one_f_one_b, 1, false, 4, 4});
   if (rank_in_world() != 0) return;
   const size_t send = index_of(overlapped.schedule, "sF0"), forward = index_of(overlapped.schedule, "F1");
   ASSERT_LT(send, forward);
@@ -93,10 +101,8 @@ TEST(TransferStream, AComputeEndsWhileTheSendBeforeItIsInFlight) {
 // B runs (posted before B ends, completed after B starts); in the compute stream it ends before B
 // starts.
 TEST(TransferStream, AnInterleavedReceiveIsInFlightWhileTheComputeBeforeItsUseRuns) {
-  const Case c{1, 4, ScheduleKind::interleaved, 2, false, 8, 8};  // one layer a chunk
-  const Measured overlapped = run_with_latency(c, false);
-  const Measured serial = run_with_latency(c, true);
-  EXPECT_EQ(overlapped.losses, serial.losses);
+  // One layer a chunk.
+  const auto [overlapped, serial] = run_both_ways(Case{1, 4, ScheduleKind::interleaved, 2, false, 8, 8});
   if (rank_in_world() != 0) return;
   const StageSchedule& steps = overlapped.schedule;
   size_t group = 0, before = 0, forward = 0;  // the receive's group, B, Fx
