@@ -22,7 +22,6 @@ cd "$(dirname "$0")/.." || exit 2
 # change FILE. TESTS: runs separated by ';', each "[VAR=VALUE ...] BINARY FILTER [SECONDS]":
 #   unit, cpu       build/cpu/tests/unit_tests, cpu_tests
 #   mpi2/4/8        build/cpu/tests/mpi_tests under mpirun -np 2, 4 or 8
-#   cpumpi4         build/cpu/tests/cpu_mpi_tests (the CPU build's own MPI tests) under mpirun -np 4
 #   pytorch         tests/pytorch_check.py (our trainer against PyTorch)
 # FILTER is a gtest filter; SECONDS the run's time limit (default 300: a hang is caught by it).
 # A fault is caught when one of its runs fails: a non-zero exit status or a timeout. Faults
@@ -105,7 +104,7 @@ fault messages-lowered-after-their-consumer pipeline/lower_in_time_order.cpp \
   'unit Schedule.*:Simulator.*'
 fault interleaved-forward-receives-before-use pipeline/schedule.cpp \
   's/receives\[early ? \*previous + 1 : i\]/receives[early \&\& a.kind != ActionKind::forward ? *previous + 1 : i]/' \
-  'unit Schedule.*:Simulator.*; cpumpi4 TransferStream.*'
+  'unit Schedule.*:Simulator.*'
 fault transfer-stream-model-ignores-receives pipeline/simulate_transfer_stream.cpp \
   's/start\[s\]\[c\] = std::max(compute_free\[s\], input);/start[s][c] = compute_free[s];/' \
   'unit Simulator.*'
@@ -177,7 +176,6 @@ target_of() {
   case "$1" in
     unit) echo build/cpu/tests/unit_tests ;;
     cpu) echo build/cpu/tests/cpu_tests ;;
-    cpumpi[0-9]*) echo build/cpu/tests/cpu_mpi_tests ;;
     mpi[0-9]*) echo build/cpu/tests/mpi_tests ;;
     pytorch) echo build/cpu/tools/reference_run ;;
     *) echo "mutation_check: unknown binary '$1' in a test run" >&2; return 1 ;;
@@ -243,7 +241,6 @@ execute() {
   case "$run_binary" in
     unit) command=(build/cpu/tests/unit_tests "--gtest_filter=$run_filter") ;;
     cpu) command=(build/cpu/tests/cpu_tests "--gtest_filter=$run_filter") ;;
-    cpumpi*) command=("${MPIRUN:-mpirun}" -np "${run_binary#cpumpi}" build/cpu/tests/cpu_mpi_tests "--gtest_filter=$run_filter") ;;
     mpi*) command=("${MPIRUN:-mpirun}" -np "${run_binary#mpi}" build/cpu/tests/mpi_tests "--gtest_filter=$run_filter") ;;
     pytorch) command=(/usr/bin/python3 tests/pytorch_check.py "--gtest_filter=$run_filter") ;;
   esac
