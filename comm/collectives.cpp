@@ -12,13 +12,17 @@
 void allreduce_data_parallel_gradients(const CommGroups& groups, void* gradients, size_t count, ncclDataType_t type,
                                        cudaStream_t stream) {
   if (groups.mesh.dp == 1) return;
-  NCCL_CHECK(ncclAllReduce(gradients, gradients, count, type, ncclSum, groups.data_parallel, stream));
+  issue_in_order(*groups.order, groups.data_parallel, stream, [&] {
+    NCCL_CHECK(ncclAllReduce(gradients, gradients, count, type, ncclSum, groups.data_parallel, stream));
+  });
 }
 
 void allreduce_tied_embedding_gradient(const CommGroups& groups, void* grad_wte, size_t count, ncclDataType_t type,
                                        cudaStream_t stream) {
   if (groups.embedding == nullptr) return;
-  NCCL_CHECK(ncclAllReduce(grad_wte, grad_wte, count, type, ncclSum, groups.embedding, stream));
+  issue_in_order(*groups.order, groups.embedding, stream, [&] {
+    NCCL_CHECK(ncclAllReduce(grad_wte, grad_wte, count, type, ncclSum, groups.embedding, stream));
+  });
 }
 
 static_assert(kFcprojb - kLn1w + 1 == kNormSlotsPerLayer, "a slot per per-layer tensor");
@@ -53,8 +57,10 @@ ncclDataType_t nccl_type(double*) { return ncclFloat64; }
 }  // namespace
 
 void allreduce_world_sum(const CommGroups& groups, double* values, size_t count, cudaStream_t stream) {
-  if (groups.mesh.world_size > 1)
+  if (groups.mesh.world_size == 1) return;
+  issue_in_order(*groups.order, groups.world, stream, [&] {
     NCCL_CHECK(ncclAllReduce(values, values, count, ncclDouble, ncclSum, groups.world, stream));
+  });
 }
 
 template <typename S>
@@ -66,7 +72,9 @@ void gather_layer_norm_partials(const CommGroups& groups, S* partials, size_t nu
   CUDA_CHECK(cudaMemsetAsync(partials, 0, own.first * sizeof(S), stream));
   CUDA_CHECK(cudaMemsetAsync(partials + own.end, 0, (num_slots - own.end) * sizeof(S), stream));
   if (groups.mesh.pp > 1)
-    NCCL_CHECK(ncclAllReduce(partials, partials, num_slots, nccl_type(partials), ncclSum, groups.pipeline, stream));
+    issue_in_order(*groups.order, groups.pipeline, stream, [&] {
+      NCCL_CHECK(ncclAllReduce(partials, partials, num_slots, nccl_type(partials), ncclSum, groups.pipeline, stream));
+    });
   sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);
 }
 

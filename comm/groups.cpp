@@ -6,7 +6,7 @@
 #include "comm/nccl_check.cuh"
 
 CommGroups create_comm_groups(const Mesh& mesh) {
-  CommGroups groups{mesh, nullptr, nullptr, nullptr, nullptr};
+  CommGroups groups{mesh, nullptr, nullptr, nullptr, nullptr, std::make_shared<NcclOrder>(create_nccl_order())};
   ncclUniqueId id;
   if (mesh.world_rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -29,13 +29,17 @@ void destroy_comm_groups(CommGroups& groups) {
     if (*comm != nullptr) NCCL_CHECK(ncclCommDestroy(*comm));
     *comm = nullptr;
   }
+  if (groups.order) destroy_nccl_order(*groups.order);
 }
 
 void abort_comm_groups(CommGroups& groups) {
-  for (ncclComm_t* comm : {&groups.embedding, &groups.data_parallel, &groups.pipeline, &groups.world}) {
-    // Not checked: this is already the way out of an error, and an abort that fails changes
-    // nothing in what follows (the job is aborted next).
-    if (*comm != nullptr) ncclCommAbort(*comm);
+  // Not checked: this is already the way out of an error, and an abort that fails changes
+  // nothing in what follows (the job is aborted next). The order's events stay: the device
+  // may still be using them.
+  const ncclComm_t running = groups.order ? communicator_in_flight(*groups.order) : nullptr;
+  if (running != nullptr) ncclCommAbort(running);
+  for (ncclComm_t* comm : {&groups.pipeline, &groups.data_parallel, &groups.embedding, &groups.world}) {
+    if (*comm != nullptr && *comm != running) ncclCommAbort(*comm);
     *comm = nullptr;
   }
 }

@@ -4,7 +4,10 @@
 #pragma once
 #include <nccl.h>
 
+#include <memory>
+
 #include "comm/mesh.h"
+#include "comm/nccl_order.h"
 
 struct CommGroups {
   Mesh mesh;
@@ -16,6 +19,9 @@ struct CommGroups {
   // stage, rank 1 = the last. nullptr on the middle stages, and on every rank when pp == 1,
   // where the one stage holds both uses and needs no communication for them.
   ncclComm_t embedding;
+  // Every NCCL operation of this rank, on any of them, in the order issued (comm/nccl_order.h);
+  // shared by the copies of the groups that the trainer and the executor hold.
+  std::shared_ptr<NcclOrder> order;
 };
 
 // Collective over MPI_COMM_WORLD: every rank calls it, with the mesh of the same layout.
@@ -28,7 +34,11 @@ CommGroups create_comm_groups(const Mesh& mesh);
 // Destroys every communicator of groups and nulls them; every rank calls it, as for creation.
 void destroy_comm_groups(CommGroups& groups);
 
-// The same on an error, by this rank alone: ncclCommAbort aborts the operations still running
-// on the device and returns without waiting for peers (ncclCommDestroy waits for every operation
-// to complete, which a failed peer never lets happen). Leaves the communicators null.
+// The same on an error, by this rank alone and on the thread that issues its NCCL calls (NCCL's
+// "Thread safety": a blocking communicator takes no call from two threads at once). ncclCommAbort
+// aborts the communicator's operations without waiting for peers (ncclCommDestroy waits for every
+// operation to complete, which a failed peer never lets happen), but its clean-up waits for the
+// device, so for any other communicator's operation already running there. So the communicator of
+// the operation the device runs (comm/nccl_order.h) goes first, then the others. Leaves the
+// communicators null.
 void abort_comm_groups(CommGroups& groups);

@@ -23,10 +23,12 @@ void require_neighbours(const CommGroups& groups, const char* function) {
 void exchange(const CommGroups& groups, const char* function, const void* send, void* receive, int peer,
               size_t count, ncclDataType_t type, cudaStream_t stream) {
   require_neighbours(groups, function);
-  NCCL_CHECK(ncclGroupStart());
-  if (send != nullptr) NCCL_CHECK(ncclSend(send, count, type, peer, groups.pipeline, stream));
-  if (receive != nullptr) NCCL_CHECK(ncclRecv(receive, count, type, peer, groups.pipeline, stream));
-  NCCL_CHECK(ncclGroupEnd());
+  issue_in_order(*groups.order, groups.pipeline, stream, [&] {
+    NCCL_CHECK(ncclGroupStart());
+    if (send != nullptr) NCCL_CHECK(ncclSend(send, count, type, peer, groups.pipeline, stream));
+    if (receive != nullptr) NCCL_CHECK(ncclRecv(receive, count, type, peer, groups.pipeline, stream));
+    NCCL_CHECK(ncclGroupEnd());
+  });
 }
 
 }  // namespace
@@ -66,14 +68,16 @@ void exchange_group(const CommGroups& groups, const Transfer* transfers, size_t 
                     cudaStream_t stream) {
   require_neighbours(groups, "exchange_group");
   const int next = next_in_ring(groups.mesh), previous = previous_in_ring(groups.mesh);
-  NCCL_CHECK(ncclGroupStart());
-  for (size_t i = 0; i < num_transfers; ++i) {
-    const Transfer& t = transfers[i];
-    const int peer = t.with_next ? next : previous;
-    if (t.send) NCCL_CHECK(ncclSend(t.buffer, t.count, type, peer, groups.pipeline, stream));
-    else NCCL_CHECK(ncclRecv(t.buffer, t.count, type, peer, groups.pipeline, stream));
-  }
-  NCCL_CHECK(ncclGroupEnd());
+  issue_in_order(*groups.order, groups.pipeline, stream, [&] {
+    NCCL_CHECK(ncclGroupStart());
+    for (size_t i = 0; i < num_transfers; ++i) {
+      const Transfer& t = transfers[i];
+      const int peer = t.with_next ? next : previous;
+      if (t.send) NCCL_CHECK(ncclSend(t.buffer, t.count, type, peer, groups.pipeline, stream));
+      else NCCL_CHECK(ncclRecv(t.buffer, t.count, type, peer, groups.pipeline, stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  });
 }
 
 void warm_up_neighbours(const CommGroups& groups, cudaStream_t stream) {
@@ -84,14 +88,16 @@ void warm_up_neighbours(const CommGroups& groups, cudaStream_t stream) {
   const bool two_neighbours = next != previous;
   int* device = device_alloc<int>(3);  // (3) this rank's stage, then what the next and the previous stage sent
   CUDA_CHECK(cudaMemcpyAsync(device, &mesh.pp_rank, sizeof(int), cudaMemcpyHostToDevice, stream));
-  NCCL_CHECK(ncclGroupStart());
-  NCCL_CHECK(ncclSend(device, 1, ncclInt32, next, groups.pipeline, stream));
-  NCCL_CHECK(ncclRecv(device + 1, 1, ncclInt32, next, groups.pipeline, stream));
-  if (two_neighbours) {
-    NCCL_CHECK(ncclSend(device, 1, ncclInt32, previous, groups.pipeline, stream));
-    NCCL_CHECK(ncclRecv(device + 2, 1, ncclInt32, previous, groups.pipeline, stream));
-  }
-  NCCL_CHECK(ncclGroupEnd());
+  issue_in_order(*groups.order, groups.pipeline, stream, [&] {
+    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(ncclSend(device, 1, ncclInt32, next, groups.pipeline, stream));
+    NCCL_CHECK(ncclRecv(device + 1, 1, ncclInt32, next, groups.pipeline, stream));
+    if (two_neighbours) {
+      NCCL_CHECK(ncclSend(device, 1, ncclInt32, previous, groups.pipeline, stream));
+      NCCL_CHECK(ncclRecv(device + 2, 1, ncclInt32, previous, groups.pipeline, stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  });
   int received[3] = {};
   CUDA_CHECK(cudaMemcpyAsync(received, device, sizeof(received), cudaMemcpyDeviceToHost, stream));
   CUDA_CHECK(cudaStreamSynchronize(stream));

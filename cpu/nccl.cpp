@@ -34,6 +34,7 @@
 #include "cpu/call_counts.h"
 #include "cpu/memory.h"
 #include "cpu/nccl_check.h"
+#include "cpu/nccl_device.h"
 #include "cpu/runtime_state.h"
 #include "cpu/settings.h"
 #include "cpu/streams.h"
@@ -343,6 +344,16 @@ ncclResult_t queue_collected() {
   for (ncclComm_t comm : comms) change_in_flight(comm, +1);
   const char* name = calls.size() == 1 ? calls.front().function : "ncclGroupEnd";
   cpu::enqueue(stream, name, [calls = std::move(calls), comms] {
+    const int device = comms.front()->device;
+    const std::vector<const void*> keys(comms.begin(), comms.end());
+    const auto aborted = [&comms] {
+      return std::any_of(comms.begin(), comms.end(), [](ncclComm_t c) { return c->aborted.load(); });
+    };
+    if (!cpu::begin_nccl_operation(device, keys, aborted)) {
+      cpu::set_sticky_error(cudaErrorLaunchFailure);  // aborted while waiting its turn (CUDA_CPU_NCCL_SERIAL)
+      for (ncclComm_t comm : comms) change_in_flight(comm, -1);
+      return;
+    }
     auto staging = std::make_unique<Staging>();
     std::vector<MPI_Request> requests;
     requests.reserve(calls.size());
@@ -353,14 +364,14 @@ ncclResult_t queue_collected() {
     } else {
       // Aborted: the stream's work fails, as a GPU's kernels would. A mismatch failed the
       // communicators instead (ncclCommGetAsyncError), as NCCL reports its errors.
-      if (std::any_of(comms.begin(), comms.end(), [](ncclComm_t c) { return c->aborted.load(); }))
-        cpu::set_sticky_error(cudaErrorLaunchFailure);
+      if (aborted()) cpu::set_sticky_error(cudaErrorLaunchFailure);
       // The requests stay pending until the process ends (an abort): their buffers must too.
       static std::mutex abandoned_mutex;
       static std::vector<std::unique_ptr<Staging>> abandoned;
       std::lock_guard<std::mutex> lock(abandoned_mutex);
       abandoned.push_back(std::move(staging));
     }
+    cpu::end_nccl_operation(device, keys);
     for (ncclComm_t comm : comms) change_in_flight(comm, -1);
   });
   return ncclSuccess;
@@ -519,11 +530,17 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   return ncclSuccess;
 }
 
-// Queued work stops waiting for its peers and fails (a sticky error, as a GPU's kernels would),
-// and nothing waits: the communicator, its MPI communicators (whose contexts so stay out of
-// later communicators' reach) and its pending MPI requests are left to the process's end.
+// Queued work stops waiting for its peers and fails (a sticky error, as a GPU's kernels would).
+// Then, as NCCL's clean-up synchronises the device, the abort waits for the operations of the
+// device's other communicators that have begun (cpu/nccl_device.h): one stuck on a peer that
+// never comes blocks it for ever, as on a GPU, so a caller aborts that communicator first. The
+// communicator, its MPI communicators (whose contexts so stay out of later communicators' reach)
+// and its pending MPI requests are left to the process's end.
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  if (comm != nullptr) comm->aborted = true;
+  if (comm == nullptr) return ncclSuccess;
+  comm->aborted = true;
+  cpu::wake_nccl_waiters(comm->device);
+  cpu::wait_for_other_communicators(comm->device, comm);
   return ncclSuccess;
 }
 

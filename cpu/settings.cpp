@@ -69,6 +69,7 @@ Settings read_settings() {
   s.strict_memory = read_number("CUDA_CPU_STRICT_MEMORY", 0, 0) != 0;
   s.stream_delay_us = int(read_number("CUDA_CPU_STREAM_DELAY_US", 0, 0));
   s.nccl_check = read_number("CUDA_CPU_NCCL_CHECK", 0, 0) != 0;
+  s.nccl_serial = read_number("CUDA_CPU_NCCL_SERIAL", 0, 0) != 0;
   s.nccl_latency_us = int(read_number("CUDA_CPU_NCCL_LATENCY_US", 0, 0));
   return s;
 }

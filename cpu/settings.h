@@ -30,6 +30,9 @@
 //                          exchanges data (cpu/nccl_check.h): a mismatched count, type, reduction,
 //                          root or operation fails the communicator naming both ranks' calls,
 //                          instead of hanging or exchanging garbage. For communicators made with it on.
+//   CUDA_CPU_NCCL_SERIAL   1: a device runs one NCCL operation at a time, in the order they start
+//                          (cpu/nccl_device.h), as a GPU may: ranks that start operations of two
+//                          communicators in different orders deadlock, as they may on a GPU.
 //   CUDA_CPU_NCCL_LATENCY_US  each NCCL operation (a call, or a group as one) completes this long
 //                          after its data has arrived (default 0): a network's latency, on the
 //                          operation's stream, whose worker sleeps (no core held).
@@ -54,6 +57,7 @@ struct Settings {
   bool strict_memory = false;
   int stream_delay_us = 0;
   bool nccl_check = false;
+  bool nccl_serial = false;
   int nccl_latency_us = 0;
 };
 
