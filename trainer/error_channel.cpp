@@ -118,11 +118,16 @@ void close_error_channel(ErrorChannel* channel) {
 
 void fail_run(ErrorChannel* channel, const std::string& line, const std::function<void()>& before_abort) {
   // Rank 0 too sends its line to its own listener, which prints it with any other rank's.
-  // The send is never waited for: rank 0 may be dead. The grace period is the wait.
+  // The send is never waited for: rank 0 may be dead. The grace period is the wait, counted on
+  // a thread of its own: before_abort (aborting communicators) may block on a GPU, whose abort
+  // waits for the device, and must not keep the job from ending.
   MPI_Request request;
   MPI_Isend(line.data(), int(std::min<size_t>(line.size(), kMessageBytes)), MPI_CHAR, 0, kFailureTag, channel->comm,
             &request);
+  std::thread([channel, line] {
+    std::this_thread::sleep_for(kGracePeriod);
+    print_and_abort(channel, line);
+  }).detach();
   if (before_abort) before_abort();
-  std::this_thread::sleep_for(kGracePeriod);
-  print_and_abort(channel, line);
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }

@@ -7,8 +7,11 @@
 // stopped rank's neighbours fire together, trainer/watchdog.h), then calls MPI_Abort, which ends
 // every process wherever it waits.
 //
-//   rank 2: throws  -> aborts its NCCL communicators (trainer/run.cpp) -> fail_run: sends the line
+//   rank 2: throws  -> fail_run: sends the line -> aborts its NCCL communicators (comm/groups.h)
 //   rank 0: listener receives it -> prints "train: error: rank 2 (...) failed: ..." -> MPI_Abort
+//
+// The line goes first: an abort may block (on a GPU it waits for the device, so for any other
+// communicator's operation still spinning there), and nothing may keep the line from rank 0.
 //
 // If rank 0 does not act (it died, or its listener cannot run), the failing rank prints the line
 // itself and aborts the job after a grace period (error_channel.cpp says why it is that long).
@@ -28,9 +31,9 @@ ErrorChannel* open_error_channel();
 void close_error_channel(ErrorChannel* channel);
 
 // Ends the job with message (one line, or a few: a watchdog's report; no final newline; at most
-// 4000 characters are sent) printed to stderr once, by world rank 0's listener if it can. Called by the rank
-// that failed; never returns. before_abort, when given, runs once the message is on its way to
-// rank 0 (or printed, on rank 0), before the job is aborted: the watchdog aborts its
-// communicators there, so that the errors this makes on the main thread come after its report.
+// 4000 characters are sent) printed to stderr once, by world rank 0's listener if it can. Called
+// by the rank that failed; never returns. before_abort, when given, runs on the calling thread
+// once the message is on its way to rank 0: the main thread aborts its communicators there. The
+// grace period runs meanwhile on a thread of its own, so an abort that blocks cannot hold the job.
 [[noreturn]] void fail_run(ErrorChannel* channel, const std::string& message,
                            const std::function<void()>& before_abort = {});

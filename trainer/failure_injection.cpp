@@ -12,14 +12,33 @@
 #include "kernels/cuda_check.cuh"
 #include "model/parameters.h"
 
-void fail_if_injected(int world_rank, int t) {
+namespace {
+
+const char* point_name(FailurePoint point) {
+  switch (point) {
+    case FailurePoint::step_start: return "start";
+    case FailurePoint::schedule_queued: return "transfers";
+    case FailurePoint::data_parallel_sum: return "data-parallel-sum";
+  }
+  return "";
+}
+
+}  // namespace
+
+void fail_if_injected(int world_rank, int t, FailurePoint point) {
   const char* setting = std::getenv("TRAIN_TEST_FAIL");
   if (setting == nullptr) return;
   int rank = -1, step = -1, length = 0;
-  if (std::sscanf(setting, "rank=%d,step=%d%n", &rank, &step, &length) != 2 || setting[length] != '\0')
-    throw std::runtime_error("TRAIN_TEST_FAIL=" + std::string(setting) + ": expected rank=R,step=S");
-  if (rank == world_rank && step == t)
-    throw std::runtime_error("TRAIN_TEST_FAIL: the failure injected in step " + std::to_string(t));
+  char during[32] = "start";
+  const int read = std::sscanf(setting, "rank=%d,step=%d%n,during=%31[a-z-]%n", &rank, &step, &length, during, &length);
+  const bool known = std::string(during) == "start" || std::string(during) == "transfers" ||
+                     std::string(during) == "data-parallel-sum";
+  if (read < 2 || setting[length] != '\0' || !known)
+    throw std::runtime_error("TRAIN_TEST_FAIL=" + std::string(setting) +
+                             ": expected rank=R,step=S[,during=start|transfers|data-parallel-sum]");
+  if (rank == world_rank && step == t && std::string(during) == point_name(point))
+    throw std::runtime_error("TRAIN_TEST_FAIL: the failure injected in step " + std::to_string(t) +
+                             (point == FailurePoint::step_start ? "" : std::string(" during its ") + during));
 }
 
 template <typename Element>

@@ -1,10 +1,14 @@
 // Test only: failures on demand, set by environment variables that no real run sets (unset, they
 // do nothing).
 //
-// TRAIN_TEST_FAIL="rank=R,step=S" checks that a rank failing in the middle of a step ends the
-// whole job quickly and says so (tests/train_failure_test.py): world rank R throws in optimizer
-// step S, after the step has begun on the device and before the stage's first transfer, so that
-// its pipeline neighbours wait in transfers that never come.
+// TRAIN_TEST_FAIL="rank=R,step=S[,during=P]" checks that a rank failing in the middle of a step
+// ends the whole job quickly and says so (tests/train_failure_test.py): world rank R throws in
+// optimizer step S at point P: start (the default), after the step has begun on the device and
+// before the stage's first transfer, so that its pipeline neighbours wait in transfers that never
+// come; transfers, once the step's schedule is queued, its transfer groups in flight on the device;
+// data-parallel-sum, once the step's first gradient bucket is queued (dp > 1), its all-reduce in
+// flight. In the last two the rank has NCCL operations running when it aborts its communicators
+// (comm/groups.h), after its report (trainer/error_channel.h).
 //
 // TRAIN_TEST_NAN="rank=R,step=S,tensor=NAME,layer=L" checks the non-finite guard
 // (tests/train_guard_test.py): world rank R writes a NaN into the first element of its gradient
@@ -16,9 +20,11 @@
 
 #include "model/parameter_layout.h"
 
-// Throws std::runtime_error when TRAIN_TEST_FAIL names this rank and step (t = 1, 2, ...), or is
-// not of the form rank=R,step=S.
-void fail_if_injected(int world_rank, int t);
+enum class FailurePoint { step_start, schedule_queued, data_parallel_sum };
+
+// Throws std::runtime_error when TRAIN_TEST_FAIL names this rank, step (t = 1, 2, ...) and point,
+// or is not of the form above.
+void fail_if_injected(int world_rank, int t, FailurePoint point = FailurePoint::step_start);
 
 // Writes the NaN when TRAIN_TEST_NAN names this rank and step (gradients: the stage allocation of
 // layout, on the device). Throws std::runtime_error when it is malformed or names a tensor the

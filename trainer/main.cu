@@ -69,15 +69,15 @@ int train(int argc, char** argv) {
     return result.exit_status;
   }
   ErrorChannel* channel = open_error_channel();
-  const StuckHandler on_stuck = [channel](const std::string& report, const std::function<void()>& abort_communicators) {
+  const FailureHandler on_failure = [channel](const std::string& report,
+                                              const std::function<void()>& abort_communicators) {
     fail_run(channel, report, abort_communicators);
   };
   try {
-    result = run_training(setup, out, on_stuck);
+    result = run_training(setup, out, on_failure);
   } catch (const std::exception& error) {
-    const Mesh& mesh = setup.mesh;
-    fail_run(channel, "train: error: rank " + std::to_string(world.rank) + " (stage " + std::to_string(mesh.pp_rank) +
-                          ", replica " + std::to_string(mesh.dp_rank) + ") failed: " + error.what());
+    // Before the communicators exist (run_training's own failures went to on_failure).
+    fail_run(channel, rank_failure_line(setup.mesh, error.what()));
   }
   close_error_channel(channel);
   // Every rank stopped after the same step with the same status (trainer/run.h).

@@ -1,7 +1,6 @@
 // One training run on one rank of the mesh (trainer/run.h).
 #include "trainer/run.h"
 
-#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdarg>
@@ -261,11 +260,11 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
   return result;
 }
 
-// The trainer of the run's element type, its watchdog and its steps. An error is passed on after
-// the watchdog has stopped and the communicators are aborted (run_training says why).
+// The trainer of the run's element type, its watchdog and its steps. An error goes to fail (with
+// the watchdog stopped first, so that only this thread touches the communicators).
 template <typename Element>
 RunResult train_with(const RunSetup& setup, const CommGroups& groups, RunFiles& files,
-                     const std::function<void()>& abort_communicators,
+                     const std::function<void(const std::string&)>& fail,
                      const std::function<void(const std::string&)>& stuck, std::FILE* out) {
   const Mesh& mesh = setup.mesh;
   Trainer<Element> trainer;
@@ -279,14 +278,14 @@ RunResult train_with(const RunSetup& setup, const CommGroups& groups, RunFiles& 
       watchdog = start_watchdog(setup.options.timeout, {mesh.world_rank, mesh.pp_rank, mesh.dp_rank},
                                 trainer.executor, activity, stuck);
     result = run_steps(setup, trainer, files, activity, out);
-  } catch (...) {
+  } catch (const std::exception& error) {
     // This rank's error, perhaps its alone, while its peers wait on it in a transfer. Its
-    // communicators are aborted, not destroyed: a destroy would wait for those peers. Its device
-    // memory is left allocated on purpose: on a GPU, cudaFree synchronises the device, which
-    // waits for every receive already queued on its stream, and the peer that should send may
-    // never come. The process ends next (trainer/main.cu), which frees it all.
+    // communicators are aborted after the report, not destroyed: a destroy would wait for those
+    // peers. Its device memory is left allocated on purpose: on a GPU, cudaFree synchronises the
+    // device, which waits for every receive already queued on its stream, and the peer that
+    // should send may never come. The job ends next, which frees it all.
     stop_watchdog(watchdog);
-    abort_communicators();
+    fail(error.what());
     throw;
   }
   stop_watchdog(watchdog);
@@ -386,7 +385,12 @@ std::string predicted_timeline_json(const RunSetup& setup) {
   return chrome_trace_json(timeline);
 }
 
-RunResult run_training(const RunSetup& setup, std::FILE* out, const StuckHandler& on_stuck) {
+std::string rank_failure_line(const Mesh& mesh, const std::string& what) {
+  return "train: error: rank " + std::to_string(mesh.world_rank) + " (stage " + std::to_string(mesh.pp_rank) +
+         ", replica " + std::to_string(mesh.dp_rank) + ") failed: " + what;
+}
+
+RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandler& on_failure) {
   const GPTConfig& config = setup.start.config;
   const TrainOptions& options = setup.options;
   const Mesh& mesh = setup.mesh;
@@ -411,21 +415,19 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const StuckHandler
         layers_text(setup.virtual_stages[vs]).c_str());
 
   CommGroups groups = create_world_groups(mesh);
-  // The watchdog's thread and this one may both come to abort them.
-  std::atomic_flag communicators_aborted;
-  const std::function<void()> abort_communicators = [&] {
-    if (!communicators_aborted.test_and_set()) abort_world_groups(groups);
-  };
+  // On the watchdog's thread: report, and nothing that touches the communicators.
   const std::function<void(const std::string&)> stuck = [&](const std::string& report) {
-    if (on_stuck) on_stuck(report, abort_communicators);
+    if (on_failure) on_failure(report, {});
     std::fprintf(stderr, "%s\n", report.c_str());
     std::fflush(stderr);
-    abort_communicators();
     std::_Exit(1);
   };
-  const RunResult result =
-      is_bf16(setup) ? train_with<__nv_bfloat16>(setup, groups, files, abort_communicators, stuck, out)
-                     : train_with<float>(setup, groups, files, abort_communicators, stuck, out);
+  // On this thread, the one that issues every NCCL call: report, then abort.
+  const std::function<void(const std::string&)> fail = [&](const std::string& what) {
+    if (on_failure) on_failure(rank_failure_line(mesh, what), [&groups] { abort_world_groups(groups); });
+  };
+  const RunResult result = is_bf16(setup) ? train_with<__nv_bfloat16>(setup, groups, files, fail, stuck, out)
+                                          : train_with<float>(setup, groups, files, fail, stuck, out);
   destroy_world_groups(groups);
   return result;
 }

@@ -56,11 +56,19 @@ struct RunResult {
   std::string error;
 };
 
-// How the job ends when this rank's watchdog (trainer/watchdog.h, --timeout) finds it stuck:
-// called once, on the watchdog's thread, with the report and a function that aborts this rank's
-// communicators (call it after the report is on its way); must not return. Empty: the report is
-// printed to stderr, the communicators aborted and the process exits with status 1.
-using StuckHandler = std::function<void(const std::string& report, const std::function<void()>& abort_communicators)>;
+// How the job ends when this rank fails once its communicators exist: its watchdog
+// (trainer/watchdog.h, --timeout) finds it stuck, or the step throws on the main thread. Called
+// once with the one-line report (a few lines for the watchdog's) and, on the main thread only,
+// a function that aborts this rank's communicators in a safe order (comm/groups.h); the handler
+// sends the report first and aborts after (trainer/error_channel.h), and never returns. The
+// watchdog's thread gets no abort: NCCL's blocking communicators take no call from two threads
+// at once, and the main thread may be inside one; the job's end frees them. Empty: the report is
+// printed to stderr and the process exits with status 1 (a world of one, nobody to tell).
+using FailureHandler =
+    std::function<void(const std::string& report, const std::function<void()>& abort_communicators)>;
+
+// "train: error: rank 2 (stage 2, replica 0) failed: <what>": a rank's failure, as reported.
+std::string rank_failure_line(const Mesh& mesh, const std::string& what);
 
 // Runs options.steps optimizer steps (fewer when resuming, or when stopped early: a stop signal,
 // trainer/preemption.h, or --max-skipped non-finite steps in a row), printing the banner, each
@@ -68,7 +76,7 @@ using StuckHandler = std::function<void(const std::string& report, const std::fu
 // (nullptr: silent; give it on world rank 0 only). A skipped step is never saved: --save keeps
 // the last applied step's checkpoint. Every rank of the world calls it. Throws
 // std::runtime_error with one line on bad input. An error once the communicators exist may be
-// this rank's alone while its peers wait on it: the communicators are then aborted and the
-// device memory is left allocated (trainer/run.cpp says why); the caller ends the job.
-RunResult run_training(const RunSetup& setup, std::FILE* out, const StuckHandler& on_stuck = {});
+// this rank's alone while its peers wait on it: it goes to on_failure (which does not return),
+// or is thrown when there is none; the device memory is left allocated (trainer/run.cpp says why).
+RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandler& on_failure = {});
 RunResult run_training(const TrainOptions& options, std::FILE* out);
