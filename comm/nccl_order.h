@@ -18,7 +18,7 @@
 // replica's stages free of deadlock when run one at a time in schedule order (pipeline/simulate.h).
 // All of this holds for any NCCL version; NCCL 2.26's NCCL_LAUNCH_ORDER_IMPLICIT orders only
 // the launches, and only where it exists. What it costs: a bucket's sum no longer overlaps a
-// transfer group (it still overlaps the backward's compute); docs/pipeline.md has the figures.
+// transfer group (it still overlaps the backward's compute).
 //
 // The order also tells an abort where to begin: the device runs at most one of the rank's NCCL
 // operations, the first issued that has not ended, and aborting any other communicator first

@@ -39,6 +39,11 @@ CASES = {
     "RankFailure.MiddleStageEndsEveryRankAndRank0NamesIt": ("rank=2,step=3", [], (2, 0)),
     "RankFailure.Rank0ItselfEndsEveryRank": ("rank=0,step=2", [], (0, 0)),
     "RankFailure.ReplicaRankIsNamedByStageAndReplica": ("rank=3,step=2", ["--dp", "2"], (1, 1)),
+    # The failing rank has NCCL operations running when it aborts its communicators (after its
+    # report): its step's transfer groups, or its first data-parallel bucket's sum.
+    "RankFailure.FailureWithItsTransfersInFlightEndsEveryRank": ("rank=2,step=3,during=transfers", [], (2, 0)),
+    "RankFailure.FailureWithItsDataParallelSumInFlightEndsEveryRank": (
+        "rank=3,step=2,during=data-parallel-sum", ["--dp", "2"], (1, 1)),
     "RankFailure.RunWithoutFailureEndsCleanly": (None, [], None),
 }
 
@@ -113,8 +118,9 @@ def check(name):
         return ok, "status %d in %.1f s, %d error lines" % (status, seconds, len(errors))
     rank = int(re.match(r"rank=(\d+)", fail).group(1))
     step = int(re.search(r"step=(\d+)", fail).group(1))
+    during = re.search(r"during=([a-z-]+)", fail)
     expected = "[0] train: error: rank %d (stage %d, replica %d) failed: TRAIN_TEST_FAIL: the failure injected in " \
-               "step %d" % (rank, place[0], place[1], step)
+               "step %d%s" % (rank, place[0], place[1], step, " during its " + during.group(1) if during else "")
     # The failing step never ends. (The step before may end without its line: rank 0's listener
     # can hear the failure before rank 0's main thread prints that line.)
     steps_done = [line for line in lines if re.match(r"\[0\] step \d+/10 \|", line)]

@@ -35,6 +35,9 @@ fi
 # Every mode that runs mpi_tests checks that each NCCL call matches its partners'
 # (CUDA_CPU_NCCL_CHECK=1, cpu/nccl_check.h): a mismatch fails naming both calls instead of
 # hanging until the time limit. It costs little (docs/testing.md); unit_tests makes no NCCL call.
+# And each runs a device's NCCL operations one at a time (CUDA_CPU_NCCL_SERIAL=1,
+# cpu/nccl_device.h), as a GPU may: ranks whose operations of several communicators start in
+# different orders deadlock there (comm/nccl_order.h says why the project's never do).
 # The stream delay leaves out PipelineLayouts.Bf16*: the delay tests the order of work on the
 # streams, which the element type does not change (the same executor and trainer code, templated),
 # and the fp32 layouts run under it; bf16's layouts run in the natural, np 2, np 8 and strict
@@ -42,15 +45,15 @@ fi
 # load 2-5 on the 2 cores).
 mode_table() {
   sed -E 's/[[:space:]]*\|[[:space:]]*/|/g; s/^[[:space:]]+|[[:space:]]+$//g' <<'TABLE'
-natural             | CUDA_CPU_NCCL_CHECK=1                              | *                             | *                                                       | 4
-np 2                | CUDA_CPU_NCCL_CHECK=1                              |                               | PipelineLayouts.*                                       | 2
-np 8                | CUDA_CPU_NCCL_CHECK=1                              |                               | PipelineLayouts.*                                       | 8
-shuffle seed 1      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=1      | *                             |                                                         |
-shuffle seed 2      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=2      | *                             |                                                         |
-reverse             | CUDA_CPU_THREAD_ORDER=reverse                      | *                             |                                                         |
-1 block thread      | CUDA_CPU_BLOCK_THREADS=1                           | *                             |                                                         |
-strict memory       | CUDA_CPU_STRICT_MEMORY=1 CUDA_CPU_NCCL_CHECK=1     | Trainer.*:GPT.*:TrainLayout.* | Pipeline*:TrainLayout.*:Trainer.*                       | 4
-stream delay 200 us | CUDA_CPU_STREAM_DELAY_US=200 CUDA_CPU_NCCL_CHECK=1 | Trainer.*:GPT.*:TrainLayout.* | Pipeline*:TrainLayout.*:Trainer.*-PipelineLayouts.Bf16* | 4
+natural             | CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1                              | *                             | *                                                       | 4
+np 2                | CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1                              |                               | PipelineLayouts.*                                       | 2
+np 8                | CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1                              |                               | PipelineLayouts.*                                       | 8
+shuffle seed 1      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=1                             | *                             |                                                         |
+shuffle seed 2      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=2                             | *                             |                                                         |
+reverse             | CUDA_CPU_THREAD_ORDER=reverse                                             | *                             |                                                         |
+1 block thread      | CUDA_CPU_BLOCK_THREADS=1                                                  | *                             |                                                         |
+strict memory       | CUDA_CPU_STRICT_MEMORY=1 CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1     | Trainer.*:GPT.*:TrainLayout.* | Pipeline*:TrainLayout.*:Trainer.*                       | 4
+stream delay 200 us | CUDA_CPU_STREAM_DELAY_US=200 CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1 | Trainer.*:GPT.*:TrainLayout.* | Pipeline*:TrainLayout.*:Trainer.*-PipelineLayouts.Bf16* | 4
 TABLE
 }
 
