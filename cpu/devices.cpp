@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
@@ -38,7 +39,8 @@ uint64_t mix(uint64_t x) {  // splitmix64's finaliser
 
 struct Contexts {
   std::mutex mutex;
-  std::vector<int> used;  // in the order of first use
+  std::vector<int> used;              // in the order of first use
+  std::atomic<uint64_t> used_set{0};  // bit d: device d (< 64) is in used; read without the lock
 };
 Contexts& contexts() {
   static Contexts& c = *new Contexts;  // never freed: stream workers may outlive main
@@ -99,13 +101,16 @@ std::array<char, 16> device_uuid(int device) {
   return uuid;
 }
 
+// Called by every kernel launch and copy: a device already recorded costs one atomic load.
 void use_context(int device, const char* what) {
-  if (current_operation() != nullptr) return;
   Contexts& c = contexts();
+  if (device < 64 && (c.used_set.load(std::memory_order_relaxed) >> device & 1)) return;
+  if (current_operation() != nullptr) return;
   std::lock_guard<std::mutex> lock(c.mutex);
   if (std::find(c.used.begin(), c.used.end(), device) != c.used.end()) return;
   if (int(c.used.size()) < settings().devices_per_process) {
     c.used.push_back(device);
+    if (device < 64) c.used_set.fetch_or(uint64_t(1) << device);
     return;
   }
   const std::string call = api_call_on_stack();
@@ -125,6 +130,7 @@ std::vector<int> devices_used() {
 void forget_devices_used() {
   std::lock_guard<std::mutex> lock(contexts().mutex);
   contexts().used.clear();
+  contexts().used_set = 0;
 }
 
 }  // namespace cpu
