@@ -211,7 +211,7 @@ const void* current_kernel() { return running_kernel; }
 
 using cpu::set_error;
 
-// Selecting a device, asking which is selected and counting them need no context.
+// Not uses of a device (cpu/devices.h): selecting one, asking which is selected, counting them.
 cudaError_t cudaSetDevice(int device) {
   if (device < 0 || device >= cpu::visible_device_count()) return set_error(cudaErrorInvalidDevice);
   cpu::set_current_device(device);
