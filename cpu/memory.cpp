@@ -202,6 +202,7 @@ void allow_device_access(int device) {
 }
 
 void* allocate_pinned_memory(size_t bytes) {
+  use_current_context("cudaMallocHost");  // page-locked memory is the current context's
   void* p = std::malloc(bytes ? bytes : 1);
   if (!p) return nullptr;
   std::lock_guard<std::mutex> lock(memory_mutex);

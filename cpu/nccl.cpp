@@ -401,11 +401,17 @@ void arrive_together(MPI_Comm comm) {
 // NCCL refuses a communicator in which two ranks of one node use the same device. A node here
 // is a host name; every rank of mpi takes part.
 ncclResult_t check_devices_distinct(MPI_Comm mpi, int device, const char* function) {
+  // A GPU is one physical device whatever its number in each process (CUDA_VISIBLE_DEVICES), so
+  // the peers' UUIDs are compared, as NCCL compares their host and bus ids.
   struct Place {
-    char host[64];
+    char uuid[16];
     int device;
   } own{};
-  gethostname(own.host, sizeof own.host - 1);
+  cudaDeviceProp properties;
+  if (cudaGetDeviceProperties(&properties, device) != cudaSuccess)
+    return fail(ncclUnhandledCudaError, std::string(function) + ": cudaGetDeviceProperties of device " +
+                                            std::to_string(device) + " failed");
+  std::memcpy(own.uuid, properties.uuid.bytes, sizeof own.uuid);
   own.device = device;
   int size = 0;
   MPI_Comm_size(mpi, &size);
@@ -415,11 +421,12 @@ ncclResult_t check_devices_distinct(MPI_Comm mpi, int device, const char* functi
   wait_without_spinning(gather);
   for (int r = 0; r < size; ++r)
     for (int q = 0; q < r; ++q)
-      if (places[r].device == places[q].device && std::strcmp(places[r].host, places[q].host) == 0)
+      if (std::memcmp(places[r].uuid, places[q].uuid, sizeof own.uuid) == 0)
         return fail(ncclInvalidUsage, std::string(function) + ": Duplicate GPU detected : rank " + std::to_string(r) +
-                                          " and rank " + std::to_string(q) + " both on CUDA device " +
-                                          std::to_string(device) + " (each rank of a node selects its own device "
-                                          "with cudaSetDevice before NCCL)");
+                                          " and rank " + std::to_string(q) + " both on one GPU (CUDA device " +
+                                          std::to_string(places[r].device) + " and " + std::to_string(places[q].device) +
+                                          " of theirs; each rank of a node selects its own device with cudaSetDevice "
+                                          "before NCCL)");
   return ncclSuccess;
 }
 

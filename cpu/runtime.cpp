@@ -3,6 +3,7 @@
 // cpu/streams.cpp, allocations in cpu/memory.cpp.
 #include <cuda_runtime.h>
 
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "cpu/call_counts.h"
+#include "cpu/devices.h"
 #include "cpu/memory.h"
 #include "cpu/runtime_state.h"
 #include "cpu/settings.h"
@@ -189,11 +191,14 @@ cudaError_t cudaPeekAtLastError() {
   return cpu::sticky_error() != cudaSuccess ? cpu::sticky_error() : cpu::last_error;
 }
 
+// Of a visible device (cpu/devices.h), whose UUID says which of the node's devices it is.
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (!prop) return set_error(cudaErrorInvalidValue);
-  if (device < 0 || device >= cpu::settings().devices) return set_error(cudaErrorInvalidDevice);
+  if (device < 0 || device >= cpu::visible_device_count()) return set_error(cudaErrorInvalidDevice);
   std::memset(prop, 0, sizeof *prop);
   std::snprintf(prop->name, sizeof prop->name, "CPU (CUDA threads as fibers)");
+  const std::array<char, 16> uuid = cpu::device_uuid(device);
+  std::memcpy(prop->uuid.bytes, uuid.data(), uuid.size());
   prop->totalGlobalMem = cpu::settings().device_bytes;
   prop->sharedMemPerBlock = 48 << 10;
   prop->sharedMemPerBlockOptin = 227 << 10;
@@ -218,6 +223,7 @@ const char* cudaGetErrorName(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorNotReady: return "cudaErrorNotReady";
@@ -233,6 +239,7 @@ const char* cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     case cudaErrorNotReady: return "device not ready";

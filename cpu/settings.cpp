@@ -66,6 +66,8 @@ Settings read_settings() {
   const long long ram = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGE_SIZE);
   s.device_bytes = size_t(read_number("CUDA_CPU_DEVICE_MB", ram >> 20, 1)) << 20;
   s.devices = int(read_number("CUDA_CPU_DEVICES", 8, 1));
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) s.visible_devices = visible;
+  s.devices_per_process = int(read_number("CUDA_CPU_DEVICES_PER_PROCESS", 1, 1));
   s.strict_memory = read_number("CUDA_CPU_STRICT_MEMORY", 0, 0) != 0;
   s.stream_delay_us = int(read_number("CUDA_CPU_STREAM_DELAY_US", 0, 0));
   s.nccl_check = read_number("CUDA_CPU_NCCL_CHECK", 0, 0) != 0;

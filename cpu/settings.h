@@ -21,6 +21,11 @@
 //   CUDA_CPU_DEVICE_MB     the memory each device reports (default: the machine's RAM).
 //   CUDA_CPU_DEVICES       devices per node, as a GPU node has (default 8): each MPI rank of a node
 //                          must select its own (cudaSetDevice), as on a GPU machine.
+//   CUDA_VISIBLE_DEVICES   which of the node's devices the process sees, read as CUDA reads it
+//                          (cpu/devices.h): "2,0" shows physical devices 2 and 0 as devices 0 and 1.
+//   CUDA_CPU_DEVICES_PER_PROCESS  devices a process may use (default 1): a call that needs the
+//                          calling thread's device on another aborts naming both (cpu/devices.h).
+//                          For tests that use several devices in one process.
 //   CUDA_CPU_STRICT_MEMORY 1: device memory is unreadable by host code (memory protection keys);
 //                          a host access, or a kernel's access to another device's memory, is
 //                          reported naming the allocation, and the process aborts.
@@ -39,6 +44,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace cpu {
@@ -54,6 +60,8 @@ struct Settings {
   std::string blas_core;  // "auto": OpenBLAS's choice
   size_t device_bytes = 0;
   int devices = 8;
+  std::optional<std::string> visible_devices;  // CUDA_VISIBLE_DEVICES; nullopt: unset, every device
+  int devices_per_process = 1;
   bool strict_memory = false;
   int stream_delay_us = 0;
   bool nccl_check = false;

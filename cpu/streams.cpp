@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cpu/call_counts.h"
+#include "cpu/devices.h"
 #include "cpu/memory.h"
 #include "cpu/runtime_state.h"
 #include "cpu/settings.h"
@@ -148,7 +149,11 @@ cudaError_t sticky_or_success() { return sticky_error() != cudaSuccess ? set_err
 
 }  // namespace
 
-int current_device() { return this_thread_device; }
+void use_current_context(const char* what) { use_context(this_thread_device, what); }
+int current_device() {
+  use_current_context("a CUDA call");
+  return this_thread_device;
+}
 void set_current_device(int device) { this_thread_device = device; }
 
 int stream_device(cudaStream_t stream) {
@@ -157,6 +162,7 @@ int stream_device(cudaStream_t stream) {
 }
 
 Ticket enqueue(cudaStream_t stream, std::string name, std::function<void()> work, const Ticket& after) {
+  use_current_context(name.c_str());
   std::lock_guard<std::mutex> lock(state().mutex);
   return enqueue_locked(queue_of(stream), std::move(name), std::move(work), after);
 }
@@ -167,6 +173,7 @@ void wait_for(const Ticket& ticket) {
 }
 
 void synchronize_stream(cudaStream_t stream) {
+  use_current_context("cudaStreamSynchronize");
   std::unique_lock<std::mutex> lock(state().mutex);
   const std::shared_ptr<StreamQueue> queue = queue_of(stream);
   // The legacy stream's synchronisation is an operation on it: it waits for the blocking streams too.
@@ -204,20 +211,22 @@ const void* current_kernel() { return running_kernel; }
 
 using cpu::set_error;
 
+// Not uses of a device (cpu/devices.h): selecting one, asking which is selected, counting them.
 cudaError_t cudaSetDevice(int device) {
-  if (device < 0 || device >= cpu::settings().devices) return set_error(cudaErrorInvalidDevice);
+  if (device < 0 || device >= cpu::visible_device_count()) return set_error(cudaErrorInvalidDevice);
   cpu::set_current_device(device);
   return cudaSuccess;
 }
 cudaError_t cudaGetDevice(int* device) {
   if (!device) return set_error(cudaErrorInvalidValue);
-  *device = cpu::current_device();
+  *device = cpu::this_thread_device;
   return cudaSuccess;
 }
+// The devices CUDA_VISIBLE_DEVICES leaves visible; none is cudaErrorNoDevice, as in CUDA.
 cudaError_t cudaGetDeviceCount(int* count) {
   if (!count) return set_error(cudaErrorInvalidValue);
-  *count = cpu::settings().devices;
-  return cudaSuccess;
+  *count = cpu::visible_device_count();
+  return *count == 0 ? set_error(cudaErrorNoDevice) : cudaSuccess;
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned flags) {
@@ -247,6 +256,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  cpu::use_current_context("cudaStreamQuery");
   std::lock_guard<std::mutex> lock(cpu::state().mutex);
   const auto queue = cpu::queue_of(stream);
   if (queue->completed < queue->queued) return cudaErrorNotReady;
@@ -261,6 +271,7 @@ cudaError_t cudaDeviceSynchronize() {
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags) {
   if (!event) return set_error(cudaErrorInvalidValue);
+  cpu::use_current_context("cudaEventCreate");
   *event = new CUevent_st{flags, {}, nullptr};
   return cudaSuccess;
 }
@@ -294,6 +305,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!event) return set_error(cudaErrorInvalidResourceHandle);
+  cpu::use_current_context("cudaEventSynchronize");
   cpu::count_host_wait();
   cpu::wait_for(event->recorded);
   return cpu::sticky_or_success();
@@ -301,6 +313,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!event) return set_error(cudaErrorInvalidResourceHandle);
+  cpu::use_current_context("cudaEventQuery");
   std::lock_guard<std::mutex> lock(cpu::state().mutex);
   return cpu::is_done(event->recorded) ? cpu::sticky_or_success() : cudaErrorNotReady;
 }
@@ -309,6 +322,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (!ms || !start || !end || !start->recorded.queue || !end->recorded.queue ||
       ((start->flags | end->flags) & cudaEventDisableTiming))
     return set_error(cudaErrorInvalidResourceHandle);
+  cpu::use_current_context("cudaEventElapsedTime");
   std::lock_guard<std::mutex> lock(cpu::state().mutex);
   if (!cpu::is_done(start->recorded) || !cpu::is_done(end->recorded)) return set_error(cudaErrorNotReady);
   *ms = std::chrono::duration<float, std::milli>(*end->when - *start->when).count();

@@ -13,8 +13,11 @@
 
 namespace cpu {
 
-// The calling host thread's current device (cudaSetDevice; 0 until set).
+// The calling host thread's current device (cudaSetDevice; 0 until set), for a call that uses its
+// context: the use is recorded for the process (cpu/devices.h: one process, one device).
 int current_device();
+// The calling thread's call `what` uses its current device's context, as current_device() says.
+void use_current_context(const char* what);
 void set_current_device(int device);
 
 // The device whose work `stream` queues (nullptr: the current device's default stream).
@@ -30,6 +33,7 @@ struct Ticket {
 // Queues `work` on `stream` (ordered as described above, and after `after` when given). `name`
 // says what the operation is in reports: a kernel's name, "cudaMemcpyAsync", "ncclAllReduce".
 // Work runs on the stream's worker thread; nothing runs once a kernel has failed (sticky error).
+// Queuing uses the calling thread's context, as current_device() does.
 Ticket enqueue(cudaStream_t stream, std::string name, std::function<void()> work, const Ticket& after = {});
 
 // The host waits: for one operation, for all work queued on a stream so far, for a device's.

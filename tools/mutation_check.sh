@@ -169,6 +169,22 @@ fault stream-synchronize-returns-at-once cpu/streams.cpp \
   '/^cudaError_t cudaStreamSynchronize(cudaStream_t stream) {$/,/^}$/{/cpu::synchronize_stream(stream);/d}' \
   'cpu GpuRules.*'
 
+# Devices (issue 27): the watchdog's thread without the rank's device (it opens a context on
+# device 0), the CPU build counting its own stream and kernel threads as the process's, a rank
+# that takes its local rank as its device whatever it sees, two ranks of a node on one GPU let through.
+fault watchdog-without-its-device trainer/watchdog.cpp \
+  '/^  CUDA_CHECK(cudaSetDevice(device));$/d' \
+  'cpu DeviceContexts.*'
+fault own-threads-count-as-contexts cpu/devices.cpp \
+  '/if (current_operation() != nullptr) return;/d' \
+  'cpu DeviceContexts.*'
+fault rank-device-ignores-the-visible-count comm/rank_device.cpp \
+  's/return place.local_rank % place.visible_devices;/return place.local_rank;/' \
+  'unit RankDevice.*'
+fault ranks-sharing-a-gpu-let-through comm/rank_device.cpp \
+  's/std::memcmp(first.gpu_uuid, place.gpu_uuid, sizeof place.gpu_uuid) != 0/true/' \
+  'unit RankDevice.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

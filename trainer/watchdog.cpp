@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include "kernels/cuda_check.cuh"
+
 const char* const kTrainingStepPhase = "the training step";
 
 namespace {
@@ -59,9 +61,12 @@ struct Watchdog {
 
 namespace {
 
+// `device` is the rank's: a thread that made CUDA calls without selecting it would use device 0
+// and open a context there, on every rank (CUDA Programming Guide, "Initialization").
 template <typename Element>
-void watch(Watchdog* dog, double timeout_s, WatchdogIdentity who, const Executor<Element>* executor,
+void watch(Watchdog* dog, int device, double timeout_s, WatchdogIdentity who, const Executor<Element>* executor,
            const RunActivity* activity, std::function<void(const std::string&)> on_stuck) {
+  CUDA_CHECK(cudaSetDevice(device));
   // A tenth of the timeout, so a report comes at most 10% late, and no more than 4 wake-ups a second.
   const auto poll = std::chrono::duration<double>(std::max(0.25, std::min(1.0, timeout_s / 10)));
   Progress last{-1, nullptr, {0, -1}};
@@ -88,8 +93,10 @@ void watch(Watchdog* dog, double timeout_s, WatchdogIdentity who, const Executor
 template <typename Element>
 Watchdog* start_watchdog(double timeout_s, const WatchdogIdentity& who, const Executor<Element>& executor,
                          const RunActivity& activity, std::function<void(const std::string& report)> on_stuck) {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
   Watchdog* dog = new Watchdog;
-  dog->thread = std::thread(watch<Element>, dog, timeout_s, who, &executor, &activity, std::move(on_stuck));
+  dog->thread = std::thread(watch<Element>, dog, device, timeout_s, who, &executor, &activity, std::move(on_stuck));
   return dog;
 }
 

@@ -42,7 +42,8 @@ std::string stuck_report(const WatchdogIdentity& who, int training_step, double 
                          const SchedulePosition& position, const StageSchedule& schedule);
 
 struct Watchdog;
-// Starts the thread (timeout_s > 0). The executor and activity must outlive stop_watchdog.
+// Starts the thread (timeout_s > 0) on the calling thread's device, which it selects before it
+// asks the executor anything. The executor and activity must outlive stop_watchdog.
 template <typename Element>
 Watchdog* start_watchdog(double timeout_s, const WatchdogIdentity& who, const Executor<Element>& executor,
                          const RunActivity& activity, std::function<void(const std::string& report)> on_stuck);

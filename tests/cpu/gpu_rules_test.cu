@@ -9,6 +9,7 @@
 #include <future>
 #include <vector>
 
+#include "cpu/devices.h"
 #include "cpu/settings.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/launch.cuh"
@@ -16,13 +17,19 @@
 
 namespace {
 
+// The rules between devices need several in one process: the limit of one (cpu/devices.h) is
+// raised, and the devices used are forgotten afterwards.
 class GpuRules : public testing::Test {
  protected:
   // Death tests re-execute the binary and run only the dying test: no stream worker is inherited.
-  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+  void SetUp() override {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    cpu::settings().devices_per_process = 8;
+  }
   void TearDown() override {
     cpu::settings() = saved_;
     CUDA_CHECK(cudaSetDevice(0));
+    cpu::forget_devices_used();
   }
   cpu::Settings saved_ = cpu::settings();
 };
