@@ -227,7 +227,8 @@ def sigterm_trials(directory, deliver, during_start=False):
             if os.path.exists(path):
                 os.remove(path)
         after_step = 0 if during_start else rng.randint(1, TRIAL_STEPS // 2)
-        send = lambda process: deliver(process.pid, list(rank_pids(data).values()), rng)
+        def send(process):
+            deliver(process.pid, list(rank_pids(data).values()), rng)
 
         def when_started(process):
             while len(rank_pids(data)) < 4 and process.poll() is None:
