@@ -4,25 +4,33 @@
 Preemption (trainer/preemption.h): SIGTERM to one rank of `mpirun -np 4 ./train` mid-run makes
 every rank finish the step, write the checkpoint, say so and exit 0, and resuming from that
 checkpoint gives bitwise the losses of the run nobody interrupted; SIGINT does the same with exit
-status 130. The non-finite guard (trainer/nonfinite.h): a learning rate that diverges makes the
-run skip the non-finite steps, naming them on the step line and in the log, and stop after
---max-skipped of them in a row with one error line and exit 1, its checkpoint bitwise the one of
-the last applied step; a NaN injected into one stage's gradient under mpirun (TRAIN_TEST_NAN,
-trainer/failure_injection.h) skips that step only, naming the stage and tensor.
+status 130, and a second SIGINT ends the program at once. SIGTERM is obeyed however launchers
+deliver it: to mpirun, to every rank, to every rank twice, to every rank and then mpirun (as Slurm
+does) and to one rank, each after a random step, and to mpirun while the ranks are still starting;
+TRAIN_STOP_TRIALS runs of each (5 by default; docs/training.md has a series of 20 of each, and what
+the earlier handler lost). The non-finite guard (trainer/nonfinite.h): a learning rate that
+diverges makes the run skip the non-finite steps, naming them on the step line and in the log, and
+stop after --max-skipped of them in a row with one error line and exit 1, its checkpoint bitwise
+the one of the last applied step; a NaN injected into one stage's gradient under mpirun
+(TRAIN_TEST_NAN, trainer/failure_injection.h) skips that step only, naming the stage and tensor.
+On a machine that cannot run 4 ranks (fewer GPUs), the checks under mpirun say SKIPPED.
     /usr/bin/python3 tests/train_stop_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun; MPICH's hydra is
 assumed, for -prepend-rank and its forwarding of SIGTERM and SIGINT). One line per check, then
 "tests: N passed, M failed", as tools/run_tests.sh expects.
 """
+import functools
 import json
 import math
 import os
+import random
 import re
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 from check_runner import run_checks
 from train_failure_test import ROOT, SMALL_MODEL, write_text
@@ -36,14 +44,17 @@ TINY_MODEL = ["--layers", "2", "--heads", "2", "--dim", "32", "--seq-len", "16",
               "--val-every", "0", "--sample-every", "0"]
 
 
-def run(command, stop_after_line=None, stop=None):
-    """Runs command; when a line of its output matches stop_after_line, calls stop(). Returns
-    (exit status, output lines); the status is None when the run was killed after RUN_LIMIT s."""
+def run(command, stop_after_line=None, stop=None, while_running=None):
+    """Runs command; when a line of its output matches stop_after_line, calls stop(process);
+    while_running(process), if given, runs beside it in a thread. Returns (exit status, output
+    lines); the status is None when the run was killed after RUN_LIMIT s."""
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                cwd=ROOT)
     # Reading the output blocks until the run ends: a timer bounds it.
     killer = threading.Timer(RUN_LIMIT, lambda: os.killpg(process.pid, signal.SIGKILL))
     killer.start()
+    if while_running:
+        threading.Thread(target=while_running, args=(process,), daemon=True).start()
     lines = []
     for raw in process.stdout:
         lines.append(raw.decode(errors="replace").rstrip("\n"))
@@ -156,17 +167,146 @@ def nan_in_one_stage(directory):
     return ok, "status %s; skipped lines %s" % (status, skipped_lines)
 
 
+# The delivery trials' run: 4 ranks, TRIAL_STEPS steps of about 0.15 s each here, about 1.5 s
+# with the start and the save when stopped after a random one of the first steps.
+TRIAL_MODEL = ["--layers", "4", "--heads", "2", "--dim", "32", "--seq-len", "16", "--batch", "2",
+               "--microbatches", "4", "--val-every", "0", "--sample-every", "0"]
+TRIAL_STEPS = 10
+TRIALS = int(os.environ.get("TRAIN_STOP_TRIALS", "5"))
+
+
+def terminate(pid):
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass  # it has ended already (killed by an earlier signal): the run's status says so
+
+
+def to_mpirun(mpirun, ranks, rng):
+    terminate(mpirun)
+
+
+def to_every_rank(mpirun, ranks, rng):
+    for pid in ranks:
+        terminate(pid)
+
+
+def to_every_rank_twice(mpirun, ranks, rng):
+    to_every_rank(mpirun, ranks, rng)
+    # Apart: a signal sent while the same one is still pending merges with it and arrives once.
+    time.sleep(0.05)
+    to_every_rank(mpirun, ranks, rng)
+
+
+def to_every_rank_then_mpirun(mpirun, ranks, rng):
+    """Slurm's way: every process of the job, then the launcher, which forwards it again."""
+    to_every_rank(mpirun, ranks, rng)
+    to_mpirun(mpirun, ranks, rng)
+
+
+def to_one_rank(mpirun, ranks, rng):
+    terminate(rng.choice(ranks))
+
+
+def sigterm_trials(directory, deliver, during_start=False):
+    """TRIALS runs, each sent SIGTERM by deliver(mpirun pid, rank pids, rng) after the line of a
+    random step among the first half (during_start: 20 to 300 ms after every rank exists, while
+    they are in MPI_Init; before that, hydra's proxy may not have the ranks to forward to). Every
+    run must exit 0 after the step that carried the signal, saying so and naming the checkpoint
+    it wrote."""
+    data = os.path.join(directory, "text.txt")
+    write_text(data)
+    checkpoint = os.path.join(directory, "x.bin")
+    seed = int(os.environ.get("TRAIN_STOP_SEED", time.time_ns() % 1000000))
+    rng = random.Random(seed)
+    command = MPIRUN + ["-prepend-rank", "-np", "4", TRAIN, "--train-data", data, "--steps", str(TRIAL_STEPS),
+                        "--save", checkpoint] + TRIAL_MODEL
+    failures, stops = [], []
+    for trial in range(TRIALS):
+        for path in (checkpoint, checkpoint + ".state"):
+            if os.path.exists(path):
+                os.remove(path)
+        after_step = 0 if during_start else rng.randint(1, TRIAL_STEPS // 2)
+        def send(process):
+            deliver(process.pid, list(rank_pids(data).values()), rng)
+
+        def when_started(process):
+            while len(rank_pids(data)) < 4 and process.poll() is None:
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.02, 0.3))
+            send(process)
+
+        if during_start:
+            status, lines = run(command, while_running=when_started)
+        else:
+            status, lines = run(command, r"^\[0\] step %d/%d \|" % (after_step, TRIAL_STEPS), send)
+        stopped = [re.match(r"\[0\] stopped by SIGTERM after step (\d+) of %d; resume with --resume %s \(step \1\)$" % (
+            TRIAL_STEPS, re.escape(checkpoint)), line) for line in lines if "stopped by" in line]
+        stop_step = int(stopped[0].group(1)) if len(stopped) == 1 and stopped[0] else None
+        saved = "[0] saved %s and %s.state" % (checkpoint, checkpoint) in lines and all(
+            os.path.exists(path) and os.path.getsize(path) > 0 for path in (checkpoint, checkpoint + ".state"))
+        if status != 0 or stop_step is None or not after_step <= stop_step < TRIAL_STEPS or not saved:
+            said = [l for l in lines if re.search(r"stopped by|saved|EXIT STRING|error", l)]
+            failures.append("trial %d (sent %s): status %s, %s" % (
+                trial + 1, "during set-up" if during_start else "after step %d" % after_step, status, said or lines[-2:]))
+        else:
+            stops.append("%s>%d" % ("set-up" if during_start else after_step, stop_step))
+    if failures:
+        return False, "%d of %d runs lost (TRAIN_STOP_SEED=%d): %s" % (len(failures), TRIALS, seed,
+                                                                        "; ".join(failures[:3]))
+    return True, "%d of %d runs exited 0 with the checkpoint written (sent after step > stopped after step: %s)" % (
+        len(stops), TRIALS, " ".join(stops))
+
+
+def second_sigint_ends_at_once(directory):
+    """Ctrl-C twice at the terminal: the single-process program ends by SIGINT without saving."""
+    data = os.path.join(directory, "text.txt")
+    write_text(data)
+    checkpoint = os.path.join(directory, "x.bin")
+
+    def twice(process):
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.05)  # apart, or the two merge into one
+        process.send_signal(signal.SIGINT)
+
+    status, lines = run([TRAIN, "--train-data", data, "--steps", "40", "--save", checkpoint] + SMALL_MODEL,
+                        r"^step 2/40 \|", twice)
+    ok = status == -signal.SIGINT and not any("stopped by" in l for l in lines) and not os.path.exists(checkpoint)
+    return ok, "status %s (expected %d: ended by SIGINT), stop lines %s, checkpoint %s" % (
+        status, -signal.SIGINT, [l for l in lines if "stopped by" in l], "written" if os.path.exists(checkpoint) else "none")
+
+
 CASES = {
     "Preemption.SigtermToOneRankSavesAndTheResumedRunMatchesBitwise":
         lambda d: preempted_then_resumed(d, signal.SIGTERM, 0, False),
     "Preemption.SigintToMpirunSavesAndExitsWith130":
         lambda d: preempted_then_resumed(d, signal.SIGINT, 130, True),
+    "Preemption.SecondSigintEndsAtOnce": second_sigint_ends_at_once,
+    "Preemption.SigtermToMpirunSavesEveryTime": lambda d: sigterm_trials(d, to_mpirun),
+    "Preemption.SigtermToEveryRankSavesEveryTime": lambda d: sigterm_trials(d, to_every_rank),
+    "Preemption.SigtermToEveryRankTwiceSavesEveryTime": lambda d: sigterm_trials(d, to_every_rank_twice),
+    "Preemption.SigtermToEveryRankThenMpirunSavesEveryTime": lambda d: sigterm_trials(d, to_every_rank_then_mpirun),
+    "Preemption.SigtermToOneRankSavesEveryTime": lambda d: sigterm_trials(d, to_one_rank),
+    "Preemption.SigtermToMpirunWhileRanksStartSavesEveryTime": lambda d: sigterm_trials(d, to_mpirun, during_start=True),
     "NonFiniteGuard.DivergingRunStopsAfterMaxSkippedAndKeepsTheLastGoodCheckpoint": diverging_learning_rate,
     "NonFiniteGuard.NanInOneStageSkipsThatStepAndNamesIt": nan_in_one_stage,
 }
 
 
+SINGLE_PROCESS_CASES = {"Preemption.SecondSigintEndsAtOnce",
+                        "NonFiniteGuard.DivergingRunStopsAfterMaxSkippedAndKeepsTheLastGoodCheckpoint"}
+
+
+@functools.cache
+def four_ranks_refused():
+    """The error line of `mpirun -np 4 ./train --help` on a machine with fewer GPUs than 4 ranks, else None."""
+    _, lines = run(MPIRUN + ["-np", "4", TRAIN, "--help"])
+    return next((line for line in lines if re.match(r"train: error: .*\bGPUs?\b", line)), None)
+
+
 def check(name):
+    if name not in SINGLE_PROCESS_CASES and four_ranks_refused():
+        return None, "this machine cannot run 4 ranks: %s" % four_ranks_refused()
     with tempfile.TemporaryDirectory(prefix="train_stop_") as directory:
         return CASES[name](directory)
 

@@ -4,9 +4,10 @@
 #
 # A CPU-build binary runs once per mode of the table below (the settings of cpu/settings.h);
 # a GPU-build binary (build/gpu/...) runs once, in the natural mode: the modes are the CPU
-# build's. mpi_tests runs under $MPIRUN with the mode's ranks (its tests are written for 4;
-# PipelineLayouts checks every layout of the world it runs in, hence 2 and 8: MPICH
-# oversubscribes 8 ranks on 2 cores, the CPU build's NCCL waits sleep). Python checks run
+# build's (its mpi_tests runs on the node's GPUs, one rank each: gpu_mpi_rows). mpi_tests
+# runs under $MPIRUN with the mode's ranks (its tests are written for 4; PipelineLayouts checks
+# every layout of the world it runs in, hence 2 and 8: MPICH oversubscribes 8 ranks on 2 cores,
+# the CPU build's NCCL waits sleep). Python checks run
 # with Debian's /usr/bin/python3, which has python3-torch. Each run's output is kept in
 # build/test-logs/, one file per binary and mode. The runs go $TEST_LANES (default 2) at a time,
 # each printed whole when it ends (run_queued).
@@ -222,7 +223,35 @@ selection() {
   comm -12 <(list_tests "$bin" "$pattern" | sort) <(list_tests "$bin" "$FILTER" | sort) | paste -sd:
 }
 
+# gpu_mpi_rows BIN GPUS: the runs of the GPU build's mpi_tests BIN on a node with GPUS GPUs, as
+# rows of the mode table, into rows. A GPU node runs one rank per GPU (comm/rank_device.h), and
+# the modes' settings are the CPU build's, so only the ranks change: all of mpi_tests, written
+# for 4 ranks, on 4 of the GPUs (the natural mode's row); and PipelineLayouts, which checks every
+# layout of the world it runs in with dp and pp in {1, 2, 4}, on the most GPUs of 2 or 8 (as the
+# np 2 and np 8 modes do; 3 ranks have no such layout, and 8 cover dp x pp = 2 x 4). A run the
+# GPUs cannot carry is said and counted as a skip: below 4 GPUs the whole suite, below 2 the
+# layouts too.
+gpu_mpi_rows() {
+  local bin=$1 gpus=$2 layout_ranks=0 environment r
+  for r in 2 4 8; do [ "$gpus" -ge "$r" ] && layout_ranks=$r; done
+  rows=()
+  if [ "$gpus" -ge 4 ]; then
+    rows+=("$natural_row")
+  else
+    echo "-- [natural] $bin: its tests are written for 4 ranks, one per GPU; $gpus GPU(s) on this node: skipped"
+    skipped=$((skipped + 1))
+  fi
+  if [ "$layout_ranks" -lt 2 ]; then
+    echo "-- $bin: PipelineLayouts.* needs 2 ranks or more, one per GPU; $gpus GPU(s) on this node: skipped"
+    skipped=$((skipped + 1))
+  elif [ "$layout_ranks" -ne 4 ]; then
+    IFS='|' read -r _ environment _ _ _ <<<"$natural_row"
+    rows+=("np $layout_ranks|$environment||PipelineLayouts.*|$layout_ranks")
+  fi
+}
+
 mapfile -t modes < <(mode_table)
+natural_row=$(printf '%s\n' "${modes[@]}" | grep '^natural|')
 for bin in "$@"; do
   case "$bin" in
     *.py)
@@ -241,29 +270,19 @@ for bin in "$@"; do
       fi
       ;;
   esac
-  for row in "${modes[@]}"; do
+  rows=("${modes[@]}")
+  case "$bin" in
+    *build/gpu/*mpi_tests) gpu_mpi_rows "$bin" "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" ;;
+    *build/gpu/*) rows=("$natural_row") ;;
+  esac
+  for row in "${rows[@]}"; do
     IFS='|' read -r mode environment unit_pattern mpi_pattern ranks <<<"$row"
-    case "$bin" in
-      *build/gpu/*) [ "$mode" = natural ] || continue ;;
-    esac
     case "$bin" in
       */unit_tests) pattern=$unit_pattern ;;
       */mpi_tests) pattern=$mpi_pattern ;;
       *) pattern=$([ "$mode" = natural ] && echo '*') ;;
     esac
     [ -n "$pattern" ] || continue
-    # A GPU node runs one rank per GPU (comm/rank_device.h): fewer GPUs than the run's ranks
-    # cannot run it, which is said and counted as a skip.
-    case "$bin" in
-      *build/gpu/*mpi_tests)
-        gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-        if [ "$gpus" -lt "$ranks" ]; then
-          echo "-- [$mode] $bin: needs $ranks GPUs on this node, $gpus found: skipped"
-          skipped=$((skipped + 1))
-          continue
-        fi
-        ;;
-    esac
     if [ "$pattern" != '*' ] && [ -z "$(list_tests "$bin" "$pattern")" ]; then
       fail "[$mode] $bin: lists no test for its filter $pattern"
       continue

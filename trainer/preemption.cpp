@@ -10,12 +10,16 @@ volatile std::sig_atomic_t received_term = 0;
 volatile std::sig_atomic_t received_int = 0;
 
 void on_stop_signal(int signal) {
-  if (received_term || received_int) {
-    // The second: the person means it. The default action ends the process.
-    std::signal(signal, SIG_DFL);
-    std::raise(signal);
+  if (signal == SIGINT && received_int) {
+    // A second Ctrl-C: the person at the terminal means now. The default action ends the process.
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
     return;
   }
+  // SIGTERM never ends the process here, however often it comes: schedulers deliver one request
+  // more than once (Slurm signals every process of the job, mpirun included, which forwards it to
+  // the ranks again, and signals again when the grace period ends), and what means now comes as
+  // SIGKILL after the grace period.
   (signal == SIGINT ? received_int : received_term) = 1;
 }
 

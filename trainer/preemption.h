@@ -3,10 +3,12 @@
 // rank, though not at one instant, and a signal may reach one rank only: so each rank only
 // records it here, the step's one host exchange carries it to every rank (trainer/trainer.h's
 // train_step), and every rank stops after that same step, writes the checkpoint (with --save) and
-// exits with stop_exit_status. A second signal of either kind ends the process at once.
+// exits with stop_exit_status. A second SIGINT ends the process at once (Ctrl-C twice); SIGTERM
+// never does, however many arrive (preemption.cpp says why).
 #pragma once
 
-// Installs the handlers of SIGTERM and SIGINT (the train program does, after MPI_Init).
+// Installs the handlers of SIGTERM and SIGINT. The train program does it first, before MPI_Init
+// (trainer/main.cu says why).
 void catch_stop_signals();
 
 // The stop signal this process received since catch_stop_signals: SIGINT if it had both, else
