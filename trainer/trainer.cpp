@@ -184,6 +184,9 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   const size_t microbatch_bytes = size_t(B) * T * sizeof(int);
   CUDA_CHECK(cudaMallocHost(&trainer.host_tokens, layout.microbatches * microbatch_bytes));
   CUDA_CHECK(cudaMallocHost(&trainer.host_targets, layout.microbatches * microbatch_bytes));
+  const size_t step_tokens = layout.microbatches * size_t(B) * T;
+  std::fill_n(trainer.host_tokens, step_tokens, 0);  // token 0 until a step reads its own
+  std::fill_n(trainer.host_targets, step_tokens, 0);
   trainer.host_logits.resize(config.padded_vocab_size);
   connect_communicators(trainer.groups, trainer.stream);
   return trainer;
