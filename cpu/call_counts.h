@@ -1,6 +1,7 @@
 // What this rank (process) has asked of its device, counted by the CPU build so that tests and
 // benchmarks can say what a training step costs on a GPU: calls that block the host until device
-// work is done (stream, device and event synchronisation, copies that wait, frees), kernel
+// work is done (stream, device and event synchronisation, copies that wait, allocations and
+// frees), allocations and frees themselves (each synchronises the device on a GPU), kernel
 // launches, and NCCL calls and their bytes. Counts only grow; a caller takes the difference around what it measures.
 #pragma once
 #include <cstdint>
@@ -12,11 +13,15 @@ struct CallCounts {
   uint64_t launches = 0;    // kernels, and cuBLAS calls (each at least one kernel on a GPU)
   uint64_t nccl_calls = 0;  // ncclSend, ncclRecv and the collectives, each call once (a group's calls each)
   uint64_t nccl_bytes = 0;  // what those calls hand to NCCL: a send's bytes, a collective's input, 0 for a receive
+  uint64_t allocations = 0;  // cudaMalloc and cudaMallocHost (pinned) calls
+  uint64_t frees = 0;        // cudaFree and cudaFreeHost calls
 };
 CallCounts call_counts();
 
 void count_host_wait();
 void count_launch();
 void count_nccl_call(uint64_t bytes);
+void count_allocation();
+void count_free();
 
 }  // namespace cpu

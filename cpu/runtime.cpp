@@ -56,10 +56,16 @@ bool is_host_to_device(cudaMemcpyKind kind) { return kind == cudaMemcpyHostToDev
 bool writes_device(cudaMemcpyKind kind) { return kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice; }
 bool reads_device(cudaMemcpyKind kind) { return kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice; }
 
+// Above this a copy from pageable host memory goes through the driver's pinned staging buffers
+// in pieces, and CUDA may synchronise it with its stream ("API synchronization behavior": "the
+// driver may synchronize with the stream and stage the copy into pinned memory").
+constexpr size_t kPageableCopyWithoutWaitBytes = 64 << 10;
+
 // A copy queued on stream, with CUDA's rules for when the host may go on (the CUDA Runtime API's
 // "API synchronization behavior"): from pageable host memory the source is staged first, so the
-// host may change it at once; to pageable host memory the call returns once the copy is done; a
-// synchronous cudaMemcpy returns once the copy is done except between two device buffers; copies
+// host may change it at once, but above 64 KB the call waits for the copy; to pageable host
+// memory the call returns once the copy is done; a synchronous cudaMemcpy returns once the copy
+// is done except between two device buffers and from pageable memory of at most 64 KB; copies
 // with pinned memory and between device buffers run in stream order without the host waiting.
 cudaError_t copy(const char* function, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                  cudaStream_t stream, bool synchronous) {
@@ -84,7 +90,9 @@ cudaError_t copy(const char* function, void* dst, const void* src, size_t bytes,
   }
   const Ticket ticket = enqueue(stream, function, std::move(work));
   const bool staged = is_host_to_device(kind) && src_side == Side::pageable;
-  const bool host_waits = synchronous ? !(kind == cudaMemcpyDeviceToDevice || staged) : dst_side == Side::pageable;
+  const bool staged_in_pieces = staged && bytes > kPageableCopyWithoutWaitBytes;
+  const bool host_waits =
+      staged_in_pieces || (synchronous ? !(kind == cudaMemcpyDeviceToDevice || staged) : dst_side == Side::pageable);
   if (host_waits) {
     count_host_wait();
     wait_for(ticket);
@@ -100,6 +108,14 @@ cudaError_t memset(const char* function, void* p, int value, size_t bytes, cudaS
   if (cudaError_t e = check_side(function, "devPtr", p, bytes, true, stream_device(stream), side)) return set_error(e);
   enqueue(stream, function, [p, value, bytes] { std::memset(p, value, bytes); });
   return cudaSuccess;
+}
+
+// A device or pinned allocation, or a free of one, is an implicit synchronisation on a GPU (the
+// CUDA Programming Guide, "Implicit Synchronization"): the host first waits for the device's work.
+void synchronise_for(void (*count)()) {
+  count();
+  count_host_wait();
+  synchronize_device(current_device());
 }
 
 }  // namespace
@@ -131,20 +147,20 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (!p) return set_error(cudaErrorInvalidValue);
   *p = nullptr;
   if (bytes == 0) return cudaSuccess;
+  cpu::synchronise_for(cpu::count_allocation);
   *p = cpu::allocate_device_memory(bytes, cpu::current_device());
   return *p ? cudaSuccess : set_error(cudaErrorMemoryAllocation);
 }
 
-// As on a GPU, freeing device memory first waits for the device's work.
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
-  cpu::count_host_wait();
-  cpu::synchronize_device(cpu::current_device());
+  cpu::synchronise_for(cpu::count_free);
   return cpu::free_device_memory(p) ? cudaSuccess : set_error(cudaErrorInvalidValue);
 }
 
 cudaError_t cudaMallocHost(void** p, size_t bytes) {
   if (!p) return set_error(cudaErrorInvalidValue);
+  cpu::synchronise_for(cpu::count_allocation);
   *p = cpu::allocate_pinned_memory(bytes);
   return *p ? cudaSuccess : set_error(cudaErrorMemoryAllocation);
 }
@@ -154,8 +170,7 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned flags) {
 }
 cudaError_t cudaFreeHost(void* p) {
   if (!p) return cudaSuccess;
-  cpu::count_host_wait();
-  cpu::synchronize_device(cpu::current_device());
+  cpu::synchronise_for(cpu::count_free);
   return cpu::free_pinned_memory(p) ? cudaSuccess : set_error(cudaErrorInvalidValue);
 }
 

@@ -124,17 +124,20 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
   if (serial != nullptr && std::string(serial) == "1") e.transfer_stream = stream;
   else CUDA_CHECK(cudaStreamCreate(&e.transfer_stream));
   const size_t btc_bytes = size_t(B) * T * config.channels * sizeof(Element);
-  e.sends = make_pool(btc_bytes);
-  e.grad_outputs = make_pool(btc_bytes);
-  e.grad_inputs = make_pool(btc_bytes);
+  const std::string of_stage = "stage " + std::to_string(stage) + "'s ";
+  e.sends = make_pool(btc_bytes, of_stage + "send buffers");
+  e.grad_outputs = make_pool(btc_bytes, of_stage + "output gradients");
+  e.grad_inputs = make_pool(btc_bytes, of_stage + "input gradients");
   for (const LayerRange& range : chunk_ranges) {
+    const std::string of_chunk = of_stage + "chunk " + std::to_string(e.chunks.size()) + "'s ";
     ChunkState<Element> state{range,
-                              make_pool(stage_input_bytes<Element>(config, B, T, range)),
+                              make_pool(stage_input_bytes<Element>(config, B, T, range), of_chunk + "slots"),
                               {},
                               {},
                               -1,
                               create_backward_scratch<Element>(config, B, T, range),
-                              make_pool(weight_gradient_input_bytes<Element>(config, B, T, range)),
+                              make_pool(weight_gradient_input_bytes<Element>(config, B, T, range),
+                                        of_chunk + "weight-gradient inputs"),
                               {}};
     if (recompute) {
       state.working = create_activations<Element>(config, B, T, range);
@@ -142,6 +145,21 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
     }
     e.chunks.push_back(std::move(state));
   }
+  // Every buffer a step takes, allocated now: an allocation inside a step would synchronise the
+  // device while its NCCL operations wait on peers.
+  plan_pools(e);
+  for (ChunkState<Element>& state : e.chunks) {
+    allocate_pool(state.inputs);
+    if (!recompute)
+      for (size_t i = 0; i < state.inputs.buffers.size(); ++i)
+        state.acts.push_back(create_activations<Element>(config, B, T, state.range));
+    allocate_pool(state.weight_pool);
+    for (void* buffer : state.weight_pool.buffers)
+      state.weight_inputs.push_back(weight_gradient_inputs_at<Element>(buffer, config, B, T, state.range));
+  }
+  allocate_pool(e.sends);
+  allocate_pool(e.grad_outputs);
+  allocate_pool(e.grad_inputs);
   e.targets = device_alloc<int>(size_t(B) * T);
   e.loss_sum = device_alloc<double>(1);
   e.progress = std::make_shared<ExecutorProgress>();
@@ -251,7 +269,10 @@ ForwardResult<Element> execute_forward(Executor<Element>& e, const std::vector<P
   if (B > e.B || T > e.T) throw std::runtime_error("execute_forward: the microbatch is larger than the executor's");
   ForwardResult<Element> result{0.0, nullptr};
   const size_t BT = size_t(B) * T, count = BT * e.config.channels;
-  const int key = -1;  // a key no training microbatch uses; chunk c's is key - c
+  // A key no training microbatch uses; chunk c's is key - c. The pass holds at most one slot of
+  // each chunk at once, which every chunk's pool has (each of the schedule's forwards takes one):
+  // it allocates nothing.
+  const int key = -1;
   {
     std::lock_guard<std::mutex> lock(e.progress->mutex);
     e.progress->walks += 1;

@@ -10,8 +10,10 @@
 // Buffers. A microbatch in flight on a chunk holds one activation slot from the chunk's pool,
 // taken when its input arrives (the receive, the forward on the first virtual stage, or the
 // forward of the chunk before it on this stage) and given back after its backward (B or I). The
-// pools grow during the first step to the schedule's peak (a 1F1B stage s of p holds min(p - s, m)
-// slots, AFAB m) and never after: no cudaMalloc once the first step is done. A slot holds the
+// pools are the schedule's peak (a 1F1B stage s of p holds min(p - s, m) slots, AFAB m), found by
+// walking the schedule's takes and gives-back before step 1 (plan_pools, pipeline/execute_steps.h)
+// and allocated then: a device allocation synchronises the device, and inside a step it could
+// stall NCCL operations that wait on peers. A pool that would grow later throws. A slot holds the
 // chunk's input (the previous stage's output, B T C elements, or the B T token ids on the first
 // virtual stage) and, without recompute, the chunk's whole Activations. With recompute a slot
 // holds only the input, and each chunk owns one Activations working set: a backward whose
@@ -23,7 +25,7 @@
 // gives back: between a microbatch's I and its W the stage holds that buffer, not its slot. W
 // never recomputes.
 // Gradients between stages, and (with recompute) outputs waiting for their send, live in small
-// transfer pools of B T C elements that grow the same way. Each transfer group takes its receive
+// transfer pools of B T C elements, planned the same way. Each transfer group takes its receive
 // buffers and gives back its send buffers itself, so a group's buffers live exactly from the
 // compute that fills them to the compute (or the group) that empties them.
 //
@@ -167,8 +169,9 @@ template <typename Element>
 SchedulePosition schedule_position(const Executor<Element>& executor);
 
 // chunk_ranges[c] is chunk c of this stage (split_layers' entry placement.virtual_stage(stage, c)).
-// Allocates the scratch, the working sets (recompute), the events and the transfer stream; slots
-// come during the first step. With TRAIN_TRANSFERS_IN_COMPUTE_STREAM=1 in the environment the
+// Allocates everything a step and a forward-only pass use: the pools at the schedule's peaks (the
+// slots, weight-gradient inputs and transfer buffers), the scratch, the working sets (recompute),
+// the events and the transfer stream. With TRAIN_TRANSFERS_IN_COMPUTE_STREAM=1 in the environment the
 // transfers run on stream itself, one after the other with the computes (no overlap: for comparison).
 template <typename Element>
 Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,

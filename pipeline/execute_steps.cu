@@ -36,17 +36,6 @@ void record_compute(ExecutedStep& record, ActionKind kind, int microbatch, int c
   record.messages.clear();  // keeps its capacity: no allocation after the first step
 }
 
-// The chunk's weight-gradient-input buffer for key, with its views made when the pool allocates it.
-template <typename Element>
-int take_weight_inputs(Executor<Element>& e, int chunk, int key) {
-  ChunkState<Element>& state = e.chunks[chunk];
-  const int index = take(state.weight_pool, key);
-  if (size_t(index) == state.weight_inputs.size())
-    state.weight_inputs.push_back(
-        weight_gradient_inputs_at<Element>(state.weight_pool.buffers[index], e.config, e.B, e.T, state.range));
-  return index;
-}
-
 // The model's per-layer report for the B or W that is its chunk's last in the schedule (after
 // it the chunk's parameter gradients are final), when the owner asked for reports; else empty.
 template <typename Element>
@@ -80,12 +69,105 @@ int local_previous_chunk(const Executor<Element>& e, int chunk) {
 }
 
 template <typename Element>
-int take_slot(Executor<Element>& e, int chunk, int key) {
+int take_slot(Executor<Element>& e, int chunk, int key) { return take(e.chunks[chunk].inputs, key); }
+
+namespace {
+
+// The buffers each kind of schedule step takes and gives back: host bookkeeping only, called by
+// the step functions below around their device work and by plan_pools alone, so that the plan
+// walks exactly the takes and gives-back of a step. Indices into their pools, -1: none.
+struct ForwardBuffers {
+  int slot;           // the input's slot: taken on the first virtual stage, else held since the input came
+  int output_buffer;  // taken: the next chunk's slot (a local hand-over) or, with recompute, a send buffer
+};
+struct BackwardBuffers {
+  int slot;           // held: the forward's
+  int grad_output;    // held: the output gradient (none on the head)
+  int grad_input;     // taken: the previous chunk's output gradient (a local hand-over), else a send
+                      // buffer (none on the embedding)
+  int weight_inputs;  // taken by I: what its W will read
+};
+
+template <typename Element>
+ForwardBuffers take_forward_buffers(Executor<Element>& e, int microbatch, int chunk) {
   ChunkState<Element>& state = e.chunks[chunk];
-  const int index = take(state.inputs, key);
-  if (!e.recompute && size_t(index) == state.acts.size())
-    state.acts.push_back(create_activations<Element>(e.config, e.B, e.T, state.range));
-  return index;
+  const int key = key_of(e, microbatch, chunk);
+  ForwardBuffers buffers{state.range.has_embedding ? take_slot(e, chunk, key) : held(state.inputs, key), -1};
+  if (state.range.has_head) return buffers;
+  const int next = local_next_chunk(e, chunk);
+  if (next >= 0) buffers.output_buffer = take_slot(e, next, key_of(e, microbatch, next));
+  else if (e.recompute) buffers.output_buffer = take(e.sends, key);
+  return buffers;
+}
+
+template <typename Element>
+BackwardBuffers take_backward_buffers(Executor<Element>& e, const Action& action) {
+  ChunkState<Element>& state = e.chunks[action.chunk];
+  const int key = key_of(e, action.microbatch, action.chunk);
+  BackwardBuffers buffers{held(state.inputs, key), -1, -1, -1};
+  if (!state.range.has_head) buffers.grad_output = held(e.grad_outputs, key);
+  if (!state.range.has_embedding) {
+    const int previous = local_previous_chunk(e, action.chunk);
+    buffers.grad_input = previous >= 0 ? take(e.grad_outputs, key_of(e, action.microbatch, previous))
+                                       : take(e.grad_inputs, key);
+  }
+  if (action.kind == ActionKind::backward_input) buffers.weight_inputs = take(state.weight_pool, key);
+  return buffers;
+}
+
+template <typename Element>
+void give_back_backward_buffers(Executor<Element>& e, const Action& action) {
+  const int key = key_of(e, action.microbatch, action.chunk);
+  give_back(e.chunks[action.chunk].inputs, key);
+  if (!e.chunks[action.chunk].range.has_head) give_back(e.grad_outputs, key);
+}
+
+template <typename Element>
+void give_back_weight_buffer(Executor<Element>& e, const Action& action) {
+  give_back(e.chunks[action.chunk].weight_pool, key_of(e, action.microbatch, action.chunk));
+}
+
+template <typename Element>
+int take_message_buffer(Executor<Element>& e, const Action& a) {
+  const int key = key_of(e, a.microbatch, a.chunk);
+  switch (a.kind) {
+    case ActionKind::send_forward: return held(e.recompute ? e.sends : e.chunks[a.chunk].inputs, key);
+    case ActionKind::recv_forward: return take_slot(e, a.chunk, key);
+    case ActionKind::send_backward: return held(e.grad_inputs, key);
+    case ActionKind::recv_backward: return take(e.grad_outputs, key);
+    default: throw std::runtime_error("executor: " + to_text(a) + " in a transfer step");
+  }
+}
+
+template <typename Element>
+void give_back_message_buffers(Executor<Element>& e, const Step& step) {
+  for (const Action& a : step) {
+    const int key = key_of(e, a.microbatch, a.chunk);
+    if (a.kind == ActionKind::send_forward && e.recompute) give_back(e.sends, key);
+    if (a.kind == ActionKind::send_backward) give_back(e.grad_inputs, key);
+  }
+}
+
+}  // namespace
+
+template <typename Element>
+void plan_pools(Executor<Element>& e) {
+  for (const Step& step : e.schedule) {
+    if (!is_compute(step)) {
+      for (const Action& a : step) take_message_buffer(e, a);
+      give_back_message_buffers(e, step);
+      continue;
+    }
+    const Action& a = step[0];
+    if (a.kind == ActionKind::forward) {
+      take_forward_buffers(e, a.microbatch, a.chunk);
+    } else if (a.kind == ActionKind::backward_weight) {
+      give_back_weight_buffer(e, a);
+    } else {
+      take_backward_buffers(e, a);
+      give_back_backward_buffers(e, a);
+    }
+  }
 }
 
 template <typename Element>
@@ -120,18 +202,15 @@ void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
                   int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
                   ExecutedStep& record) {
   ChunkState<Element>& state = e.chunks[chunk];
-  const int key = key_of(e, microbatch, chunk);
   const size_t BT = size_t(e.B) * e.T;
-  int slot;
-  if (state.range.has_embedding) {
-    slot = take_slot(e, chunk, key);
+  const ForwardBuffers buffers = take_forward_buffers(e, microbatch, chunk);
+  const int slot = buffers.slot;
+  if (state.range.has_embedding)
     CUDA_CHECK(cudaMemcpyAsync(state.inputs.buffers[slot], microbatch_of(host_tokens, microbatch, BT), BT * sizeof(int),
                                cudaMemcpyHostToDevice, e.stream));
-  } else {
-    slot = held(state.inputs, key);
-  }
   forward_chunk(e, params, chunk, slot, microbatch_of(host_targets, microbatch, BT), loss_scale, e.B, e.T);
   record_compute(record, ActionKind::forward, microbatch, chunk, slot);
+  record.output_buffer = buffers.output_buffer;
   if (e.recompute) state.working_microbatch = microbatch;
   const Activations<Element>& acts = activations_of(e, chunk, slot);
   if (state.range.has_head) {
@@ -140,13 +219,10 @@ void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
   }
   const size_t output_bytes = btc_elements(e) * sizeof(Element);
   const int next = local_next_chunk(e, chunk);
-  if (next >= 0) {
-    record.output_buffer = take_slot(e, next, key_of(e, microbatch, next));
-    copy_device(e.chunks[next].inputs.buffers[record.output_buffer], range_output(acts), output_bytes, e.stream);
-  } else if (e.recompute) {
-    record.output_buffer = take(e.sends, key);
-    copy_device(e.sends.buffers[record.output_buffer], range_output(acts), output_bytes, e.stream);
-  }
+  if (next >= 0)
+    copy_device(e.chunks[next].inputs.buffers[buffers.output_buffer], range_output(acts), output_bytes, e.stream);
+  else if (e.recompute)
+    copy_device(e.sends.buffers[buffers.output_buffer], range_output(acts), output_bytes, e.stream);
 }
 
 // B or I (microbatch, chunk): the forward again if the working set holds another microbatch's,
@@ -159,8 +235,8 @@ void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Elem
                    const int* host_targets, double loss_scale, ExecutedStep& record) {
   const int microbatch = action.microbatch, chunk = action.chunk;
   ChunkState<Element>& state = e.chunks[chunk];
-  const int key = key_of(e, microbatch, chunk);
-  const int slot = held(state.inputs, key);
+  const BackwardBuffers buffers = take_backward_buffers(e, action);
+  const int slot = buffers.slot;
   const size_t BT = size_t(e.B) * e.T;
   record_compute(record, action.kind, microbatch, chunk, slot);
   if (e.recompute && state.working_microbatch != microbatch) {
@@ -171,12 +247,11 @@ void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Elem
   const void* input = state.inputs.buffers[slot];
   const bool embedding = state.range.has_embedding;
   const Element* grad_output =
-      state.range.has_head ? nullptr : static_cast<const Element*>(e.grad_outputs.buffers[held(e.grad_outputs, key)]);
+      state.range.has_head ? nullptr : static_cast<const Element*>(e.grad_outputs.buffers[buffers.grad_output]);
   Element* grad_input = nullptr;
   if (!embedding) {
-    const int previous = local_previous_chunk(e, chunk);
-    const int index = previous >= 0 ? take(e.grad_outputs, key_of(e, microbatch, previous)) : take(e.grad_inputs, key);
-    grad_input = static_cast<Element*>(previous >= 0 ? e.grad_outputs.buffers[index] : e.grad_inputs.buffers[index]);
+    const BufferPool& pool = local_previous_chunk(e, chunk) >= 0 ? e.grad_outputs : e.grad_inputs;
+    grad_input = static_cast<Element*>(pool.buffers[buffers.grad_input]);
   }
   const int* tokens = embedding ? static_cast<const int*>(input) : nullptr;
   const Element* input_activation = embedding ? nullptr : static_cast<const Element*>(input);
@@ -187,13 +262,12 @@ void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Elem
                  e.T, e.cublas, e.stream, reports);
     if (reports) reports(-1);
   } else {
-    record.weight_inputs = take_weight_inputs(e, chunk, key);
+    record.weight_inputs = buffers.weight_inputs;
     gpt_backward_input(e.config, state.range, params[chunk], activations_of(e, chunk, slot), state.scratch, tokens,
                        input_activation, grad_output, grad_input, state.weight_inputs[record.weight_inputs], e.B, e.T,
                        e.cublas, e.stream);
   }
-  give_back(state.inputs, key);
-  if (!state.range.has_head) give_back(e.grad_outputs, key);
+  give_back_backward_buffers(e, action);
 }
 
 // W (microbatch, chunk): the parameter gradients from the buffer its I filled, which goes back.
@@ -208,7 +282,7 @@ void weight_step(Executor<Element>& e, const std::vector<ParameterTensors<Elemen
   gpt_backward_weight(e.config, state.range, grads[action.chunk], state.range.has_head ? grad_wte_head : nullptr,
                       state.weight_inputs[record.weight_inputs], state.scratch, e.B, e.T, e.cublas, e.stream, reports);
   if (reports) reports(-1);
-  give_back(state.weight_pool, key);
+  give_back_weight_buffer(e, action);
 }
 
 // A step of sends and receives: one NCCL group in the listed order, on the transfer stream;
@@ -229,40 +303,34 @@ void transfer_step(Executor<Element>& e, size_t index, const Step& step, Execute
     pool.transfer_step[buffer] = int(index);
   };
   for (const Action& a : step) {
-    const int key = key_of(e, a.microbatch, a.chunk);
     const int vs = virtual_stage_of(e, a.chunk);
     ChunkState<Element>& state = e.chunks[a.chunk];
-    int buffer, peer;
+    const int buffer = take_message_buffer(e, a);
+    int peer;
     switch (a.kind) {
       case ActionKind::send_forward: {
-        BufferPool& pool = e.recompute ? e.sends : state.inputs;  // without recompute: the slot's activations
-        buffer = held(pool, key);
-        use(pool, buffer);
+        use(e.recompute ? e.sends : state.inputs, buffer);
+        // Without recompute the send reads the slot's activations.
         const void* output = e.recompute ? e.sends.buffers[buffer] : range_output(state.acts[buffer]);
         peer = stage_of(e, vs + 1);
         transfers.push_back({true, false, const_cast<void*>(output), count});
         break;
       }
       case ActionKind::recv_forward:
-        buffer = take_slot(e, a.chunk, key);
         use(state.inputs, buffer);
         peer = stage_of(e, vs - 1);
         transfers.push_back({false, false, state.inputs.buffers[buffer], count});
         break;
       case ActionKind::send_backward:
-        buffer = held(e.grad_inputs, key);
         use(e.grad_inputs, buffer);
         peer = stage_of(e, vs - 1);
         transfers.push_back({true, false, e.grad_inputs.buffers[buffer], count});
         break;
-      case ActionKind::recv_backward:
-        buffer = take(e.grad_outputs, key);
+      default:  // recv_backward (take_message_buffer refused the rest)
         use(e.grad_outputs, buffer);
         peer = stage_of(e, vs + 1);
         transfers.push_back({false, false, e.grad_outputs.buffers[buffer], count});
         break;
-      default:
-        throw std::runtime_error("executor: " + to_text(a) + " in a transfer step");
     }
     // comm/p2p.h names a peer as the next or the previous stage of the ring.
     transfers.back().with_next = peer == (e.stage + 1) % e.p;
@@ -272,11 +340,7 @@ void transfer_step(Executor<Element>& e, size_t index, const Step& step, Execute
     CUDA_CHECK(cudaStreamWaitEvent(e.transfer_stream, e.step_end[after_compute], 0));
   record_step_event(e, e.step_start[index], e.transfer_stream);
   exchange_group(e.groups, transfers.data(), transfers.size(), nccl_data_type<Element>(), e.transfer_stream);
-  for (const Action& a : step) {
-    const int key = key_of(e, a.microbatch, a.chunk);
-    if (a.kind == ActionKind::send_forward && e.recompute) give_back(e.sends, key);
-    if (a.kind == ActionKind::send_backward) give_back(e.grad_inputs, key);
-  }
+  give_back_message_buffers(e, step);
 }
 
 // Mirrors forward_step's and backward_step's takes and holds.
@@ -314,6 +378,7 @@ void record_step_event(Executor<Element>& e, cudaEvent_t event, cudaStream_t str
   template int local_previous_chunk<Element>(const Executor<Element>&, int);                                        \
   template int stage_of<Element>(const Executor<Element>&, int);                                                    \
   template int take_slot<Element>(Executor<Element>&, int, int);                                                    \
+  template void plan_pools<Element>(Executor<Element>&);                                                            \
   template Activations<Element>& activations_of<Element>(Executor<Element>&, int, int);                             \
   template void forward_chunk<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, int, int, \
                                        const int*, double, int, int);                                               \

@@ -23,6 +23,11 @@ int stage_of(const Executor<Element>& e, int virtual_stage);
 // Takes a slot of chunk for key: its input buffer, and its activations unless recomputing.
 template <typename Element>
 int take_slot(Executor<Element>& e, int chunk, int key);
+// Plans the pools (pipeline/buffer_pool.h) to the schedule's peaks: walks the schedule through
+// the same takes and gives-back as the step functions below, host bookkeeping only, without
+// device work. Every buffer is given back at the end of the walk.
+template <typename Element>
+void plan_pools(Executor<Element>& e);
 template <typename Element>
 Activations<Element>& activations_of(Executor<Element>& e, int chunk, int slot);
 // The chunk's forward of a microbatch from its slot's input; the head gets the targets.

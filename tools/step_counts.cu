@@ -1,15 +1,18 @@
 // Counts for a GPU reader (a program, not a test): what one training step asks of each stage's
 // device, counted by the CPU build (cpu/call_counts.h) on replica 0's ranks. A line per stage:
-//   stage S: launches L, host_waits H, nccl_calls N, bytes_sent B
+//   stage S: launches L, host_waits H, nccl_calls N, bytes_sent B, allocations A1 A2 .., frees F1 F2 ..
 // launches: kernels and cuBLAS calls; host_waits: calls that block the host until device work
 // is done; nccl_calls: sends, receives and collectives; bytes_sent: what those calls hand to NCCL
-// (a send's bytes, an all-reduce's input). The model and pipeline come from ./train's flags
+// (a send's bytes, an all-reduce's input), all four of the last step; allocations and frees:
+// device and pinned ones of each step in turn (each synchronises the device on a GPU; the
+// trainer makes them all before step 1). The model and pipeline come from ./train's flags
 // (--layers, --heads, --dim, --seq-len, --vocab, --batch, --microbatches, --dp, --pp, --schedule,
 // --virtual-stages, --recompute, --layers-per-stage, --dtype); the tokens are random. It runs
-// --steps steps (default 2) and counts the last one: the first also allocates its slots.
+// --steps steps (default 2).
 // Usage: mpirun -np 4 build/cpu/tools/step_counts [flags] (make bench).
 #include <mpi.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <random>
@@ -28,7 +31,8 @@
 
 namespace {
 
-// The counts of the last of `steps` steps on this rank: host waits, launches, NCCL calls, bytes.
+// The counts of the last of `steps` steps on this rank: launches, host waits, NCCL calls, bytes;
+// then each step's allocations, then each step's frees.
 template <typename Element>
 std::vector<double> count_last_step(const TrainOptions& options, const GPTConfig& config, const CommGroups& groups,
                                     int steps) {
@@ -46,15 +50,21 @@ std::vector<double> count_last_step(const TrainOptions& options, const GPTConfig
   data.source = "random tokens";
   BatchReader reader = make_batch_reader(data, options.batch, options.seq_len, false, options.seed);
   const AdamWSettings settings{options.beta1, options.beta2, options.eps, options.weight_decay, options.grad_clip};
-  cpu::CallCounts before;
+  cpu::CallCounts before, after;
+  std::vector<double> allocations, frees;
   for (int t = 1; t <= steps; ++t) {
     before = cpu::call_counts();
     train_step(trainer, reader, settings, options.lr, t);
+    after = cpu::call_counts();
+    allocations.push_back(double(after.allocations - before.allocations));
+    frees.push_back(double(after.frees - before.frees));
   }
-  const cpu::CallCounts after = cpu::call_counts();
   destroy_trainer(trainer);
-  return {double(after.launches - before.launches), double(after.host_waits - before.host_waits),
-          double(after.nccl_calls - before.nccl_calls), double(after.nccl_bytes - before.nccl_bytes)};
+  std::vector<double> counts{double(after.launches - before.launches), double(after.host_waits - before.host_waits),
+                             double(after.nccl_calls - before.nccl_calls), double(after.nccl_bytes - before.nccl_bytes)};
+  counts.insert(counts.end(), allocations.begin(), allocations.end());
+  counts.insert(counts.end(), frees.begin(), frees.end());
+  return counts;
 }
 
 }  // namespace
@@ -73,13 +83,17 @@ int main(int argc, char** argv) {
         options.dtype == "bf16" ? count_last_step<__nv_bfloat16>(options, config, groups, steps)
                                 : count_last_step<float>(options, config, groups, steps);
     const Mesh mesh = groups.mesh;
-    std::vector<double> all(4 * size_t(world.size));
-    MPI_Gather(counts.data(), 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    const size_t per_rank = counts.size();  // 4 + 2 steps, alike on every rank
+    std::vector<double> all(per_rank * size_t(world.size));
+    MPI_Gather(counts.data(), int(per_rank), MPI_DOUBLE, all.data(), int(per_rank), MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (world.rank == 0)
       for (int stage = 0; stage < mesh.pp; ++stage) {
-        const double* c = all.data() + 4 * size_t(world_rank_of(mesh, 0, stage));
-        std::printf("stage %d: launches %.0f, host_waits %.0f, nccl_calls %.0f, bytes_sent %.0f\n", stage, c[0], c[1],
-                    c[2], c[3]);
+        const double* c = all.data() + per_rank * size_t(world_rank_of(mesh, 0, stage));
+        std::string per_step[2];  // allocations, frees
+        for (int kind = 0; kind < 2; ++kind)
+          for (int t = 0; t < steps; ++t) per_step[kind] += " " + std::to_string(int64_t(c[4 + kind * steps + t]));
+        std::printf("stage %d: launches %.0f, host_waits %.0f, nccl_calls %.0f, bytes_sent %.0f, allocations%s, frees%s\n",
+                    stage, c[0], c[1], c[2], c[3], per_step[0].c_str(), per_step[1].c_str());
       }
     destroy_world_groups(groups);
   } catch (const std::exception& e) {

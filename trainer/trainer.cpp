@@ -8,8 +8,8 @@
 #include <type_traits>
 
 #include "comm/collectives.h"
+#include "comm/connect.h"
 #include "comm/nccl_types.h"
-#include "comm/p2p.h"
 #include "kernels/cublas_check.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
@@ -181,11 +181,14 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   const bool master_weights = std::is_same_v<Element, __nv_bfloat16> && precision.master_weights;
   trainer.optimizer = create_optimizer(config, trainer.parameter_layout, master_weights, precision.rounding_seed);
   CUDA_CHECK(cudaMallocHost(&trainer.figures, sizeof(StepFigures)));
-  const size_t BT = size_t(B) * T;
-  trainer.host_tokens.resize(layout.microbatches * BT);
-  trainer.host_targets.resize(layout.microbatches * BT);
+  const size_t microbatch_bytes = size_t(B) * T * sizeof(int);
+  CUDA_CHECK(cudaMallocHost(&trainer.host_tokens, layout.microbatches * microbatch_bytes));
+  CUDA_CHECK(cudaMallocHost(&trainer.host_targets, layout.microbatches * microbatch_bytes));
+  const size_t step_tokens = layout.microbatches * size_t(B) * T;
+  std::fill_n(trainer.host_tokens, step_tokens, 0);  // token 0 until a step reads its own
+  std::fill_n(trainer.host_targets, step_tokens, 0);
   trainer.host_logits.resize(config.padded_vocab_size);
-  if (mesh.pp > 1) warm_up_neighbours(trainer.groups, trainer.stream);
+  connect_communicators(trainer.groups, trainer.stream);
   return trainer;
 }
 
@@ -206,6 +209,8 @@ void destroy_trainer(Trainer<Element>& trainer) {
   destroy_gradient_buckets(trainer.buckets);
   destroy_optimizer(trainer.optimizer);
   CUDA_CHECK(cudaFreeHost(trainer.figures));
+  CUDA_CHECK(cudaFreeHost(trainer.host_tokens));
+  CUDA_CHECK(cudaFreeHost(trainer.host_targets));
   CUBLAS_CHECK(cublasDestroy(trainer.cublas));
   CUDA_CHECK(cudaStreamDestroy(trainer.stream));
 }
@@ -261,7 +266,7 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
   const uint64_t step_start = reader.next_microbatch;
   reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) * m;
   for (int k = 0; k < m; ++k)
-    read_microbatch(reader, trainer.host_tokens.data() + k * BT, trainer.host_targets.data() + k * BT);
+    read_microbatch(reader, trainer.host_tokens + k * BT, trainer.host_targets + k * BT);
   reader.next_microbatch = step_start + uint64_t(mesh.dp) * m;
 
   CUDA_CHECK(
@@ -278,8 +283,8 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
     trainer.executor.gradients_final = [&trainer](int chunk, int layer) {
       queue_final_buckets(trainer.buckets, trainer.groups, trainer.gradient_memory, chunk, layer, trainer.stream);
     };
-  execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens.data(),
-               trainer.host_targets.data(), loss_scale);
+  execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens,
+               trainer.host_targets, loss_scale);
   trainer.executor.gradients_final = nullptr;
   // The tied embedding: the head's share joins wte's gradient on the stage with the head (zero
   // there unless it also has the embedding), then the first and last stage add their copies. A
@@ -333,10 +338,9 @@ double validation_loss(Trainer<Element>& trainer, BatchReader& reader, int batch
   reader.next_microbatch = 0;
   double loss_sum = 0;
   for (int batch = 0; batch < batches; ++batch) {
-    read_microbatch(reader, trainer.host_tokens.data(), trainer.host_targets.data());
-    const ForwardResult<Element> forward = execute_forward(trainer.executor, trainer.params,
-                                                           trainer.host_tokens.data(), trainer.host_targets.data(),
-                                                           trainer.B, trainer.T);
+    read_microbatch(reader, trainer.host_tokens, trainer.host_targets);
+    const ForwardResult<Element> forward = execute_forward(trainer.executor, trainer.params, trainer.host_tokens,
+                                                           trainer.host_targets, trainer.B, trainer.T);
     loss_sum += forward.loss;
   }
   reader.next_microbatch = resume_position;
@@ -349,8 +353,9 @@ double validation_loss(Trainer<Element>& trainer, BatchReader& reader, int batch
 template <typename Element>
 const std::vector<float>& next_token_logits(Trainer<Element>& trainer, const int* context, int count) {
   const size_t Vp = trainer.config.padded_vocab_size;
+  std::copy(context, context + count, trainer.host_tokens);  // pinned, as a step's
   const ForwardResult<Element> forward =
-      execute_forward(trainer.executor, trainer.params, context, nullptr, 1, count);
+      execute_forward(trainer.executor, trainer.params, trainer.host_tokens, nullptr, 1, count);
   trainer.host_logits.assign(Vp, 0.0f);
   if (forward.logits != nullptr && trainer.groups.mesh.dp_rank == 0) {
     std::vector<Element> row(Vp);

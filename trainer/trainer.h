@@ -73,8 +73,11 @@ struct Trainer {
   GradientBuckets buckets;  // the data-parallel sum (dp > 1), started while the backward goes on
   Optimizer optimizer;  // fp32 moments; with bf16 parameters the master weights and the rounding seed
   StepFigures* figures;  // (1) pinned host memory: what a step copies back at its end
-  std::vector<int> host_tokens;    // (microbatches, B, T)
-  std::vector<int> host_targets;   // (microbatches, B, T)
+  // Pinned host memory (cudaMallocHost), which a copy reads in stream order without the host
+  // waiting; CUDA may make a copy from pageable memory above 64 KB wait ("API synchronization
+  // behavior"). The host writes them only between steps, after its wait.
+  int* host_tokens;                // (microbatches, B, T)
+  int* host_targets;               // (microbatches, B, T)
   std::vector<float> host_logits;  // (Vp) one row of logits, for sampling
 };
 
@@ -83,8 +86,10 @@ struct Trainer {
 // that does not check). Returns split_layers' ranges.
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout);
 
-// Allocates everything once (slots come during the first step); parameters are uninitialised
-// until upload_parameters. groups stay the caller's. precision is for bf16 parameters (an fp32
+// Allocates everything once, before step 1 (the executor's pools at its schedule's peaks, the
+// pinned host buffers), and connects every communicator of groups (comm/connect.h): no step,
+// validation or sample allocates or connects. Parameters are uninitialised until
+// upload_parameters. groups stay the caller's. precision is for bf16 parameters (an fp32
 // trainer has no master weights and does not round).
 template <typename Element>
 Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const PipelineLayout& layout,

@@ -2,7 +2,7 @@
 // 2, 4 and 8 ranks are layouts_test.cu's): the interleaved schedule round a ring of 4 stages
 // gives the single-stage step bitwise; the executor allocates the schedule's slots (and, for
 // split backwards, weight buffers) and no more, the simulator's peaks; with recompute each slot is
-// the stage input, and nothing is allocated after the first step; a stage's device bytes are
+// the stage input, nothing is allocated after set-up and a pool never grows; a stage's device bytes are
 // exactly its arrays, slots and buffers (fp32 and bf16), and bf16 halves the messages; the
 // executor runs what the schedule says (microbatch, chunk, slot, peer, recompute); a schedule
 // file of the printed 1F1B grid runs bitwise as 1F1B; each stage allocates only its own tensors;
@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "comm/collectives.h"
 #include "kernels/device_memory.cuh"
 #include "kernels/global_norm.cuh"
+#include "pipeline/buffer_pool.h"
 #include "pipeline/schedule_file.h"
 #include "pipeline/simulate.h"
 #include "tests/file_tools.h"
@@ -60,24 +62,50 @@ TEST(Pipeline, RecomputeSlotHoldsOnlyTheStageInput) {
   EXPECT_EQ(outcome.accounting.slots, std::vector<int>{4 - stage});
 }
 
-// The pools reach their size in the first step: the second allocates nothing. Counted by the
+// The trainer allocates everything before step 1: steps 1 and 2 allocate nothing. Counted by the
 // project's allocator, so it holds on a GPU, whose driver may serve or round an allocation
-// without changing cudaMemGetInfo; an allocation freed again within the step counts too.
-TEST(Pipeline, NoDeviceAllocationAfterTheFirstStep) {
+// without changing cudaMemGetInfo; an allocation freed again within the step counts too (the CPU
+// build's own count, of every cudaMalloc, is tests/cpu/mpi/device_allocations_test.cu's).
+TEST(Pipeline, NoDeviceAllocationAfterSetUp) {
   WorldGroups world(1, 4);
   for (bool recompute : {false, true}) {
     Trainer<float> trainer =
         create_trainer<float>(kConfig, kB, kT, {ScheduleKind::one_f_one_b, 8, 1, recompute, {}}, world.groups);
     upload_parameters(trainer, initial_parameters(kConfig));
     BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
-    train_step(trainer, reader, kSettings, kLearningRate, 1);
     const DeviceMemoryCounts before = device_memory_counts();
+    train_step(trainer, reader, kSettings, kLearningRate, 1);
     train_step(trainer, reader, kSettings, kLearningRate, 2);
     const DeviceMemoryCounts after = device_memory_counts();
     EXPECT_EQ(after.allocations, before.allocations) << (recompute ? "recompute" : "");
     EXPECT_EQ(after.bytes_in_use, before.bytes_in_use) << (recompute ? "recompute" : "");
     destroy_trainer(trainer);
   }
+}
+
+// A pool planned and allocated does not grow: a take with none free throws, naming the pool,
+// instead of allocating inside a step (pipeline/buffer_pool.h).
+TEST(Pipeline, APoolThatWouldGrowAfterSetUpThrowsNamingItself) {
+  BufferPool pool = make_pool(64, "stage 0's test buffers");
+  take(pool, 1);
+  take(pool, 2);
+  give_back(pool, 1);
+  give_back(pool, 2);
+  allocate_pool(pool);
+  const uint64_t allocations = device_memory_counts().allocations;
+  EXPECT_EQ(take(pool, 3), 0);  // in index order, as a pool that grew on demand
+  EXPECT_EQ(take(pool, 4), 1);
+  try {
+    take(pool, 5);
+    ADD_FAILURE() << "a third buffer was taken from a pool of two";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("stage 0's test buffers would grow past the 2 planned"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(device_memory_counts().allocations, allocations);
+  give_back(pool, 3);
+  give_back(pool, 4);
+  destroy_pool(pool);
 }
 
 // A stage's device bytes, to the byte: its parameters and gradients (two arrays of its parameter

@@ -5,6 +5,7 @@
 // the CPU runtime's. Steps after the first: the first allocates its activation slots.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,27 @@ TEST_F(StepCounts, OneHostWaitPerTrainingStepOnEveryRank) {
   const std::vector<Case> cases = cases_of_world();
   for (size_t i = 0; i < cases.size(); ++i)
     EXPECT_EQ((*counted)[i].step.host_waits, 1u) << describe(cases[i]) << ", rank " << rank_in_world();
+}
+
+// The same one wait with microbatches of B T = 16512 tokens, whose token ids (and targets) are
+// 66048 bytes: above 64 KB CUDA may make a copy from pageable host memory wait for its stream
+// ("API synchronization behavior"; the CPU build waits, pageable_copies_test.cu), so the trainer
+// keeps them in pinned memory. From std::vector a stage would wait once more per microbatch for
+// its tokens (with the embedding) and once more for its targets (with the head).
+TEST_F(StepCounts, OneHostWaitPerTrainingStepWithMicrobatchesAboveSixtyFourKilobytes) {
+  constexpr int kLargeB = 2064;
+  static_assert(size_t(kLargeB) * kT * sizeof(int) > (64 << 10), "a microbatch's token ids above 64 KB");
+  const Case c{4, 1, ScheduleKind::one_f_one_b, 1, false, 1, 1};  // one layer, one microbatch: the cheapest step
+  TokenDataset data;
+  std::mt19937_64 generator(11);
+  for (size_t i = 0; i < size_t(kLargeB) * kT * c.m + 1; ++i) data.tokens.push_back(uint16_t(generator() % 64));
+  data.vocab_size = 64;
+  data.source = "random tokens";
+  WorldGroups world(c.dp, c.pp);
+  Trainer<float> trainer = counted_step::trainer_of<float>(c, world.groups, kLargeB);
+  const cpu::CallCounts step = counted_step::second_step_calls(trainer, data);
+  destroy_trainer(trainer);
+  EXPECT_EQ(step.host_waits, 1u) << describe(c) << " B " << kLargeB << ", rank " << rank_in_world();
 }
 
 // AdamW over all of a stage's regions (decay per region from a table) is one launch; the norm

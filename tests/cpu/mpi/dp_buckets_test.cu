@@ -86,8 +86,8 @@ Queued queue_step(Trainer<Element>& trainer) {
     CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0,
                                size_t(trainer.config.padded_vocab_size) * trainer.config.channels * sizeof(Element),
                                trainer.stream));
-  execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens.data(),
-               trainer.host_targets.data(), 1.0 / (kB * kT * 4 * 2));
+  execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens,
+               trainer.host_targets, 1.0 / (kB * kT * 4 * 2));
   queued.launches_at_end = cpu::call_counts().launches;
   trainer.executor.gradients_final = nullptr;
   finish_data_parallel_sum(buckets, trainer.groups, trainer.gradient_memory, trainer.stream);
