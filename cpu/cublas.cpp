@@ -1,8 +1,9 @@
 // cuBLAS on the CPU, over OpenBLAS: the handle (device, stream, math and pointer modes), status
 // strings, and the GEMMs the project calls (Sgemm, Dgemm, their strided batches, and
 // GemmEx / GemmStridedBatchedEx for fp32, bf16 and fp64), with cuBLAS's column-major
-// semantics and argument checks, and fp32 inputs rounded to TF32 where cuBLAS may use it. A GEMM is queued on the handle's stream (alpha and beta are
-// read at the call, as host pointers are); its matrices must be memory of the handle's device.
+// semantics and argument checks, and fp32 inputs rounded to TF32 where cuBLAS may use it. A GEMM
+// is queued on the handle's stream (alpha and beta are read at the call, as host pointers are);
+// its matrices must be memory of the handle's device.
 // Any other use aborts with its name (cpu::unsupported).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
