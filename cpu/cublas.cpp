@@ -155,10 +155,12 @@ void narrow(const std::vector<float>& in, int rows, int cols, __nv_bfloat16* out
 // exponent, 10 explicit mantissa bits), then the GEMM runs in fp32 as before: a product of two
 // TF32 values is exact in fp32, so only the accumulation rounds, as on tensor cores. The
 // rounding is to nearest, ties away from zero: PTX's cvt.rna.tf32.f32, the conversion NVIDIA
-// documents (wmma's __float_to_tf32 in crt/mma.h is that instruction). What tensor cores do
-// with fp32 bits fed without it, and which of the two cuBLAS does, is not documented (PyTorch's
-// notes say only the first 10 mantissa bits are read, a truncation); both are within one TF32
-// ulp of the input, which tools/compare_losses.py allows for.
+// documents (wmma's __float_to_tf32 in crt/mma.h is that instruction), and what CUTLASS prefers
+// for fp32 inputs of TF32 products (PreferredRoundingMode<tfloat32_t, float> is
+// round_half_ulp_truncate, in cutlass/numeric_conversion.h). Tensor cores fed fp32 bits without
+// a conversion read only the top 10 mantissa bits (PyTorch's numerical-accuracy notes), a
+// truncation; which of the two cuBLAS does is not documented. tools/compare_losses.py says what
+// either costs a comparison of the two builds.
 float round_to_tf32(float x) {
   if (!std::isfinite(x)) return x;  // keeps a NaN a NaN (its payload may sit in the dropped bits)
   uint32_t bits;
