@@ -170,15 +170,21 @@ float round_to_tf32(float x) {
   return x;
 }
 
-// Copies the (rows, cols) fp32 matrix at `in` (leading dimension ld) into `out`, packed
-// (leading dimension rows), each element rounded to TF32.
-void round_to_tf32(const float* in, int rows, int cols, int ld, std::vector<float>& out) {
-  out.resize(size_t(rows) * cols);
-  for (size_t j = 0; j < size_t(cols); ++j)
-    for (size_t i = 0; i < size_t(rows); ++i) out[j * rows + i] = round_to_tf32(in[j * ld + i]);
+// Copies batch_count (rows, cols) fp32 matrices, the first at `in` and each `stride` elements
+// after the previous (leading dimension ld), into `out`, packed one after the other (leading
+// dimension rows), each element rounded to TF32.
+void round_to_tf32(const float* in, int rows, int cols, int ld, long long stride, int batch_count,
+                   std::vector<float>& out) {
+  const size_t size = size_t(rows) * cols;
+  out.resize(size * batch_count);
+  for (size_t matrix = 0; matrix < size_t(batch_count); ++matrix)
+    for (size_t j = 0; j < size_t(cols); ++j)
+      for (size_t i = 0; i < size_t(rows); ++i)
+        out[matrix * size + j * rows + i] = round_to_tf32(in[matrix * stride + j * ld + i]);
 }
 
-// An fp32 GEMM on A and B rounded to TF32, C in fp32.
+// An fp32 GEMM on A and B rounded to TF32, C in fp32: the rounded copies keep the batch, so its
+// matrices still share the BLAS threads.
 void gemm_batched_tf32(const Shape& s, float alpha, const float* A, long long stride_a, const float* B,
                        long long stride_b, float beta, float* C, long long stride_c, int batch_count) {
   // Rounded copies of the operands, kept by the stream worker so that repeated GEMMs do not allocate.
@@ -189,11 +195,10 @@ void gemm_batched_tf32(const Shape& s, float alpha, const float* A, long long st
   Shape packed = s;
   packed.lda = std::max(1, rows_a(s));
   packed.ldb = std::max(1, rows_b(s));
-  for (long long i = 0; i < batch_count; ++i) {
-    round_to_tf32(A + i * stride_a, rows_a(s), cols_a(s), s.lda, handle.a_tf32);
-    round_to_tf32(B + i * stride_b, rows_b(s), cols_b(s), s.ldb, handle.b_tf32);
-    gemm_batched(packed, alpha, handle.a_tf32.data(), 0, handle.b_tf32.data(), 0, beta, C + i * stride_c, 0, 1);
-  }
+  round_to_tf32(A, rows_a(s), cols_a(s), s.lda, stride_a, batch_count, handle.a_tf32);
+  round_to_tf32(B, rows_b(s), cols_b(s), s.ldb, stride_b, batch_count, handle.b_tf32);
+  gemm_batched(packed, alpha, handle.a_tf32.data(), (long long)rows_a(s) * cols_a(s), handle.b_tf32.data(),
+               (long long)rows_b(s) * cols_b(s), beta, C, stride_c, batch_count);
 }
 
 // Whether a GEMM of fp32 A and B may use TF32 on a GPU, as the compute type and the handle's

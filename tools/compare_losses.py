@@ -17,15 +17,17 @@ differences mostly cancel; every optimizer step then adds its own differences to
 and training carries them on, fastest while the learning rate is at its peak. Both builds
 multiply fp32 matrices in TF32 by default (docs/training.md, "TF32"): inputs rounded to 10
 mantissa bits, to nearest with ties away from zero in the CPU build, as PTX's cvt.rna.tf32.f32
-and CUTLASS do. A difference of 1e-7 in an input then moves it by a whole TF32 unit (2^-10) when
-it crosses a rounding boundary, so the runs drift apart much faster than in full fp32.
+and CUTLASS do. A difference of 1e-7 in an input moves its rounded value by a whole TF32 unit
+(2^-10 relative) when it crosses a rounding boundary, so the runs drift apart much faster than
+in full fp32.
 Measured on the CPU build (2026-11-26, AMD EPYC, 2 cores shared), the default run of 4 ranks for
 50 steps, TF32, with another OpenBLAS kernel set (CUDA_CPU_BLAS_CORE=Sandybridge: no FMA, other
-blocking) against the default (Haswell): 1.7e-7 at step 1, at most 2.3e-7 up to step 10, 1.4e-5
-at step 15, a peak of 1.0e-4 at step 21 and 2.5e-5 at step 50; with Nehalem's kernels NEHALEM.
-The allowance is 12 times that at step 1 and 9.5 times the peak or more at every step. In full
-fp32 (--no-tf32 on both sides) the same comparison, with every kernel also compiled with -mfma
--ffp-contract=fast, differed by 6e-10 at step 1 and at most 2.4e-7 (2026-11-23), far inside.
+blocking) against the default (Haswell): 1.7e-7 at step 1, at most 4e-7 up to step 10, 1.4e-5
+at step 15, a peak of 1.0e-4 at step 21 and 2.5e-5 at step 50; with Nehalem's (SSE) kernels 2e-7
+at step 1, 1.4e-6 at step 10 and a peak of 7.9e-5 at step 25. The allowance is 10 times the
+difference at step 1 and at least 9.5 times it at every step. In full fp32 (--no-tf32 on both
+sides) the same comparison, with every kernel also compiled with -mfma -ffp-contract=fast,
+differed by 6e-10 at step 1 and at most 2.4e-7 (2026-11-23), far inside.
 A real difference is above it: --lr 1% higher moves the loss by 4.5e-4 at step 3, and a race, a
 missing synchronisation or wrong data moves it by more. So is a GPU whose cuBLAS truncates its
 inputs to TF32 instead of rounding them (the CPU build truncating, against it rounding: 2.6e-5 at
