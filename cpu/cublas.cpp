@@ -1,8 +1,9 @@
 // cuBLAS on the CPU, over OpenBLAS: the handle (device, stream, math and pointer modes), status
 // strings, and the GEMMs the project calls (Sgemm, Dgemm, their strided batches, and
 // GemmEx / GemmStridedBatchedEx for fp32, bf16 and fp64), with cuBLAS's column-major
-// semantics and argument checks. A GEMM is queued on the handle's stream (alpha and beta are
-// read at the call, as host pointers are); its matrices must be memory of the handle's device.
+// semantics and argument checks, and fp32 inputs rounded to TF32 where cuBLAS may use it. A GEMM
+// is queued on the handle's stream (alpha and beta are read at the call, as host pointers are);
+// its matrices must be memory of the handle's device.
 // Any other use aborts with its name (cpu::unsupported).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -10,7 +11,10 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -146,6 +150,74 @@ void narrow(const std::vector<float>& in, int rows, int cols, __nv_bfloat16* out
     for (size_t i = 0; i < size_t(rows); ++i) out[j * ld + i] = __float2bfloat16(in[j * rows + i]);
 }
 
+// TF32, where cuBLAS may use it (CUBLAS_COMPUTE_32F_FAST_TF32, or fp32 compute on a handle in
+// CUBLAS_TF32_TENSOR_OP_MATH): each element of A and B is rounded to TF32 (fp32's sign and
+// exponent, 10 explicit mantissa bits), then the GEMM runs in fp32 as before: a product of two
+// TF32 values is exact in fp32, so only the accumulation rounds, as on tensor cores. The
+// rounding is to nearest, ties away from zero: PTX's cvt.rna.tf32.f32, the conversion NVIDIA
+// documents (wmma's __float_to_tf32 in crt/mma.h is that instruction), and what CUTLASS prefers
+// for fp32 inputs of TF32 products (PreferredRoundingMode<tfloat32_t, float> is
+// round_half_ulp_truncate, in cutlass/numeric_conversion.h). Tensor cores fed fp32 bits without
+// a conversion read only the top 10 mantissa bits (PyTorch's numerical-accuracy notes), a
+// truncation; which of the two cuBLAS does is not documented. tools/compare_losses.py says what
+// either costs a comparison of the two builds.
+float round_to_tf32(float x) {
+  if (!std::isfinite(x)) return x;  // keeps a NaN a NaN (its payload may sit in the dropped bits)
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  bits = (bits + 0x1000u) & ~0x1fffu;  // add half of the 13 dropped bits' unit, then drop them
+  std::memcpy(&x, &bits, sizeof bits);
+  return x;
+}
+
+// Copies batch_count (rows, cols) fp32 matrices, the first at `in` and each `stride` elements
+// after the previous (leading dimension ld), into `out`, packed one after the other (leading
+// dimension rows), each element rounded to TF32.
+void round_to_tf32(const float* in, int rows, int cols, int ld, long long stride, int batch_count,
+                   std::vector<float>& out) {
+  const size_t size = size_t(rows) * cols;
+  out.resize(size * batch_count);
+  for (size_t matrix = 0; matrix < size_t(batch_count); ++matrix)
+    for (size_t j = 0; j < size_t(cols); ++j)
+      for (size_t i = 0; i < size_t(rows); ++i)
+        out[matrix * size + j * rows + i] = round_to_tf32(in[matrix * stride + j * ld + i]);
+}
+
+// An fp32 GEMM on A and B rounded to TF32, C in fp32: the rounded copies keep the batch, so its
+// matrices still share the BLAS threads.
+void gemm_batched_tf32(const Shape& s, float alpha, const float* A, long long stride_a, const float* B,
+                       long long stride_b, float beta, float* C, long long stride_c, int batch_count) {
+  // Rounded copies of the operands, kept by the stream worker so that repeated GEMMs do not allocate.
+  struct Scratch {
+    std::vector<float> a_tf32, b_tf32;
+  };
+  thread_local Scratch handle;
+  Shape packed = s;
+  packed.lda = std::max(1, rows_a(s));
+  packed.ldb = std::max(1, rows_b(s));
+  round_to_tf32(A, rows_a(s), cols_a(s), s.lda, stride_a, batch_count, handle.a_tf32);
+  round_to_tf32(B, rows_b(s), cols_b(s), s.ldb, stride_b, batch_count, handle.b_tf32);
+  gemm_batched(packed, alpha, handle.a_tf32.data(), (long long)rows_a(s) * cols_a(s), handle.b_tf32.data(),
+               (long long)rows_b(s) * cols_b(s), beta, C, stride_c, batch_count);
+}
+
+// Whether a GEMM of fp32 A and B may use TF32 on a GPU, as the compute type and the handle's
+// math mode (without its flag bit) allow.
+bool tf32_allowed(cublasHandle_t handle, cublasComputeType_t compute) {
+  const bool tf32_mode = (int(handle->math_mode) & ~int(CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) ==
+                         int(CUBLAS_TF32_TENSOR_OP_MATH);
+  return compute == CUBLAS_COMPUTE_32F_FAST_TF32 || (compute == CUBLAS_COMPUTE_32F && tf32_mode);
+}
+
+// The fp32 GEMM queued for a call: on TF32 inputs where tf32 is set.
+std::function<void()> fp32_gemm(const Shape& s, float alpha, const float* A, long long stride_a, const float* B,
+                                long long stride_b, float beta, float* C, long long stride_c, int batch_count,
+                                bool tf32) {
+  if (tf32)
+    return [=] { gemm_batched_tf32(s, alpha, A, stride_a, B, stride_b, beta, C, stride_c, batch_count); };
+  return [=] { gemm_batched(s, alpha, A, stride_a, B, stride_b, beta, C, stride_c, batch_count); };
+}
+
 // bf16 A and B, C in bf16 or fp32: the inputs are widened to fp32 (exactly), the GEMM
 // runs in fp32, and a bf16 C is rounded once at the end, as cuBLAS with CUBLAS_COMPUTE_32F.
 void gemm_batched_bf16(const Shape& s, float alpha, const __nv_bfloat16* A, long long stride_a,
@@ -198,8 +270,9 @@ std::string compute_name(cublasComputeType_t t) {
   }
 }
 
-// GemmEx and GemmStridedBatchedEx (GemmEx is one batch). The fast fp32 compute types
-// may lower input precision on a GPU; here they compute in plain fp32.
+// GemmEx and GemmStridedBatchedEx (GemmEx is one batch). Where TF32 is allowed, fp32 inputs are
+// rounded to TF32 (tf32_allowed); CUBLAS_COMPUTE_32F_FAST_16BF, which the project does not use,
+// computes in plain fp32.
 cublasStatus_t gemm_ex(const char* function, cublasHandle_t handle, const Shape& s, const void* alpha,
                        const void* A, cudaDataType a_type, long long stride_a, const void* B,
                        cudaDataType b_type, long long stride_b, const void* beta, void* C, cudaDataType c_type,
@@ -224,10 +297,9 @@ cublasStatus_t gemm_ex(const char* function, cublasHandle_t handle, const Shape&
   // alpha and beta have the compute type: float for the fp32 computes, double for fp64.
   if (fp32) {
     const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
-    return queue_gemm(function, handle, s, A, stride_a, B, stride_b, C, stride_c, batch_count, 4, 4, [=] {
-      gemm_batched(s, a, static_cast<const float*>(A), stride_a, static_cast<const float*>(B), stride_b, b,
-                   static_cast<float*>(C), stride_c, batch_count);
-    });
+    return queue_gemm(function, handle, s, A, stride_a, B, stride_b, C, stride_c, batch_count, 4, 4,
+                      fp32_gemm(s, a, static_cast<const float*>(A), stride_a, static_cast<const float*>(B), stride_b,
+                                b, static_cast<float*>(C), stride_c, batch_count, tf32_allowed(handle, compute)));
   }
   if (bf16) {
     const float a = *static_cast<const float*>(alpha), b = *static_cast<const float*>(beta);
@@ -357,9 +429,9 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_
   const Shape s{transa, transb, m, n, k, lda, ldb, ldc};
   const cublasStatus_t status = check_gemm(handle, s, alpha, beta, C, batchCount);
   if (status != CUBLAS_STATUS_SUCCESS) return status;
-  const float a = *alpha, b = *beta;
   return queue_gemm("cublasSgemmStridedBatched", handle, s, A, strideA, B, strideB, C, strideC, batchCount, 4, 4,
-                    [=] { gemm_batched(s, a, A, strideA, B, strideB, b, C, strideC, batchCount); });
+                    fp32_gemm(s, *alpha, A, strideA, B, strideB, *beta, C, strideC, batchCount,
+                              tf32_allowed(handle, CUBLAS_COMPUTE_32F)));
 }
 
 cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,

@@ -94,12 +94,27 @@ __global__ void __launch_bounds__(kClassifierThreads)
   }
 }
 
-// One thread: the host's order of additions.
+// The loss sum's block: kLossThreads threads load a tile of kLossTile losses, coalesced, into
+// shared memory; thread 0 then adds the tile in row order. The additions stay one chain in the
+// host's order (a tree would round differently), but each reads shared memory instead of waiting
+// on a global load.
+constexpr int kLossThreads = 256;
+constexpr int kLossTile = 4 * kLossThreads;  // 8 KB of doubles
+
+// One block: the host's order of additions, tile by tile.
 template <typename S>
-__global__ void add_mean_loss_kernel(double* loss_sum, const S* losses, size_t BT) {
-  double sum = 0.0;
-  for (size_t row = 0; row < BT; ++row) sum += double(losses[row]);
-  *loss_sum += sum / double(BT);
+__global__ void __launch_bounds__(kLossThreads) add_mean_loss_kernel(double* loss_sum, const S* losses, size_t BT) {
+  __shared__ double tile[kLossTile];
+  double sum = 0.0;  // thread 0's
+  for (size_t first = 0; first < BT; first += kLossTile) {
+    const int count = BT - first < size_t(kLossTile) ? int(BT - first) : kLossTile;
+    for (int i = threadIdx.x; i < count; i += kLossThreads) tile[i] = double(losses[first + i]);
+    __syncthreads();
+    if (threadIdx.x == 0)
+      for (int i = 0; i < count; ++i) sum += tile[i];
+    __syncthreads();  // the tile is read before the next one overwrites it
+  }
+  if (threadIdx.x == 0) *loss_sum += sum / double(BT);
 }
 
 }  // namespace
@@ -123,7 +138,7 @@ void classifier_forward_backward(T* logits, Compute<T>* losses, const int* targe
 template <typename S>
 void add_mean_loss(double* loss_sum, const S* losses, size_t BT, cudaStream_t stream) {
   if (BT == 0) return;
-  launch(add_mean_loss_kernel<S>, dim3(1), dim3(1), 0, stream, loss_sum, losses, BT);
+  launch(add_mean_loss_kernel<S>, dim3(1), dim3(kLossThreads), 0, stream, loss_sum, losses, BT);
 }
 
 void reset_bad_target_row(int* bad_target_row, cudaStream_t stream) {

@@ -21,8 +21,9 @@ template <typename T>
 void classifier_forward_backward(T* logits, Compute<T>* losses, const int* targets, Compute<T> dloss,
                                  int* bad_target_row, size_t BT, int V, int Vp, cudaStream_t stream);
 
-// *loss_sum (1) += the mean of losses (BT) (+=): the sum in double, in row order, by one thread,
-// so that it is bitwise the host's `for (row) sum += double(losses[row]); sum / BT`. One
+// *loss_sum (1) += the mean of losses (BT) (+=): the sum in double, in row order, so that it is
+// bitwise the host's `for (row) sum += double(losses[row]); sum / BT`. One block loads the losses
+// a tile at a time, coalesced, into shared memory, where one thread adds them in order. One
 // microbatch's few thousand additions: what it saves is the host wait of reading the losses.
 template <typename S>
 void add_mean_loss(double* loss_sum, const S* losses, size_t BT, cudaStream_t stream);

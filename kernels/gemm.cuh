@@ -1,9 +1,12 @@
 // Row-major batched GEMM over cuBLAS for the kernels' element types (double, float,
-// bf16 storage with fp32 compute), used by the matmul and attention families.
+// bf16 storage with fp32 compute), used by the matmul and attention families. fp32 GEMMs use
+// TF32 tensor cores when the handle's math mode allows it (the trainer's does unless --no-tf32).
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "kernels/cublas_check.cuh"
 #include "kernels/element.cuh"
@@ -16,12 +19,29 @@ template <> struct CublasTypes<double> {
 };
 template <> struct CublasTypes<float> {
   static constexpr cudaDataType data = CUDA_R_32F;
-  static constexpr cublasComputeType_t compute = CUBLAS_COMPUTE_32F;  // true fp32, never TF32
+  static constexpr cublasComputeType_t compute = CUBLAS_COMPUTE_32F;  // true fp32 (see compute_type)
 };
 template <> struct CublasTypes<__nv_bfloat16> {
   static constexpr cudaDataType data = CUDA_R_16BF;
   static constexpr cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
 };
+
+// The compute type of a GEMM on the handle. fp32 on a handle in CUBLAS_TF32_TENSOR_OP_MATH
+// ("allow accelerating single precision routines using TF32 tensor cores", cublas_api.h) asks
+// for CUBLAS_COMPUTE_32F_FAST_TF32 ("allows down-converting inputs to TF32": 10 explicit
+// mantissa bits and fp32's exponent, products accumulated in fp32), as llm.c does, rather than
+// leaving the choice to the mode. The setting lives in the caller's handle: no global state.
+template <typename Element>
+cublasComputeType_t compute_type(cublasHandle_t cublas) {
+  if constexpr (std::is_same_v<Element, float>) {
+    cublasMath_t mode;
+    CUBLAS_CHECK(cublasGetMathMode(cublas, &mode));
+    // The mode may carry the flag CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION besides.
+    if ((int(mode) & ~int(CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) == int(CUBLAS_TF32_TENSOR_OP_MATH))
+      return CUBLAS_COMPUTE_32F_FAST_TF32;
+  }
+  return CublasTypes<Element>::compute;
+}
 
 // For i in [0, batch): c[i] (M, N) = alpha op(a[i]) (M, K) op(b[i]) (K, N) + beta c[i],
 // every matrix row-major and dense, op = transpose when transpose_a / transpose_b, so a
@@ -41,5 +61,5 @@ void gemm_batched(cublasHandle_t cublas, bool transpose_a, bool transpose_b, int
   CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       cublas, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
       b, Types::data, transpose_b ? K : N, stride_b, a, Types::data, transpose_a ? M : K, stride_a, &beta, c,
-      Types::data, N, stride_c, batch, Types::compute, CUBLAS_GEMM_DEFAULT));
+      Types::data, N, stride_c, batch, compute_type<Element>(cublas), CUBLAS_GEMM_DEFAULT));
 }

@@ -7,6 +7,10 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
+
+#include "kernels/element.cuh"
+
 // out (N, OC) = inp (N, C) weight^T + bias, with weight (OC, C) row-major and bias (OC),
 // or no bias when bias is nullptr. Written (=). Saves nothing: the backward reads inp and weight.
 template <typename T>
@@ -18,9 +22,14 @@ template <typename T>
 void matmul_backward_input(cublasHandle_t cublas, T* dinp, const T* dout, const T* weight, int N, int C, int OC,
                            cudaStream_t stream);
 
+// Workspace of matmul_backward_weight's bias gradient, in Compute<T> elements: OC per chunk of
+// 512 rows (the chunks' partial sums).
+size_t matmul_bias_gradient_workspace_size(size_t N, int OC);
+
 // dweight (OC, C) += dout^T (OC, N) inp (N, C), and dbias (OC) += the sum of dout's N rows
-// unless dbias is nullptr. Accumulated (+=) across calls; the bias sum adds in a fixed
-// order, so it is bitwise reproducible.
+// unless dbias is nullptr. Accumulated (+=) across calls. The bias sum adds in a fixed order
+// (within chunks of 512 rows, then over chunks), so it is bitwise reproducible; it uses
+// bias_workspace (matmul_bias_gradient_workspace_size(N, OC) elements; unused without dbias).
 template <typename T>
-void matmul_backward_weight(cublasHandle_t cublas, T* dweight, T* dbias, const T* dout, const T* inp, int N, int C,
-                            int OC, cudaStream_t stream);
+void matmul_backward_weight(cublasHandle_t cublas, T* dweight, T* dbias, Compute<T>* bias_workspace, const T* dout,
+                            const T* inp, int N, int C, int OC, cudaStream_t stream);

@@ -81,6 +81,7 @@ BackwardScratch<Element> point_backward_scratch(void* memory, const GPTConfig& c
   if (range.end_layer > range.first_layer) {
     scratch.dqkv = carve.take<Element>(BT * 3 * C);
     scratch.dfch = carve.take<Element>(BT * 4 * C);
+    scratch.bias_gradient = carve.take<Compute<Element>>(matmul_bias_gradient_workspace_size(BT, 4 * C));
     scratch.attention = carve.take<Element>(attention_backward_scratch_size(B, T, C, config.num_heads));
   }
   if (range.has_embedding) {
@@ -211,8 +212,8 @@ void gpt_backward(const GPTConfig& config, const LayerRange& range, const Parame
     const int Vp = config.padded_vocab_size;
     const Element* x = head_input(acts, input);
     matmul_backward_input(cublas, dbtc, acts.logits, params.wte, BT, C, Vp, stream);
-    matmul_backward_weight(cublas, grad_wte_head, static_cast<Element*>(nullptr), acts.logits, acts.lnf, BT, C, Vp,
-                           stream);
+    matmul_backward_weight(cublas, grad_wte_head, static_cast<Element*>(nullptr), nullptr, acts.logits, acts.lnf, BT,
+                           C, Vp, stream);
     CUDA_CHECK(cudaMemsetAsync(dresidual, 0, btc_bytes, stream));
     layernorm_backward_input(dresidual, dbtc, x, params.lnfw, acts.lnf_mean, acts.lnf_rstd, BT, C, stream);
     layernorm_backward_weight(grads.lnfw, grads.lnfb, scratch.layernorm_weight, dbtc, x, acts.lnf_mean, acts.lnf_rstd,
@@ -229,19 +230,21 @@ void gpt_backward(const GPTConfig& config, const LayerRange& range, const Parame
     const size_t hidden = size_t(BT) * 4 * C;
     // MLP: residual3 = residual2 + fcproj(...), so fcproj's output gradient is dresidual.
     matmul_backward_input(cublas, scratch.dfch, dresidual, p.fcprojw, BT, 4 * C, C, stream);
-    matmul_backward_weight(cublas, g.fcprojw, g.fcprojb, dresidual, a.fch_gelu, BT, 4 * C, C, stream);
+    matmul_backward_weight(cublas, g.fcprojw, g.fcprojb, scratch.bias_gradient, dresidual, a.fch_gelu, BT, 4 * C, C,
+                           stream);
     gelu_backward(scratch.dfch, a.fch, scratch.dfch, hidden, stream);
     matmul_backward_input(cublas, dbtc, scratch.dfch, p.fcw, BT, C, 4 * C, stream);
-    matmul_backward_weight(cublas, g.fcw, g.fcb, scratch.dfch, a.ln2, BT, C, 4 * C, stream);
+    matmul_backward_weight(cublas, g.fcw, g.fcb, scratch.bias_gradient, scratch.dfch, a.ln2, BT, C, 4 * C, stream);
     layernorm_backward_input(dresidual, dbtc, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, BT, C, stream);
     layernorm_backward_weight(g.ln2w, g.ln2b, scratch.layernorm_weight, dbtc, a.residual2, a.ln2_mean, a.ln2_rstd, BT,
                               C, stream);
     // Attention: residual2 = x + attproj(...), so attproj's output gradient is dresidual.
     matmul_backward_input(cublas, dbtc, dresidual, p.attprojw, BT, C, C, stream);
-    matmul_backward_weight(cublas, g.attprojw, g.attprojb, dresidual, a.attention_out, BT, C, C, stream);
+    matmul_backward_weight(cublas, g.attprojw, g.attprojb, scratch.bias_gradient, dresidual, a.attention_out, BT, C,
+                           C, stream);
     attention_backward(cublas, scratch.dqkv, scratch.attention, dbtc, a.attention_saved, B, T, C, NH, stream);
     matmul_backward_input(cublas, dbtc, scratch.dqkv, p.qkvw, BT, C, 3 * C, stream);
-    matmul_backward_weight(cublas, g.qkvw, g.qkvb, scratch.dqkv, a.ln1, BT, C, 3 * C, stream);
+    matmul_backward_weight(cublas, g.qkvw, g.qkvb, scratch.bias_gradient, scratch.dqkv, a.ln1, BT, C, 3 * C, stream);
     layernorm_backward_input(dresidual, dbtc, x, p.ln1w, a.ln1_mean, a.ln1_rstd, BT, C, stream);
     layernorm_backward_weight(g.ln1w, g.ln1b, scratch.layernorm_weight, dbtc, x, a.ln1_mean, a.ln1_rstd, BT, C, stream);
     if (layer_done) layer_done(l);

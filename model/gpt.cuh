@@ -105,6 +105,7 @@ struct BackwardScratch {
   Element* dfch;       // (B, T, 4C) the MLP hidden layer's gradient (before and after GELU)
   Element* attention;  // (attention_backward_scratch_size)
   Compute<Element>* layernorm_weight;  // (layernorm_backward_weight_workspace_size)
+  Compute<Element>* bias_gradient;     // (matmul_bias_gradient_workspace_size at OC = 4C) ranges with layers only
   int* embedding;                      // (embedding_backward_workspace_size) has_embedding only
 };
 

@@ -188,7 +188,7 @@ void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const
   const int C = config.channels, BT = B * T;
 
   if (range.has_head) {
-    matmul_backward_weight(cublas, grad_wte_head, static_cast<Element*>(nullptr), w.dlogits, w.lnf, BT, C,
+    matmul_backward_weight(cublas, grad_wte_head, static_cast<Element*>(nullptr), nullptr, w.dlogits, w.lnf, BT, C,
                            config.padded_vocab_size, stream);
     layernorm_backward_weight(grads.lnfw, grads.lnfb, scratch.layernorm_weight, w.dlnf, w.lnf_input, w.lnf_mean,
                               w.lnf_rstd, BT, C, stream);
@@ -196,12 +196,14 @@ void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const
   for (int l = range.end_layer - 1; l >= range.first_layer; --l) {
     const LayerParameters<Element> g = layer_views(grads, config, l);
     const BlockWeightInputs<Element>& b = w.blocks[l - range.first_layer];
-    matmul_backward_weight(cublas, g.fcprojw, g.fcprojb, b.dresidual3, b.fch_gelu, BT, 4 * C, C, stream);
-    matmul_backward_weight(cublas, g.fcw, g.fcb, b.dfch, b.ln2, BT, C, 4 * C, stream);
+    matmul_backward_weight(cublas, g.fcprojw, g.fcprojb, scratch.bias_gradient, b.dresidual3, b.fch_gelu, BT, 4 * C,
+                           C, stream);
+    matmul_backward_weight(cublas, g.fcw, g.fcb, scratch.bias_gradient, b.dfch, b.ln2, BT, C, 4 * C, stream);
     layernorm_backward_weight(g.ln2w, g.ln2b, scratch.layernorm_weight, b.dln2, b.residual2, b.ln2_mean, b.ln2_rstd,
                               BT, C, stream);
-    matmul_backward_weight(cublas, g.attprojw, g.attprojb, b.dresidual2, b.attention_out, BT, C, C, stream);
-    matmul_backward_weight(cublas, g.qkvw, g.qkvb, b.dqkv, b.ln1, BT, C, 3 * C, stream);
+    matmul_backward_weight(cublas, g.attprojw, g.attprojb, scratch.bias_gradient, b.dresidual2, b.attention_out, BT,
+                           C, C, stream);
+    matmul_backward_weight(cublas, g.qkvw, g.qkvb, scratch.bias_gradient, b.dqkv, b.ln1, BT, C, 3 * C, stream);
     layernorm_backward_weight(g.ln1w, g.ln1b, scratch.layernorm_weight, b.dln1, b.ln1_input, b.ln1_mean, b.ln1_rstd,
                               BT, C, stream);
     if (layer_done) layer_done(l);

@@ -1,6 +1,7 @@
 // Specification of the fused classifier (kernels/classifier.cuh): per-row cross-entropy
 // losses and the logits' gradient against a plain log-softmax in double, the gradient
-// against finite differences, padding that never matters, and bad targets reported.
+// against finite differences, padding that never matters, bad targets reported, and the mean
+// loss summed in the host's order.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -167,6 +168,32 @@ TEST(Classifier, TargetOutsideVocabularyIsReportedAndSkipped) {
   targets[5] = s.V;
   std::vector<double> losses, dlogits;
   EXPECT_EQ(run_classifier<double>(logits, targets, 1.0, s, losses, dlogits), 5) << "the largest bad row";
+}
+
+// add_mean_loss's sum is bitwise the host's loop over rows 0..BT-1, here over two full tiles of
+// the kernel's 1024 losses and a partial third. Losses of magnitudes from 1e-6 to 1e6, of both
+// signs, make the order of the additions show: the same sum in reverse order differs.
+template <typename S>
+void expect_mean_loss_is_the_hosts_sum(uint64_t seed) {
+  const size_t BT = 2 * 1024 + 517;
+  const std::vector<double> mantissas = random_values(BT, seed), exponents = random_values(BT, seed + 1, -6.0, 6.0);
+  std::vector<double> values(BT);
+  for (size_t row = 0; row < BT; ++row) values[row] = mantissas[row] * std::pow(10.0, exponents[row]);
+  const std::vector<S> losses = convert<S>(values);
+  double in_order = 0.0, reversed = 0.0;
+  for (size_t row = 0; row < BT; ++row) in_order += double(losses[row]);
+  for (size_t row = BT; row-- > 0;) reversed += double(losses[row]);
+  ASSERT_NE(in_order, reversed) << "these losses should make the order of the additions show";
+
+  DeviceBuffer<S> d_losses(losses);
+  DeviceBuffer<double> d_sum(std::vector<double>{0.75});
+  add_mean_loss(d_sum.data(), d_losses.data(), BT, nullptr);
+  EXPECT_EQ(d_sum.to_host()[0], 0.75 + in_order / double(BT)) << "added (+=) to what was there";
+}
+
+TEST(Classifier, MeanLossIsBitwiseTheHostsSumInRowOrderAcrossTiles) {
+  expect_mean_loss_is_the_hosts_sum<float>(11);
+  expect_mean_loss_is_the_hosts_sum<double>(12);
 }
 
 }  // namespace

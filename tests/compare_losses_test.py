@@ -23,12 +23,12 @@ TRAIN = os.environ.get("TRAIN", os.path.join(ROOT, "train"))
 SMALL_RUN = ["--steps", "8", "--layers", "2", "--heads", "2", "--dim", "32", "--seq-len", "16", "--batch", "2",
              "--microbatches", "2", "--val-every", "4", "--val-batches", "2", "--sample-every", "0"]
 # The tool's defaults (its docstring says why): allowed relative difference at step k.
-TOLERANCE, DOUBLING_STEPS = 2e-6, 10
+TOLERANCE, DOUBLING_STEPS, CAP = 2e-6, 2, 1e-3
 DIRECTORY = tempfile.TemporaryDirectory()
 
 
 def allowed(step):
-    return TOLERANCE * 2 ** ((step - 1) / DOUBLING_STEPS)
+    return min(TOLERANCE * 2 ** ((step - 1) / DOUBLING_STEPS), CAP)
 
 
 @functools.lru_cache(maxsize=None)
@@ -77,19 +77,19 @@ def scale_losses(lines, factor_of_step, key="loss"):
     return lines
 
 
-def verdict(candidate):
+def verdict(candidate, options=()):
     """(exit status, the verdict line) of the tool on the reference and candidate; asserts one line."""
-    result = subprocess.run([sys.executable, TOOL, reference(), candidate], capture_output=True, text=True,
-                            timeout=30)
+    result = subprocess.run([sys.executable, TOOL, reference(), candidate] + list(options), capture_output=True,
+                            text=True, timeout=30)
     lines = result.stdout.splitlines()
     if len(lines) != 1 or result.stderr:
         return result.returncode, "not one verdict line: stdout %r stderr %r" % (result.stdout, result.stderr)
     return result.returncode, lines[0]
 
 
-def expect(candidate, passes, *phrases):
+def expect(candidate, passes, *phrases, options=()):
     """(ok, detail): the tool passes or fails the candidate with a verdict containing every phrase."""
-    status, line = verdict(candidate)
+    status, line = verdict(candidate, options)
     wanted = "compare_losses: %s: " % ("PASS" if passes else "FAIL")
     ok = status == (0 if passes else 1) and line.startswith(wanted) and all(p in line for p in phrases)
     return ok, "exit %d, %s" % (status, line)
@@ -101,7 +101,8 @@ def same_run_twice():
 
 def rounding_differences():
     # Another OpenBLAS kernel (no FMA, other blocking): a real run that rounds differently, as a GPU does.
-    return expect(real_log("sandybridge", environment=(("OPENBLAS_CORETYPE", "Sandybridge"),)), True, "8 steps agree")
+    return expect(real_log("sandybridge", environment=(("CUDA_CPU_BLAS_CORE", "Sandybridge"),)), True,
+                  "8 steps agree; the largest relative difference")
 
 
 def differences_within_tolerance():
@@ -121,6 +122,14 @@ def diverging_val_loss():
     # Step 8's val_loss moved by twice its allowance, its training loss left alone.
     moved = lambda lines: set_value(lines, 8, "val_loss", "%.17g" % (value_of(lines, 8, "val_loss") * (1 + 2 * allowed(8))))
     return expect(edited_copy("val", moved), False, "step 8: val_loss")
+
+
+def cap_bounds_later_steps():
+    # Step 8's loss moved by 1.5e-5: inside its default allowance (2.3e-5), above a cap of 1e-5.
+    path = edited_copy("capped", lambda lines: scale_losses(lines, lambda step: 1 + (1.5e-5 if step == 8 else 0)))
+    within, detail = expect(path, True, "8 steps agree")
+    capped, capped_detail = expect(path, False, "step 8: loss", options=("--cap", "1e-5"))
+    return within and capped, detail + "; with --cap 1e-5: " + capped_detail
 
 
 def small_real_change():
@@ -152,6 +161,7 @@ CHECKS = {
     "CompareLosses.DifferencesWithinTolerancePass": differences_within_tolerance,
     "CompareLosses.DivergingStepFailsNamingIt": diverging_step,
     "CompareLosses.DivergingValLossFailsNamingIt": diverging_val_loss,
+    "CompareLosses.CapBoundsTheAllowanceOfLaterSteps": cap_bounds_later_steps,
     "CompareLosses.SmallRealChangeFailsAtTheFirstStepItReaches": small_real_change,
     "CompareLosses.MissingStepsFailNamingThem": missing_steps,
     "CompareLosses.RunThatStoppedFailsNamingTheLostSteps": run_that_stopped,

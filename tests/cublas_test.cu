@@ -86,7 +86,8 @@ double fp64_tolerance(const Gemm& g) { return 2 * accumulation_bound(g, kFp64Rou
 // of the scale; doubling the fp32 bound covers that cross term.
 double bf16_output_tolerance(const Gemm& g) { return kBf16Roundoff + 2 * fp32_tolerance(g); }
 // The fast fp32 computes may round each input on a GPU, to tf32 (11 significant bits) or
-// bf16 (8): a product then errs by 2 u, 4 u if the hardware truncates. Exact on the CPU.
+// bf16 (8): a product then errs by 2 u, 4 u if the hardware truncates. The CPU build rounds to
+// tf32 (to nearest, tests/cpu/blas_test.cu) and computes FAST_16BF in plain fp32.
 double fast_fp32_tolerance(const Gemm& g, cublasComputeType_t compute) {
   const double input_roundoff = compute == CUBLAS_COMPUTE_32F_FAST_TF32   ? std::ldexp(1.0, -11)
                                 : compute == CUBLAS_COMPUTE_32F_FAST_16BF ? kBf16Roundoff

@@ -1,11 +1,13 @@
 // Checks of the fully connected layer (kernels/matmul.cuh): the forward against a
 // double loop, both backward functions against finite differences of the forward,
-// float and bf16 against double, and the accumulation of the parameter gradients.
+// float and bf16 against double, the accumulation of the parameter gradients, and the bias
+// gradient's sum over several chunks of rows.
 #include <gtest/gtest.h>
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -64,8 +66,9 @@ void backward_weight(cublasHandle_t cublas, const Problem& p, std::vector<double
   const Shape& s = p.shape;
   DeviceBuffer<T> d_dout(convert<T>(p.dout)), d_inp(convert<T>(p.inp));
   DeviceBuffer<T> d_dweight(convert<T>(dweight)), d_dbias(convert<T>(dbias));
-  matmul_backward_weight(cublas, d_dweight.data(), d_dbias.data(), d_dout.data(), d_inp.data(), s.N, s.C, s.OC,
-                         nullptr);
+  DeviceBuffer<Compute<T>> d_workspace(matmul_bias_gradient_workspace_size(s.N, s.OC));
+  matmul_backward_weight(cublas, d_dweight.data(), d_dbias.data(), d_workspace.data(), d_dout.data(), d_inp.data(),
+                         s.N, s.C, s.OC, nullptr);
   dweight = to_double(d_dweight.to_host());
   dbias = to_double(d_dbias.to_host());
 }
@@ -158,11 +161,42 @@ TEST(Matmul, BackwardWeightWithoutBiasGivesTheSameWeightGradient) {
   const Shape s{7, 12, 5};
   const Problem p = random_problem(s, 51);
   DeviceBuffer<double> d_dout(p.dout), d_inp(p.inp), d_dweight(std::vector<double>(p.weight.size()));
-  matmul_backward_weight(cublas, d_dweight.data(), static_cast<double*>(nullptr), d_dout.data(), d_inp.data(), s.N,
-                         s.C, s.OC, nullptr);
+  matmul_backward_weight(cublas, d_dweight.data(), static_cast<double*>(nullptr), nullptr, d_dout.data(),
+                         d_inp.data(), s.N, s.C, s.OC, nullptr);
   std::vector<double> dweight(p.weight.size()), dbias(p.bias.size());
   backward_weight<double>(cublas, p, dweight, dbias);
   EXPECT_EQ(d_dweight.to_host(), dweight);
+}
+
+// The bias gradient over several chunks of the kernel's 512 rows (N = 1500: two full chunks and
+// one of 476 rows) and several 32-column tiles (OC = 70: two full tiles and one of 6), added onto
+// a random dbias, against a double sum of each column. An fp32 entry adds each term through at
+// most 32 sums in its row group, 16 over the groups, 3 over the chunks and 1 onto dbias: its
+// error is at most 52 2^-24 times the sum of the magnitudes added (|dbias| and the column's
+// |dout|); double, 52 2^-53 of it. The reference sums in long double (x86's 64-bit significand,
+// 1501 additions: 2^-53 of the magnitudes at most). A chunk summed twice or left out is off by a
+// whole chunk's sum.
+template <typename T>
+void expect_bias_gradient_over_chunks_matches_double_sum(double roundoff) {
+  CublasHandle cublas;
+  const Shape s{1500, 3, 70};
+  const Problem p = random_problem(s, 71);
+  const std::vector<double> dbias0 = random_values(s.OC, 72);
+  std::vector<double> dweight(p.weight.size()), dbias = dbias0;
+  backward_weight<T>(cublas, p, dweight, dbias);
+  for (int o = 0; o < s.OC; ++o) {
+    long double sum = dbias0[o], magnitude = std::fabs(dbias0[o]);
+    for (int n = 0; n < s.N; ++n) {
+      sum += p.dout[size_t(n) * s.OC + o];
+      magnitude += std::fabs(p.dout[size_t(n) * s.OC + o]);
+    }
+    EXPECT_LE(std::fabs(dbias[o] - double(sum)), 52 * roundoff * double(magnitude)) << "column " << o;
+  }
+}
+
+TEST(Matmul, BiasGradientOverSeveralRowChunksMatchesDoubleSum) {
+  expect_bias_gradient_over_chunks_matches_double_sum<float>(std::ldexp(1.0, -24));
+  expect_bias_gradient_over_chunks_matches_double_sum<double>(std::ldexp(1.0, -53));
 }
 
 // Each reduced-precision instantiation against double on the same (rounded) inputs, so

@@ -45,6 +45,7 @@ TEST(Options, DefaultsAreTheIssuesDefaults) {
   EXPECT_EQ(o.vocab, 0);
   EXPECT_EQ(o.dtype, "fp32");
   EXPECT_EQ(o.master_weights, 1);
+  EXPECT_FALSE(o.no_tf32);
   EXPECT_EQ(o.batch, 8);
   EXPECT_EQ(o.microbatches, 4);
   EXPECT_EQ(o.steps, 2000);
@@ -304,6 +305,14 @@ TEST(Options, MasterWeightsAreZeroOrOneAndZeroOnlyWithBf16) {
   EXPECT_EQ(error_of({"--master-weights", "1"}), "(no error)");
 }
 
+TEST(Options, NoTf32IsASwitchOfFp32Runs) {
+  EXPECT_TRUE(parse({"--no-tf32"}).no_tf32);
+  EXPECT_TRUE(parse({"--dtype", "fp32", "--no-tf32"}).no_tf32);
+  EXPECT_EQ(error_of({"--no-tf32=1"}), "--no-tf32 takes no value");
+  EXPECT_EQ(error_of({"--dtype", "bf16", "--no-tf32"}),
+            "--no-tf32 needs --dtype fp32 (bf16 GEMMs take bf16 inputs, never TF32)");
+}
+
 TEST(Options, InconsistentOptionsAreAnError) {
   EXPECT_EQ(error_of({"--lr", "1e-5"}), "--min-lr 0.0003 is above --lr 1e-05");
   EXPECT_EQ(error_of({"--lr", "1e-5", "--lr-schedule", "constant"}), "(no error)");
@@ -349,6 +358,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--vocab N", "(default: 0)"},
       {"--dtype fp32|bf16", "(default: fp32)"},
       {"--master-weights N", "(default: 1)"},
+      {"--no-tf32", "(default: off)"},
       {"--batch N", "(default: 8)"},
       {"--microbatches N", "(default: 4)"},
       {"--steps N", "(default: 2000)"},

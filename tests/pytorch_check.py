@@ -6,7 +6,9 @@ trainer on them (tools/reference_run.cu) and the same GPT-2 written here in PyTo
 compares: the loss of step 1, every parameter gradient of step 1, the losses and gradient
 norms of STEPS AdamW steps (some but not all of them clipped), and every parameter after the
 last update. The same again in bf16 (PyTorchBf16.*): our --dtype bf16 against PyTorch with bf16
-parameters and fp32 master weights, within tolerances that bf16's 8 significant bits set.
+parameters and fp32 master weights, within tolerances that bf16's 8 significant bits set. Our fp32
+products run in full fp32 there (reference_run's handle keeps cuBLAS's default math mode, as
+./train --no-tf32), as PyTorch's CPU matmul does: TF32's 10-bit inputs would need other tolerances.
 Run by Debian's /usr/bin/python3 with python3-torch:
     /usr/bin/python3 tests/pytorch_check.py [--gtest_filter=PATTERN]
 REFERENCE_RUN names our program (default build/cpu/tools/reference_run). One line per

@@ -56,6 +56,12 @@ fault position-gradient-overwritten kernels/embedding.cu \
 fault adamw-without-bias-correction kernels/adamw.cu \
   's@const C m_hat = new_m / bias_correction1;@const C m_hat = new_m;@' \
   'unit AdamW.*'
+fault loss-sum-tile-added-in-reverse kernels/classifier.cu \
+  's/for (int i = 0; i < count; ++i) sum += tile\[i\];/for (int i = count; i-- > 0;) sum += tile[i];/' \
+  'unit Classifier.*'
+fault bias-gradient-first-chunk-only kernels/matmul.cu \
+  's/for (size_t chunk = 1; chunk < chunks; ++chunk)/for (size_t chunk = 1; chunk < 1; ++chunk)/' \
+  'unit Matmul.*'
 
 # model/. The head's input gradient accumulates (+=) onto dresidual, so it must start at zero;
 # without that it starts as NaN (fresh memory), which the finite-difference measure of
@@ -175,6 +181,9 @@ fault bf16-resume-without-master-weights trainer/run.cpp \
 fault cublas-transposes-swapped cpu/cublas.cpp \
   '0,/to_cblas(s.transa), to_cblas(s.transb)/s//to_cblas(s.transb), to_cblas(s.transa)/' \
   'unit Cublas.*'
+fault tf32-truncated-not-rounded cpu/cublas.cpp \
+  's/bits = (bits + 0x1000u) \& ~0x1fffu;/bits \&= ~0x1fffu;/' \
+  'cpu Blas.Tf32*'
 fault nccl-sum-is-max cpu/nccl.cpp \
   's/if (op == ncclSum) return MPI_SUM;/if (op == ncclSum) return MPI_MAX;/' \
   'mpi4 Nccl.*'

@@ -5,6 +5,9 @@
 //   reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY GRAD_CLIP [DTYPE]
 // DTYPE is fp32 (the default) or bf16: the trainer's element type, bf16 with fp32 master weights
 // and stochastic rounding seeded with 1 (the model file's values are rounded to nearest bf16).
+// fp32 GEMMs run in full fp32, not TF32 (./train's default): the trainer's cuBLAS handle keeps
+// the default math mode, as ./train --no-tf32 sets it, because PyTorch's CPU matmul is full fp32
+// and the comparison's tolerances are fp32's.
 // TOKENS is an llm.c token shard (recognised by its magic) or plain little-endian int32 ids;
 // microbatches are read from it sequentially, as ./train reads without --shuffle.
 // OUTPUT (little-endian) holds, back to back:

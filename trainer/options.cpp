@@ -206,6 +206,8 @@ const std::vector<OptionSpec>& option_table() {
                     "element type of parameters, gradients, activations and messages (bf16: fp32 moments)"),
       int_option("master-weights", &O::master_weights, kZeroOrOne,
                  "with --dtype bf16: 1 keeps an fp32 copy of the parameters for the updates, 0 does not"),
+      switch_option("no-tf32", &O::no_tf32,
+                    "fp32 GEMMs in full fp32, not on TF32 tensor cores (inputs rounded to 10 mantissa bits)"),
       int_option("batch", &O::batch, kAtLeastOne, "sequences per microbatch B"),
       int_option("microbatches", &O::microbatches, kAtLeastOne, "microbatches per step (gradient accumulation)"),
       int_option("steps", &O::steps, kAtLeastZero, "optimizer steps"),
@@ -272,6 +274,8 @@ void check_consistency(const TrainOptions& options) {
   if (options.dtype == "fp32" && options.master_weights == 0) {
     throw std::runtime_error("--master-weights 0 needs --dtype bf16 (fp32 parameters are their own master weights)");
   }
+  if (options.dtype == "bf16" && options.no_tf32)
+    throw std::runtime_error("--no-tf32 needs --dtype fp32 (bf16 GEMMs take bf16 inputs, never TF32)");
   const bool file = !options.schedule_file.empty();
   if (file && options.given.count("schedule"))
     throw std::runtime_error("--schedule-file and --schedule exclude each other");

@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "kernels/cublas_check.cuh"
 #include "model/parameters.h"
 #include "pipeline/simulate.h"
 #include "pipeline/timeline.h"
@@ -274,6 +275,9 @@ RunResult train_with(const RunSetup& setup, const CommGroups& groups, RunFiles& 
   try {
     trainer = create_trainer<Element>(setup.start.config, setup.B, setup.T, setup.layout, groups,
                                       {setup.options.master_weights == 1, setup.start.rounding_seed});
+    // fp32 GEMMs on TF32 tensor cores unless --no-tf32 (kernels/gemm.cuh reads the handle's mode).
+    CUBLAS_CHECK(cublasSetMathMode(trainer.cublas, setup.options.no_tf32 ? CUBLAS_DEFAULT_MATH
+                                                                         : CUBLAS_TF32_TENSOR_OP_MATH));
     if (setup.options.timeout > 0)
       watchdog = start_watchdog(setup.options.timeout, {mesh.world_rank, mesh.pp_rank, mesh.dp_rank},
                                 trainer.executor, activity, stuck);

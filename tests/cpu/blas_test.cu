@@ -1,7 +1,7 @@
 // The CPU build's GEMMs (cpu/cublas.cpp, cpu/blas_threads.h, cpu/blas_library.h): a GEMM's bits
 // do not depend on how many threads share it, the tiles add up to the whole product, the helper
-// threads may touch the device's memory under strict memory, and OpenBLAS runs the kernel set
-// the settings ask for.
+// threads may touch the device's memory under strict memory, OpenBLAS runs the kernel set
+// the settings ask for, and TF32 GEMMs round their inputs as PTX's cvt.rna.tf32.f32 does.
 #include <gtest/gtest.h>
 #include <strings.h>
 
@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "cpu/blas_library.h"
@@ -125,6 +126,104 @@ TEST_F(Blas, HelperThreadsMayTouchTheDevicesMemoryUnderStrictMemory) {
   cpu::settings().strict_memory = false;
   const std::vector<float> plain = gemm(p, 1, A, B, C);
   EXPECT_EQ(std::memcmp(strict.data(), plain.data(), plain.size() * sizeof(float)), 0);
+}
+
+// TF32 (cpu/cublas.cpp): with CUBLAS_COMPUTE_32F_FAST_TF32 each input is rounded to 10 explicit
+// mantissa bits, to nearest with ties away from zero (PTX's cvt.rna.tf32.f32). Multiplying by
+// 1 shows each rounded value bitwise: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10, so ties to
+// even would give 1 and a truncation 1 as well; 1 + 3 2^-11 lies halfway between 1 + 2^-10 and
+// 1 + 2^-9.
+TEST_F(Blas, Tf32RoundsEachInputToNearestWithTiesAwayFromZero) {
+  const float u = std::ldexp(1.0f, -11), tiny = std::ldexp(1.0f, -23);
+  const std::vector<std::pair<float, float>> cases = {
+      {1 + u, 1 + 2 * u},         {-(1 + u), -(1 + 2 * u)}, {1 + u - tiny, 1},  {1 + u + tiny, 1 + 2 * u},
+      {1 + 3 * u, 1 + 4 * u},     {1 + 2 * u, 1 + 2 * u},   {-(1 + 3 * u), -(1 + 4 * u)},
+      {0.375f * (1 + u), 0.375f + std::ldexp(1.0f, -12)},  // 0.75 of its unit, 2^-12, above 0.375
+      {INFINITY, INFINITY},
+  };
+  std::vector<float> in, want;
+  for (const auto& [value, rounded] : cases) {
+    in.push_back(value);
+    want.push_back(rounded);
+  }
+  const int m = int(in.size());
+  DeviceBuffer<float> a(in), b(std::vector<float>{1.0f}), c(std::vector<float>(m, 0.0f));
+  const float one = 1.0f, zero = 0.0f;
+  CUBLAS_CHECK(cublasGemmEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, m, 1, 1, &one, a.data(), CUDA_R_32F, m, b.data(),
+                            CUDA_R_32F, 1, &zero, c.data(), CUDA_R_32F, m, CUBLAS_COMPUTE_32F_FAST_TF32,
+                            CUBLAS_GEMM_DEFAULT));
+  const std::vector<float> got = c.to_host();
+  for (int i = 0; i < m; ++i)
+    EXPECT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+        << "input " << in[i] << " (" << std::hexfloat << in[i] << "): got " << got[i] << ", want " << want[i]
+        << std::defaultfloat;
+}
+
+// A random TF32 value (11 significant bits), and that value moved by less than an eighth of its
+// last bit's unit (a quarter of the unit below a power of two): the TF32 rounding of the moved
+// value is the value, whichever way ties go. tf32 holds the values, moved the moved ones.
+void tf32_and_moved(size_t count, unsigned seed, std::vector<float>& tf32, std::vector<float>& moved) {
+  std::mt19937 generator(seed);
+  std::normal_distribution<double> normal;
+  std::uniform_real_distribution<double> eighth(-0.125, 0.125);
+  tf32.resize(count);
+  moved.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    int exponent;
+    const double fraction = std::frexp(normal(generator), &exponent);  // in [0.5, 1)
+    const double value = std::ldexp(std::round(std::ldexp(fraction, 11)), exponent - 11);
+    std::frexp(value, &exponent);
+    tf32[i] = float(value);
+    moved[i] = float(value + eighth(generator) * std::ldexp(1.0, exponent - 11));
+  }
+}
+
+// A TF32 GEMM of inputs with low mantissa bits set is the fp32 GEMM of the inputs rounded to TF32:
+// within fp32 accumulation's error of the double product of the rounded inputs. A product of two
+// TF32 values (11 significant bits each) is exact in fp32, so only the k - 1 = 69 additions round:
+// at most (k + 1) 2^-24 times the sum of |terms| (as TilesMakeUpTheWholeProduct). The same GEMM in
+// full fp32 multiplies the unrounded inputs, up to 2^-14 away per factor, and misses that bound in
+// most entries (measured: 2213 of 2970, 75%); on a handle in CUBLAS_TF32_TENSOR_OP_MATH, cublasSgemm's
+// strided batch rounds as CUBLAS_COMPUTE_32F_FAST_TF32 does, to the bit.
+TEST_F(Blas, Tf32GemmIsTheFp32GemmOfTheInputsRoundedToTf32) {
+  Problem p{CUBLAS_OP_T, CUBLAS_OP_N};
+  p.m = 45;
+  p.n = 33;
+  std::vector<float> A_tf32, A, B_tf32, B;
+  tf32_and_moved(p.batch * p.stride_a(), 10, A_tf32, A);
+  tf32_and_moved(p.batch * p.stride_b(), 11, B_tf32, B);
+  const std::vector<float> zeros(p.batch * p.stride_c(), 0.0f);
+  auto gemm_ex = [&](cublasComputeType_t compute) {
+    DeviceBuffer<float> a(A), b(B), c(zeros);
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle_, p.transa, p.transb, p.m, p.n, p.k, &one, a.data(), CUDA_R_32F,
+                                            p.lda(), p.stride_a(), b.data(), CUDA_R_32F, p.ldb(), p.stride_b(), &zero,
+                                            c.data(), CUDA_R_32F, p.m, p.stride_c(), p.batch, compute,
+                                            CUBLAS_GEMM_DEFAULT));
+    return c.to_host();
+  };
+  const std::vector<float> tf32 = gemm_ex(CUBLAS_COMPUTE_32F_FAST_TF32), fp32 = gemm_ex(CUBLAS_COMPUTE_32F);
+  size_t tf32_off = 0, fp32_off = 0;
+  for (int b = 0; b < p.batch; ++b)
+    for (int j = 0; j < p.n; ++j)
+      for (int i = 0; i < p.m; ++i) {
+        double sum = 0, magnitude = 0;
+        for (int l = 0; l < p.k; ++l) {
+          const double term = double(p.a(b, i, l, A_tf32)) * p.b(b, l, j, B_tf32);
+          sum += term;
+          magnitude += std::fabs(term);
+        }
+        const size_t at = b * p.stride_c() + (size_t)j * p.m + i;
+        const double bound = (p.k + 1) * std::ldexp(1.0, -24) * magnitude;
+        tf32_off += std::fabs(tf32[at] - sum) > bound;
+        fp32_off += std::fabs(fp32[at] - sum) > bound;
+      }
+  EXPECT_EQ(tf32_off, 0u) << "TF32 entries off the double product of the rounded inputs";
+  EXPECT_GT(fp32_off, tf32.size() / 2) << "full fp32 entries off it: the inputs' low bits should count there";
+
+  CUBLAS_CHECK(cublasSetMathMode(handle_, CUBLAS_TF32_TENSOR_OP_MATH));
+  EXPECT_EQ(std::memcmp(gemm(p, 2, A, B, zeros).data(), tf32.data(), tf32.size() * sizeof(float)), 0)
+      << "cublasSgemmStridedBatched in CUBLAS_TF32_TENSOR_OP_MATH";
 }
 
 TEST_F(Blas, OpenBlasRunsTheKernelSetTheSettingsName) {
