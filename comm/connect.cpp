@@ -19,7 +19,9 @@ void connect_communicators(const CommGroups& groups, cudaStream_t stream) {
   if (groups.embedding != nullptr) used.push_back(groups.embedding);
   float* one = device_alloc<float>(1);
   CUDA_CHECK(cudaMemsetAsync(one, 0, sizeof(float), stream));
-  for (ncclComm_t comm : used) NCCL_CHECK(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm, stream));
+  for (ncclComm_t comm : used)
+    issue_in_order(*groups.order, comm, stream,
+                   [&] { NCCL_CHECK(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, comm, stream)); });
   CUDA_CHECK(cudaStreamSynchronize(stream));
   device_free(one);
   warm_up_neighbours(groups, stream);

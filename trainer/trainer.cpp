@@ -280,12 +280,14 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
   GradientBuckets& buckets = trainer.buckets;
   buckets.queued.clear();
   if (buckets.stream != nullptr)
-    trainer.executor.gradients_final = [&trainer](int chunk, int layer) {
+    trainer.executor.gradients_final = [&trainer, t](int chunk, int layer) {
       queue_final_buckets(trainer.buckets, trainer.groups, trainer.gradient_memory, chunk, layer, trainer.stream);
+      if (!trainer.buckets.queued.empty()) fail_if_injected(trainer.world.rank, t, FailurePoint::data_parallel_sum);
     };
   execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens,
                trainer.host_targets, loss_scale);
   trainer.executor.gradients_final = nullptr;
+  fail_if_injected(trainer.world.rank, t, FailurePoint::schedule_queued);
   // The tied embedding: the head's share joins wte's gradient on the stage with the head (zero
   // there unless it also has the embedding), then the first and last stage add their copies. A
   // stage with both (one stage, or stage 0 of the V placement, whose last stage has neither)
