@@ -29,11 +29,15 @@ namespace {
 using namespace std::chrono_literals;
 
 // Whether `work` returns within `limit`. A call that never returns is left blocked on its own
-// thread (the process ends with the test binary): the test fails instead of hanging.
+// thread (the process ends with the test binary): the test fails instead of hanging. The thread
+// works on the caller's device, as every thread of a rank must.
 bool returns_within(std::chrono::milliseconds limit, std::function<void()> work) {
   auto done = std::make_shared<std::promise<void>>();
   std::future<void> returned = done->get_future();
-  std::thread([work = std::move(work), done] {
+  int device = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  std::thread([work = std::move(work), done, device] {
+    CUDA_CHECK(cudaSetDevice(device));
     work();
     done->set_value();
   }).detach();
