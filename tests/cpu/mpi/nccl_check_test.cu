@@ -15,6 +15,7 @@
 #include "comm/nccl_check.cuh"
 #include "cpu/settings.h"
 #include "kernels/cuda_check.cuh"
+#include "tests/cpu/mpi/world_communicator.h"
 #include "tests/device_buffer.h"
 
 namespace {
@@ -28,10 +29,7 @@ class NcclCheck : public testing::Test {
     int size = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     ASSERT_EQ(size, 4) << "written for mpirun -np 4";
-    ncclUniqueId id;
-    if (world_rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-    NCCL_CHECK(ncclCommInitRank(&world_, size, id, world_rank_));
+    world_ = world_communicator();
     NCCL_CHECK(ncclCommSplit(world_, world_rank_ / 2, world_rank_, &pair_, nullptr));
     CUDA_CHECK(cudaStreamCreate(&stream_));
   }

@@ -22,6 +22,7 @@
 #include "cpu/settings.h"
 #include "cpu/streams.h"
 #include "kernels/cuda_check.cuh"
+#include "tests/cpu/mpi/world_communicator.h"
 #include "tests/device_buffer.h"
 
 namespace {
@@ -64,10 +65,7 @@ class NcclOrder : public testing::Test {
     int size = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     ASSERT_EQ(size, 4) << "written for mpirun -np 4";
-    ncclUniqueId id;
-    if (world_rank_ == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-    MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-    NCCL_CHECK(ncclCommInitRank(&world_, size, id, world_rank_));
+    world_ = world_communicator();
     NCCL_CHECK(ncclCommSplit(world_, world_rank_ / 2, world_rank_, &a_, nullptr));
     NCCL_CHECK(ncclCommSplit(world_, world_rank_ / 2, world_rank_, &b_, nullptr));
     CUDA_CHECK(cudaStreamCreate(&stream_a_));

@@ -12,21 +12,9 @@
 
 #include "comm/nccl_check.cuh"
 #include "kernels/cuda_check.cuh"
+#include "tests/cpu/mpi/world_communicator.h"
 
 namespace waiting_measure {
-
-// Every rank of MPI_COMM_WORLD, rank for rank.
-inline ncclComm_t world_communicator() {
-  int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  ncclUniqueId id;
-  if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-  MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);
-  ncclComm_t comm = nullptr;
-  NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
-  return comm;
-}
 
 // A test's world: rank 0 sends, rank 1 receives, over comm_ (every rank of the world).
 class SenderAndReceiver : public testing::Test {
