@@ -3,7 +3,13 @@ them alike: the --gtest_filter argument, one "PASSED|FAILED|SKIPPED Name: detail
 the closing "tests: N passed, M failed", and exit status 1 when a check failed."""
 
 import fnmatch
+import functools
+import os
+import re
+import subprocess
 import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def selected(name, gtest_filter):
@@ -43,3 +49,21 @@ def run_checks(names, run_one):
         print("%s %s: %s" % ("PASSED" if ok else "FAILED", name, detail), flush=True)
     print("tests: %d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
+
+
+@functools.cache
+def ranks_refused(ranks):
+    """The one error line of `mpirun -np RANKS ./train --help` when this node cannot run that many
+    ranks (a GPU node with fewer GPUs: comm/rank_device.h), else None. A check that needs the
+    ranks is then skipped with this line, as `make test GPU=1` on a small node expects."""
+    command = os.environ.get("MPIRUN", "mpirun").split() + ["-np", str(ranks), os.environ.get(
+        "TRAIN", os.path.join(ROOT, "train")), "--help"]
+    result = subprocess.run(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    lines = result.stdout.decode(errors="replace").splitlines()
+    return next((line for line in lines if re.match(r"train: error: .*\bGPUs?\b", line)), None)
+
+
+def skipped_for_ranks(ranks):
+    """(None, why) when this node cannot run `ranks` ranks, else None: run_checks' skip."""
+    refused = ranks_refused(ranks)
+    return (None, "this node cannot run %d ranks: %s" % (ranks, refused)) if refused else None

@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 
-from check_runner import run_checks
+from check_runner import run_checks, skipped_for_ranks
 from train_failure_test import ROOT, SMALL_MODEL, write_text
 from train_watchdog_test import rank_pids
 
@@ -297,16 +297,9 @@ SINGLE_PROCESS_CASES = {"Preemption.SecondSigintEndsAtOnce",
                         "NonFiniteGuard.DivergingRunStopsAfterMaxSkippedAndKeepsTheLastGoodCheckpoint"}
 
 
-@functools.cache
-def four_ranks_refused():
-    """The error line of `mpirun -np 4 ./train --help` on a machine with fewer GPUs than 4 ranks, else None."""
-    _, lines = run(MPIRUN + ["-np", "4", TRAIN, "--help"])
-    return next((line for line in lines if re.match(r"train: error: .*\bGPUs?\b", line)), None)
-
-
 def check(name):
-    if name not in SINGLE_PROCESS_CASES and four_ranks_refused():
-        return None, "this machine cannot run 4 ranks: %s" % four_ranks_refused()
+    if name not in SINGLE_PROCESS_CASES and skipped_for_ranks(4):
+        return skipped_for_ranks(4)
     with tempfile.TemporaryDirectory(prefix="train_stop_") as directory:
         return CASES[name](directory)
 
