@@ -357,7 +357,7 @@ std::string schedule_report(const RunSetup& setup) {
   };
   other_model("on the executor's transfer stream", simulate_transfer_stream(schedule.stages, costs, schedule.placement.kind));
   other_model("as a data flow, transfers holding no stream", dataflow);
-  // What the executor allocates: each chunk's pools grow to that chunk's peaks.
+  // What the executor allocates before step 1: each chunk's pools at that chunk's peaks.
   for (int s = 0; s < p; ++s) {
     const StageSimulation& stage = simulation.stages[s];
     std::string slots, weights, layers;

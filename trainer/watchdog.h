@@ -10,7 +10,9 @@
 //   train: error: rank 1 (stage 1, replica 0): step 3, stuck 5 s in sF5+rB3, step 14 of 32 of its schedule
 //   stage 1 | rF0 F0 sF0+rF1 F1 ... >sF5+rB3< B4 ...
 //
-// The first step allocates the activation slots and lets NCCL connect, so until it is done the
+// Everything a step needs is allocated and every communicator connected before the watchdog starts
+// (pipeline/execute.h, comm/connect.h), but the first step is the first to run each kernel and
+// GEMM shape (a GPU loads its modules, cuBLAS picks algorithms), so until it is done the
 // allowance is kFirstStepAllowance times the timeout (20 minutes at the default 300 s).
 #pragma once
 #include <atomic>
