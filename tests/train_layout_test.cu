@@ -153,22 +153,47 @@ std::vector<std::string> loss_fields(const std::string& log) {
   return fields;
 }
 
+// The loss fields of ./train OPTIONS --log FILE as one process (first) and under mpirun -np 4
+// (4 stages, 1F1B), and the 4-rank run's standard output.
+struct BothRuns {
+  std::vector<std::string> single, four;
+  std::string four_out;
+};
+BothRuns single_and_four_stages(const std::string& options) {
+  TempDir dir;
+  const int single = std::system(("timeout 30 ./train" + options + " --log " + dir.file("one.jsonl") +
+                                  " > /dev/null").c_str());
+  EXPECT_TRUE(WIFEXITED(single) && WEXITSTATUS(single) == 0);
+  const Outcome four = run_train(options + " --log " + dir.file("four.jsonl"));
+  EXPECT_EQ(four.status, 0) << four.err;
+  return {loss_fields(dir.file("one.jsonl")), loss_fields(dir.file("four.jsonl")), four.out};
+}
+
+const std::string kSmallRun = " --layers 4 --heads 2 --dim 32 --seq-len 16 --batch 2 --steps 4 --val-every 2 "
+                              "--val-batches 2 --sample-every 0";
+
 // The whole program in bf16, from the options to the step line: mpirun -np 4 ./train --dtype bf16
 // (4 stages, 1F1B, bf16 messages) gives bitwise the losses, validation losses and norms of
 // ./train --dtype bf16, and says it runs in bf16, with the stages' line.
 TEST(TrainLayout, Bf16FourStagesGiveTheSingleProcessLosses) {
   if (!std::filesystem::exists("./train")) GTEST_SKIP() << "./train is not built (make train)";
-  TempDir dir;
-  const std::string options = " --dtype bf16 --layers 4 --heads 2 --dim 32 --seq-len 16 --batch 2 --steps 4 "
-                              "--val-every 2 --val-batches 2 --sample-every 0 --log ";
-  const int single = std::system(("timeout 30 ./train" + options + dir.file("one.jsonl") + " > /dev/null").c_str());
-  ASSERT_TRUE(WIFEXITED(single) && WEXITSTATUS(single) == 0);
-  const Outcome four = run_train(options + dir.file("four.jsonl"));
-  ASSERT_EQ(four.status, 0) << four.err;
-  const std::vector<std::string> expected = loss_fields(dir.file("one.jsonl"));
-  ASSERT_EQ(expected.size(), 4u);
-  EXPECT_NE(expected[1].find("val_loss"), std::string::npos);
-  EXPECT_EQ(loss_fields(dir.file("four.jsonl")), expected);
-  EXPECT_NE(four.out.find("precision: bf16 parameters"), std::string::npos) << four.out;
-  EXPECT_NE(four.out.find("stages | 0: idle"), std::string::npos) << four.out;
+  const BothRuns runs = single_and_four_stages(" --dtype bf16" + kSmallRun);
+  ASSERT_EQ(runs.single.size(), 4u);
+  EXPECT_NE(runs.single[1].find("val_loss"), std::string::npos);
+  EXPECT_EQ(runs.four, runs.single);
+  EXPECT_NE(runs.four_out.find("precision: bf16 parameters"), std::string::npos) << runs.four_out;
+  EXPECT_NE(runs.four_out.find("stages | 0: idle"), std::string::npos) << runs.four_out;
 }
+
+// fp32 as ./train runs it by default, its GEMMs in TF32 (kernels/gemm.cuh): the layout does not
+// change the mathematics either, and --no-tf32's full fp32 is another run (in the last bits).
+TEST(TrainLayout, Tf32FourStagesGiveTheSingleProcessLossesAndFullFp32Differs) {
+  if (!std::filesystem::exists("./train")) GTEST_SKIP() << "./train is not built (make train)";
+  const BothRuns tf32 = single_and_four_stages(kSmallRun);
+  ASSERT_EQ(tf32.single.size(), 4u);
+  EXPECT_EQ(tf32.four, tf32.single);
+  const BothRuns fp32 = single_and_four_stages(" --no-tf32" + kSmallRun);
+  EXPECT_EQ(fp32.four, fp32.single);
+  EXPECT_NE(fp32.single, tf32.single);
+}
+
