@@ -204,7 +204,7 @@ RACECHECK_CXX := clang++-14
 RACECHECK_FLAGS := -std=c++20 -O1 -g -fno-strict-aliasing $(WARNINGS) -MMD -MP -Icpu/include -I. -isystem $(CUDA)/include \
                    $(MPI_INCLUDE) -DCPU_RACECHECK
 RACECHECK_PLAIN_SRCS := cpu/block_scheduler.cpp cpu/warp_collectives.cpp cpu/race_fibers.cpp
-# UCX_MEM_EVENTS=no: UCX (under MPICH) patches mmap and munmap past ThreadSanitizer (cpu/launch.cpp).
+# UCX_MEM_EVENTS=no: UCX (under MPICH) patches mmap and munmap past ThreadSanitizer (cpu/launch_kernel.cpp).
 RACECHECK_ENV := TSAN_OPTIONS=second_deadlock_stack=1 UCX_MEM_EVENTS=no
 RACECHECK_KERNEL_FAMILIES := LayerNorm.*:Attention.*:Embedding.*:Gelu.*:Residual.*:Matmul.*:Classifier.*:AdamW.*:GlobalNorm.*
 # Atomics' exactly-once tests repeat their launch until blocks overlap in time, which a block per

@@ -33,7 +33,7 @@
 
 #include "cpu/call_counts.h"
 #include "cpu/memory.h"
-#include "cpu/nccl_check.h"
+#include "cpu/nccl_call_matching.h"
 #include "cpu/nccl_device.h"
 #include "cpu/runtime_state.h"
 #include "cpu/settings.h"
@@ -49,7 +49,7 @@ struct ncclComm {
   }
   MPI_Comm mpi;
   MPI_Comm check_mpi = MPI_COMM_NULL;
-  std::unique_ptr<cpu::NcclMatcher> matcher;  // CUDA_CPU_NCCL_CHECK (cpu/nccl_check.h), if on when made
+  std::unique_ptr<cpu::NcclMatcher> matcher;  // CUDA_CPU_NCCL_CHECK (cpu/nccl_call_matching.h), if on when made
   int device;
   int64_t calls = 0;  // calls made on it (the host's count: CUDA_CPU_NCCL_CHECK names calls by it)
   std::atomic<bool> aborted{false};  // ncclCommAbort: queued work gives up waiting
@@ -276,7 +276,7 @@ void fail_communicators(const std::vector<ncclComm_t>& comms, const std::string&
 }
 
 // Posts the group's calls, each once it has met its partners' counterparts (CUDA_CPU_NCCL_CHECK,
-// cpu/nccl_check.h) and the calls before it in its channel are posted: a call waits for its own
+// cpu/nccl_call_matching.h) and the calls before it in its channel are posted: a call waits for its own
 // partners only, as the calls of an NCCL group do. False when a call differs from its counterpart
 // (the communicators have failed) or a communicator was aborted; the calls posted stay pending.
 bool post_checked(const std::vector<Collected>& calls, const std::vector<ncclComm_t>& comms, Staging& staging,

@@ -10,7 +10,7 @@
 // goes on; at a warp collective each lane releases its own `arrive` object, the lane that
 // completes the collective acquires those of the mask's lanes and releases each waiter's `wake`
 // object, and each waiter acquires its `wake` when it resumes. Every thread releases the launch's
-// end object as it finishes, which the stream acquires once the grid is done (cpu/launch.cpp).
+// end object as it finishes, which the stream acquires once the grid is done (cpu/launch_kernel.cpp).
 // Fibers and their stacks are kept from launch to launch (cpu/race_fibers.cpp). The scheduler's
 // own code (cpu/block_scheduler.cpp, cpu/warp_collectives.cpp, cpu/race_fibers.cpp) is compiled
 // without instrumentation: its bookkeeping is shared by all fibers of a block on purpose.

@@ -32,7 +32,7 @@
 //   CUDA_CPU_STREAM_DELAY_US  each operation queued on a stream waits this long before it runs
 //                          (default 0), so that a missing synchronisation reads unfinished results.
 //   CUDA_CPU_NCCL_CHECK    1: every NCCL call is checked against its partners' calls before it
-//                          exchanges data (cpu/nccl_check.h): a mismatched count, type, reduction,
+//                          exchanges data (cpu/nccl_call_matching.h): a mismatched count, type, reduction,
 //                          root or operation fails the communicator naming both ranks' calls,
 //                          instead of hanging or exchanging garbage. For communicators made with it on.
 //   CUDA_CPU_NCCL_SERIAL   1: a device runs one NCCL operation at a time, in the order they start

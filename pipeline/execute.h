@@ -199,7 +199,7 @@ void finish_step(Executor<Element>& executor);
 
 // Records the origin of the next execute_step's timeline on the stream: the accounting's
 // step_start_ms are measured from it. A caller that records it on every rank right after a barrier,
-// on an idle stream, gets timelines whose clocks agree across ranks (trainer/timeline.h).
+// on an idle stream, gets timelines whose clocks agree across ranks (trainer/measured_timeline.h).
 template <typename Element>
 void mark_timeline_origin(Executor<Element>& executor);
 

@@ -34,7 +34,7 @@ fi
 # Strict memory and the stream delay are for the code that hands device memory and streams
 # between host, model and pipeline (issue 10); a build without them ignores the variables.
 # Every mode that runs mpi_tests checks that each NCCL call matches its partners'
-# (CUDA_CPU_NCCL_CHECK=1, cpu/nccl_check.h): a mismatch fails naming both calls instead of
+# (CUDA_CPU_NCCL_CHECK=1, cpu/nccl_call_matching.h): a mismatch fails naming both calls instead of
 # hanging until the time limit. It costs little (docs/testing.md); unit_tests makes no NCCL call.
 # And each runs a device's NCCL operations one at a time (CUDA_CPU_NCCL_SERIAL=1,
 # cpu/nccl_device.h), as a GPU may: ranks whose operations of several communicators start in

@@ -22,7 +22,7 @@
 #include "trainer/progress.h"
 #include "trainer/ranks.h"
 #include "trainer/sampler.h"
-#include "trainer/timeline.h"
+#include "trainer/measured_timeline.h"
 #include "trainer/tokenizer.h"
 #include "trainer/watchdog.h"
 

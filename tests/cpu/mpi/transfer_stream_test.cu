@@ -11,7 +11,7 @@
 
 #include "cpu/settings.h"
 #include "tests/mpi/pipeline_harness.h"
-#include "trainer/timeline.h"
+#include "trainer/measured_timeline.h"
 
 namespace {
 
