@@ -193,7 +193,7 @@ fault nccl-abort-does-not-wait-for-the-device cpu/nccl.cpp \
 fault communicators-aborted-in-a-fixed-order comm/groups.cpp \
   's/const ncclComm_t running = groups.order ? communicator_in_flight(\*groups.order) : nullptr;/const ncclComm_t running = nullptr;/' \
   'cpumpi4 NcclOrderGroups.* 120'
-fault nccl-sum-is-max cpu/nccl.cpp \
+fault nccl-sum-is-max cpu/nccl_operations.cpp \
   's/if (op == ncclSum) return MPI_SUM;/if (op == ncclSum) return MPI_MAX;/' \
   'mpi4 Nccl.*'
 fault syncthreads-does-not-wait cpu/block_scheduler.cpp \

@@ -1,0 +1,221 @@
+// The point-to-point calls and collectives of the CPU build's NCCL (cpu/nccl.cpp says how it
+// works): each checks its arguments, then submits one nonblocking MPI call on the host copies of
+// its buffers (cpu/nccl_internal.h's Staging), queued on its stream (cpu/nccl_groups.cpp).
+#include <cuda_bf16.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "cpu/call_counts.h"
+#include "cpu/nccl_internal.h"
+#include "cpu/runtime_state.h"
+
+using namespace cpu::nccl;
+
+namespace {
+
+struct Element {
+  MPI_Datatype mpi;
+  size_t bytes;
+};
+
+Element element(ncclDataType_t type, const char* function) {
+  switch (type) {
+    case ncclFloat32: return {MPI_FLOAT, 4};
+    case ncclFloat64: return {MPI_DOUBLE, 8};
+    case ncclBfloat16: return {MPI_UINT16_T, 2};  // reduced only by the bf16 operations below
+    case ncclInt32: return {MPI_INT32_T, 4};
+    case ncclUint8: return {MPI_UINT8_T, 1};
+    default: break;
+  }
+  cpu::unsupported((std::string(function) + " with datatype " + std::to_string(type) +
+                    " (supported: ncclFloat32, ncclFloat64, ncclBfloat16, ncclInt32, ncclUint8)")
+                       .c_str());
+}
+
+// bf16 reductions work in fp32 and round each partial result to bf16, as NCCL does;
+// the order of the partial results is MPI's.
+void bf16_sum(void* in, void* inout, int* length, MPI_Datatype*) {
+  const __nv_bfloat16* a = static_cast<const __nv_bfloat16*>(in);
+  __nv_bfloat16* b = static_cast<__nv_bfloat16*>(inout);
+  for (int i = 0; i < *length; ++i) b[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+void bf16_max(void* in, void* inout, int* length, MPI_Datatype*) {
+  const __nv_bfloat16* a = static_cast<const __nv_bfloat16*>(in);
+  __nv_bfloat16* b = static_cast<__nv_bfloat16*>(inout);
+  for (int i = 0; i < *length; ++i) b[i] = __float2bfloat16(std::max(__bfloat162float(a[i]), __bfloat162float(b[i])));
+}
+
+MPI_Op reduction(ncclRedOp_t op, ncclDataType_t type, const char* function) {
+  if (type == ncclBfloat16 && (op == ncclSum || op == ncclMax)) {
+    // Created on first use: MPI_Op_create needs MPI_Init, which the program calls.
+    static MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL;
+    if (sum == MPI_OP_NULL) {
+      MPI_Op_create(bf16_sum, /*commute=*/1, &sum);
+      MPI_Op_create(bf16_max, /*commute=*/1, &max);
+    }
+    return op == ncclSum ? sum : max;
+  }
+  if (op == ncclSum) return MPI_SUM;
+  if (op == ncclMax) return MPI_MAX;
+  cpu::unsupported((std::string(function) + " with op " + std::to_string(op) + " (supported: ncclSum, ncclMax)").c_str());
+}
+}  // namespace
+
+extern "C" {
+
+ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream) {
+  if (ncclResult_t r = check_comm(comm, "ncclSend"); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_rank(peer, comm, "ncclSend", "peer"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclSend");
+  const int n = mpi_count(count, "ncclSend");
+  cpu::count_nccl_call(count * e.bytes);
+  if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclSend", "sendbuff"); r != ncclSuccess) return r;
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::send, datatype, count, -1, -1, peer);
+  return submit(comm, stream, "ncclSend", signature, [=](Staging& staging) {
+    MPI_Request request;
+    MPI_Isend(staging.in(sendbuff, count * e.bytes), n, e.mpi, peer, 0, comm->mpi, &request);
+    return request;
+  });
+}
+
+ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm, cudaStream_t stream) {
+  if (ncclResult_t r = check_comm(comm, "ncclRecv"); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_rank(peer, comm, "ncclRecv", "peer"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclRecv");
+  const int n = mpi_count(count, "ncclRecv");
+  cpu::count_nccl_call(0);
+  if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclRecv", "recvbuff"); r != ncclSuccess) return r;
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::recv, datatype, count, -1, -1, peer);
+  return submit(comm, stream, "ncclRecv", signature, [=](Staging& staging) {
+    MPI_Request request;
+    MPI_Irecv(staging.out(recvbuff, count * e.bytes), n, e.mpi, peer, 0, comm->mpi, &request);
+    return request;
+  });
+}
+
+// In place when sendbuff == recvbuff.
+ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  if (ncclResult_t r = check_comm(comm, "ncclAllReduce"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclAllReduce");
+  const MPI_Op mpi_op = reduction(op, datatype, "ncclAllReduce");
+  const int n = mpi_count(count, "ncclAllReduce");
+  cpu::count_nccl_call(count * e.bytes);
+  const bool in_place = sendbuff == recvbuff;
+  if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclAllReduce", "sendbuff"); r != ncclSuccess)
+    return r;
+  if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclAllReduce", "recvbuff"); r != ncclSuccess)
+    return r;
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::all_reduce, datatype, count, op);
+  return submit(comm, stream, "ncclAllReduce", signature, [=](Staging& staging) {
+    const size_t bytes = count * e.bytes;
+    const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, bytes);
+    MPI_Request request;
+    MPI_Iallreduce(in, staging.out(recvbuff, bytes, in_place), n, e.mpi, mpi_op, comm->mpi, &request);
+    return request;
+  });
+}
+
+// sendbuff: (nranks, recvcount); recvbuff: (recvcount), this rank's row of the sum. In place
+// (recvbuff inside sendbuff) needs nothing more: MPI gets separate host copies of the two.
+ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  if (ncclResult_t r = check_comm(comm, "ncclReduceScatter"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclReduceScatter");
+  const MPI_Op mpi_op = reduction(op, datatype, "ncclReduceScatter");
+  const int n = mpi_count(recvcount, "ncclReduceScatter");
+  const size_t send_bytes = comm_size(comm) * recvcount * e.bytes;
+  cpu::count_nccl_call(send_bytes);
+  if (ncclResult_t r = check_buffer(sendbuff, send_bytes, comm, "ncclReduceScatter", "sendbuff"); r != ncclSuccess)
+    return r;
+  if (ncclResult_t r = check_buffer(recvbuff, recvcount * e.bytes, comm, "ncclReduceScatter", "recvbuff");
+      r != ncclSuccess)
+    return r;
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::reduce_scatter, datatype, recvcount, op);
+  return submit(comm, stream, "ncclReduceScatter", signature, [=](Staging& staging) {
+    MPI_Request request;
+    MPI_Ireduce_scatter_block(staging.in(sendbuff, send_bytes), staging.out(recvbuff, recvcount * e.bytes), n, e.mpi,
+                              mpi_op, comm->mpi, &request);
+    return request;
+  });
+}
+
+// sendbuff: (sendcount); recvbuff: (nranks, sendcount), row r from rank r. In place when
+// sendbuff is this rank's row of recvbuff, which is also MPI's in-place form.
+ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream) {
+  if (ncclResult_t r = check_comm(comm, "ncclAllGather"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclAllGather");
+  const int n = mpi_count(sendcount, "ncclAllGather");
+  cpu::count_nccl_call(sendcount * e.bytes);
+  const char* own_row = static_cast<const char*>(recvbuff) + comm_rank(comm) * sendcount * e.bytes;
+  const bool in_place = sendbuff == own_row;
+  if (ncclResult_t r = check_buffer(sendbuff, sendcount * e.bytes, comm, "ncclAllGather", "sendbuff"); r != ncclSuccess)
+    return r;
+  if (ncclResult_t r = check_buffer(recvbuff, comm_size(comm) * sendcount * e.bytes, comm, "ncclAllGather", "recvbuff");
+      r != ncclSuccess)
+    return r;
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::all_gather, datatype, sendcount);
+  return submit(comm, stream, "ncclAllGather", signature, [=](Staging& staging) {
+    const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, sendcount * e.bytes);
+    MPI_Request request;
+    MPI_Iallgather(in, n, e.mpi, staging.out(recvbuff, comm_size(comm) * sendcount * e.bytes, in_place), n, e.mpi,
+                   comm->mpi, &request);
+    return request;
+  });
+}
+
+// The root's sendbuff is copied to its recvbuff when they differ; MPI broadcasts in place.
+ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
+                           ncclComm_t comm, cudaStream_t stream) {
+  if (ncclResult_t r = check_comm(comm, "ncclBroadcast"); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_rank(root, comm, "ncclBroadcast", "root"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclBroadcast");
+  const int n = mpi_count(count, "ncclBroadcast");
+  cpu::count_nccl_call(count * e.bytes);
+  const bool copy_first = comm_rank(comm) == root && sendbuff != recvbuff;
+  if (comm_rank(comm) == root)
+    if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclBroadcast", "sendbuff"); r != ncclSuccess)
+      return r;
+  if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclBroadcast", "recvbuff"); r != ncclSuccess)
+    return r;
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::broadcast, datatype, count, -1, root);
+  return submit(comm, stream, "ncclBroadcast", signature, [=](Staging& staging) {
+    if (copy_first) std::memcpy(recvbuff, sendbuff, count * e.bytes);
+    MPI_Request request;
+    MPI_Ibcast(staging.out(recvbuff, count * e.bytes, comm_rank(comm) == root), n, e.mpi, root, comm->mpi, &request);
+    return request;
+  });
+}
+
+// recvbuff is used only on root; in place when the root's sendbuff == recvbuff.
+ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
+                        int root, ncclComm_t comm, cudaStream_t stream) {
+  if (ncclResult_t r = check_comm(comm, "ncclReduce"); r != ncclSuccess) return r;
+  if (ncclResult_t r = check_rank(root, comm, "ncclReduce", "root"); r != ncclSuccess) return r;
+  const Element e = element(datatype, "ncclReduce");
+  const MPI_Op mpi_op = reduction(op, datatype, "ncclReduce");
+  const int n = mpi_count(count, "ncclReduce");
+  cpu::count_nccl_call(count * e.bytes);
+  const bool is_root = comm_rank(comm) == root, in_place = is_root && sendbuff == recvbuff;
+  if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclReduce", "sendbuff"); r != ncclSuccess)
+    return r;
+  if (comm_rank(comm) == root)
+    if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclReduce", "recvbuff"); r != ncclSuccess)
+      return r;
+  const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::reduce, datatype, count, op, root);
+  return submit(comm, stream, "ncclReduce", signature, [=](Staging& staging) {
+    const size_t bytes = count * e.bytes;
+    const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, bytes);
+    void* out = is_root ? staging.out(recvbuff, bytes, in_place) : nullptr;  // only the root's is used
+    MPI_Request request;
+    MPI_Ireduce(in, out, n, e.mpi, mpi_op, root, comm->mpi, &request);
+    return request;
+  });
+}
+
+}  // extern "C"
