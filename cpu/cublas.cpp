@@ -3,8 +3,8 @@
 // GemmEx / GemmStridedBatchedEx for fp32, bf16 and fp64), with cuBLAS's column-major
 // semantics and argument checks, and fp32 inputs rounded to TF32 where cuBLAS may use it. A GEMM
 // is queued on the handle's stream (alpha and beta are read at the call, as host pointers are);
-// its matrices must be memory of the handle's device.
-// Any other use aborts with its name (cpu::unsupported).
+// its matrices must be memory of the handle's device. The operands' conversions (bf16 widening,
+// TF32 rounding) are in cpu/gemm_operands.h. Any other use aborts with its name (cpu::unsupported).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -22,6 +22,7 @@
 #include "cpu/blas_library.h"
 #include "cpu/blas_threads.h"
 #include "cpu/call_counts.h"
+#include "cpu/gemm_operands.h"
 #include "cpu/memory.h"
 #include "cpu/runtime_state.h"
 #include "cpu/streams.h"
@@ -137,52 +138,6 @@ void gemm_batched(const Shape& s, T alpha, const T* A, long long stride_a, const
   });
 }
 
-// Copies the (rows, cols) bf16 matrix at `in` (leading dimension ld) into `out` as fp32,
-// packed (leading dimension rows).
-void widen(const __nv_bfloat16* in, int rows, int cols, int ld, std::vector<float>& out) {
-  out.resize(size_t(rows) * cols);
-  for (size_t j = 0; j < size_t(cols); ++j)
-    for (size_t i = 0; i < size_t(rows); ++i) out[j * rows + i] = __bfloat162float(in[j * ld + i]);
-}
-// The reverse of widen, rounding to nearest even.
-void narrow(const std::vector<float>& in, int rows, int cols, __nv_bfloat16* out, int ld) {
-  for (size_t j = 0; j < size_t(cols); ++j)
-    for (size_t i = 0; i < size_t(rows); ++i) out[j * ld + i] = __float2bfloat16(in[j * rows + i]);
-}
-
-// TF32, where cuBLAS may use it (CUBLAS_COMPUTE_32F_FAST_TF32, or fp32 compute on a handle in
-// CUBLAS_TF32_TENSOR_OP_MATH): each element of A and B is rounded to TF32 (fp32's sign and
-// exponent, 10 explicit mantissa bits), then the GEMM runs in fp32 as before: a product of two
-// TF32 values is exact in fp32, so only the accumulation rounds, as on tensor cores. The
-// rounding is to nearest, ties away from zero: PTX's cvt.rna.tf32.f32, the conversion NVIDIA
-// documents (wmma's __float_to_tf32 in crt/mma.h is that instruction), and what CUTLASS prefers
-// for fp32 inputs of TF32 products (PreferredRoundingMode<tfloat32_t, float> is
-// round_half_ulp_truncate, in cutlass/numeric_conversion.h). Tensor cores fed fp32 bits without
-// a conversion read only the top 10 mantissa bits (PyTorch's numerical-accuracy notes), a
-// truncation; which of the two cuBLAS does is not documented. tools/compare_losses.py says what
-// either costs a comparison of the two builds.
-float round_to_tf32(float x) {
-  if (!std::isfinite(x)) return x;  // keeps a NaN a NaN (its payload may sit in the dropped bits)
-  uint32_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  bits = (bits + 0x1000u) & ~0x1fffu;  // add half of the 13 dropped bits' unit, then drop them
-  std::memcpy(&x, &bits, sizeof bits);
-  return x;
-}
-
-// Copies batch_count (rows, cols) fp32 matrices, the first at `in` and each `stride` elements
-// after the previous (leading dimension ld), into `out`, packed one after the other (leading
-// dimension rows), each element rounded to TF32.
-void round_to_tf32(const float* in, int rows, int cols, int ld, long long stride, int batch_count,
-                   std::vector<float>& out) {
-  const size_t size = size_t(rows) * cols;
-  out.resize(size * batch_count);
-  for (size_t matrix = 0; matrix < size_t(batch_count); ++matrix)
-    for (size_t j = 0; j < size_t(cols); ++j)
-      for (size_t i = 0; i < size_t(rows); ++i)
-        out[matrix * size + j * rows + i] = round_to_tf32(in[matrix * stride + j * ld + i]);
-}
-
 // An fp32 GEMM on A and B rounded to TF32, C in fp32: the rounded copies keep the batch, so its
 // matrices still share the BLAS threads.
 void gemm_batched_tf32(const Shape& s, float alpha, const float* A, long long stride_a, const float* B,
@@ -195,8 +150,8 @@ void gemm_batched_tf32(const Shape& s, float alpha, const float* A, long long st
   Shape packed = s;
   packed.lda = std::max(1, rows_a(s));
   packed.ldb = std::max(1, rows_b(s));
-  round_to_tf32(A, rows_a(s), cols_a(s), s.lda, stride_a, batch_count, handle.a_tf32);
-  round_to_tf32(B, rows_b(s), cols_b(s), s.ldb, stride_b, batch_count, handle.b_tf32);
+  cpu::round_to_tf32(A, rows_a(s), cols_a(s), s.lda, stride_a, batch_count, handle.a_tf32);
+  cpu::round_to_tf32(B, rows_b(s), cols_b(s), s.ldb, stride_b, batch_count, handle.b_tf32);
   gemm_batched(packed, alpha, handle.a_tf32.data(), (long long)rows_a(s) * cols_a(s), handle.b_tf32.data(),
                (long long)rows_b(s) * cols_b(s), beta, C, stride_c, batch_count);
 }
@@ -232,8 +187,8 @@ void gemm_batched_bf16(const Shape& s, float alpha, const __nv_bfloat16* A, long
   packed.lda = std::max(1, rows_a(s));
   packed.ldb = std::max(1, rows_b(s));
   for (long long i = 0; i < batch_count; ++i) {
-    widen(A + i * stride_a, rows_a(s), cols_a(s), s.lda, handle.a_fp32);
-    widen(B + i * stride_b, rows_b(s), cols_b(s), s.ldb, handle.b_fp32);
+    cpu::widen(A + i * stride_a, rows_a(s), cols_a(s), s.lda, handle.a_fp32);
+    cpu::widen(B + i * stride_b, rows_b(s), cols_b(s), s.ldb, handle.b_fp32);
     if (c_type == CUDA_R_32F) {
       gemm_batched(packed, alpha, handle.a_fp32.data(), 0, handle.b_fp32.data(), 0, beta,
                    static_cast<float*>(C) + i * stride_c, 0, 1);
@@ -243,9 +198,9 @@ void gemm_batched_bf16(const Shape& s, float alpha, const __nv_bfloat16* A, long
     Shape packed_c = packed;
     packed_c.ldc = std::max(1, s.m);
     handle.c_fp32.resize(size_t(s.m) * s.n);
-    if (beta != 0.0f) widen(C_i, s.m, s.n, s.ldc, handle.c_fp32);
+    if (beta != 0.0f) cpu::widen(C_i, s.m, s.n, s.ldc, handle.c_fp32);
     gemm_batched(packed_c, alpha, handle.a_fp32.data(), 0, handle.b_fp32.data(), 0, beta, handle.c_fp32.data(), 0, 1);
-    narrow(handle.c_fp32, s.m, s.n, C_i, s.ldc);
+    cpu::narrow(handle.c_fp32, s.m, s.n, C_i, s.ldc);
   }
 }
 

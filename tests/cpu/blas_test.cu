@@ -128,7 +128,7 @@ TEST_F(Blas, HelperThreadsMayTouchTheDevicesMemoryUnderStrictMemory) {
   EXPECT_EQ(std::memcmp(strict.data(), plain.data(), plain.size() * sizeof(float)), 0);
 }
 
-// TF32 (cpu/cublas.cpp): with CUBLAS_COMPUTE_32F_FAST_TF32 each input is rounded to 10 explicit
+// TF32 (cpu/cublas.cpp, cpu/gemm_operands.cpp): with CUBLAS_COMPUTE_32F_FAST_TF32 each input is rounded to 10 explicit
 // mantissa bits, to nearest with ties away from zero (PTX's cvt.rna.tf32.f32). Multiplying by
 // 1 shows each rounded value bitwise: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10, so ties to
 // even would give 1 and a truncation 1 as well; 1 + 3 2^-11 lies halfway between 1 + 2^-10 and
