@@ -9,6 +9,7 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <thread>
@@ -154,6 +155,38 @@ TEST_F(NcclOrder, AnAbortWaitsForAnotherCommunicatorsRunningOperation) {
     cudaGetLastError();
   }
   MPI_Barrier(MPI_COMM_WORLD);
+}
+
+// comm/nccl_order.h: an operation on another stream than the one issued before it starts only
+// once that one has ended. Stream a is held by a host function until the test lets it go, so its
+// data-parallel sum cannot run; the world's sum, issued after it on stream b, waits for it,
+// although every rank has issued it and nothing else holds stream b.
+std::atomic<bool> stream_a_released{false};
+void CUDART_CB hold_until_released(void*) {
+  while (!stream_a_released.load()) std::this_thread::sleep_for(1ms);
+}
+
+TEST(NcclOrderGroups, AnOperationStartsOnlyAfterTheOneIssuedBeforeItOnAnotherStream) {
+  int world_rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  CommGroups groups = create_comm_groups(make_mesh(2, 2, 4, world_rank));
+  cudaStream_t a, b;
+  CUDA_CHECK(cudaStreamCreate(&a));
+  CUDA_CHECK(cudaStreamCreate(&b));
+  stream_a_released = false;
+  DeviceBuffer<float> gradients(std::vector<float>{float(world_rank)});
+  DeviceBuffer<double> count(std::vector<double>{1.0});
+  CUDA_CHECK(cudaLaunchHostFunc(a, hold_until_released, nullptr));
+  allreduce_data_parallel_gradients(groups, gradients.data(), 1, ncclFloat32, a);
+  allreduce_world_sum(groups, count.data(), 1, b);
+  EXPECT_FALSE(finishes_within(b, 500ms)) << "the world's sum ran before the data-parallel sum issued before it";
+  stream_a_released = true;
+  ASSERT_TRUE(finishes_within(a, 20s) && finishes_within(b, 20s));
+  EXPECT_EQ(gradients.to_host()[0], float(world_rank % 2 + world_rank % 2 + 2));  // ranks r and r + 2
+  EXPECT_EQ(count.to_host()[0], 4.0);
+  CUDA_CHECK(cudaStreamDestroy(a));
+  CUDA_CHECK(cudaStreamDestroy(b));
+  destroy_comm_groups(groups);
 }
 
 // comm/groups.h: the communicator whose operation runs is aborted first, whichever it is.
