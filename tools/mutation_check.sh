@@ -173,6 +173,9 @@ fault bf16-rounding-by-the-stage-offset trainer/optimizer.cpp \
 fault bf16-rounding-to-nearest kernels/adamw.cu \
   's/return round_stochastically(p, rounding_bits(rounding.key, rounding.first_index + i));/return __float2bfloat16(p);/' \
   'unit AdamW.*'
+fault tf32-on-the-first-stage-only trainer/run.cpp \
+  's/setup.options.no_tf32 ? CUBLAS_DEFAULT_MATH/setup.options.no_tf32 || mesh.pp_rank > 0 ? CUBLAS_DEFAULT_MATH/' \
+  'unit TrainLayout.Tf32*'
 fault bf16-resume-without-master-weights trainer/run.cpp \
   '/if (!start.master.empty()) upload_master_weights(trainer, start.master);/d' \
   'unit Trainer.Bf16ResumeContinuesBitwise'
