@@ -3,8 +3,8 @@
 #   CPU build: g++ on the same .cu files; cpu/ supplies the CUDA runtime, kernel
 #              launch, cuBLAS (OpenBLAS) and NCCL (MPI). Never links libcudart.
 # `make` picks the GPU build when nvidia-smi sees a GPU; GPU=1 / GPU=0 force either.
-#   make            build every program that exists: ./train (once trainer/ has it), the tests,
-#                   and data/kjv.txt, the default corpus
+#   make            build ./train and data/kjv.txt, the default corpus: what the quick start needs,
+#                   on every core (the tests are built by make test)
 #   make test       build and run every test; ends with "N passed, M failed"
 #                   (FILTER='LayerNorm.*' runs one family)
 #   make cuda       compile and link the GPU build, even without a GPU
@@ -35,6 +35,10 @@ ifeq ($(MAKELEVEL)$(filter 0,$(SETUP_DEPS)),0)
     endif
   endif
 endif
+# On every core unless the command line or the environment says how many jobs (make -j1: one).
+ifeq ($(filter -j% j%,$(MAKEFLAGS)),)
+  MAKEFLAGS += -j$(shell nproc)
+endif
 CXX := g++
 MPI_INCLUDE := $(shell pkg-config --cflags-only-I mpich 2>/dev/null || echo -I/usr/include/x86_64-linux-gnu/mpich)
 MPI_LIBS := -lmpich
@@ -55,9 +59,9 @@ GTEST_LIBS := -lgtest -lpthread
 # code may be .cpp (g++ in both builds, with the build's CUDA headers).
 # The program ./train is built from trainer/ (a folder train/ could not sit beside it).
 LIB_SRCS := $(wildcard kernels/*.cu model/*.cu model/*.cpp pipeline/*.cu pipeline/*.cpp comm/*.cu comm/*.cpp \
-              trainer/*.cpp)
+              trainer/*/*.cpp)
 TRAIN_SRCS := $(wildcard trainer/*.cu)
-CPU_RUNTIME_SRCS := $(wildcard cpu/*.cpp)
+CPU_RUNTIME_SRCS := $(wildcard cpu/*/*.cpp)
 # Tests: tests/*_test.cu run in one process in either build, tests/mpi/*_test.cu under
 # mpirun -np 4 in either build (their PipelineLayouts suite also under -np 2 and -np 8:
 # tools/run_tests.sh), tests/cpu/*_test.cu test cpu/ itself (CPU build only), and
@@ -83,7 +87,7 @@ TEST_BINS := $(BUILD)/tests/unit_tests $(if $(MPI_TEST_SRCS),$(BUILD)/tests/mpi_
              $(if $(and $(CPU_MPI_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_mpi_tests)
 
 .PHONY: all train test cuda bench ptxas-report sanitize sanitize-unit-run sanitize-mpi-run racecheck fuzz clean
-all: $(if $(TRAIN_SRCS),train) $(TEST_BINS) data/kjv.txt
+all: $(if $(TRAIN_SRCS),train) data/kjv.txt
 
 # The default corpus: the King James Bible from Debian's bible-kjv package (written
 # to a temporary file first, so a failed run leaves no half corpus behind).
@@ -130,7 +134,7 @@ $(REFERENCE_RUN): $(call objs,tools/reference_run.cu,$(BUILD)) $(LIB_OBJS) $(RUN
 test: $(TEST_BINS) $(if $(TRAIN_SRCS),train) $(REFERENCE_RUN) data/kjv.txt
 	@MPIRUN="$(MPIRUN)" FILTER='$(FILTER)' REFERENCE_RUN=$(REFERENCE_RUN) tools/run_tests.sh $(TEST_BINS) tests/pytorch_check.py tests/compare_losses_test.py tests/train_failure_test.py \
 	  tests/train_watchdog_test.py tests/train_stop_test.py tests/setup_deps_test.py tests/plot_log_test.py \
-	  tests/trace_test.py tests/train_visible_devices_test.py
+	  tests/trace_test.py tests/train_visible_devices_test.py tests/house_test.py
 
 # ---- the GPU build without a GPU: compile and link everything ----
 cuda:
@@ -192,7 +196,7 @@ $(SANITIZE)/tests/mpi_tests: $(call objs,$(MPI_TEST_SRCS) $(TEST_SUPPORT_SRCS) t
 # The CPU build under ThreadSanitizer, with clang++-14 (its TSan runtime keeps vector clocks of
 # fixed size: gcc 12's grows them with every fiber, and a block of 256 threads took 5 times as
 # long), in build/racecheck. CPU_RACECHECK makes every CUDA thread a TSan fiber ordered only by
-# the barriers and collectives it meets (cpu/race_annotations.h). The scheduler's own files are
+# the barriers and collectives it meets (cpu/check/race_annotations.h). The scheduler's own files are
 # not instrumented (their bookkeeping is shared by a block's fibers on purpose) and come first
 # on the link line, so that their copies of inline library code, uninstrumented, are the ones
 # linked. Any report fails the run (TSan's exit status 66).
@@ -203,8 +207,8 @@ RACECHECK := build/racecheck
 RACECHECK_CXX := clang++-14
 RACECHECK_FLAGS := -std=c++20 -O1 -g -fno-strict-aliasing $(WARNINGS) -MMD -MP -Icpu/include -I. -isystem $(CUDA)/include \
                    $(MPI_INCLUDE) -DCPU_RACECHECK
-RACECHECK_PLAIN_SRCS := cpu/block_scheduler.cpp cpu/warp_collectives.cpp cpu/race_fibers.cpp
-# UCX_MEM_EVENTS=no: UCX (under MPICH) patches mmap and munmap past ThreadSanitizer (cpu/launch_kernel.cpp).
+RACECHECK_PLAIN_SRCS := cpu/launch/block_scheduler.cpp cpu/launch/warp_collectives.cpp cpu/launch/race_fibers.cpp
+# UCX_MEM_EVENTS=no: UCX (under MPICH) patches mmap and munmap past ThreadSanitizer (cpu/launch/launch_kernel.cpp).
 RACECHECK_ENV := TSAN_OPTIONS=second_deadlock_stack=1 UCX_MEM_EVENTS=no
 RACECHECK_KERNEL_FAMILIES := LayerNorm.*:Attention.*:Embedding.*:Gelu.*:Residual.*:Matmul.*:Classifier.*:AdamW.*:GlobalNorm.*
 # Atomics' exactly-once tests repeat their launch until blocks overlap in time, which a block per
@@ -256,8 +260,9 @@ FUZZ := build/fuzz
 FUZZ_CXX := clang++-14
 FUZZ_FLAGS := -std=c++20 -O1 -g -fno-strict-aliasing $(WARNINGS) -MMD -MP -Icpu/include -I. -isystem $(CUDA)/include \
               -fsanitize=address,undefined -fno-sanitize-recover=all
-FUZZ_PARSER_SRCS := model/checkpoint.cpp model/config.cpp model/atomic_file.cpp model/parameters.cpp trainer/data.cpp \
-                    trainer/tokenizer.cpp trainer/options.cpp pipeline/layer_split.cpp pipeline/schedule.cpp \
+FUZZ_PARSER_SRCS := model/checkpoint_format.cpp model/config.cpp model/atomic_file.cpp model/parameters.cpp \
+                    trainer/data/data.cpp trainer/data/tokenizer.cpp trainer/command_line/options.cpp \
+                    pipeline/layer_split.cpp pipeline/action.cpp pipeline/schedule.cpp \
                     pipeline/zero_bubble.cpp pipeline/lower_in_time_order.cpp pipeline/simulate.cpp \
                     pipeline/simulate_dataflow.cpp pipeline/schedule_file.cpp
 FUZZ_TARGETS := model_file training_state token_shard text_data tokenizer command_line schedule_file

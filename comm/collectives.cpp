@@ -7,7 +7,6 @@
 #include "comm/nccl_check.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/global_norm.cuh"
-#include "model/parameters.h"
 
 void allreduce_data_parallel_gradients(const CommGroups& groups, void* gradients, size_t count, ncclDataType_t type,
                                        cudaStream_t stream) {
@@ -23,32 +22,6 @@ void allreduce_tied_embedding_gradient(const CommGroups& groups, void* grad_wte,
   issue_in_order(*groups.order, groups.embedding, stream, [&] {
     NCCL_CHECK(ncclAllReduce(grad_wte, grad_wte, count, type, ncclSum, groups.embedding, stream));
   });
-}
-
-static_assert(kFcprojb - kLn1w + 1 == kNormSlotsPerLayer, "a slot per per-layer tensor");
-static_assert(kNumParameterTensors == kEmbeddingNormSlots + kNormSlotsPerLayer + kHeadNormSlots,
-              "a slot per tensor outside the layers");
-
-size_t norm_slot_count(int num_layers) {
-  return kEmbeddingNormSlots + kNormSlotsPerLayer * size_t(num_layers) + kHeadNormSlots;
-}
-
-size_t norm_slot(int tensor, int layer, int num_layers) {
-  using std::to_string;
-  if (tensor < 0 || tensor >= kNumParameterTensors)
-    throw std::runtime_error("norm_slot: tensor " + to_string(tensor) + " is not a parameter tensor");
-  if (tensor == kWte || tensor == kWpe) return size_t(tensor - kWte);
-  const size_t head = kEmbeddingNormSlots + kNormSlotsPerLayer * size_t(num_layers);
-  if (tensor == kLnfw || tensor == kLnfb) return head + size_t(tensor - kLnfw);
-  if (layer < 0 || layer >= num_layers)
-    throw std::runtime_error("norm_slot: layer " + to_string(layer) + " is outside [0, " + to_string(num_layers) + ")");
-  return kEmbeddingNormSlots + kNormSlotsPerLayer * size_t(layer) + size_t(tensor - kLn1w);
-}
-
-NormSlotRange norm_slots_of_stage(int num_layers, int first_layer, int end_layer, bool has_embedding, bool has_head) {
-  const auto layer_start = [](int layer) { return kEmbeddingNormSlots + kNormSlotsPerLayer * size_t(layer); };
-  return {has_embedding ? 0 : layer_start(first_layer),
-          has_head ? norm_slot_count(num_layers) : layer_start(end_layer)};
 }
 
 namespace {

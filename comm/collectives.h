@@ -42,23 +42,12 @@ void allreduce_world_sum(const CommGroups& groups, double* values, size_t count,
 //
 // A stage's slots are one contiguous range: its embeddings, its layers, its head. The tied
 // wte counts once, in slot 0: after allreduce_tied_embedding_gradient the last stage's copy
-// is the same gradient and has no slot.
-constexpr size_t kEmbeddingNormSlots = 2;
-constexpr size_t kNormSlotsPerLayer = 12;
-constexpr size_t kHeadNormSlots = 2;
-
-// Slots of a model of num_layers layers: 12 L + 4.
-size_t norm_slot_count(int num_layers);
-// The slot of tensor (a ParameterTensor, model/parameters.h) at layer (ignored for the
-// embeddings and the head). Throws std::runtime_error on a tensor or layer out of range.
-size_t norm_slot(int tensor, int layer, int num_layers);
-
+// is the same gradient and has no slot. The slots' numbering is the model's: model/norm_slots.h.
 // The slots a stage fills: [first, end).
 struct NormSlotRange {
   size_t first;
   size_t end;
 };
-NormSlotRange norm_slots_of_stage(int num_layers, int first_layer, int end_layer, bool has_embedding, bool has_head);
 
 // partials (num_slots) holds this stage's squared-norm partial sums in its slots own
 // (written by the caller, e.g. global_norm_squared with its tensors in slot order); the

@@ -1,8 +1,6 @@
 // The data-parallel sum of a stage's gradients, in buckets started while the backward goes on.
-// A bucket is one contiguous range of the stage's gradient allocation: one layer's 12 tensors
-// (the stage allocation is layer-major, model/parameter_layout.h), with wpe folded into the
-// embedding chunk's first layer and lnfw, lnfb into the head chunk's last layer, where they lie
-// next to each other. The executor reports when a layer's gradients are final (the chunk's last
+// A bucket is one contiguous range of the stage's gradient allocation (which ranges, and which
+// layer makes each final, the model says: model/gradient_buckets.h). The executor reports when a layer's gradients are final (the chunk's last
 // B, or W for the split backwards); queue_final_buckets then records an event on the compute
 // stream, makes the reduction stream wait for it and queues the bucket's all-reduce there, so
 // the sum runs while the compute stream goes on with the earlier layers. wte is its own bucket,
@@ -16,7 +14,6 @@
 #include <vector>
 
 #include "comm/groups.h"
-#include "model/parameter_layout.h"
 
 struct GradientBucket {
   size_t offset, count;  // elements of the stage's gradient allocation
@@ -24,15 +21,9 @@ struct GradientBucket {
   int layer;             // queued when the executor reports this layer final; -1: the chunk's whole backward
 };
 
-// The layer buckets of a stage, in chunk and layer order (not wte: see wte_bucket). Each layer
-// is in exactly one; with wte_bucket they cover the stage allocation exactly once.
-std::vector<GradientBucket> gradient_buckets(const ParameterLayout& layout);
-// wte's range (count 0 on a stage without it).
-GradientBucket wte_bucket(const ParameterLayout& layout);
-
 struct GradientBuckets {
-  std::vector<GradientBucket> buckets;  // gradient_buckets(layout)
-  GradientBucket wte;                   // wte_bucket(layout)
+  std::vector<GradientBucket> buckets;  // the layers' buckets, in the order the backward makes them final
+  GradientBucket wte;                   // wte's, queued last (count 0 on a stage without it)
   cudaStream_t stream = nullptr;        // the reduction stream (nullptr: dp = 1, no buckets)
   std::vector<cudaEvent_t> ready;       // per bucket, then wte: its gradients final on the compute stream
   cudaEvent_t done = nullptr;           // the reduction stream's last sum
@@ -40,7 +31,9 @@ struct GradientBuckets {
                             // clears it before the step
 };
 
-GradientBuckets create_gradient_buckets(const ParameterLayout& layout, const CommGroups& groups);
+// With dp = 1, no stream and no buckets: there is nothing to sum.
+GradientBuckets create_gradient_buckets(std::vector<GradientBucket> layer_buckets, GradientBucket wte,
+                                        const CommGroups& groups);
 void destroy_gradient_buckets(GradientBuckets& buckets);
 
 // The executor's report: (chunk, layer) final on compute; queues the buckets it completes.

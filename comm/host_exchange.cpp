@@ -1,5 +1,5 @@
-// The MPI world of the train program (trainer/ranks.h).
-#include "trainer/ranks.h"
+// The MPI world of the train program (comm/host_exchange.h).
+#include "comm/host_exchange.h"
 
 #include <mpi.h>
 
@@ -17,6 +17,18 @@ bool mpi_running() {
 
 // MPI counts are ints: large buffers go in pieces.
 constexpr size_t kPiece = INT_MAX / 2;
+
+// A host buffer from world rank `from` to world rank `to` (blocking).
+void send_floats(const float* values, size_t count, int to) {
+  for (size_t done = 0; done < count; done += kPiece)
+    MPI_Send(values + done, int(std::min(kPiece, count - done)), MPI_FLOAT, to, 0, MPI_COMM_WORLD);
+}
+
+void receive_floats(float* values, size_t count, int from) {
+  for (size_t done = 0; done < count; done += kPiece)
+    MPI_Recv(values + done, int(std::min(kPiece, count - done)), MPI_FLOAT, from, 0, MPI_COMM_WORLD,
+             MPI_STATUS_IGNORE);
+}
 
 }  // namespace
 
@@ -83,13 +95,25 @@ void wait_for_world(const World& world) {
   if (world.size > 1) MPI_Barrier(MPI_COMM_WORLD);
 }
 
-void send_floats(const float* values, size_t count, int to) {
-  for (size_t done = 0; done < count; done += kPiece)
-    MPI_Send(values + done, int(std::min(kPiece, count - done)), MPI_FLOAT, to, 0, MPI_COMM_WORLD);
-}
-
-void receive_floats(float* values, size_t count, int from) {
-  for (size_t done = 0; done < count; done += kPiece)
-    MPI_Recv(values + done, int(std::min(kPiece, count - done)), MPI_FLOAT, from, 0, MPI_COMM_WORLD,
-             MPI_STATUS_IGNORE);
+void gather_spans_to_first_stage(const Mesh& mesh, std::vector<float>& values,
+                                 const std::vector<std::vector<HostSpan>>& spans_of_stage) {
+  if (mesh.pp == 1 || mesh.dp_rank != 0) return;
+  if (mesh.pp_rank > 0) {
+    std::vector<float> packed;
+    for (const HostSpan& s : spans_of_stage[mesh.pp_rank])
+      packed.insert(packed.end(), values.begin() + s.offset, values.begin() + s.offset + s.count);
+    send_floats(packed.data(), packed.size(), world_rank_of(mesh, 0, 0));
+    return;
+  }
+  for (int stage = 1; stage < mesh.pp; ++stage) {
+    size_t total = 0;
+    for (const HostSpan& s : spans_of_stage[stage]) total += s.count;
+    std::vector<float> packed(total);
+    receive_floats(packed.data(), total, world_rank_of(mesh, 0, stage));
+    size_t at = 0;
+    for (const HostSpan& s : spans_of_stage[stage]) {
+      std::copy(packed.begin() + at, packed.begin() + at + s.count, values.begin() + s.offset);
+      at += s.count;
+    }
+  }
 }

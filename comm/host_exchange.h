@@ -36,6 +36,15 @@ std::vector<std::string> gather_text_to_rank0(const World& world, const std::str
 // Returns when every rank of the world has called it.
 void wait_for_world(const World& world);
 
-// A host buffer from world rank `from` to world rank `to` (blocking).
-void send_floats(const float* values, size_t count, int to);
-void receive_floats(float* values, size_t count, int from);
+// A range of a host array.
+struct HostSpan {
+  size_t offset, count;
+};
+
+// Brings the stages of replica 0 together on world rank 0 (its first stage): each stage s > 0 of
+// replica 0 sends its values at spans_of_stage[s], which world rank 0 writes into its own values
+// at the same places. Collective over replica 0 (blocking); the other replicas, and a mesh of one
+// stage, return at once. Used for checkpoints, where every stage holds the whole model's layout
+// with its own spans filled.
+void gather_spans_to_first_stage(const Mesh& mesh, std::vector<float>& values,
+                                 const std::vector<std::vector<HostSpan>>& spans_of_stage);

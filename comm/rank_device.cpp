@@ -41,7 +41,7 @@ int rank_device(const RankPlace& place) { return place.local_rank % place.visibl
 std::string rank_place_error(const std::vector<RankPlace>& world, const char* program) {
   const std::string error = std::string(program) + ": error: ";
   for (size_t rank = 0; rank < world.size(); ++rank) {
-    // Rank 0's error listener (trainer/error_channel.h) calls MPI beside the main thread, and an
+    // Rank 0's error listener (trainer/safety/error_channel.h) calls MPI beside the main thread, and an
     // NCCL that runs over MPI (the CPU build's) calls it from its streams' threads.
     if (world[rank].thread_level < MPI_THREAD_MULTIPLE)
       return error + "MPI gives world rank " + std::to_string(rank) + " thread level " +

@@ -37,7 +37,7 @@ void adamw_update(T* params, Compute<T>* master_params, const T* grads, Compute<
                   double learning_rate, double beta1, double beta2, double eps, double weight_decay,
                   double grad_scale, int t, StochasticRounding rounding, cudaStream_t stream);
 
-// What a training step decided on the device before its update (trainer/optimizer.h): the
+// What a training step decided on the device before its update (trainer/step/optimizer.h): the
 // gradient's scale (the clipping factor, or 1) and whether to apply the step at all (0: a
 // non-finite loss or norm, and the update leaves everything as it was).
 struct AdamWGate {

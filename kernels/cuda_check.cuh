@@ -1,6 +1,6 @@
 // Checks for every CUDA runtime, cuBLAS and NCCL call: on failure, throw std::runtime_error
 // with the error, the call and where it was made. A throw, not an exit: in a run of several ranks
-// the error must reach the rank that speaks for the run and end the job (trainer/error_channel.h),
+// the error must reach the rank that speaks for the run and end the job (trainer/safety/error_channel.h),
 // and an exit here would end this process before its line got there.
 #pragma once
 #include <cuda_runtime.h>

@@ -3,7 +3,7 @@
 // thread or block numbers. The same value of the same element under the same key rounds to the
 // same bf16 wherever the element is computed and however its tensor is cut into calls. The
 // trainer's key is (seed, step) and the index the element's place in the whole model's llm.c
-// layout, so every pipeline layout rounds every parameter alike (trainer/optimizer.h).
+// layout, so every pipeline layout rounds every parameter alike (trainer/step/optimizer.h).
 #pragma once
 #include <cuda_bf16.h>
 

@@ -1,5 +1,5 @@
-// llm.c's model file and our training-state file: read, validate, write (model/checkpoint.h).
-#include "model/checkpoint.h"
+// llm.c's model file and our training-state file: read, validate, write (model/checkpoint_format.h).
+#include "model/checkpoint_format.h"
 
 #include <sys/stat.h>
 

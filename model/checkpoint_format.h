@@ -47,7 +47,7 @@ struct TrainingState {
   GPTConfig config;            // the model the state belongs to
   int64_t step = 0;            // optimizer steps done
   uint64_t data_position = 0;  // where the data loader continues
-  uint64_t rounding_seed = 0;  // the seed of bf16 parameters' stochastic rounding (trainer/optimizer.h)
+  uint64_t rounding_seed = 0;  // the seed of bf16 parameters' stochastic rounding (trainer/step/optimizer.h)
   std::vector<uint64_t> rng;   // random generator state, as many words as the trainer keeps
   std::vector<float> m, v;     // AdamW moments, num_parameters(config) each, llm.c's order
   std::vector<float> master;   // a bf16 run's fp32 master weights, num_parameters(config); empty: none

@@ -137,7 +137,7 @@ const Element* range_output(const Activations<Element>& acts);
 
 // Called by a backward with a layer as soon as that layer's parameter-gradient kernels are queued
 // (the layers from last to first), so that a caller may queue work that reads them (the
-// data-parallel sum, trainer/gradient_buckets.h) while the backward goes on. An empty one is not called.
+// data-parallel sum, comm/data_parallel_sum.h) while the backward goes on. An empty one is not called.
 using LayerGradientsQueued = std::function<void(int layer)>;
 
 // The backward of the range, after gpt_forward with targets (head) on the same acts and input.

@@ -3,7 +3,7 @@
 // the embedding or the head: the tied output projection reads it), wpe with the embedding, then
 // for each chunk, in chunk order, its layers in order, each layer's 12 tensors together in
 // llm.c's order (layer-major: a layer is one contiguous range, so that its gradients can be
-// summed over the replicas in one call as soon as they are final, trainer/gradient_buckets.h),
+// summed over the replicas in one call as soon as they are final, comm/data_parallel_sum.h),
 // then lnfw and lnfb with the head. The regions map each piece of the stage allocation to its
 // place in llm.c's layout of the whole model (tensor-major), for uploads, gathers, checkpoints,
 // the norm's slots and bf16's stochastic rounding; they are in increasing order of offset but for

@@ -4,7 +4,7 @@
 #pragma once
 #include <vector>
 
-#include "pipeline/execute.h"
+#include "pipeline/executor_state.h"
 
 // The key of (microbatch, chunk) in the executor's pools.
 template <typename Element>

@@ -3,7 +3,7 @@
 // a complete event ("ph": "X") with its start and duration in microseconds, and a flow arrow
 // ("ph": "s" then "f", bound to the enclosing events) from the transfer step that sends each
 // message to the transfer step that receives it. The same format serves the simulator's predicted
-// timeline (predicted_timeline) and the executor's measured one (trainer/measured_timeline.h);
+// timeline (predicted_timeline) and the executor's measured one (trainer/program/measured_timeline.h);
 // tools/trace_svg.py draws either as an SVG picture.
 #pragma once
 #include <string>

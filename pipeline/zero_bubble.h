@@ -8,7 +8,7 @@
 
 #include <vector>
 
-#include "pipeline/schedule.h"
+#include "pipeline/action.h"
 
 // ZB-H1 (the paper's Figure 3, top), memory as 1F1B: stage s runs min(p - s, m) warm-up forwards,
 // then s pairs (I, F), then triples (I, W, F) while forwards remain, then pairs (I, W), then the

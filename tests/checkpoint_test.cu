@@ -1,4 +1,4 @@
-// Checks of llm.c's model file and our training-state file (model/checkpoint.h). Files
+// Checks of llm.c's model file and our training-state file (model/checkpoint_format.h). Files
 // are written under a fresh temporary directory; the malformed ones are made here byte
 // by byte.
 #include <cuda_bf16.h>
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "model/checkpoint.h"
+#include "model/checkpoint_format.h"
 #include "model/config.h"
 #include "model/parameters.h"
 #include "tests/file_tools.h"

@@ -16,7 +16,7 @@
 
 #include "file_tools.h"
 #include "fuzz/parser_inputs.h"
-#include "trainer/checkpoints.h"
+#include "trainer/checkpoints/save_and_resume.h"
 
 using namespace parser_inputs;
 

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/data.h"
-#include "trainer/tokenizer.h"
+#include "trainer/data/data.h"
+#include "trainer/data/tokenizer.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "trainer/options.h"
+#include "trainer/command_line/options.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// What a run needs after its first step is checked before it (trainer/preflight.h): each bad
+// What a run needs after its first step is checked before it (trainer/safety/preflight.h): each bad
 // setting makes prepare_run throw one line naming the option, so nothing has been trained yet.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -11,7 +11,7 @@
 
 #include "tests/file_tools.h"
 #include "tests/tiny_run.h"
-#include "trainer/run.h"
+#include "trainer/program/run.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// What a run says about time and outcome (trainer/progress.h): durations, the median step time,
+// What a run says about time and outcome (trainer/program/progress.h): durations, the median step time,
 // the time left on each step line, and the closing summary line, alone and in a short real run.
 #include <gtest/gtest.h>
 
@@ -11,9 +11,9 @@
 
 #include "tests/file_tools.h"
 #include "tests/tiny_run.h"
-#include "trainer/options.h"
-#include "trainer/progress.h"
-#include "trainer/run.h"
+#include "trainer/command_line/options.h"
+#include "trainer/program/progress.h"
+#include "trainer/program/run.h"
 
 namespace {
 
@@ -53,9 +53,29 @@ TEST(Progress, MedianIsTheMiddleValueOrTheMeanOfTheMiddleTwo) {
   EXPECT_EQ(median({4.0, 1.0, 100.0, 2.0}), 3.0);  // one slow step does not move it
 }
 
-TEST(Progress, TimeLeftIsTheMedianStepTimeTimesTheStepsLeft) {
-  EXPECT_EQ(format_progress(62, 0.5, 1500), "1m02s elapsed, ~12m30s left");
-  EXPECT_EQ(format_progress(750, 0.5, 0), "12m30s elapsed");  // the last step
+TEST(Progress, TimeLeftIsPrintedUntilTheLastStep) {
+  EXPECT_EQ(format_progress(62, 750, 1500), "1m02s elapsed, ~12m30s left");
+  EXPECT_EQ(format_progress(750, 30, 0), "12m30s elapsed");  // the last step
+}
+
+// The issue's run: 4 steps to go at 1 s each, a validation (every 100 and at the end) of 50 s
+// and a sample (every 200) of 70 s still to come: 4 + 50 + 70 s, not the 4 s of the steps alone.
+TEST(Progress, TimeLeftCountsTheValidationsAndSamplesStillToCome) {
+  EXPECT_EQ(scheduled_in(100, 1996, 2000, true), 1);
+  EXPECT_EQ(scheduled_in(200, 1996, 2000, false), 1);
+  EXPECT_DOUBLE_EQ(seconds_left({4, 1.0, 1, 50.0, 1, 70.0}), 124.0);
+  EXPECT_DOUBLE_EQ(seconds_left({4, 1.0, 0, 50.0, 0, 70.0}), 4.0);
+}
+
+TEST(Progress, ScheduledWorkIsCountedOverTheStepsStillToDo) {
+  EXPECT_EQ(scheduled_in(100, 0, 2000, true), 20);    // 100, 200, ..., 2000 (the last is one of them)
+  EXPECT_EQ(scheduled_in(100, 100, 2000, true), 19);  // step 100's is done
+  EXPECT_EQ(scheduled_in(100, 99, 2000, true), 20);
+  EXPECT_EQ(scheduled_in(300, 0, 2000, true), 7);     // 300 .. 1800, then the last step's
+  EXPECT_EQ(scheduled_in(300, 0, 2000, false), 6);
+  EXPECT_EQ(scheduled_in(0, 0, 2000, true), 1);       // only the last step's
+  EXPECT_EQ(scheduled_in(0, 0, 2000, false), 0);
+  EXPECT_EQ(scheduled_in(100, 2000, 2000, true), 0);  // nothing after the last step
 }
 
 TEST(Progress, SummaryNamesLossesSpeedWallTimeAndWhereThingsWent) {

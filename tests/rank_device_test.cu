@@ -106,7 +106,7 @@ TEST(RankDevice, ARankWithoutGpusSaysSo) {
             "the driver and CUDA_VISIBLE_DEVICES");
 }
 
-// Rank 0's error listener (trainer/error_channel.h) calls MPI beside the main thread.
+// Rank 0's error listener (trainer/safety/error_channel.h) calls MPI beside the main thread.
 TEST(RankDevice, MpiWithoutThreadSupportIsRefusedBeforeDevicesAreCounted) {
   std::vector<RankPlace> world = all_gpus_visible({4}, {2});
   world[3].thread_level = MPI_THREAD_SERIALIZED;

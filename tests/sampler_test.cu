@@ -1,4 +1,4 @@
-// Drawing a sample's next token (trainer/sampler.h): the coin falls into the cumulative
+// Drawing a sample's next token (trainer/program/sampler.h): the coin falls into the cumulative
 // softmax of logits / temperature, the generator gives llm.c's draws, and its floats lie
 // in [0, 1). Host code only; runs in both builds.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "trainer/sampler.h"
+#include "trainer/program/sampler.h"
 
 namespace {
 

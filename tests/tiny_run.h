@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "trainer/options.h"
+#include "trainer/command_line/options.h"
 
 inline TrainOptions tiny_run_options(const std::string& text_file) {
   TrainOptions options;

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""./train --trace (trainer/measured_timeline.h, pipeline/timeline.h) and tools/trace_svg.py as a specification.
+"""./train --trace (trainer/program/measured_timeline.h, pipeline/timeline.h) and tools/trace_svg.py as a specification.
 
 Traces come from short real runs of ./train under `mpirun -np 4` with a tiny model (2 steps of zb-h1,
 4 layers, m = 5: about 3 s each): one pipeline of 4 stages, and 2 replicas of 2 stages; the

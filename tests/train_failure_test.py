@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """A rank that fails in the middle of a step ends the whole job within seconds, and world rank 0
-says which rank failed and why (trainer/error_channel.h), although rank 0 itself, like the failing
+says which rank failed and why (trainer/safety/error_channel.h), although rank 0 itself, like the failing
 rank's pipeline neighbours, is waiting in a transfer that will never complete.
 
 Runs `mpirun -np 4 ./train` on a small model with the test-only TRAIN_TEST_FAIL="rank=R,step=S"
-(trainer/failure_injection.h) and checks that mpirun exits non-zero within TIMEOUT, that no rank
+(trainer/safety/failure_injection.h) and checks that mpirun exits non-zero within TIMEOUT, that no rank
 of the run is left, that the one error line names the failing rank, its stage and replica and
 the failure, and that rank 0 printed it. Also runs the same command without a failure, which
 must end with status 0. MPICH's mpirun (hydra) is assumed, for its -prepend-rank. On a machine

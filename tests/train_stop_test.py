@@ -1,18 +1,18 @@
 #!/usr/bin/python3
 """A run that must stop early stops well (docs/training.md, "When things go wrong").
 
-Preemption (trainer/preemption.h): SIGTERM to one rank of `mpirun -np 4 ./train` mid-run makes
+Preemption (trainer/safety/preemption.h): SIGTERM to one rank of `mpirun -np 4 ./train` mid-run makes
 every rank finish the step, write the checkpoint, say so and exit 0, and resuming from that
 checkpoint gives bitwise the losses of the run nobody interrupted; SIGINT does the same with exit
 status 130, and a second SIGINT ends the program at once. SIGTERM is obeyed however launchers
 deliver it: to mpirun, to every rank, to every rank twice, to every rank and then mpirun (as Slurm
 does) and to one rank, each after a random step, and to mpirun while the ranks are still starting;
 TRAIN_STOP_TRIALS runs of each (5 by default; docs/training.md has a series of 20 of each, and what
-the earlier handler lost). The non-finite guard (trainer/nonfinite.h): a learning rate that
+the earlier handler lost). The non-finite guard (trainer/safety/nonfinite.h): a learning rate that
 diverges makes the run skip the non-finite steps, naming them on the step line and in the log, and
 stop after --max-skipped of them in a row with one error line and exit 1, its checkpoint bitwise
 the one of the last applied step; a NaN injected into one stage's gradient under mpirun
-(TRAIN_TEST_NAN, trainer/failure_injection.h) skips that step only, naming the stage and tensor.
+(TRAIN_TEST_NAN, trainer/safety/failure_injection.h) skips that step only, naming the stage and tensor.
 On a machine that cannot run 4 ranks (fewer GPUs), the checks under mpirun say SKIPPED.
     /usr/bin/python3 tests/train_stop_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun; MPICH's hydra is
@@ -68,7 +68,7 @@ def run(command, stop_after_line=None, stop=None, while_running=None):
 
 
 def read_log(path):
-    """The log's records; a non-finite number is printf's nan or inf there (trainer/log.h), read as NaN."""
+    """The log's records; a non-finite number is printf's nan or inf there (trainer/program/log.h), read as NaN."""
     with open(path) as file:
         return [json.loads(re.sub(r"(:\s*)(-?)(nan|inf)\b",
                                   lambda m: m.group(1) + ("NaN" if m.group(3) == "nan" else m.group(2) + "Infinity"),

@@ -6,7 +6,7 @@ rank. The same CUDA_VISIBLE_DEVICES on every rank puts them all on one GPU: the 
 before any training, in one line from world rank 0 that names two world ranks and the GPU, and
 every rank exits with status 1.
 
-The CPU build honours CUDA_VISIBLE_DEVICES as CUDA does (cpu/devices.h); on a GPU machine with
+The CPU build honours CUDA_VISIBLE_DEVICES as CUDA does (cpu/runtime/devices.h); on a GPU machine with
 fewer than 4 GPUs each check says SKIPPED. MPICH's mpirun (hydra) is assumed, for -prepend-rank
 and MPI_LOCALRANKID.
     /usr/bin/python3 tests/train_visible_devices_test.py [--gtest_filter=PATTERN]

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """A rank that stops responding does not hang the job: its pipeline neighbours' watchdogs
-(--timeout, trainer/watchdog.h) see their schedule step make no progress, the first to see it
+(--timeout, trainer/safety/watchdog.h) see their schedule step make no progress, the first to see it
 reports where it is stuck, and the job ends on every rank.
 
 Runs `mpirun -np 4 ./train --timeout 5` on a small model, waits for step 3's line, stops one rank
@@ -11,7 +11,7 @@ line is that stage's schedule row with the same step marked at the same position
 one the stuck rank can only be in while waiting for the stopped one: a transfer, with the stopped
 rank's stage when the reporting rank is its pipeline neighbour (the others wait for a neighbour
 that waits). When rank 0 is the stopped one, nobody listens for the reports: each stuck rank
-prints its own after its grace period (trainer/error_channel.h), and each is checked. MPICH's mpirun (hydra) is assumed, for its -prepend-rank.
+prints its own after its grace period (trainer/safety/error_channel.h), and each is checked. MPICH's mpirun (hydra) is assumed, for its -prepend-rank.
     /usr/bin/python3 tests/train_watchdog_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun). One line per
 check, then "tests: N passed, M failed", as tools/run_tests.sh expects.

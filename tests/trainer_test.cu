@@ -20,15 +20,15 @@
 #include <string>
 #include <vector>
 
-#include "model/checkpoint.h"
+#include "model/checkpoint_format.h"
 #include "model/config.h"
 #include "model/parameters.h"
 #include "tests/file_tools.h"
 #include "tests/tiny_run.h"
-#include "trainer/checkpoints.h"
-#include "trainer/lr_schedule.h"
-#include "trainer/options.h"
-#include "trainer/run.h"
+#include "trainer/checkpoints/save_and_resume.h"
+#include "trainer/step/lr_schedule.h"
+#include "trainer/command_line/options.h"
+#include "trainer/program/run.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The watchdog of a run (trainer/watchdog.h): its report names the rank, the training step and
+// The watchdog of a run (trainer/safety/watchdog.h): its report names the rank, the training step and
 // the schedule step with its position and marks it in the stage's row; it fires once nothing has
 // moved for the timeout (four times the timeout in the first step), and not while steps advance.
 // The executor watched is a single-process trainer's (tiny model); the activity is set by hand.
@@ -10,8 +10,8 @@
 #include <thread>
 
 #include "model/config.h"
-#include "trainer/trainer.h"
-#include "trainer/watchdog.h"
+#include "trainer/step/trainer.h"
+#include "trainer/safety/watchdog.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Benchmark (a program, not a test): one training step of a GPT-2 124M-shaped model (llm.c's
 // L = 12, NH = 12, C = 768, V = 50257, here T = 1024, B = 1) on one process with the settings in
-// force (by default: cpu/settings.h), against OpenBLAS's sgemm on the model's own GEMM shapes in
+// force (by default: cpu/runtime/settings.h), against OpenBLAS's sgemm on the model's own GEMM shapes in
 // the same run. Prints the model's FLOP/s (its counted FLOPs over the step's time), the sgemm rate
 // over those shapes on the process's BLAS threads and on every core it has (the machine's limit),
 // the model's rate as a share of each, and whether the GEMMs give the same bits on one OpenBLAS
@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "cpu/blas_library.h"
-#include "cpu/settings.h"
+#include "cpu/blas/blas_library.h"
+#include "cpu/runtime/settings.h"
 #include "model/config.h"
 #include "model/parameters.h"
-#include "trainer/data.h"
-#include "trainer/trainer.h"
+#include "trainer/data/data.h"
+#include "trainer/step/trainer.h"
 
 namespace {
 

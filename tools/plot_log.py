@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Draws a run's --log file (one JSON object per step, trainer/log.h) as one picture: the training
+"""Draws a run's --log file (one JSON object per step, trainer/program/log.h) as one picture: the training
 loss (each step faint, the mean of the last --smooth steps solid) and the validation loss on top,
 and below it small panels of the learning rate, the gradient norm before clipping, tokens/s and
 each pipeline stage's idle share of the step.

@@ -24,10 +24,11 @@
 #include <vector>
 
 #include "model/atomic_file.h"
-#include "model/checkpoint.h"
+#include "model/checkpoint_format.h"
 #include "model/parameters.h"
-#include "trainer/data.h"
-#include "trainer/trainer.h"
+#include "trainer/data/data.h"
+#include "trainer/checkpoints/gather_model.h"
+#include "trainer/step/trainer.h"
 
 namespace {
 

@@ -2,7 +2,7 @@
 # Runs the test binaries and Python checks given as arguments (make test) and adds up
 # their verdicts into one closing line "N passed, M failed, K skipped".
 #
-# A CPU-build binary runs once per mode of the table below (the settings of cpu/settings.h);
+# A CPU-build binary runs once per mode of the table below (the settings of cpu/runtime/settings.h);
 # a GPU-build binary (build/gpu/...) runs once, in the natural mode: the modes are the CPU
 # build's (its mpi_tests runs on the node's GPUs, one rank each: gpu_mpi_rows). mpi_tests
 # runs under $MPIRUN with the mode's ranks (its tests are written for 4; PipelineLayouts checks
@@ -27,17 +27,17 @@ fi
 # The modes: name | environment | unit_tests filter | mpi_tests filter | mpi_tests ranks.
 # An empty filter: the mode does not run that binary; cpu_tests and Python checks run in the
 # natural mode only. Every run also keeps to $FILTER (make test FILTER='Suite.*').
-# The thread orders and 1 OS thread per launch (the natural mode runs one per core: cpu/settings.h)
+# The thread orders and 1 OS thread per launch (the natural mode runs one per core: cpu/runtime/settings.h)
 # run all of unit_tests, not only the kernel
 # and model families: a mode takes 13-30 s on 2 cores shared with others (2026-11-23), and
 # all four add 1.5 minutes to the 7 of make test.
 # Strict memory and the stream delay are for the code that hands device memory and streams
 # between host, model and pipeline (issue 10); a build without them ignores the variables.
 # Every mode that runs mpi_tests checks that each NCCL call matches its partners'
-# (CUDA_CPU_NCCL_CHECK=1, cpu/nccl_call_matching.h): a mismatch fails naming both calls instead of
+# (CUDA_CPU_NCCL_CHECK=1, cpu/nccl/nccl_call_matching.h): a mismatch fails naming both calls instead of
 # hanging until the time limit. It costs little (docs/testing.md); unit_tests makes no NCCL call.
 # And each runs a device's NCCL operations one at a time (CUDA_CPU_NCCL_SERIAL=1,
-# cpu/nccl_device.h), as a GPU may: ranks whose operations of several communicators start in
+# cpu/nccl/nccl_device.h), as a GPU may: ranks whose operations of several communicators start in
 # different orders deadlock there (comm/nccl_order.h says why the project's never do).
 # The stream delay leaves out PipelineLayouts.Bf16*: the delay tests the order of work on the
 # streams, which the element type does not change (the same executor and trainer code, templated),

@@ -1,5 +1,5 @@
 // Counts for a GPU reader (a program, not a test): what one training step asks of each stage's
-// device, counted by the CPU build (cpu/call_counts.h) on replica 0's ranks. A line per stage:
+// device, counted by the CPU build (cpu/runtime/call_counts.h) on replica 0's ranks. A line per stage:
 //   stage S: launches L, host_waits H, nccl_calls N, bytes_sent B, allocations A1 A2 .., frees F1 F2 ..
 // launches: kernels and cuBLAS calls; host_waits: calls that block the host until device work
 // is done; nccl_calls: sends, receives and collectives; bytes_sent: what those calls hand to NCCL
@@ -20,14 +20,14 @@
 #include <vector>
 
 #include "comm/rank_device.h"
-#include "cpu/call_counts.h"
+#include "cpu/runtime/call_counts.h"
 #include "model/config.h"
 #include "model/parameters.h"
 #include "pipeline/schedule.h"
-#include "trainer/data.h"
-#include "trainer/options.h"
-#include "trainer/ranks.h"
-#include "trainer/trainer.h"
+#include "trainer/data/data.h"
+#include "trainer/command_line/options.h"
+#include "comm/host_exchange.h"
+#include "trainer/step/trainer.h"
 
 namespace {
 

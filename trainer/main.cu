@@ -4,7 +4,7 @@
 // before any rank communicates, are the same on every rank: world rank 0 prints the one line and
 // every rank exits with status 1. An error during the run may be one rank's alone while the
 // others wait on it in a transfer: it goes to world rank 0, which prints it naming the rank and
-// aborts the job (trainer/error_channel.h).
+// aborts the job (trainer/safety/error_channel.h).
 #include <mpi.h>
 
 #include <cstdio>
@@ -15,11 +15,11 @@
 
 #include "comm/rank_device.h"
 #include "model/atomic_file.h"
-#include "trainer/error_channel.h"
-#include "trainer/options.h"
-#include "trainer/preemption.h"
-#include "trainer/ranks.h"
-#include "trainer/run.h"
+#include "trainer/safety/error_channel.h"
+#include "trainer/command_line/options.h"
+#include "trainer/safety/preemption.h"
+#include "comm/host_exchange.h"
+#include "trainer/program/run.h"
 
 namespace {
 
@@ -80,7 +80,7 @@ int train(int argc, char** argv) {
     fail_run(channel, rank_failure_line(setup.mesh, error.what()));
   }
   close_error_channel(channel);
-  // Every rank stopped after the same step with the same status (trainer/run.h).
+  // Every rank stopped after the same step with the same status (trainer/program/run.h).
   if (out && !result.error.empty()) std::fprintf(stderr, "train: error: %s\n", result.error.c_str());
   return result.exit_status;
 }

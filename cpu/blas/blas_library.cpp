@@ -1,5 +1,5 @@
-// Loads OpenBLAS with the kernel set the settings name (cpu/blas_library.h).
-#include "cpu/blas_library.h"
+// Loads OpenBLAS with the kernel set the settings name (cpu/blas/blas_library.h).
+#include "cpu/blas/blas_library.h"
 
 #include <dlfcn.h>
 #include <strings.h>
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <optional>
 
-#include "cpu/settings.h"
+#include "cpu/runtime/settings.h"
 
 namespace cpu {
 namespace {
@@ -42,7 +42,7 @@ Function symbol(void* library, const char* name) {
 BlasLibrary load() {
   const std::string& core = settings().blas_core;
   // OpenBLAS reads both variables while it loads: the kernel set, and its own threads, which
-  // stay at one (cpu/cublas.cpp shares a GEMM out by panels instead: their split is fixed).
+  // stay at one (cpu/blas/cublas.cpp shares a GEMM out by panels instead: their split is fixed).
   std::optional<ScopedVariable> core_type;
   if (core != "auto") core_type.emplace("OPENBLAS_CORETYPE", core.c_str());
   ScopedVariable threads("OPENBLAS_NUM_THREADS", "1");

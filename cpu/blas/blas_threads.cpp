@@ -1,13 +1,13 @@
-// The helper threads of GEMMs (cpu/blas_threads.h): a pool made on first use, one job at a time.
-#include "cpu/blas_threads.h"
+// The helper threads of GEMMs (cpu/blas/blas_threads.h): a pool made on first use, one job at a time.
+#include "cpu/blas/blas_threads.h"
 
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
-#include "cpu/settings.h"
-#include "cpu/streams.h"
+#include "cpu/runtime/settings.h"
+#include "cpu/runtime/streams.h"
 
 namespace cpu {
 namespace {

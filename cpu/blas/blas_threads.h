@@ -1,4 +1,4 @@
-// The threads that share a GEMM in the CPU build. cpu/cublas.cpp cuts each GEMM into tiles fixed
+// The threads that share a GEMM in the CPU build. cpu/blas/cublas.cpp cuts each GEMM into tiles fixed
 // by its shape alone and runs every tile as its own single-threaded OpenBLAS call, so a result's
 // bits do not depend on how many threads run the tiles or which thread runs which.
 #pragma once

@@ -4,7 +4,7 @@
 // semantics and argument checks, and fp32 inputs rounded to TF32 where cuBLAS may use it. A GEMM
 // is queued on the handle's stream (alpha and beta are read at the call, as host pointers are);
 // its matrices must be memory of the handle's device. The operands' conversions (bf16 widening,
-// TF32 rounding) are in cpu/gemm_operands.h. Any other use aborts with its name (cpu::unsupported).
+// TF32 rounding) are in cpu/blas/gemm_operands.h. Any other use aborts with its name (cpu::unsupported).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -19,13 +19,13 @@
 #include <string>
 #include <vector>
 
-#include "cpu/blas_library.h"
-#include "cpu/blas_threads.h"
-#include "cpu/call_counts.h"
-#include "cpu/gemm_operands.h"
-#include "cpu/memory.h"
-#include "cpu/runtime_state.h"
-#include "cpu/streams.h"
+#include "cpu/blas/blas_library.h"
+#include "cpu/blas/blas_threads.h"
+#include "cpu/runtime/call_counts.h"
+#include "cpu/blas/gemm_operands.h"
+#include "cpu/runtime/memory.h"
+#include "cpu/runtime/errors.h"
+#include "cpu/runtime/streams.h"
 
 // cuBLAS's header only declares the handle's type; each implementation defines it.
 struct cublasContext {
@@ -113,7 +113,7 @@ void blas_call(const Shape& s, double alpha, const double* A, const double* B, d
 
 // A GEMM runs as tiles of C, 1024 rows by 256 columns (the last ones smaller), each tile one
 // call: the tiles are a function of the shape alone, so the BLAS threads that share them out
-// (cpu/blas_threads.h) cannot change a bit of the result. (OpenBLAS's own threads split by their
+// (cpu/blas/blas_threads.h) cannot change a bit of the result. (OpenBLAS's own threads split by their
 // count, and the edge tiles of a split run other kernels: docs/cpu-build.md, "GEMMs".) Tiles this
 // size keep about 95% of a whole call's speed on one thread.
 constexpr int tile_rows = 1024, tile_cols = 256;

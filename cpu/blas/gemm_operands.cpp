@@ -1,5 +1,5 @@
-// GEMM operands as cuBLAS's kernels see them (cpu/gemm_operands.h).
-#include "cpu/gemm_operands.h"
+// GEMM operands as cuBLAS's kernels see them (cpu/blas/gemm_operands.h).
+#include "cpu/blas/gemm_operands.h"
 
 #include <cmath>
 #include <cstdint>

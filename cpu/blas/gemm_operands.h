@@ -1,4 +1,4 @@
-// The operands of the CPU build's GEMMs (cpu/cublas.cpp) converted as cuBLAS's kernels see them:
+// The operands of the CPU build's GEMMs (cpu/blas/cublas.cpp) converted as cuBLAS's kernels see them:
 // bf16 matrices widened to fp32 and the result narrowed back, and fp32 inputs rounded to TF32.
 // Column-major, as cuBLAS; `ld` is a matrix's leading dimension, packed copies have ld = rows.
 #pragma once
@@ -13,7 +13,7 @@ void widen(const __nv_bfloat16* in, int rows, int cols, int ld, std::vector<floa
 // The reverse of widen, rounding to nearest even.
 void narrow(const std::vector<float>& in, int rows, int cols, __nv_bfloat16* out, int ld);
 
-// x rounded to TF32 (cpu/gemm_operands.cpp says which rounding and why); NaN and infinities
+// x rounded to TF32 (cpu/blas/gemm_operands.cpp says which rounding and why); NaN and infinities
 // unchanged.
 float round_to_tf32(float x);
 // Copies batch_count (rows, cols) fp32 matrices, the first at `in` and each `stride` elements

@@ -7,7 +7,7 @@
 #pragma once
 #include <cstddef>
 
-#include "cpu/sanitizer.h"
+#include "cpu/check/sanitizer.h"
 
 namespace cpu {
 

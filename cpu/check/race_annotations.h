@@ -10,9 +10,9 @@
 // goes on; at a warp collective each lane releases its own `arrive` object, the lane that
 // completes the collective acquires those of the mask's lanes and releases each waiter's `wake`
 // object, and each waiter acquires its `wake` when it resumes. Every thread releases the launch's
-// end object as it finishes, which the stream acquires once the grid is done (cpu/launch_kernel.cpp).
-// Fibers and their stacks are kept from launch to launch (cpu/race_fibers.cpp). The scheduler's
-// own code (cpu/block_scheduler.cpp, cpu/warp_collectives.cpp, cpu/race_fibers.cpp) is compiled
+// end object as it finishes, which the stream acquires once the grid is done (cpu/launch/launch_kernel.cpp).
+// Fibers and their stacks are kept from launch to launch (cpu/launch/race_fibers.cpp). The scheduler's
+// own code (cpu/launch/block_scheduler.cpp, cpu/launch/warp_collectives.cpp, cpu/launch/race_fibers.cpp) is compiled
 // without instrumentation: its bookkeeping is shared by all fibers of a block on purpose.
 // ThreadSanitizer still sees what it allocates, frees and maps, as done by whichever fiber runs
 // it: so the scheduler allocates and maps only in its own context (BlockRunner::run), never in a

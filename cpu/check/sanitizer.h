@@ -1,6 +1,6 @@
 // Whether this translation unit is compiled with AddressSanitizer (`make sanitize`), for the
-// few places in cpu/ that tell it what it cannot see: fiber switches (cpu/fiber_sanitizer.h)
-// and the rounding of device allocations (cpu/memory.cpp). gcc says __SANITIZE_ADDRESS__,
+// few places in cpu/ that tell it what it cannot see: fiber switches (cpu/check/fiber_sanitizer.h)
+// and the rounding of device allocations (cpu/runtime/memory.cpp). gcc says __SANITIZE_ADDRESS__,
 // clang __has_feature(address_sanitizer).
 #pragma once
 

@@ -2,7 +2,7 @@
 // block, its warp-sized tiles, and (in <cooperative_groups/reduce.h>) reductions over
 // a tile. Tiles of 32 threads only; a smaller tile fails to compile here rather than
 // run untested. Each synchronising member takes its call site as __syncthreads does
-// (cpu/device.h).
+// (cpu/launch/device_builtins.h).
 #pragma once
 #include <cuda_runtime.h>
 

@@ -2,4 +2,4 @@
 // then the device side that cpu/ supplies.
 #pragma once
 #include_next <cuda_bf16.h>
-#include "../device.h"
+#include "../launch/device_builtins.h"

@@ -2,4 +2,4 @@
 // device side (threadIdx, __syncthreads, shuffles, atomics, ...) that cpu/ supplies.
 #pragma once
 #include_next <cuda_runtime.h>
-#include "../device.h"
+#include "../launch/device_builtins.h"

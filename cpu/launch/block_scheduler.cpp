@@ -3,14 +3,14 @@
 //
 // Threads that never synchronise cost no fiber of their own: a "runner" fiber calls
 // the kernel for one thread after another (a loop instantiated per kernel, with the
-// kernel's body inlined: cpu/launch_kernel.h). When the thread it is running blocks
+// kernel's body inlined: cpu/launch/launch_kernel.h). When the thread it is running blocks
 // (__syncthreads, a shuffle, a vote), the runner's fiber becomes that thread's
 // fiber, and the threads not yet started get a new runner. So a kernel without
 // synchronisation runs as a plain loop, and one that synchronises everywhere ends
 // up with one fiber per thread. Under `make racecheck` a runner runs one thread only,
-// each thread on a stack of its own (cpu/race_annotations.h).
+// each thread on a stack of its own (cpu/check/race_annotations.h).
 //
-// Threads start in an order (natural, reversed or shuffled: cpu/settings.h) and run
+// Threads start in an order (natural, reversed or shuffled: cpu/runtime/settings.h) and run
 // until they block; a barrier or warp collective that completes releases its
 // waiters to a FIFO run queue. A fiber that blocks or ends switches straight to the
 // next ready thread (or starts a runner for threads not yet started): one context
@@ -20,8 +20,8 @@
 //
 // synccheck: every barrier records its call site; threads of one block meeting at different
 // __syncthreads, or a barrier some threads never reach because they returned, fail the block
-// naming the sites. The warp collectives' checks are in cpu/warp_collectives.cpp.
-#include "cpu/block_scheduler.h"
+// naming the sites. The warp collectives' checks are in cpu/launch/warp_collectives.cpp.
+#include "cpu/launch/block_scheduler.h"
 
 #include <sys/mman.h>
 
@@ -32,8 +32,8 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "cpu/block_state.h"
-#include "cpu/race_annotations.h"
+#include "cpu/launch/block_scheduler_internal.h"
+#include "cpu/check/race_annotations.h"
 
 namespace fc = boost::context::detail;
 
@@ -200,7 +200,7 @@ std::string thread_text(const Block& b, int id) {
   return "(" + std::to_string(t.x) + "," + std::to_string(t.y) + "," + std::to_string(t.z) + ")";
 }
 
-// Under racecheck the runner's loop (cpu/launch_kernel.h) starts one thread through this.
+// Under racecheck the runner's loop (cpu/launch/thread_starts.h) starts one thread through this.
 bool begin_thread(ThreadStarts& starts) {
   if (starts.next >= starts.count) return false;
   set_thread_index(*current_block, next_to_start(*current_block));

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cpu/launch_kernel.h"
-#include "cpu/settings.h"
+#include "cpu/launch/thread_starts.h"
+#include "cpu/runtime/settings.h"
 
 namespace cpu {
 
@@ -25,7 +25,7 @@ struct Stack {
   size_t usable() const { return bytes - 4096 - set_back; }
 };
 
-// racecheck (cpu/race_fibers.cpp): a CUDA thread's ThreadSanitizer fiber, with the stack it
+// racecheck (cpu/launch/race_fibers.cpp): a CUDA thread's ThreadSanitizer fiber, with the stack it
 // always runs on, and what the blocks of one launch share.
 struct RaceThread {
   void* fiber;

@@ -1,5 +1,5 @@
-// The state of one CUDA block while it runs, shared by the block scheduler (cpu/block_scheduler.cpp:
-// fibers, __syncthreads) and the warp collectives (cpu/warp_collectives.cpp). Internal to those two.
+// The state of one CUDA block while it runs, shared by the block scheduler (cpu/launch/block_scheduler.cpp:
+// fibers, __syncthreads) and the warp collectives (cpu/launch/warp_collectives.cpp). Internal to those two.
 #pragma once
 #include <boost/context/detail/fcontext.hpp>
 
@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "cpu/block_scheduler.h"
-#include "cpu/fiber_sanitizer.h"
-#include "cpu/launch_kernel.h"
-#include "cpu/race_annotations.h"
+#include "cpu/launch/block_scheduler.h"
+#include "cpu/check/fiber_sanitizer.h"
+#include "cpu/launch/thread_starts.h"
+#include "cpu/check/race_annotations.h"
 
 namespace cpu {
 
@@ -39,7 +39,7 @@ struct WarpWaiting {
   bool uniform = true;
 };
 
-// What `make racecheck` keeps per block (cpu/race_fibers.cpp); empty otherwise.
+// What `make racecheck` keeps per block (cpu/launch/race_fibers.cpp); empty otherwise.
 struct BlockRaces {
   std::vector<RaceThread> threads;  // each CUDA thread's fiber and stack
   void* scheduler = nullptr;        // BlockRunner::run's fiber
@@ -92,7 +92,7 @@ inline dim3 thread_index(const Block& b, int id) {
   return dim3(id % b.block_dim.x, (id / b.block_dim.x) % b.block_dim.y, id / (b.block_dim.x * b.block_dim.y));
 }
 
-// racecheck (cpu/race_fibers.cpp): before the block runs, each thread's fiber and stack and the
+// racecheck (cpu/launch/race_fibers.cpp): before the block runs, each thread's fiber and stack and the
 // block's sync objects; after it, the fibers retired to the launch (or, the block failed, ended).
 void begin_races(Block& b, const BlockLaunch& launch);
 void end_races(Block& b);

@@ -3,7 +3,7 @@
 // device-only math intrinsics), defined so that g++ compiles and runs the same
 // kernels. Included at the end of cpu/include/cuda_runtime.h and cuda_bf16.h.
 //
-// Each CUDA thread of a block is a fiber (cpu/block_scheduler.cpp); all fibers of a
+// Each CUDA thread of a block is a fiber (cpu/launch/block_scheduler.cpp); all fibers of a
 // block run on one OS thread, so thread_local state is per block in flight.
 #pragma once
 #include <cuda_runtime.h>
@@ -37,7 +37,7 @@ inline thread_local dim3 gridDim;
 inline constexpr int warpSize = 32;
 #endif
 
-// ---- block and warp synchronisation (cpu/block_scheduler.cpp, cpu/warp_collectives.cpp) ----
+// ---- block and warp synchronisation (cpu/launch/block_scheduler.cpp, cpu/launch/warp_collectives.cpp) ----
 // Each takes its call site by default arguments, which the compiler fills in at the call
 // (synccheck: threads of a block meeting at different barriers are an error naming both sites).
 #define CPU_CALL_SITE const char *file = __builtin_FILE(), unsigned line = __builtin_LINE()

@@ -21,12 +21,12 @@
 
 #include <sys/mman.h>
 
-#include "cpu/block_scheduler.h"
-#include "cpu/call_counts.h"
-#include "cpu/race_annotations.h"
-#include "cpu/runtime_state.h"
-#include "cpu/streams.h"
-#include "cpu/symbol_name.h"
+#include "cpu/launch/block_scheduler.h"
+#include "cpu/runtime/call_counts.h"
+#include "cpu/check/race_annotations.h"
+#include "cpu/runtime/errors.h"
+#include "cpu/runtime/streams.h"
+#include "cpu/runtime/symbol_name.h"
 
 namespace cpu {
 namespace {

@@ -1,4 +1,4 @@
-// `make racecheck`: each CUDA thread's ThreadSanitizer fiber and stack (cpu/race_annotations.h
+// `make racecheck`: each CUDA thread's ThreadSanitizer fiber and stack (cpu/check/race_annotations.h
 // says how the scheduler orders them). Compiled without instrumentation, as the scheduler is.
 //
 // A fiber keeps its history: the thread that runs on it next is ordered after everything it did.
@@ -15,8 +15,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "cpu/block_state.h"
-#include "cpu/race_annotations.h"
+#include "cpu/launch/block_scheduler_internal.h"
+#include "cpu/check/race_annotations.h"
 
 namespace cpu {
 namespace {

@@ -1,5 +1,5 @@
 // The warp collectives of the CPU build: shuffles, votes, __syncwarp and cooperative_groups::reduce.
-// The lanes of a call's mask meet as the threads of a block meet at a barrier (cpu/block_scheduler.cpp):
+// The lanes of a call's mask meet as the threads of a block meet at a barrier (cpu/launch/block_scheduler.cpp):
 // each arriving lane waits until every lane of its mask has arrived, then the last one gives each
 // its result.
 //
@@ -12,8 +12,8 @@
 #include <cstring>
 #include <sstream>
 
-#include "cpu/block_state.h"
-#include "cpu/race_annotations.h"
+#include "cpu/launch/block_scheduler_internal.h"
+#include "cpu/check/race_annotations.h"
 
 namespace cpu {
 

@@ -6,12 +6,12 @@
 // runs on the stream's worker thread, so MPI must be initialised with MPI_THREAD_MULTIPLE. Buffers
 // must be memory of the communicator's device, and two ranks of one node may not share a device
 // (NCCL's "Duplicate GPU detected"). MPI errors abort (MPI_ERRORS_ARE_FATAL). MPI itself sees
-// only host copies of the buffers (Staging, cpu/nccl_internal.h): its progress engine runs in
+// only host copies of the buffers (Staging, cpu/nccl/nccl_internal.h): its progress engine runs in
 // whichever thread calls MPI next, and with CUDA_CPU_STRICT_MEMORY only the stream's worker may
 // touch device memory.
 //
 // This file: the communicators (creation, split, destroy, abort, queries) and the checks every
-// call makes; cpu/nccl_groups.cpp queues calls on their streams, cpu/nccl_operations.cpp holds the
+// call makes; cpu/nccl/nccl_groups.cpp queues calls on their streams, cpu/nccl/nccl_operations.cpp holds the
 // point-to-point calls and collectives.
 #include <mpi.h>
 #include <nccl.h>
@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "cpu/memory.h"
-#include "cpu/nccl_device.h"
-#include "cpu/nccl_internal.h"
-#include "cpu/runtime_state.h"
-#include "cpu/streams.h"
+#include "cpu/runtime/memory.h"
+#include "cpu/nccl/nccl_device.h"
+#include "cpu/nccl/nccl_internal.h"
+#include "cpu/runtime/errors.h"
+#include "cpu/runtime/streams.h"
 
 namespace cpu::nccl {
 namespace {
@@ -244,7 +244,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 
 // Queued work stops waiting for its peers and fails (a sticky error, as a GPU's kernels would).
 // Then, as NCCL's clean-up synchronises the device, the abort waits for the operations of the
-// device's other communicators that have begun (cpu/nccl_device.h): one stuck on a peer that
+// device's other communicators that have begun (cpu/nccl/nccl_device.h): one stuck on a peer that
 // never comes blocks it for ever, as on a GPU, so a caller aborts that communicator first. The
 // communicator, its MPI communicators (whose contexts so stay out of later communicators' reach)
 // and its pending MPI requests are left to the process's end.

@@ -1,7 +1,7 @@
-// The collective-matching check of the CPU build's NCCL (cpu/nccl_call_matching.h). A call meets each
+// The collective-matching check of the CPU build's NCCL (cpu/nccl/nccl_call_matching.h). A call meets each
 // partner's first call of its channel not yet met, which is how NCCL pairs them; a rank sends each
 // operation's calls to each partner in one message, in the order its stream runs them.
-#include "cpu/nccl_call_matching.h"
+#include "cpu/nccl/nccl_call_matching.h"
 
 #include <nccl.h>
 

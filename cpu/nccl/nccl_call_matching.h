@@ -1,4 +1,4 @@
-// CUDA_CPU_NCCL_CHECK=1 (cpu/settings.h): before an NCCL operation exchanges any data, its stream
+// CUDA_CPU_NCCL_CHECK=1 (cpu/runtime/settings.h): before an NCCL operation exchanges any data, its stream
 // sends a short signature of each of its calls to every rank the call involves and waits for
 // theirs; where the two halves of one exchange differ, the operation exchanges nothing and fails
 // with a message naming both ranks' calls, on both ranks, instead of hanging or exchanging garbage

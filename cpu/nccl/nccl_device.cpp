@@ -1,5 +1,5 @@
-// The running NCCL operations of each device, and the serial mode's gate (cpu/nccl_device.h).
-#include "cpu/nccl_device.h"
+// The running NCCL operations of each device, and the serial mode's gate (cpu/nccl/nccl_device.h).
+#include "cpu/nccl/nccl_device.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -7,7 +7,7 @@
 #include <map>
 #include <mutex>
 
-#include "cpu/settings.h"
+#include "cpu/runtime/settings.h"
 
 namespace cpu {
 namespace {

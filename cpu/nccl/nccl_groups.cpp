@@ -1,7 +1,7 @@
-// Groups of the CPU build's NCCL (cpu/nccl.cpp says how it works): calls between ncclGroupStart
+// Groups of the CPU build's NCCL (cpu/nccl/nccl.cpp says how it works): calls between ncclGroupStart
 // and the outermost ncclGroupEnd are collected, then queued on their stream as one operation that
 // posts them all at once and completes them together, each once it has met its partners' calls
-// (CUDA_CPU_NCCL_CHECK) and its device lets it run (CUDA_CPU_NCCL_SERIAL, cpu/nccl_device.h).
+// (CUDA_CPU_NCCL_CHECK) and its device lets it run (CUDA_CPU_NCCL_SERIAL, cpu/nccl/nccl_device.h).
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -11,10 +11,10 @@
 #include <cstdio>
 #include <thread>
 
-#include "cpu/nccl_device.h"
-#include "cpu/nccl_internal.h"
-#include "cpu/runtime_state.h"
-#include "cpu/streams.h"
+#include "cpu/nccl/nccl_device.h"
+#include "cpu/nccl/nccl_internal.h"
+#include "cpu/runtime/errors.h"
+#include "cpu/runtime/streams.h"
 
 namespace cpu::nccl {
 namespace {
@@ -48,7 +48,7 @@ void fail_communicators(const std::vector<ncclComm_t>& comms, const std::string&
 }
 
 // Posts the group's calls, each once it has met its partners' counterparts (CUDA_CPU_NCCL_CHECK,
-// cpu/nccl_call_matching.h) and the calls before it in its channel are posted: a call waits for its own
+// cpu/nccl/nccl_call_matching.h) and the calls before it in its channel are posted: a call waits for its own
 // partners only, as the calls of an NCCL group do. False when a call differs from its counterpart
 // (the communicators have failed) or a communicator was aborted; the calls posted stay pending.
 bool post_checked(const std::vector<Collected>& calls, const std::vector<ncclComm_t>& comms, Staging& staging,

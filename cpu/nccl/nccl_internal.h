@@ -1,6 +1,6 @@
-// What the files of the CPU build's NCCL share (cpu/nccl.cpp says how it works): the
+// What the files of the CPU build's NCCL share (cpu/nccl/nccl.cpp says how it works): the
 // communicator, the checks of a call's arguments, the host copies MPI works on, and the queueing
-// of a call on its stream (cpu/nccl_groups.cpp).
+// of a call on its stream (cpu/nccl/nccl_groups.cpp).
 #pragma once
 #include <mpi.h>
 #include <nccl.h>
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "cpu/nccl_call_matching.h"
-#include "cpu/settings.h"
+#include "cpu/nccl/nccl_call_matching.h"
+#include "cpu/runtime/settings.h"
 
 struct ncclComm {
   // Every rank of mpi makes it at once (ncclCommInitRank, ncclCommSplit): with the check on, it
@@ -28,7 +28,7 @@ struct ncclComm {
   }
   MPI_Comm mpi;
   MPI_Comm check_mpi = MPI_COMM_NULL;
-  std::unique_ptr<cpu::NcclMatcher> matcher;  // CUDA_CPU_NCCL_CHECK (cpu/nccl_call_matching.h), if on when made
+  std::unique_ptr<cpu::NcclMatcher> matcher;  // CUDA_CPU_NCCL_CHECK (cpu/nccl/nccl_call_matching.h), if on when made
   int device;
   int64_t calls = 0;  // calls made on it (the host's count: CUDA_CPU_NCCL_CHECK names calls by it)
   std::atomic<bool> aborted{false};  // ncclCommAbort: queued work gives up waiting
@@ -58,7 +58,7 @@ ncclResult_t check_buffer(const void* buffer, size_t bytes, ncclComm_t comm, con
 // MPI counts are ints; the CPU build never moves 2^31 elements in one call (aborts naming function).
 int mpi_count(size_t count, const char* function);
 
-// Waits for requests without holding a CPU (cpu/nccl_groups.cpp says how); false once any of
+// Waits for requests without holding a CPU (cpu/nccl/nccl_groups.cpp says how); false once any of
 // comms is aborted, the requests left pending.
 bool wait_without_spinning(std::vector<MPI_Request>& requests, const std::vector<ncclComm_t>& comms = {});
 // Returns once comm has no queued operation left.
@@ -102,7 +102,7 @@ class Staging {
 // on its stream.
 using Post = std::function<MPI_Request(Staging&)>;
 
-// Collects the call (cpu/nccl_groups.cpp): queued on its stream at once outside a group, with
+// Collects the call (cpu/nccl/nccl_groups.cpp): queued on its stream at once outside a group, with
 // the group at its outermost ncclGroupEnd inside one. `signature` describes the call for
 // CUDA_CPU_NCCL_CHECK (its rank and number are filled in here).
 ncclResult_t submit(ncclComm_t comm, cudaStream_t stream, const char* function, cpu::NcclSignature signature,

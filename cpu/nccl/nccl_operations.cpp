@@ -1,6 +1,6 @@
-// The point-to-point calls and collectives of the CPU build's NCCL (cpu/nccl.cpp says how it
+// The point-to-point calls and collectives of the CPU build's NCCL (cpu/nccl/nccl.cpp says how it
 // works): each checks its arguments, then submits one nonblocking MPI call on the host copies of
-// its buffers (cpu/nccl_internal.h's Staging), queued on its stream (cpu/nccl_groups.cpp).
+// its buffers (cpu/nccl/nccl_internal.h's Staging), queued on its stream (cpu/nccl/nccl_groups.cpp).
 #include <cuda_bf16.h>
 #include <mpi.h>
 #include <nccl.h>
@@ -9,9 +9,9 @@
 #include <cstring>
 #include <string>
 
-#include "cpu/call_counts.h"
-#include "cpu/nccl_internal.h"
-#include "cpu/runtime_state.h"
+#include "cpu/runtime/call_counts.h"
+#include "cpu/nccl/nccl_internal.h"
+#include "cpu/runtime/errors.h"
 
 using namespace cpu::nccl;
 

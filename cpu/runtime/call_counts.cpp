@@ -1,5 +1,5 @@
-// The CPU build's per-rank call counts (cpu/call_counts.h).
-#include "cpu/call_counts.h"
+// The CPU build's per-rank call counts (cpu/runtime/call_counts.h).
+#include "cpu/runtime/call_counts.h"
 
 #include <atomic>
 

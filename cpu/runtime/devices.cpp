@@ -1,5 +1,5 @@
-// Visible devices and the devices a process uses (cpu/devices.h).
-#include "cpu/devices.h"
+// Visible devices and the devices a process uses (cpu/runtime/devices.h).
+#include "cpu/runtime/devices.h"
 
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -14,9 +14,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "cpu/runtime_state.h"
-#include "cpu/settings.h"
-#include "cpu/streams.h"
+#include "cpu/runtime/errors.h"
+#include "cpu/runtime/settings.h"
+#include "cpu/runtime/thread_state.h"
 
 namespace cpu {
 namespace {
@@ -132,5 +132,12 @@ void forget_devices_used() {
   contexts().used.clear();
   contexts().used_set = 0;
 }
+
+void use_current_context(const char* what) { use_context(selected_device(), what); }
+int current_device() {
+  use_current_context("a CUDA call");
+  return selected_device();
+}
+void set_current_device(int device) { select_device(device); }
 
 }  // namespace cpu

@@ -43,6 +43,12 @@ std::array<char, 16> device_uuid(int device);
 // The calling thread's call uses the context of `device`, its current device (see above).
 // `what` names the call when no CUDA, cuBLAS or NCCL function is on the stack (a kernel launch).
 void use_context(int device, const char* what);
+// The calling host thread's current device (cudaSetDevice; 0 until set), for a call that uses its
+// context: the use is recorded for the process (one process, one device).
+int current_device();
+// The calling thread's call `what` uses its current device's context, as current_device() says.
+void use_current_context(const char* what);
+void set_current_device(int device);
 
 // For tests: the devices this process has used a context on, in the order of first use; and
 // forgetting them (a test that has used several, with CUDA_CPU_DEVICES_PER_PROCESS raised).

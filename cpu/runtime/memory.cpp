@@ -1,5 +1,5 @@
-// Device and pinned host memory of the CPU build (cpu/memory.h), and the fault report of strict mode.
-#include "cpu/memory.h"
+// Device and pinned host memory of the CPU build (cpu/runtime/memory.h), and the fault report of strict mode.
+#include "cpu/runtime/memory.h"
 
 #include <execinfo.h>
 #include <signal.h>
@@ -16,11 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "cpu/runtime_state.h"
-#include "cpu/sanitizer.h"
-#include "cpu/settings.h"
-#include "cpu/streams.h"
-#include "cpu/symbol_name.h"
+#include "cpu/check/sanitizer.h"
+#include "cpu/runtime/devices.h"
+#include "cpu/runtime/errors.h"
+#include "cpu/runtime/settings.h"
+#include "cpu/runtime/symbol_name.h"
+#include "cpu/runtime/thread_state.h"
 
 namespace cpu {
 namespace {
@@ -35,7 +36,7 @@ std::vector<DeviceMemory> usage;                // per device
 std::map<const char*, size_t> pinned;  // start -> bytes
 
 // Strict mode: one protection key per device (0: none yet), allocated on the device's first
-// allocation; or, where there are none (pkey_alloc fails), page protection (cpu/memory.h).
+// allocation; or, where there are none (pkey_alloc fails), page protection (cpu/runtime/memory.h).
 std::atomic<int> device_keys[64];
 std::atomic<bool> by_pages{false};
 bool pages_open[64] = {};  // per device: whether its stream operations are in flight (memory_mutex)

@@ -43,4 +43,13 @@ void* allocate_pinned_memory(size_t bytes);
 bool free_pinned_memory(void* p);
 bool is_pinned(const void* p, size_t bytes);
 
+struct DeviceMemory {
+  size_t current_bytes = 0;  // allocated by cudaMalloc and not yet freed
+  size_t peak_bytes = 0;     // the most current_bytes has been (since reset_peak)
+  uint64_t allocations = 0;  // cudaMalloc calls that succeeded, ever
+};
+// Of the calling thread's current device.
+DeviceMemory device_memory();
+void reset_peak_device_memory();
+
 }  // namespace cpu

@@ -1,6 +1,6 @@
 // The CUDA runtime API on the CPU: device memory, copies and memsets with CUDA's host
-// synchronisation rules, errors and device properties. Streams, events and devices are in
-// cpu/streams.cpp, allocations in cpu/memory.cpp.
+// synchronisation rules, device properties. Streams, events and devices are in
+// cpu/runtime/streams.cpp, allocations in cpu/runtime/memory.cpp, errors in cpu/runtime/errors.cpp.
 #include <cuda_runtime.h>
 
 #include <array>
@@ -12,18 +12,15 @@
 #include <string>
 #include <vector>
 
-#include "cpu/call_counts.h"
-#include "cpu/devices.h"
-#include "cpu/memory.h"
-#include "cpu/runtime_state.h"
-#include "cpu/settings.h"
-#include "cpu/streams.h"
+#include "cpu/runtime/call_counts.h"
+#include "cpu/runtime/devices.h"
+#include "cpu/runtime/memory.h"
+#include "cpu/runtime/errors.h"
+#include "cpu/runtime/settings.h"
+#include "cpu/runtime/streams.h"
 
 namespace cpu {
 namespace {
-
-thread_local cudaError_t last_error = cudaSuccess;
-std::atomic<cudaError_t> sticky{cudaSuccess};
 
 // Where a copy's side lies: host memory (pageable or pinned), or one allocation of `device`.
 enum class Side { pageable, pinned, device };
@@ -120,20 +117,6 @@ void synchronise_for(void (*count)()) {
 
 }  // namespace
 
-cudaError_t set_error(cudaError_t e) {
-  if (e != cudaSuccess) last_error = e;
-  return e;
-}
-void set_sticky_error(cudaError_t e) {
-  sticky = e;
-  last_error = e;
-}
-cudaError_t sticky_error() { return sticky.load(); }
-
-void unsupported(const char* what) {
-  std::fprintf(stderr, "cpu: %s is not supported by the CPU build\n", what);
-  std::abort();
-}
 
 }  // namespace cpu
 
@@ -197,16 +180,10 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
   return cudaSuccess;
 }
 
-cudaError_t cudaGetLastError() {
-  cudaError_t e = cpu::sticky_error() != cudaSuccess ? cpu::sticky_error() : cpu::last_error;
-  cpu::last_error = cudaSuccess;
-  return e;
-}
-cudaError_t cudaPeekAtLastError() {
-  return cpu::sticky_error() != cudaSuccess ? cpu::sticky_error() : cpu::last_error;
-}
+cudaError_t cudaGetLastError() { return cpu::take_last_error(); }
+cudaError_t cudaPeekAtLastError() { return cpu::peek_last_error(); }
 
-// Of a visible device (cpu/devices.h), whose UUID says which of the node's devices it is.
+// Of a visible device (cpu/runtime/devices.h), whose UUID says which of the node's devices it is.
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   if (!prop) return set_error(cudaErrorInvalidValue);
   if (device < 0 || device >= cpu::visible_device_count()) return set_error(cudaErrorInvalidDevice);

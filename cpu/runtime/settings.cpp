@@ -1,5 +1,5 @@
-// Reads the CPU build's settings (cpu/settings.h) from the environment once.
-#include "cpu/settings.h"
+// Reads the CPU build's settings (cpu/runtime/settings.h) from the environment once.
+#include "cpu/runtime/settings.h"
 
 #include <sched.h>
 #include <unistd.h>

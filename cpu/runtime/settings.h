@@ -22,9 +22,9 @@
 //   CUDA_CPU_DEVICES       devices per node, as a GPU node has (default 8): each MPI rank of a node
 //                          must select its own (cudaSetDevice), as on a GPU machine.
 //   CUDA_VISIBLE_DEVICES   which of the node's devices the process sees, read as CUDA reads it
-//                          (cpu/devices.h): "2,0" shows physical devices 2 and 0 as devices 0 and 1.
+//                          (cpu/runtime/devices.h): "2,0" shows physical devices 2 and 0 as devices 0 and 1.
 //   CUDA_CPU_DEVICES_PER_PROCESS  devices a process may use (default 1): a call that needs the
-//                          calling thread's device on another aborts naming both (cpu/devices.h).
+//                          calling thread's device on another aborts naming both (cpu/runtime/devices.h).
 //                          For tests that use several devices in one process.
 //   CUDA_CPU_STRICT_MEMORY 1: device memory is unreadable by host code (memory protection keys);
 //                          a host access, or a kernel's access to another device's memory, is
@@ -32,11 +32,11 @@
 //   CUDA_CPU_STREAM_DELAY_US  each operation queued on a stream waits this long before it runs
 //                          (default 0), so that a missing synchronisation reads unfinished results.
 //   CUDA_CPU_NCCL_CHECK    1: every NCCL call is checked against its partners' calls before it
-//                          exchanges data (cpu/nccl_call_matching.h): a mismatched count, type, reduction,
+//                          exchanges data (cpu/nccl/nccl_call_matching.h): a mismatched count, type, reduction,
 //                          root or operation fails the communicator naming both ranks' calls,
 //                          instead of hanging or exchanging garbage. For communicators made with it on.
 //   CUDA_CPU_NCCL_SERIAL   1: a device runs one NCCL operation at a time, in the order they start
-//                          (cpu/nccl_device.h), as a GPU may: ranks that start operations of two
+//                          (cpu/nccl/nccl_device.h), as a GPU may: ranks that start operations of two
 //                          communicators in different orders deadlock, as they may on a GPU.
 //   CUDA_CPU_NCCL_LATENCY_US  each NCCL operation (a call, or a group as one) completes this long
 //                          after its data has arrived (default 0): a network's latency, on the

@@ -1,8 +1,8 @@
-// Streams, events and host synchronisation of the CPU build (cpu/streams.h). One mutex guards
+// Streams, events and host synchronisation of the CPU build (cpu/runtime/streams.h). One mutex guards
 // every queue and one condition variable announces every change: a process has a few streams and
 // operations are kernels or copies, so simplicity beats finer locking. The state is never freed:
 // worker threads may still wait on it while the process exits.
-#include "cpu/streams.h"
+#include "cpu/runtime/streams.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -12,11 +12,12 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/call_counts.h"
-#include "cpu/devices.h"
-#include "cpu/memory.h"
-#include "cpu/runtime_state.h"
-#include "cpu/settings.h"
+#include "cpu/runtime/call_counts.h"
+#include "cpu/runtime/devices.h"
+#include "cpu/runtime/memory.h"
+#include "cpu/runtime/errors.h"
+#include "cpu/runtime/settings.h"
+#include "cpu/runtime/thread_state.h"
 
 namespace cpu {
 
@@ -64,10 +65,6 @@ State& state() {
   return s;
 }
 
-thread_local int this_thread_device = 0;
-thread_local const char* running = nullptr;
-thread_local int running_device = -1;
-thread_local const void* running_kernel = nullptr;
 
 bool is_done(const Ticket& t) { return !t.queue || t.queue->completed >= t.number; }
 
@@ -115,7 +112,7 @@ std::shared_ptr<StreamQueue> queue_of(cudaStream_t stream) {
   if (stream == cudaStreamPerThread) unsupported("cudaStreamPerThread");
   if (stream != nullptr && stream != cudaStreamLegacy) return stream->queue;
   State& s = state();
-  const int device = this_thread_device;
+  const int device = selected_device();
   if (s.legacy.size() <= size_t(device)) s.legacy.resize(device + 1);
   if (!s.legacy[device]) s.legacy[device] = make_queue(device, true, true);
   return s.legacy[device];
@@ -149,15 +146,8 @@ cudaError_t sticky_or_success() { return sticky_error() != cudaSuccess ? set_err
 
 }  // namespace
 
-void use_current_context(const char* what) { use_context(this_thread_device, what); }
-int current_device() {
-  use_current_context("a CUDA call");
-  return this_thread_device;
-}
-void set_current_device(int device) { this_thread_device = device; }
-
 int stream_device(cudaStream_t stream) {
-  if (stream == nullptr || stream == cudaStreamLegacy) return this_thread_device;
+  if (stream == nullptr || stream == cudaStreamLegacy) return selected_device();
   return stream->queue->device;
 }
 
@@ -190,28 +180,19 @@ void synchronize_device(int device) {
 }
 
 RunningOperation::RunningOperation(const char* name, int device, const void* kernel)
-    : saved_name_(running), saved_device_(running_device), saved_kernel_(running_kernel) {
-  running = name;
-  running_device = device;
-  running_kernel = kernel;
+    : saved_(set_operation_on_thread({name, device, kernel})) {
   allow_device_access(device);
 }
 RunningOperation::~RunningOperation() {
-  running = saved_name_;
-  running_device = saved_device_;
-  running_kernel = saved_kernel_;
-  allow_device_access(running_device);
+  set_operation_on_thread(saved_);
+  allow_device_access(saved_.device);
 }
-
-const char* current_operation() { return running; }
-int current_operation_device() { return running_device; }
-const void* current_kernel() { return running_kernel; }
 
 }  // namespace cpu
 
 using cpu::set_error;
 
-// Not uses of a device (cpu/devices.h): selecting one, asking which is selected, counting them.
+// Not uses of a device (cpu/runtime/devices.h): selecting one, asking which is selected, counting them.
 cudaError_t cudaSetDevice(int device) {
   if (device < 0 || device >= cpu::visible_device_count()) return set_error(cudaErrorInvalidDevice);
   cpu::set_current_device(device);
@@ -219,7 +200,7 @@ cudaError_t cudaSetDevice(int device) {
 }
 cudaError_t cudaGetDevice(int* device) {
   if (!device) return set_error(cudaErrorInvalidValue);
-  *device = cpu::this_thread_device;
+  *device = cpu::selected_device();
   return cudaSuccess;
 }
 // The devices CUDA_VISIBLE_DEVICES leaves visible; none is cudaErrorNoDevice, as in CUDA.

@@ -2,7 +2,7 @@
 // its own worker thread runs in order, concurrently with the host and with other streams.
 // The legacy default stream (nullptr) of each device keeps CUDA's implicit synchronisation: its
 // operations wait for all earlier work of the device's blocking streams, and theirs for its.
-// Events, stream waits and host synchronisation are in cpu/streams.cpp with the CUDA API they serve.
+// Events, stream waits and host synchronisation are in cpu/runtime/streams.cpp with the CUDA API they serve.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -11,14 +11,12 @@
 #include <memory>
 #include <string>
 
-namespace cpu {
+// current_device, use_current_context: cpu/runtime/devices.h; current_operation and the other
+// questions a thread asks of itself: cpu/runtime/thread_state.h.
+#include "cpu/runtime/devices.h"
+#include "cpu/runtime/thread_state.h"
 
-// The calling host thread's current device (cudaSetDevice; 0 until set), for a call that uses its
-// context: the use is recorded for the process (cpu/devices.h: one process, one device).
-int current_device();
-// The calling thread's call `what` uses its current device's context, as current_device() says.
-void use_current_context(const char* what);
-void set_current_device(int device);
+namespace cpu {
 
 // The device whose work `stream` queues (nullptr: the current device's default stream).
 int stream_device(cudaStream_t stream);
@@ -52,13 +50,7 @@ class RunningOperation {
   RunningOperation& operator=(const RunningOperation&) = delete;
 
  private:
-  const char* saved_name_;
-  int saved_device_;
-  const void* saved_kernel_;
+  OperationOnThread saved_;
 };
-// What the calling thread runs (nullptr on a host thread), for which device, which kernel if any.
-const char* current_operation();
-int current_operation_device();
-const void* current_kernel();
 
 }  // namespace cpu

@@ -1,6 +1,6 @@
-// Names kernels in error messages (cpu/symbol_name.h). Slow (reads the ELF file),
+// Names kernels in error messages (cpu/runtime/symbol_name.h). Slow (reads the ELF file),
 // so only used when something has gone wrong.
-#include "cpu/symbol_name.h"
+#include "cpu/runtime/symbol_name.h"
 
 #include <cxxabi.h>
 #include <dlfcn.h>

@@ -1,4 +1,4 @@
-// The CPU build's GEMMs (cpu/cublas.cpp, cpu/blas_threads.h, cpu/blas_library.h): a GEMM's bits
+// The CPU build's GEMMs (cpu/blas/cublas.cpp, cpu/blas/blas_threads.h, cpu/blas/blas_library.h): a GEMM's bits
 // do not depend on how many threads share it, the tiles add up to the whole product, the helper
 // threads may touch the device's memory under strict memory, OpenBLAS runs the kernel set
 // the settings ask for, and TF32 GEMMs round their inputs as PTX's cvt.rna.tf32.f32 does.
@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "cpu/blas_library.h"
-#include "cpu/settings.h"
+#include "cpu/blas/blas_library.h"
+#include "cpu/runtime/settings.h"
 #include "kernels/cublas_check.cuh"
 #include "kernels/cuda_check.cuh"
 #include "tests/device_buffer.h"
@@ -128,7 +128,7 @@ TEST_F(Blas, HelperThreadsMayTouchTheDevicesMemoryUnderStrictMemory) {
   EXPECT_EQ(std::memcmp(strict.data(), plain.data(), plain.size() * sizeof(float)), 0);
 }
 
-// TF32 (cpu/cublas.cpp, cpu/gemm_operands.cpp): with CUBLAS_COMPUTE_32F_FAST_TF32 each input is rounded to 10 explicit
+// TF32 (cpu/blas/cublas.cpp, cpu/blas/gemm_operands.cpp): with CUBLAS_COMPUTE_32F_FAST_TF32 each input is rounded to 10 explicit
 // mantissa bits, to nearest with ties away from zero (PTX's cvt.rna.tf32.f32). Multiplying by
 // 1 shows each rounded value bitwise: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10, so ties to
 // even would give 1 and a truncation 1 as well; 1 + 3 2^-11 lies halfway between 1 + 2^-10 and

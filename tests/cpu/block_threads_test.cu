@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/settings.h"
+#include "cpu/runtime/settings.h"
 #include "kernels/launch.cuh"
 #include "tests/device_buffer.h"
 

@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "cpu/settings.h"
+#include "cpu/runtime/settings.h"
 #include "kernels/embedding.cuh"
 #include "kernels/layernorm.cuh"
 #include "tests/device_buffer.h"

@@ -1,6 +1,6 @@
-// One process, one device (cpu/devices.h): a host thread that makes a CUDA call without selecting
+// One process, one device (cpu/runtime/devices.h): a host thread that makes a CUDA call without selecting
 // the process's device would open a context on device 0 of a GPU, and the CPU build reports it.
-// The watchdog (trainer/watchdog.h) is such a thread: it queries the executor's events while a
+// The watchdog (trainer/safety/watchdog.h) is such a thread: it queries the executor's events while a
 // step runs. Also what needs no context, and that the CPU build's own threads are not counted.
 #include <gtest/gtest.h>
 
@@ -10,15 +10,15 @@
 #include <thread>
 #include <vector>
 
-#include "cpu/devices.h"
-#include "cpu/settings.h"
-#include "cpu/streams.h"
+#include "cpu/runtime/devices.h"
+#include "cpu/runtime/settings.h"
+#include "cpu/runtime/streams.h"
 #include "kernels/cuda_check.cuh"
 #include "model/config.h"
 #include "tests/device_buffer.h"
-#include "trainer/data.h"
-#include "trainer/trainer.h"
-#include "trainer/watchdog.h"
+#include "trainer/data/data.h"
+#include "trainer/step/trainer.h"
+#include "trainer/safety/watchdog.h"
 
 namespace {
 

@@ -9,15 +9,15 @@
 #include <future>
 #include <vector>
 
-#include "cpu/devices.h"
-#include "cpu/settings.h"
+#include "cpu/runtime/devices.h"
+#include "cpu/runtime/settings.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/launch.cuh"
 #include "tests/device_buffer.h"
 
 namespace {
 
-// The rules between devices need several in one process: the limit of one (cpu/devices.h) is
+// The rules between devices need several in one process: the limit of one (cpu/runtime/devices.h) is
 // raised, and the devices used are forgotten afterwards.
 class GpuRules : public testing::Test {
  protected:

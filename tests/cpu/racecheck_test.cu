@@ -1,4 +1,4 @@
-// The race detector's own tests (`make racecheck`, cpu/race_annotations.h): races a GPU's
+// The race detector's own tests (`make racecheck`, cpu/check/race_annotations.h): races a GPU's
 // racecheck reports are reported, naming the kernel, the threads and both source lines, and
 // correct kernels are clean. Each kernel runs in a child process (a gtest death test) whose
 // ThreadSanitizer stops at its first report with status 66, so that the injected races never

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "cpu/launch_kernel.h"
-#include "cpu/settings.h"
+#include "cpu/launch/launch_kernel.h"
+#include "cpu/runtime/settings.h"
 #include "kernels/launch.cuh"
 #include "tests/device_buffer.h"
 

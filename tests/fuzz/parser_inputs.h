@@ -14,14 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "model/checkpoint.h"
+#include "model/checkpoint_format.h"
 #include "model/config.h"
 #include "model/parameters.h"
 #include "pipeline/layer_split.h"
 #include "pipeline/schedule_file.h"
-#include "trainer/data.h"
-#include "trainer/options.h"
-#include "trainer/tokenizer.h"
+#include "trainer/data/data.h"
+#include "trainer/command_line/options.h"
+#include "trainer/data/tokenizer.h"
 
 namespace parser_inputs {
 

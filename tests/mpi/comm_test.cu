@@ -18,6 +18,7 @@
 #include "comm/nccl_check.cuh"
 #include "comm/p2p.h"
 #include "kernels/global_norm.cuh"
+#include "model/norm_slots.h"
 #include "model/parameters.h"
 #include "tests/device_buffer.h"
 

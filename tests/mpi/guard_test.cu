@@ -1,5 +1,5 @@
-// The non-finite guard across ranks (trainer/trainer.h's train_step, trainer/nonfinite.h): a NaN
-// written into one stage's gradient (TRAIN_TEST_NAN, trainer/failure_injection.h) makes every
+// The non-finite guard across ranks (trainer/step/trainer.h's train_step, trainer/safety/nonfinite.h): a NaN
+// written into one stage's gradient (TRAIN_TEST_NAN, trainer/safety/failure_injection.h) makes every
 // rank of every layout skip the step, name the same first non-finite tensor and stage, and leave
 // its parameters and AdamW moments bitwise as they were; the next step is applied again.
 // Under mpirun -np 4, on pipeline_harness.h's tiny model (4 layers).
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tests/mpi/pipeline_harness.h"
+#include "trainer/checkpoints/gather_model.h"
 
 namespace {
 

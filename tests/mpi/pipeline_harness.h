@@ -29,10 +29,10 @@
 #include "tests/device_buffer.h"
 #include "tests/mpi/trace_check.h"
 #include "tests/scaled_error.h"
-#include "trainer/data.h"
-#include "trainer/optimizer.h"
-#include "trainer/ranks.h"
-#include "trainer/trainer.h"
+#include "trainer/data/data.h"
+#include "trainer/step/optimizer.h"
+#include "comm/host_exchange.h"
+#include "trainer/step/trainer.h"
 
 namespace pipeline_harness {
 

@@ -19,13 +19,14 @@
 #include "comm/collectives.h"
 #include "kernels/device_memory.cuh"
 #include "kernels/global_norm.cuh"
+#include "model/norm_slots.h"
 #include "pipeline/buffer_pool.h"
 #include "pipeline/schedule_file.h"
 #include "pipeline/simulate.h"
 #include "tests/file_tools.h"
 #include "tests/mpi/pipeline_harness.h"
-#include "trainer/options.h"
-#include "trainer/run.h"
+#include "trainer/command_line/options.h"
+#include "trainer/program/run.h"
 
 namespace {
 

@@ -1,12 +1,13 @@
-// Starting a run from the flags, --init or --resume, and saving checkpoints (trainer/checkpoints.h).
-#include "trainer/checkpoints.h"
+// Starting a run from the flags, --init or --resume, and saving checkpoints (trainer/checkpoints/save_and_resume.h).
+#include "trainer/checkpoints/save_and_resume.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <type_traits>
 
 #include "model/parameters.h"
-#include "trainer/data.h"
+#include "trainer/checkpoints/gather_model.h"
+#include "trainer/data/data.h"
 
 namespace {
 

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "model/checkpoint.h"
+#include "model/checkpoint_format.h"
 #include "model/config.h"
-#include "trainer/options.h"
-#include "trainer/trainer.h"
+#include "trainer/command_line/options.h"
+#include "trainer/step/trainer.h"
 
 // The state of a run that is not in the model file and that a resumed run needs to continue
 // bitwise: the optimizer's moments live in the trainer, these beside them.

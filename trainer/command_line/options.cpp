@@ -1,7 +1,7 @@
 // Parsing and checking the train program's options. One table lists every option: its name, its
 // value, what it means, how it is parsed into TrainOptions and how its default is shown, so that
 // --help and the parser cannot disagree.
-#include "trainer/options.h"
+#include "trainer/command_line/options.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,6 +1,6 @@
 // Loading llm.c token shards and byte text into a TokenDataset, the 95/5 train/validation split,
 // and the microbatch reader (sequential as llm.c, or a seeded shuffle of chunks). See data.h.
-#include "trainer/data.h"
+#include "trainer/data/data.h"
 
 #include <glob.h>
 

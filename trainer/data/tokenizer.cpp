@@ -1,5 +1,5 @@
 // Decoding tokens for the trainer's samples, and reading llm.c's tokenizer file. See tokenizer.h.
-#include "trainer/tokenizer.h"
+#include "trainer/data/tokenizer.h"
 
 #include <sys/stat.h>
 

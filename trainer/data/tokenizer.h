@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "trainer/data.h"
+#include "trainer/data/data.h"
 
 // llm.c tokenizer file: a header of 256 uint32 {magic, version, vocab size, eot token (version 2)},
 // then per token one uint8 length (> 0) and that many bytes.

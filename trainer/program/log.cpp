@@ -1,5 +1,5 @@
-// The per-step line and the JSON lines log (trainer/log.h).
-#include "trainer/log.h"
+// The per-step line and the JSON lines log (trainer/program/log.h).
+#include "trainer/program/log.h"
 
 #include <cerrno>
 #include <cstring>

@@ -5,14 +5,7 @@
 #include <string>
 #include <vector>
 
-// What one pipeline stage measured in a step.
-struct StageRecord {
-  int stage;
-  double idle;              // 1 - busy / the step's span, from the executor's step timers
-  double activation_bytes;  // the executor's activation slots and working sets
-  double device_bytes;      // the stage's device allocations (kernels/device_memory.cuh's bytes in use):
-                            // parameters, gradients, moments, slots and buffers; not CUDA's, cuBLAS's or NCCL's own
-};
+#include "trainer/step/stage_record.h"
 
 struct StepRecord {
   int step;             // steps done, 1..steps

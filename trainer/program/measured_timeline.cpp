@@ -1,5 +1,5 @@
-// The measured timeline of a training step (trainer/measured_timeline.h).
-#include "trainer/measured_timeline.h"
+// The measured timeline of a training step (trainer/program/measured_timeline.h).
+#include "trainer/program/measured_timeline.h"
 
 #include <algorithm>
 #include <sstream>

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "pipeline/schedule.h"
-#include "trainer/trainer.h"
+#include "trainer/step/trainer.h"
 
 // Before the traced step, on every rank: waits for the stream, meets every rank at a barrier and
 // records the executor's timeline origin.

@@ -1,11 +1,11 @@
-// Elapsed time, time left and the run's summary line (trainer/progress.h).
-#include "trainer/progress.h"
+// Elapsed time, time left and the run's summary line (trainer/program/progress.h).
+#include "trainer/program/progress.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "model/checkpoint.h"
+#include "model/checkpoint_format.h"
 
 namespace {
 
@@ -38,9 +38,44 @@ double median(std::vector<double> values) {
   return (values[middle] + *std::max_element(values.begin(), values.begin() + middle)) / 2;
 }
 
-std::string format_progress(double elapsed_seconds, double median_step_seconds, int steps_left) {
+double seconds_left(const WorkLeft& left) {
+  return left.steps * left.step_seconds + left.validations * left.validation_seconds +
+         left.samples * left.sample_seconds;
+}
+
+int scheduled_in(int interval, int done, int steps, bool at_last) {
+  if (done >= steps) return 0;
+  const int every = interval > 0 ? steps / interval - done / interval : 0;
+  const bool last_extra = at_last && !(interval > 0 && steps % interval == 0);
+  return every + (last_extra ? 1 : 0);
+}
+
+// The work after `done` steps: what is left of the steps, validations (every val_every steps and
+// at the last) and samples (every sample_every steps; the one after step `done` is still to come
+// when the line is printed), each at its median cost so far. Before the first validation or
+// sample has run its cost is a prior from the step's: a forward is about a third of a forward
+// and backward, a validation is val_batches microbatches' forwards, a sample sample_len forwards
+// of one of a microbatch's B sequences.
+WorkLeft work_left(const TrainOptions& options, int done, bool validating, bool sampling,
+                   const std::vector<double>& step_seconds, const std::vector<double>& validation_seconds,
+                   const std::vector<double>& sample_seconds, int B) {
+  const double step = median(step_seconds);
+  const double forward_of_microbatch = step / options.microbatches / 3;
+  WorkLeft left;
+  left.steps = options.steps - done;
+  left.step_seconds = step;
+  left.validations = validating ? scheduled_in(options.val_every, done, options.steps, true) : 0;
+  left.validation_seconds =
+      validation_seconds.empty() ? forward_of_microbatch * options.val_batches : median(validation_seconds);
+  left.samples = sampling ? scheduled_in(options.sample_every, done - 1, options.steps, false) : 0;
+  left.sample_seconds =
+      sample_seconds.empty() ? forward_of_microbatch / B * options.sample_len : median(sample_seconds);
+  return left;
+}
+
+std::string format_progress(double elapsed_seconds, double seconds_left, int steps_left) {
   std::string text = format_duration(elapsed_seconds) + " elapsed";
-  if (steps_left > 0) text += ", ~" + format_duration(median_step_seconds * steps_left) + " left";
+  if (steps_left > 0) text += ", ~" + format_duration(seconds_left) + " left";
   return text;
 }
 

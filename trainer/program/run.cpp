@@ -1,5 +1,5 @@
-// One training run on one rank of the mesh (trainer/run.h).
-#include "trainer/run.h"
+// One training run on one rank of the mesh (trainer/program/run.h).
+#include "trainer/program/run.h"
 
 #include <cerrno>
 #include <chrono>
@@ -15,16 +15,16 @@
 #include "model/parameters.h"
 #include "pipeline/simulate.h"
 #include "pipeline/timeline.h"
-#include "trainer/lr_schedule.h"
-#include "trainer/optimizer.h"
-#include "trainer/preemption.h"
-#include "trainer/preflight.h"
-#include "trainer/progress.h"
-#include "trainer/ranks.h"
-#include "trainer/sampler.h"
-#include "trainer/measured_timeline.h"
-#include "trainer/tokenizer.h"
-#include "trainer/watchdog.h"
+#include "trainer/step/lr_schedule.h"
+#include "trainer/step/optimizer.h"
+#include "trainer/safety/preemption.h"
+#include "trainer/safety/preflight.h"
+#include "trainer/program/progress.h"
+#include "comm/host_exchange.h"
+#include "trainer/program/sampler.h"
+#include "trainer/program/measured_timeline.h"
+#include "trainer/data/tokenizer.h"
+#include "trainer/safety/watchdog.h"
 
 namespace {
 
@@ -180,7 +180,7 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
   const AdamWSettings settings{options.beta1, options.beta2, options.eps, options.weight_decay, options.grad_clip};
   const double tokens_per_step = double(options.microbatches) * B * T * mesh.dp;
   const auto run_begin = std::chrono::steady_clock::now();
-  std::vector<double> step_seconds;
+  std::vector<double> step_seconds, validation_seconds, sample_seconds;
   RunResult result;
   int skipped_in_a_row = 0;
   int saved_step = start.resumed ? start.position.step : -1;  // the step --save's files hold; -1: none written
@@ -209,10 +209,16 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
     if (val_reader && (every(options.val_every, position.step) || position.step == options.steps)) {
       record.has_val_loss = true;
       activity.phase = "validation";
+      const auto validation_begin = std::chrono::steady_clock::now();
       record.val_loss = validation_loss(trainer, *val_reader, options.val_batches);
+      validation_seconds.push_back(seconds_since(validation_begin));
     }
     say(out, "%s | %s\n", format_step_line(record).c_str(),
-        format_progress(seconds_since(run_begin), median(step_seconds), options.steps - position.step).c_str());
+        format_progress(seconds_since(run_begin),
+                        seconds_left(work_left(options, position.step, val_reader.has_value(), tokenizer.has_value(),
+                                               step_seconds, validation_seconds, sample_seconds, B)),
+                        options.steps - position.step)
+            .c_str());
     if (mesh.world_size > 1) say(out, "  %s\n", format_stages_line(record.stages).c_str());
     if (log) log->write(record);
     result.steps.push_back(record);
@@ -225,10 +231,12 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
 
     if (tokenizer && every(options.sample_every, position.step)) {
       activity.phase = "sampling";
+      const auto sample_begin = std::chrono::steady_clock::now();
       const int start_token = sample_start_token(setup.data.train.format, *tokenizer, config.vocab_size);
       const std::vector<int> tokens = generate_tokens(trainer, start_token, options.sample_len,
                                                       options.sample_temperature, position.sampler_state);
       const std::string text = decode(*tokenizer, tokens.data() + 1, tokens.size() - 1);
+      sample_seconds.push_back(seconds_since(sample_begin));
       say(out, "sample after step %d:\n%s\n---\n", position.step, printable(text).c_str());
       result.samples.push_back(text);
     }

@@ -1,5 +1,5 @@
-// Sampling text from the model (trainer/sampler.h).
-#include "trainer/sampler.h"
+// Sampling text from the model (trainer/program/sampler.h).
+#include "trainer/program/sampler.h"
 
 #include <algorithm>
 #include <cmath>

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "trainer/tokenizer.h"
-#include "trainer/trainer.h"
+#include "trainer/data/tokenizer.h"
+#include "trainer/step/trainer.h"
 
 // llm.c's xorshift* generator: the state must not be 0.
 uint64_t sampler_seed_state(uint64_t seed);

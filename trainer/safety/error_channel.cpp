@@ -1,5 +1,5 @@
-// A failing rank's line to world rank 0, which prints it and aborts the job (trainer/error_channel.h).
-#include "trainer/error_channel.h"
+// A failing rank's line to world rank 0, which prints it and aborts the job (trainer/safety/error_channel.h).
+#include "trainer/safety/error_channel.h"
 
 #include <mpi.h>
 
@@ -34,7 +34,7 @@ constexpr auto kForwardingTime = std::chrono::milliseconds(300);
 
 // How long rank 0's listener goes on printing messages after the first, before it aborts the job.
 // When a rank stops, its neighbours' watchdogs fire within a poll interval of each other (half a
-// second at most, trainer/watchdog.cpp), and their reports together show where the hang is.
+// second at most, trainer/safety/watchdog.cpp), and their reports together show where the hang is.
 constexpr auto kMoreReportsTime = std::chrono::milliseconds(1000);
 
 }  // namespace

@@ -4,7 +4,7 @@
 // them, yet it is the rank that speaks for the run. So a thread of world rank 0 listens, on a
 // communicator of its own, for failures: a failing rank (rank 0 included) sends its line there,
 // and the listener prints it, and any other that comes within a second (the watchdogs of a
-// stopped rank's neighbours fire together, trainer/watchdog.h), then calls MPI_Abort, which ends
+// stopped rank's neighbours fire together, trainer/safety/watchdog.h), then calls MPI_Abort, which ends
 // every process wherever it waits.
 //
 //   rank 2: throws  -> fail_run: sends the line -> aborts its NCCL communicators (comm/groups.h)

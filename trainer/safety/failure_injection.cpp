@@ -1,5 +1,5 @@
-// TRAIN_TEST_FAIL and TRAIN_TEST_NAN, the test-only failures (trainer/failure_injection.h).
-#include "trainer/failure_injection.h"
+// TRAIN_TEST_FAIL and TRAIN_TEST_NAN, the test-only failures (trainer/safety/failure_injection.h).
+#include "trainer/safety/failure_injection.h"
 
 #include <cuda_bf16.h>
 

@@ -8,13 +8,13 @@
 // come; transfers, once the step's schedule is queued, its transfer groups in flight on the device;
 // data-parallel-sum, once the step's first gradient bucket is queued (dp > 1), its all-reduce in
 // flight. In the last two the rank has NCCL operations running when it aborts its communicators
-// (comm/groups.h), after its report (trainer/error_channel.h).
+// (comm/groups.h), after its report (trainer/safety/error_channel.h).
 //
 // TRAIN_TEST_NAN="rank=R,step=S,tensor=NAME,layer=L" checks the non-finite guard
 // (tests/train_guard_test.py): world rank R writes a NaN into the first element of its gradient
 // of tensor NAME (llm.c's name: wte, fcw, ...) at layer L (0 for the tensors outside the layers)
 // in step S, after the gradients are zeroed and before the schedule, which only adds to them (the
-// data-parallel sum of a layer starts during the schedule, trainer/gradient_buckets.h).
+// data-parallel sum of a layer starts during the schedule, comm/data_parallel_sum.h).
 #pragma once
 #include <cuda_runtime.h>
 

@@ -1,9 +1,10 @@
-// Where a non-finite gradient is, from the norm-partials table (trainer/nonfinite.h).
-#include "trainer/nonfinite.h"
+// Where a non-finite gradient is, from the norm-partials table (trainer/safety/nonfinite.h).
+#include "trainer/safety/nonfinite.h"
 
 #include <cmath>
 
 #include "comm/collectives.h"
+#include "model/norm_slots.h"
 #include "model/parameters.h"
 
 namespace {

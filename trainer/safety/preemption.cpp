@@ -1,5 +1,5 @@
-// The stop signals' handlers and what they recorded (trainer/preemption.h).
-#include "trainer/preemption.h"
+// The stop signals' handlers and what they recorded (trainer/safety/preemption.h).
+#include "trainer/safety/preemption.h"
 
 #include <csignal>
 

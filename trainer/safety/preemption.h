@@ -1,7 +1,7 @@
 // Stopping a run cleanly on a signal. A cluster that preempts a job sends SIGTERM and gives it a
 // grace period; a person at the terminal presses Ctrl-C (SIGINT). mpirun forwards either to every
 // rank, though not at one instant, and a signal may reach one rank only: so each rank only
-// records it here, the step's one host exchange carries it to every rank (trainer/trainer.h's
+// records it here, the step's one host exchange carries it to every rank (trainer/step/trainer.h's
 // train_step), and every rank stops after that same step, writes the checkpoint (with --save) and
 // exits with stop_exit_status. A second SIGINT ends the process at once (Ctrl-C twice); SIGTERM
 // never does, however many arrive (preemption.cpp says why).

@@ -1,5 +1,5 @@
-// Checks before the first step of what a run needs later (trainer/preflight.h).
-#include "trainer/preflight.h"
+// Checks before the first step of what a run needs later (trainer/safety/preflight.h).
+#include "trainer/safety/preflight.h"
 
 #include <unistd.h>
 
@@ -16,7 +16,7 @@ std::string directory_of(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-// The data holds at least one microbatch's window (trainer/data.h's make_batch_reader rule).
+// The data holds at least one microbatch's window (trainer/data/data.h's make_batch_reader rule).
 void check_holds_a_microbatch(const std::string& what, const TokenDataset& data, int B, int T) {
   const size_t needed = size_t(B) * T + 1;
   if (data.tokens.size() < needed)

@@ -2,14 +2,14 @@
 // then cannot write its checkpoint, read its validation data or decode a sample has lost those
 // hours. Each check throws std::runtime_error with one line naming the option and the problem.
 // Every rank runs them, before the ranks communicate, so that a bad setting ends every rank at
-// once with the same line (trainer/run.h's prepare_run).
+// once with the same line (trainer/program/run.h's prepare_run).
 #pragma once
 #include <optional>
 #include <string>
 
-#include "trainer/data.h"
-#include "trainer/options.h"
-#include "trainer/tokenizer.h"
+#include "trainer/data/data.h"
+#include "trainer/command_line/options.h"
+#include "trainer/data/tokenizer.h"
 
 // The directory of path (its parent, "." for a bare name) exists and a file can be created and
 // removed in it: a probe file named after this process, removed at once. flag names the option.

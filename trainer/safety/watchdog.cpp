@@ -1,5 +1,5 @@
-// The watchdog thread of a run (trainer/watchdog.h).
-#include "trainer/watchdog.h"
+// The watchdog thread of a run (trainer/safety/watchdog.h).
+#include "trainer/safety/watchdog.h"
 
 #include <algorithm>
 #include <chrono>

@@ -4,7 +4,7 @@
 // the host queues a step's work long before the device runs it). When none of it has moved for
 // the timeout, the rank is stuck: a pipeline neighbour that stopped leaves it waiting in a
 // transfer that never completes, and on a GPU nothing else would ever say so. The watchdog then
-// hands its report to on_stuck (trainer/run.cpp: send it to rank 0 and end the job; it never
+// hands its report to on_stuck (trainer/program/run.cpp: send it to rank 0 and end the job; it never
 // touches the communicators, which only the main thread calls), once:
 //
 //   train: error: rank 1 (stage 1, replica 0): step 3, stuck 5 s in sF5+rB3, step 14 of 32 of its schedule

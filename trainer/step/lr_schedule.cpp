@@ -1,5 +1,5 @@
-// The learning-rate schedule (trainer/lr_schedule.h).
-#include "trainer/lr_schedule.h"
+// The learning-rate schedule (trainer/step/lr_schedule.h).
+#include "trainer/step/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>

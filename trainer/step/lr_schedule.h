@@ -1,7 +1,7 @@
 // The learning rate of each optimizer step: a linear warm-up from 0 to --lr, then either a
 // cosine decay to --min-lr at the last step or the constant --lr.
 #pragma once
-#include "trainer/options.h"
+#include "trainer/command_line/options.h"
 
 struct LrSchedule {
   double peak;    // --lr, reached at the end of the warm-up

@@ -1,5 +1,5 @@
-// AdamW over a stage's regions, the layout-independent global norm and clipping (trainer/optimizer.h).
-#include "trainer/optimizer.h"
+// AdamW over a stage's regions, the layout-independent global norm and clipping (trainer/step/optimizer.h).
+#include "trainer/step/optimizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +10,7 @@
 #include "kernels/device_memory.cuh"
 #include "kernels/global_norm.cuh"
 #include "kernels/stochastic_rounding.cuh"
+#include "model/norm_slots.h"
 #include "model/parameters.h"
 
 namespace {

@@ -17,6 +17,7 @@
 #include "kernels/adamw.cuh"
 #include "kernels/global_norm.cuh"
 #include "model/config.h"
+#include "model/norm_slots.h"
 #include "model/parameter_layout.h"
 
 struct AdamWSettings {

@@ -1,5 +1,5 @@
-// One pipeline stage on the device and its training step (trainer/trainer.h).
-#include "trainer/trainer.h"
+// One pipeline stage on the device and its training step (trainer/step/trainer.h).
+#include "trainer/step/trainer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,10 +13,11 @@
 #include "kernels/cublas_check.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
+#include "model/gradient_buckets.h"
 #include "pipeline/layer_split.h"
-#include "trainer/failure_injection.h"
-#include "trainer/nonfinite.h"
-#include "trainer/preemption.h"
+#include "trainer/safety/failure_injection.h"
+#include "trainer/safety/nonfinite.h"
+#include "trainer/safety/preemption.h"
 
 namespace {
 
@@ -74,37 +75,6 @@ void upload_full_layout(const Trainer<Element>& trainer, T* memory, const std::v
   CUDA_CHECK(cudaMemcpy(memory, stage.data(), stage.size() * sizeof(T), cudaMemcpyHostToDevice));
 }
 
-// A stage allocation of T (device) with replica 0's stages' regions brought together in llm.c's
-// layout on world rank 0 (the others' copies hold their own regions only), as float.
-template <typename Element, typename T>
-std::vector<float> gather_regions(const Trainer<Element>& trainer, const T* memory) {
-  std::vector<float> host = download_full_layout(trainer, memory);
-  const Mesh& mesh = trainer.groups.mesh;
-  if (mesh.pp == 1 || mesh.dp_rank != 0) return host;
-  const auto regions_of = [&](int stage) {
-    return parameter_layout(trainer.config, chunks_of_stage(trainer.virtual_stages, trainer.placement, stage)).regions;
-  };
-  if (mesh.pp_rank > 0) {
-    std::vector<float> packed;
-    for (const ParameterRegion& r : regions_of(mesh.pp_rank))
-      packed.insert(packed.end(), host.begin() + r.full_offset, host.begin() + r.full_offset + r.count);
-    send_floats(packed.data(), packed.size(), world_rank_of(mesh, 0, 0));
-    return host;
-  }
-  for (int stage = 1; stage < mesh.pp; ++stage) {
-    const std::vector<ParameterRegion> regions = regions_of(stage);
-    size_t total = 0;
-    for (const ParameterRegion& r : regions) total += r.count;
-    std::vector<float> packed(total);
-    receive_floats(packed.data(), total, world_rank_of(mesh, 0, stage));
-    size_t at = 0;
-    for (const ParameterRegion& r : regions) {
-      std::copy(packed.begin() + at, packed.begin() + at + r.count, host.begin() + r.full_offset);
-      at += r.count;
-    }
-  }
-  return host;
-}
 
 // The device bytes are the project's own count (a rank holds one stage): on a GPU the driver's
 // figure would add the CUDA context, cuBLAS's and NCCL's buffers and its rounding.
@@ -177,7 +147,8 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   trainer.executor =
       create_executor<Element>(config, B, T, schedule.stages[mesh.pp_rank], trainer.chunks, trainer.placement,
                                mesh.pp_rank, layout.recompute, trainer.groups, trainer.cublas, trainer.stream);
-  trainer.buckets = create_gradient_buckets(trainer.parameter_layout, trainer.groups);
+  trainer.buckets = create_gradient_buckets(gradient_buckets(trainer.parameter_layout), wte_bucket(trainer.parameter_layout),
+                                            trainer.groups);
   const bool master_weights = std::is_same_v<Element, __nv_bfloat16> && precision.master_weights;
   trainer.optimizer = create_optimizer(config, trainer.parameter_layout, master_weights, precision.rounding_seed);
   CUDA_CHECK(cudaMallocHost(&trainer.figures, sizeof(StepFigures)));
@@ -235,20 +206,25 @@ void upload_master_weights(Trainer<Element>& trainer, const std::vector<float>& 
 }
 
 template <typename Element>
-std::vector<float> gather_parameters(const Trainer<Element>& trainer) {
-  return gather_regions(trainer, trainer.parameter_memory);
+std::vector<float> download_parameters(const Trainer<Element>& trainer) {
+  return download_full_layout(trainer, trainer.parameter_memory);
 }
 
 template <typename Element>
-void gather_moments(const Trainer<Element>& trainer, std::vector<float>& m, std::vector<float>& v) {
-  m = gather_regions(trainer, trainer.optimizer.m);
-  v = gather_regions(trainer, trainer.optimizer.v);
+void download_moments(const Trainer<Element>& trainer, std::vector<float>& m, std::vector<float>& v) {
+  m = download_full_layout(trainer, trainer.optimizer.m);
+  v = download_full_layout(trainer, trainer.optimizer.v);
 }
 
 template <typename Element>
-std::vector<float> gather_master_weights(const Trainer<Element>& trainer) {
+std::vector<float> download_master_weights(const Trainer<Element>& trainer) {
   if (trainer.optimizer.master == nullptr) return {};
-  return gather_regions(trainer, trainer.optimizer.master);
+  return download_full_layout(trainer, trainer.optimizer.master);
+}
+
+template <typename Element>
+std::vector<ParameterRegion> stage_regions(const Trainer<Element>& trainer, int stage) {
+  return parameter_layout(trainer.config, chunks_of_stage(trainer.virtual_stages, trainer.placement, stage)).regions;
 }
 
 template <typename Element>
@@ -300,7 +276,7 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
     allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config), nccl_data_type<Element>(),
                                       trainer.stream);
   finish_data_parallel_sum(buckets, trainer.groups, trainer.gradient_memory, trainer.stream);
-  // The update is decided on the device, alike on every rank (trainer/optimizer.h): skipped when
+  // The update is decided on the device, alike on every rank (trainer/step/optimizer.h): skipped when
   // any rank's loss sum or the norm is not finite.
   queue_gradient_norm(trainer.optimizer, trainer.groups, trainer.gradient_memory, trainer.stream);
   queue_step_gate(trainer.optimizer, trainer.groups, trainer.executor.loss_sum, settings.grad_clip, trainer.stream);
@@ -379,9 +355,10 @@ const std::vector<float>& next_token_logits(Trainer<Element>& trainer, const int
   template void upload_parameters<Element>(Trainer<Element>&, const std::vector<float>&);                          \
   template void upload_moments<Element>(Trainer<Element>&, const std::vector<float>&, const std::vector<float>&);  \
   template void upload_master_weights<Element>(Trainer<Element>&, const std::vector<float>&);                      \
-  template std::vector<float> gather_parameters<Element>(const Trainer<Element>&);                                 \
-  template void gather_moments<Element>(const Trainer<Element>&, std::vector<float>&, std::vector<float>&);        \
-  template std::vector<float> gather_master_weights<Element>(const Trainer<Element>&);                             \
+  template std::vector<float> download_parameters<Element>(const Trainer<Element>&);                               \
+  template void download_moments<Element>(const Trainer<Element>&, std::vector<float>&, std::vector<float>&);      \
+  template std::vector<float> download_master_weights<Element>(const Trainer<Element>&);                           \
+  template std::vector<ParameterRegion> stage_regions<Element>(const Trainer<Element>&, int);                      \
   template std::vector<float> download_gradients<Element>(const Trainer<Element>&);                                \
   template StepResult train_step<Element>(Trainer<Element>&, BatchReader&, const AdamWSettings&, double, int);     \
   template double validation_loss<Element>(Trainer<Element>&, BatchReader&, int);                                  \

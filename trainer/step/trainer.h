@@ -5,7 +5,7 @@
 // gathered for checkpoints. The single-process trainer is the case pp = dp = 1 of the same code.
 // Element is the type of the parameters, gradients, activations and messages: float, or bf16
 // (llm.c's mixed precision: fp32 moments, fp32 master weights unless switched off, stochastic
-// rounding; trainer/optimizer.h). Whatever the element type, the host sees the model as fp32
+// rounding; trainer/step/optimizer.h). Whatever the element type, the host sees the model as fp32
 // values in llm.c's layout: uploads round them to nearest bf16, downloads widen bf16 exactly.
 #pragma once
 #include <cublas_v2.h>
@@ -23,11 +23,11 @@
 #include "pipeline/execute.h"
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_file.h"
-#include "trainer/data.h"
-#include "trainer/gradient_buckets.h"
-#include "trainer/log.h"
-#include "trainer/optimizer.h"
-#include "trainer/ranks.h"
+#include "trainer/data/data.h"
+#include "comm/data_parallel_sum.h"
+#include "trainer/step/stage_record.h"
+#include "trainer/step/optimizer.h"
+#include "comm/host_exchange.h"
 
 // How the model is cut and scheduled (the mesh, dp x pp, is in the CommGroups).
 struct PipelineLayout {
@@ -112,16 +112,19 @@ void upload_moments(Trainer<Element>& trainer, const std::vector<float>& m, cons
 // The same for the master weights (a resumed bf16 run's), after upload_parameters.
 template <typename Element>
 void upload_master_weights(Trainer<Element>& trainer, const std::vector<float>& master);
-// The full model on world rank 0, gathered from the stages of replica 0 (the other ranks get
-// their own regions in llm.c's layout, zeros elsewhere). Collective over replica 0.
+// This stage's parameters in llm.c's layout of the whole model, widened to float (exact), zeros
+// outside the stage's regions (trainer/checkpoints/gather_model.h brings the stages together).
 template <typename Element>
-std::vector<float> gather_parameters(const Trainer<Element>& trainer);
+std::vector<float> download_parameters(const Trainer<Element>& trainer);
 // The same for the AdamW moments.
 template <typename Element>
-void gather_moments(const Trainer<Element>& trainer, std::vector<float>& m, std::vector<float>& v);
+void download_moments(const Trainer<Element>& trainer, std::vector<float>& m, std::vector<float>& v);
 // The same for the master weights; empty when the trainer has none.
 template <typename Element>
-std::vector<float> gather_master_weights(const Trainer<Element>& trainer);
+std::vector<float> download_master_weights(const Trainer<Element>& trainer);
+// The regions of the whole model that stage `stage` of a replica holds (its chunks' tensors).
+template <typename Element>
+std::vector<ParameterRegion> stage_regions(const Trainer<Element>& trainer, int stage);
 // This stage's gradients (after a step, that step's) in llm.c's layout of the whole model, zeros
 // outside the stage's regions.
 template <typename Element>
@@ -134,9 +137,9 @@ struct StepResult {
   // The non-finite guard: a step whose loss or norm is not finite (the same on every rank and
   // every layout) is not applied: no rank changes its parameters or moments.
   bool applied = true;
-  std::string skipped;  // why not (trainer/nonfinite.h), else empty
+  std::string skipped;  // why not (trainer/safety/nonfinite.h), else empty
   int stop_signal = 0;  // a stop signal any rank had received when the step's losses were summed
-                        // (trainer/preemption.h: SIGINT over SIGTERM), else 0
+                        // (trainer/safety/preemption.h: SIGINT over SIGTERM), else 0
 };
 
 // Optimizer step t (1, 2, ...): zeroes the gradients; runs the schedule over this replica's

@@ -5,7 +5,7 @@
 //
 // Here launch is a macro so that the kernel is known at compile time: it is wrapped in a
 // lambda, which is empty (and its result a constant) when the kernel is named, and then the
-// runner's loop is instantiated for that kernel with its body inlined (cpu/launch_kernel.h).
+// runner's loop is instantiated for that kernel with its body inlined (cpu/launch/launch_kernel.h).
 // A kernel chosen at run time (a variable, a ?: on a variable) is called through its pointer.
 // A kernel named with several template arguments needs parentheses: launch((k<A, B>), ...).
 #pragma once
@@ -13,7 +13,7 @@
 #include <memory>
 #include <tuple>
 #include <type_traits>
-#include "cpu/launch_kernel.h"
+#include "cpu/launch/launch_kernel.h"
 #include "kernels/cuda_check.cuh"
 
 // Declares `name`, a T* to the block's dynamic shared memory (launch's shared_bytes).

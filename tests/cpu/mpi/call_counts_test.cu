@@ -1,4 +1,4 @@
-// What a training step asks of each rank's device, counted by the CPU build (cpu/call_counts.h)
+// What a training step asks of each rank's device, counted by the CPU build (cpu/runtime/call_counts.h)
 // on every rank of several layouts of the pipeline tests' tiny model (tests/mpi/pipeline_harness.h):
 // the host waits once per step, and AdamW is one launch per stage whatever its number of
 // regions. CPU build only (build/cpu/tests/cpu_mpi_tests, under mpirun -np 4): the counts are
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/call_counts.h"
+#include "cpu/runtime/call_counts.h"
 #include "tests/cpu/mpi/counted_step.h"
 #include "tests/mpi/pipeline_harness.h"
 

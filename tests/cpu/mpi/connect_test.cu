@@ -2,7 +2,7 @@
 // operation on each communicator a training step uses, the world (the non-finite count), the
 // pipeline (the norm's gather), the data-parallel replicas (the gradient sums, dp > 1) and the
 // tied embedding's two stages, then the sends and receives with each pipeline neighbour; counted
-// by the CPU build (cpu/call_counts.h) on every layout of 4 ranks. CPU build only
+// by the CPU build (cpu/runtime/call_counts.h) on every layout of 4 ranks. CPU build only
 // (build/cpu/tests/cpu_mpi_tests, under mpirun -np 4).
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "comm/connect.h"
-#include "cpu/call_counts.h"
+#include "cpu/runtime/call_counts.h"
 #include "kernels/cuda_check.cuh"
 #include "tests/mpi/pipeline_harness.h"
 

@@ -1,11 +1,11 @@
 // What the tests that count a training step's device calls share (call_counts_test.cu,
 // dp_buckets_test.cu, device_allocations_test.cu): the trainer of one of the pipeline tests'
 // cases (tests/mpi/pipeline_harness.h) with the harness's initial parameters, and the calls
-// (cpu/call_counts.h) of its first two training steps.
+// (cpu/runtime/call_counts.h) of its first two training steps.
 #pragma once
 #include <utility>
 
-#include "cpu/call_counts.h"
+#include "cpu/runtime/call_counts.h"
 #include "tests/mpi/pipeline_harness.h"
 
 namespace counted_step {

@@ -1,6 +1,6 @@
 // No allocation after set-up: on every rank, for each schedule family of the layout tests
 // (tests/mpi/layouts_test.cu) on 4 ranks, training steps 1 and 2, a validation pass and a sample
-// make no device or pinned allocation and no free, counted by the CPU build (cpu/call_counts.h),
+// make no device or pinned allocation and no free, counted by the CPU build (cpu/runtime/call_counts.h),
 // whose cudaMalloc and cudaFree synchronise the device as a GPU's do. An allocation inside a step
 // would wait for the device while the step's NCCL operations wait on peers. CPU build only
 // (build/cpu/tests/cpu_mpi_tests, under mpirun -np 4).
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cpu/call_counts.h"
-#include "cpu/settings.h"
+#include "cpu/runtime/call_counts.h"
+#include "cpu/runtime/settings.h"
 #include "tests/cpu/mpi/counted_step.h"
 #include "tests/mpi/pipeline_harness.h"
 

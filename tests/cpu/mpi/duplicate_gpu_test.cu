@@ -4,7 +4,7 @@
 // each node go to one GPU together, once by selecting device 0 each (every device visible), once
 // by each seeing only physical device 0 (CUDA_VISIBLE_DEVICES=0), and, as a launcher that gives
 // each rank one GPU does, by each seeing only its own, which is no duplicate. The ranks use two
-// devices each here, which cpu/devices.h allows for the test. CPU build only: on a GPU this is
+// devices each here, which cpu/runtime/devices.h allows for the test. CPU build only: on a GPU this is
 // NCCL's own check, and CUDA_VISIBLE_DEVICES cannot change inside a process.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -15,8 +15,8 @@
 #include <string>
 
 #include "comm/nccl_check.cuh"
-#include "cpu/devices.h"
-#include "cpu/settings.h"
+#include "cpu/runtime/devices.h"
+#include "cpu/runtime/settings.h"
 #include "kernels/cuda_check.cuh"
 
 namespace {

@@ -1,9 +1,9 @@
-// CUDA_CPU_NCCL_LATENCY_US (cpu/settings.h): each NCCL operation completes that long after its
+// CUDA_CPU_NCCL_LATENCY_US (cpu/runtime/settings.h): each NCCL operation completes that long after its
 // data has arrived, on its stream, without holding a core. CPU build only (cpu_mpi_tests, under
 // mpirun -np 4): the latency is the CPU build's emulation of a network's.
 #include <gtest/gtest.h>
 
-#include "cpu/settings.h"
+#include "cpu/runtime/settings.h"
 #include "tests/cpu/mpi/waiting_measure.h"
 #include "tests/device_buffer.h"
 

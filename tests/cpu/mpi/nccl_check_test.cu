@@ -1,4 +1,4 @@
-// CUDA_CPU_NCCL_CHECK (cpu/nccl_call_matching.h): calls that NCCL would pair but that do not match
+// CUDA_CPU_NCCL_CHECK (cpu/nccl/nccl_call_matching.h): calls that NCCL would pair but that do not match
 // fail on both ranks with a message naming both calls, instead of hanging or exchanging
 // garbage; calls that match run as without the check, however the ranks group them. As in
 // NCCL, the failure is the communicator's asynchronous error, and every later call on it fails
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "comm/nccl_check.cuh"
-#include "cpu/settings.h"
+#include "cpu/runtime/settings.h"
 #include "kernels/cuda_check.cuh"
 #include "tests/cpu/mpi/world_communicator.h"
 #include "tests/device_buffer.h"

@@ -1,5 +1,5 @@
 // What a GPU may do with NCCL operations of several communicators, and what the project does
-// about it (cpu/nccl_device.h, comm/nccl_order.h, comm/groups.h): with CUDA_CPU_NCCL_SERIAL=1 a
+// about it (cpu/nccl/nccl_device.h, comm/nccl_order.h, comm/groups.h): with CUDA_CPU_NCCL_SERIAL=1 a
 // device runs one NCCL operation at a time, in the order they start, so two ranks that start
 // operations of two communicators in opposite orders deadlock, as they may on a GPU, while the
 // default mode runs them; an abort waits for another communicator's operation running on the
@@ -18,10 +18,10 @@
 #include "comm/collectives.h"
 #include "comm/groups.h"
 #include "comm/nccl_check.cuh"
-#include "cpu/nccl_device.h"
-#include "cpu/runtime_state.h"
-#include "cpu/settings.h"
-#include "cpu/streams.h"
+#include "cpu/nccl/nccl_device.h"
+#include "cpu/runtime/errors.h"
+#include "cpu/runtime/settings.h"
+#include "cpu/runtime/streams.h"
 #include "kernels/cuda_check.cuh"
 #include "tests/cpu/mpi/world_communicator.h"
 #include "tests/device_buffer.h"

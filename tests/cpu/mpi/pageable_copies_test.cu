@@ -1,14 +1,14 @@
-// The CPU build's rule for copies from pageable host memory to the device (cpu/runtime.cpp): up
+// The CPU build's rule for copies from pageable host memory to the device (cpu/runtime/runtime.cpp): up
 // to 64 KB the source is staged and the host goes on; above, CUDA may synchronise the copy with
 // its stream ("API synchronization behavior"), so the host waits for it and the call counts as a
-// host wait (cpu/call_counts.h); from pinned memory no copy waits. CPU build only
+// host wait (cpu/runtime/call_counts.h); from pinned memory no copy waits. CPU build only
 // (build/cpu/tests/cpu_mpi_tests, under mpirun -np 4, each rank on its own device).
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "cpu/call_counts.h"
-#include "cpu/settings.h"
+#include "cpu/runtime/call_counts.h"
+#include "cpu/runtime/settings.h"
 #include "kernels/cuda_check.cuh"
 #include "tests/device_buffer.h"
 

@@ -2,16 +2,16 @@
 // transfer group runs while that group is still in flight, and TRAIN_TRANSFERS_IN_COMPUTE_STREAM=1
 // puts the groups back in the compute stream, with the same losses. CPU build only
 // (build/cpu/tests/cpu_mpi_tests, under mpirun -np 4): the overlap is made visible by the CPU
-// build's emulated network latency (CUDA_CPU_NCCL_LATENCY_US, cpu/settings.h), not by a clock.
+// build's emulated network latency (CUDA_CPU_NCCL_LATENCY_US, cpu/runtime/settings.h), not by a clock.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "cpu/settings.h"
+#include "cpu/runtime/settings.h"
 #include "tests/mpi/pipeline_harness.h"
-#include "trainer/measured_timeline.h"
+#include "trainer/program/measured_timeline.h"
 
 namespace {
 

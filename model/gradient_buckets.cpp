@@ -1,0 +1,54 @@
+// A stage's buckets for the data-parallel sum (model/gradient_buckets.h).
+#include "model/gradient_buckets.h"
+
+namespace {
+
+// The region of a tensor outside the layers (wpe, lnfw), or nullptr.
+const ParameterRegion* region_of(const ParameterLayout& layout, int tensor) {
+  for (const ParameterRegion& r : layout.regions)
+    if (r.tensor == tensor) return &r;
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<GradientBucket> gradient_buckets(const ParameterLayout& layout) {
+  std::vector<GradientBucket> buckets;
+  for (size_t c = 0; c < layout.chunks.size(); ++c) {
+    const LayerRange& range = layout.chunks[c];
+    const size_t first = buckets.size();
+    for (int l = range.first_layer; l < range.end_layer; ++l)
+      buckets.push_back({layout.chunk_offsets[c][kLn1w] + (l - range.first_layer) * layout.layer_stride,
+                         layout.layer_stride, int(c), l});
+    const bool layers = buckets.size() > first;
+    // lnfw and lnfb are final before the chunk's last layer (the head's backward comes first):
+    // they join its bucket when they follow it, else they wait for the chunk's whole backward.
+    if (range.has_head) {
+      const ParameterRegion* lnfw = region_of(layout, kLnfw);
+      const size_t count = 2 * lnfw->count;
+      if (layers && buckets.back().offset + buckets.back().count == lnfw->offset)
+        buckets.back().count += count;
+      else
+        buckets.push_back({lnfw->offset, count, int(c), -1});
+    }
+    // wpe is final after the chunk's first layer (the embedding's backward comes last): it joins
+    // that layer's bucket when it precedes it, which then waits for the chunk's whole backward.
+    if (range.has_embedding) {
+      const ParameterRegion* wpe = region_of(layout, kWpe);
+      GradientBucket& first_layer = buckets[first];
+      if (layers && wpe->offset + wpe->count == first_layer.offset) {
+        first_layer.offset = wpe->offset;
+        first_layer.count += wpe->count;
+        first_layer.layer = -1;
+      } else {
+        buckets.push_back({wpe->offset, wpe->count, int(c), -1});
+      }
+    }
+  }
+  return buckets;
+}
+
+GradientBucket wte_bucket(const ParameterLayout& layout) {
+  const ParameterRegion* wte = region_of(layout, kWte);
+  return wte ? GradientBucket{wte->offset, wte->count, -1, -1} : GradientBucket{0, 0, -1, -1};
+}

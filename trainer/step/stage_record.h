@@ -1,0 +1,12 @@
+// What one pipeline stage measured in a step: train_step's report (trainer/step/trainer.h), which
+// the step line and the JSON log print (trainer/program/log.h).
+#pragma once
+
+// What one pipeline stage measured in a step.
+struct StageRecord {
+  int stage;
+  double idle;              // 1 - busy / the step's span, from the executor's step timers
+  double activation_bytes;  // the executor's activation slots and working sets
+  double device_bytes;      // the stage's device allocations (kernels/device_memory.cuh's bytes in use):
+                            // parameters, gradients, moments, slots and buffers; not CUDA's, cuBLAS's or NCCL's own
+};
