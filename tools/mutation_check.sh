@@ -8,6 +8,9 @@
 #   tools/mutation_check.sh NAME...         the named faults only
 #   tools/mutation_check.sh --list          the faults: file, change and tests
 #   tools/mutation_check.sh --no-baseline   skip the first pass, the tests without any fault
+#   tools/mutation_check.sh --applies       only whether each fault still changes its file (a
+#                                           moved file or function leaves a fault that changes
+#                                           nothing); no build, no test; run by make test
 #
 # It refuses to run on a tree with changes or untracked files (git status): it restores each
 # file with git checkout, which would also throw away an edit of yours. It restores the
@@ -72,7 +75,7 @@ fault head-backward-without-zeroed-dresidual model/gpt.cu \
 fault mlp-residual-from-block-input model/gpt.cu \
   's/residual_forward(a.residual3, a.residual2,/residual_forward(a.residual3, x,/' \
   'unit GPT.*'
-fault model-file-layers-and-heads-swapped model/checkpoint.cpp \
+fault model-file-layers-and-heads-swapped model/checkpoint_format.cpp \
   's/header\[4\] = config.num_layers;/header[4] = config.num_heads;/; s/header\[5\] = config.num_heads;/header[5] = config.num_layers;/' \
   'unit Checkpoint.*'
 
@@ -115,10 +118,10 @@ fault pool-grows-after-set-up pipeline/buffer_pool.cpp \
 fault embedding-communicator-not-connected comm/connect.cpp \
   '/if (groups.embedding != nullptr) used.push_back(groups.embedding);/d' \
   'cpumpi4 ConnectCommunicators.*'
-fault trainer-tokens-in-pageable-memory trainer/trainer.cpp \
+fault trainer-tokens-in-pageable-memory trainer/step/trainer.cpp \
   's/CUDA_CHECK(cudaMallocHost(\&trainer.host_tokens, layout.microbatches \* microbatch_bytes));/trainer.host_tokens = new int[layout.microbatches * microbatch_bytes \/ sizeof(int)];/; s/CUDA_CHECK(cudaFreeHost(trainer.host_tokens));/delete[] trainer.host_tokens;/' \
   'cpumpi4 StepCounts.*'
-fault v-placement-is-the-ring pipeline/schedule.cpp \
+fault v-placement-is-the-ring pipeline/action.cpp \
   's/return chunk == 0 ? stage : 2 \* p - 1 - stage;/return chunk * p + stage;/' \
   'unit Schedule.*:Simulator.*; mpi4 PipelineLayouts.ZeroBubbleVGivesTheSingleStageRun 120'
 fault messages-lowered-after-their-consumer pipeline/lower_in_time_order.cpp \
@@ -151,46 +154,46 @@ fault mesh-ranks-in-the-other-order comm/mesh.cpp \
 fault clip-factor-doubled kernels/adamw.cu \
   's/clip_factor(value, grad_clip)/clip_factor(value, 2 * grad_clip)/' \
   'unit Trainer.*; pytorch *'
-fault tied-embedding-head-share-dropped trainer/trainer.cpp \
+fault tied-embedding-head-share-dropped trainer/step/trainer.cpp \
   '/if (head) sum_tied_embedding_gradient/d' \
   'unit Trainer.*; pytorch *'
-fault data-reader-wraps-one-token-early trainer/data.cpp \
+fault data-reader-wraps-one-token-early trainer/data/data.cpp \
   's/index = index + 1 == n ? 0 : index + 1;/index = index + 2 == n ? 0 : index + 1;/' \
   'unit Data.*'
-fault replicas-read-overlapping-microbatches trainer/trainer.cpp \
+fault replicas-read-overlapping-microbatches trainer/step/trainer.cpp \
   's/reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) \* m;/reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) * (m - 1);/' \
   'mpi4 PipelineLayouts.OneFOneBGivesTheSingleStageRun'
-fault warmup-one-step-ahead trainer/lr_schedule.cpp \
+fault warmup-one-step-ahead trainer/step/lr_schedule.cpp \
   's@return schedule.peak \* step / schedule.warmup;@return schedule.peak * (step + 1) / schedule.warmup;@' \
   'unit Trainer.*'
 
 # bf16 (issue 12): stochastic rounding's bits taken from the stage's own offset instead of the
 # element's index in llm.c's layout (every layout must round alike), rounding to nearest instead,
 # and a resumed run that keeps the rounded parameters instead of its saved master weights.
-fault bf16-rounding-by-the-stage-offset trainer/optimizer.cpp \
+fault bf16-rounding-by-the-stage-offset trainer/step/optimizer.cpp \
   's/table.push_back({r.offset, r.count, r.full_offset,/table.push_back({r.offset, r.count, r.offset,/' \
   'mpi4 PipelineLayouts.Bf16GivesTheSingleStageBf16Run'
 fault bf16-rounding-to-nearest kernels/adamw.cu \
   's/return round_stochastically(p, rounding_bits(rounding.key, rounding.first_index + i));/return __float2bfloat16(p);/' \
   'unit AdamW.*'
-fault tf32-on-the-first-stage-only trainer/run.cpp \
+fault tf32-on-the-first-stage-only trainer/program/run.cpp \
   's/setup.options.no_tf32 ? CUBLAS_DEFAULT_MATH/setup.options.no_tf32 || mesh.pp_rank > 0 ? CUBLAS_DEFAULT_MATH/' \
   'unit TrainLayout.Tf32*'
-fault bf16-resume-without-master-weights trainer/run.cpp \
+fault bf16-resume-without-master-weights trainer/program/run.cpp \
   '/if (!start.master.empty()) upload_master_weights(trainer, start.master);/d' \
   'unit Trainer.Bf16ResumeContinuesBitwise'
 
 # cpu/: the emulation the CPU build's results rest on.
-fault cublas-transposes-swapped cpu/cublas.cpp \
+fault cublas-transposes-swapped cpu/blas/cublas.cpp \
   '0,/to_cblas(s.transa), to_cblas(s.transb)/s//to_cblas(s.transb), to_cblas(s.transa)/' \
   'unit Cublas.*'
-fault tf32-truncated-not-rounded cpu/gemm_operands.cpp \
+fault tf32-truncated-not-rounded cpu/blas/gemm_operands.cpp \
   's/bits = (bits + 0x1000u) \& ~0x1fffu;/bits \&= ~0x1fffu;/' \
   'cpu Blas.Tf32*'
-fault nccl-serial-gate-open cpu/nccl_device.cpp \
+fault nccl-serial-gate-open cpu/nccl/nccl_device.cpp \
   's/  if (settings().nccl_serial) {/  if (false \&\& settings().nccl_serial) {/' \
   'cpumpi4 NcclOrder.*'
-fault nccl-abort-does-not-wait-for-the-device cpu/nccl.cpp \
+fault nccl-abort-does-not-wait-for-the-device cpu/nccl/nccl.cpp \
   '/^  cpu::wait_for_other_communicators(comm->device, comm);$/d' \
   'cpumpi4 NcclOrder.*'
 fault nccl-operations-not-in-issue-order comm/nccl_order.cpp \
@@ -199,29 +202,29 @@ fault nccl-operations-not-in-issue-order comm/nccl_order.cpp \
 fault communicators-aborted-in-a-fixed-order comm/groups.cpp \
   's/const ncclComm_t running = groups.order ? communicator_in_flight(\*groups.order) : nullptr;/const ncclComm_t running = nullptr;/' \
   'cpumpi4 NcclOrderGroups.* 120'
-fault nccl-sum-is-max cpu/nccl_operations.cpp \
+fault nccl-sum-is-max cpu/nccl/nccl_operations.cpp \
   's/if (op == ncclSum) return MPI_SUM;/if (op == ncclSum) return MPI_MAX;/' \
   'mpi4 Nccl.*'
-fault syncthreads-does-not-wait cpu/block_scheduler.cpp \
+fault syncthreads-does-not-wait cpu/launch/block_scheduler.cpp \
   's/void __syncthreads(const char\* file, unsigned line) { cpu::block_barrier(1, {file, line}); }/void __syncthreads(const char*, unsigned) {}/' \
   'unit BlockSync.*; cpu Scheduler.*'
-fault allocation-does-not-synchronise cpu/runtime.cpp \
+fault allocation-does-not-synchronise cpu/runtime/runtime.cpp \
   '/^void synchronise_for(void (\*count)()) {$/,/^}$/{/synchronize_device(current_device());/d}' \
   'cpumpi4 DeviceAllocations.*'
-fault pageable-copy-never-waits cpu/runtime.cpp \
+fault pageable-copy-never-waits cpu/runtime/runtime.cpp \
   's/const bool staged_in_pieces = staged \&\& bytes > kPageableCopyWithoutWaitBytes;/const bool staged_in_pieces = false;/' \
   'cpumpi4 PageableCopies.*'
-fault stream-synchronize-returns-at-once cpu/streams.cpp \
+fault stream-synchronize-returns-at-once cpu/runtime/streams.cpp \
   '/^cudaError_t cudaStreamSynchronize(cudaStream_t stream) {$/,/^}$/{/cpu::synchronize_stream(stream);/d}' \
   'cpu GpuRules.*'
 
 # Devices (issue 27): the watchdog's thread without the rank's device (it opens a context on
 # device 0), the CPU build counting its own stream and kernel threads as the process's, a rank
 # that takes its local rank as its device whatever it sees, two ranks of a node on one GPU let through.
-fault watchdog-without-its-device trainer/watchdog.cpp \
+fault watchdog-without-its-device trainer/safety/watchdog.cpp \
   '/^  CUDA_CHECK(cudaSetDevice(device));$/d' \
   'cpu DeviceContexts.*'
-fault own-threads-count-as-contexts cpu/devices.cpp \
+fault own-threads-count-as-contexts cpu/runtime/devices.cpp \
   '/if (current_operation() != nullptr) return;/d' \
   'cpu DeviceContexts.*'
 fault rank-device-ignores-the-visible-count comm/rank_device.cpp \
@@ -335,12 +338,35 @@ list_faults() {
   done
 }
 
+# Each fault's file exists and its sed script changes it (on a copy): one line per fault that
+# does not; status 1 when any.
+check_faults_apply() {
+  local i copy bad=0
+  copy=$(mktemp)
+  for i in "${!names[@]}"; do
+    if [ ! -f "${files[$i]}" ]; then
+      echo "mutation_check: fault ${names[$i]}: no file ${files[$i]}"
+      bad=1
+      continue
+    fi
+    cp "${files[$i]}" "$copy"
+    if ! sed -i -e "${scripts[$i]}" "$copy" || cmp -s "${files[$i]}" "$copy"; then
+      echo "mutation_check: fault ${names[$i]} changes nothing in ${files[$i]}"
+      bad=1
+    fi
+  done
+  rm -f "$copy"
+  [ "$bad" = 0 ] && echo "mutation_check: all ${#names[@]} faults change their files"
+  return "$bad"
+}
+
 # ---- arguments ----
 baseline=1
 selected=()
 for argument in "$@"; do
   case "$argument" in
     --list) list_faults; exit 0 ;;
+    --applies) check_faults_apply; exit $? ;;
     --no-baseline) baseline=0 ;;
     -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "mutation_check: unknown option $argument (see --help)" >&2; exit 2 ;;
