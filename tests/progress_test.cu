@@ -67,6 +67,33 @@ TEST(Progress, TimeLeftCountsTheValidationsAndSamplesStillToCome) {
   EXPECT_DOUBLE_EQ(seconds_left({4, 1.0, 0, 50.0, 0, 70.0}), 4.0);
 }
 
+// The line after step 200 of the default run: its validation is done, its sample still to come
+// (the sample follows the line), so 10 samples (200, 400, .., 2000) and 18 validations (300, ..,
+// 2000) are left. Costs are the medians so far; before the first sample its cost is the prior:
+// a forward of one of B sequences is a third of a step over microbatches B, sample_len of them.
+TEST(Progress, WorkLeftCountsTheSampleAfterThisLineAndUsesPriorsUntilMeasured) {
+  TrainOptions options;  // 2000 steps, validation every 100 (8 batches), a sample every 200 (128 tokens)
+  options.steps = 2000;
+  options.val_every = 100;
+  options.sample_every = 200;
+  options.val_batches = 8;
+  options.sample_len = 128;
+  options.microbatches = 4;
+  const WorkLeft left = work_left(options, 200, true, true, {1.2, 1.2, 1.2}, {0.5}, {}, 8);
+  EXPECT_EQ(left.steps, 1800);
+  EXPECT_DOUBLE_EQ(left.step_seconds, 1.2);
+  EXPECT_EQ(left.validations, 18);
+  EXPECT_DOUBLE_EQ(left.validation_seconds, 0.5);
+  EXPECT_EQ(left.samples, 10);
+  EXPECT_DOUBLE_EQ(left.sample_seconds, 1.2 / 4 / 3 / 8 * 128);
+  // Before any validation its prior: val_batches microbatch forwards.
+  EXPECT_DOUBLE_EQ(work_left(options, 1, true, false, {1.2}, {}, {}, 8).validation_seconds, 1.2 / 4 / 3 * 8);
+  // Without validation or sampling in the run, none is counted.
+  const WorkLeft bare = work_left(options, 200, false, false, {1.2}, {}, {}, 8);
+  EXPECT_EQ(bare.validations, 0);
+  EXPECT_EQ(bare.samples, 0);
+}
+
 TEST(Progress, ScheduledWorkIsCountedOverTheStepsStillToDo) {
   EXPECT_EQ(scheduled_in(100, 0, 2000, true), 20);    // 100, 200, ..., 2000 (the last is one of them)
   EXPECT_EQ(scheduled_in(100, 100, 2000, true), 19);  // step 100's is done

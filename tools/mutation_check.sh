@@ -234,6 +234,17 @@ fault ranks-sharing-a-gpu-let-through comm/rank_device.cpp \
   's/std::memcmp(first.gpu_uuid, place.gpu_uuid, sizeof place.gpu_uuid) != 0/true/' \
   'unit RankDevice.*'
 
+# Issue 28 (the house): the time left, and the checkpoint's gather now in comm/.
+fault time-left-without-the-samples trainer/program/progress.cpp \
+  's/left.samples \* left.sample_seconds/0.0/' \
+  'unit Progress.*'
+fault work-left-forgets-the-coming-sample trainer/program/progress.cpp \
+  's/scheduled_in(options.sample_every, done - 1, options.steps, false)/scheduled_in(options.sample_every, done, options.steps, false)/' \
+  'unit Progress.*'
+fault checkpoint-gather-writes-every-stage-at-the-start comm/host_exchange.cpp \
+  's/packed.begin() + at + s.count, values.begin() + s.offset);/packed.begin() + at + s.count, values.begin());/' \
+  'mpi4 Pipeline.FourStageCheckpointResumesBitwise'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
