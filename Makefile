@@ -103,12 +103,26 @@ $(BUILD)/train: $(call objs,$(TRAIN_SRCS),$(BUILD)) $(LIB_OBJS) $(RUNTIME_OBJS)
 	$(if $(filter 1,$(GPU)),$(NVCC) $(GPU_ARCH) -o $@ $^ $(GPU_LIBS),$(CXX) -o $@ $^ $(CPU_LIBS))
 
 # ---- compile rules ----
-build/cpu/%.o: %.cu
+# The CPU build parses the standard headers most files include, and cpu/'s CUDA runtime header,
+# once: a precompiled header that g++ reads first in every object of build/cpu (about a third of
+# make's time). It only saves parsing: the sanitize and race builds and the GPU build compile
+# without it, so a file that forgets an include still fails there. The header is written only
+# when this list changes, so that another edit of this Makefile rebuilds nothing.
+PRECOMPILED := algorithm array cmath cstdint cstdio cstdlib cstring functional map memory mutex \
+               optional ostream stdexcept string unordered_map vector cuda_runtime.h
+PCH := build/cpu/precompiled.h
+$(PCH): Makefile
 	@mkdir -p $(dir $@)
-	$(CXX) $(CPU_FLAGS) -x c++ -c $< -o $@
-build/cpu/%.o: %.cpp
+	@printf '#include <%s>\n' $(PRECOMPILED) > $@.tmp
+	@if cmp -s $@.tmp $@; then rm $@.tmp; else mv $@.tmp $@; fi
+$(PCH).gch: $(PCH)
+	$(CXX) $(CPU_FLAGS) -x c++-header $< -o $@
+build/cpu/%.o: %.cu $(PCH).gch
 	@mkdir -p $(dir $@)
-	$(CXX) $(CPU_FLAGS) -c $< -o $@
+	$(CXX) $(CPU_FLAGS) -include $(PCH) -Winvalid-pch -x c++ -c $< -o $@
+build/cpu/%.o: %.cpp $(PCH).gch
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPU_FLAGS) -include $(PCH) -Winvalid-pch -c $< -o $@
 build/gpu/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(GPU_FLAGS) -x cu -c $< -o $@

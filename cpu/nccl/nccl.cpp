@@ -113,9 +113,10 @@ ncclResult_t check_devices_distinct(MPI_Comm mpi, int device, const char* functi
     char uuid[16];
     int device;
   } own{};
+  const std::string caller = function;
   cudaDeviceProp properties;
   if (cudaGetDeviceProperties(&properties, device) != cudaSuccess)
-    return fail(ncclUnhandledCudaError, std::string(function) + ": cudaGetDeviceProperties of device " +
+    return fail(ncclUnhandledCudaError, caller + ": cudaGetDeviceProperties of device " +
                                             std::to_string(device) + " failed");
   std::memcpy(own.uuid, properties.uuid.bytes, sizeof own.uuid);
   own.device = device;
@@ -128,7 +129,7 @@ ncclResult_t check_devices_distinct(MPI_Comm mpi, int device, const char* functi
   for (int r = 0; r < size; ++r)
     for (int q = 0; q < r; ++q)
       if (std::memcmp(places[r].uuid, places[q].uuid, sizeof own.uuid) == 0)
-        return fail(ncclInvalidUsage, std::string(function) + ": Duplicate GPU detected : rank " + std::to_string(r) +
+        return fail(ncclInvalidUsage, caller + ": Duplicate GPU detected : rank " + std::to_string(r) +
                                           " and rank " + std::to_string(q) + " both on one GPU (CUDA device " +
                                           std::to_string(places[r].device) + " and " + std::to_string(places[q].device) +
                                           " of theirs; each rank of a node selects its own device with cudaSetDevice "
