@@ -17,6 +17,8 @@
 #                   RACECHECK_UNIT_FILTER='LayerNorm.*' runs one family (docs/testing.md)
 #   make fuzz       libFuzzer targets for every parser (build/fuzz/), each run briefly;
 #                   FUZZ_SECONDS=3600 for a long campaign (docs/testing.md)
+#   make mutation-check  every fault of tools/mutation_check.sh (a clean tree; about an hour),
+#                   its verdicts written into docs/testing.md's table
 
 GPU ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1 || echo 0)
 CUDA ?= /usr/local/cuda
@@ -86,7 +88,7 @@ TEST_BINS := $(BUILD)/tests/unit_tests $(if $(MPI_TEST_SRCS),$(BUILD)/tests/mpi_
              $(if $(and $(CPU_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_tests) \
              $(if $(and $(CPU_MPI_TEST_SRCS),$(filter 0,$(GPU))),build/cpu/tests/cpu_mpi_tests)
 
-.PHONY: all train test cuda bench ptxas-report sanitize sanitize-unit-run sanitize-mpi-run racecheck fuzz clean
+.PHONY: all train test cuda bench ptxas-report sanitize sanitize-unit-run sanitize-mpi-run racecheck fuzz mutation-check clean
 all: $(if $(TRAIN_SRCS),train) data/kjv.txt
 
 # The default corpus: the King James Bible from Debian's bible-kjv package (written
@@ -300,6 +302,10 @@ $(FUZZ_TARGETS:%=$(FUZZ)/%): $(FUZZ)/%: tests/fuzz/parser_fuzz.cpp $(FUZZ_PARSER
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -fsanitize=fuzzer -DPARSER_FEED=feed_$* -o $@ $< $(filter %.o,$^)
 $(FUZZ)/write_seeds: tests/fuzz/write_seeds.cpp $(FUZZ_PARSER_SRCS:%.cpp=$(FUZZ)/obj/%.o)
 	$(FUZZ_CXX) $(FUZZ_FLAGS) -o $@ $< $(filter %.o,$^)
+
+# The whole mutation check (docs/testing.md, "The mutation check"); CI runs a subset of it.
+mutation-check:
+	tools/mutation_check.sh --docs
 
 clean:
 	rm -rf build train

@@ -5,12 +5,20 @@
 # fault through has a gap.
 #
 #   tools/mutation_check.sh                 every fault, then the table and a summary line
+#                                           (make mutation-check)
 #   tools/mutation_check.sh NAME...         the named faults only
 #   tools/mutation_check.sh --list          the faults: file, change and tests
 #   tools/mutation_check.sh --no-baseline   skip the first pass, the tests without any fault
 #   tools/mutation_check.sh --applies       only whether each fault still changes its file (a
 #                                           moved file or function leaves a fault that changes
 #                                           nothing); no build, no test; run by make test
+#   tools/mutation_check.sh --ci SECONDS    CI's subset, without the baseline (make test runs
+#                                           every test after it): the faults in files the last
+#                                           5 commits changed, then the others in an order that
+#                                           starts at a place chosen by the commit's hash; no
+#                                           fault is started once SECONDS have passed
+#   tools/mutation_check.sh --docs ...      also writes each verdict into docs/testing.md's
+#                                           table (tools/mutation_table.py), dated, with the commit
 #
 # It refuses to run on a tree with changes or untracked files (git status): it restores each
 # file with git checkout, which would also throw away an edit of yours. It restores the
@@ -27,6 +35,7 @@ cd "$(dirname "$0")/.." || exit 2
 #   mpi2/4/8        build/cpu/tests/mpi_tests under mpirun -np 2, 4 or 8
 #   cpumpi4         build/cpu/tests/cpu_mpi_tests (the CPU build's own MPI tests) under mpirun -np 4
 #   pytorch         tests/pytorch_check.py (our trainer against PyTorch)
+#   py:NAME         tests/NAME.py, a Python check (tests/check_runner.py), with ./train built
 # FILTER is a gtest filter; SECONDS the run's time limit (default 300: a hang is caught by it).
 # A fault is caught when one of its runs fails: a non-zero exit status or a timeout. Faults
 # tried and found neutral (no behaviour changed) are listed in docs/testing.md, with the reason.
@@ -255,6 +264,9 @@ target_of() {
     cpumpi[0-9]*) echo build/cpu/tests/cpu_mpi_tests ;;
     mpi[0-9]*) echo build/cpu/tests/mpi_tests ;;
     pytorch) echo build/cpu/tools/reference_run ;;
+    py:*)
+      [ -f "tests/${1#py:}.py" ] || { echo "mutation_check: no Python check tests/${1#py:}.py" >&2; return 1; }
+      echo train ;;
     *) echo "mutation_check: unknown binary '$1' in a test run" >&2; return 1 ;;
   esac
 }
@@ -321,6 +333,7 @@ execute() {
     cpumpi*) command=("${MPIRUN:-mpirun}" -np "${run_binary#cpumpi}" build/cpu/tests/cpu_mpi_tests "--gtest_filter=$run_filter") ;;
     mpi*) command=("${MPIRUN:-mpirun}" -np "${run_binary#mpi}" build/cpu/tests/mpi_tests "--gtest_filter=$run_filter") ;;
     pytorch) command=(/usr/bin/python3 tests/pytorch_check.py "--gtest_filter=$run_filter") ;;
+    py:*) command=(/usr/bin/python3 "tests/${run_binary#py:}.py" "--gtest_filter=$run_filter") ;;
   esac
   env REFERENCE_RUN=build/cpu/tools/reference_run "${run_env[@]}" \
     timeout --kill-after=10 "$run_limit" "${command[@]}" >"$2" 2>&1 </dev/null &
@@ -371,15 +384,44 @@ check_faults_apply() {
   return "$bad"
 }
 
+# ci_order: the fault indices CI tries, in order: those whose file one of the last 5 commits
+# changed, then the others from a place the commit's hash chooses, so that successive commits
+# try different faults when the budget stops the list short.
+ci_order() {
+  local base changed i k count=${#names[@]} start
+  base=$(git rev-list --max-count=6 HEAD | tail -n 1)
+  changed=$(git diff --name-only "$base" HEAD)
+  for i in "${!names[@]}"; do grep -qxF -- "${files[$i]}" <<<"$changed" && echo "$i"; done
+  start=$((16#$(git rev-parse --short=7 HEAD) % count))
+  for ((k = 0; k < count; k++)); do
+    i=$(((start + k) % count))
+    grep -qxF -- "${files[$i]}" <<<"$changed" || echo "$i"
+  done
+}
+
 # ---- arguments ----
 baseline=1
+ci_budget=""
+write_docs=0
 selected=()
-for argument in "$@"; do
+while [ "$#" -gt 0 ]; do
+  argument=$1
+  shift
   case "$argument" in
     --list) list_faults; exit 0 ;;
     --applies) check_faults_apply; exit $? ;;
     --no-baseline) baseline=0 ;;
-    -h | --help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --docs) write_docs=1 ;;
+    --ci)
+      ci_budget=${1:-}
+      shift || true
+      if ! [[ "$ci_budget" =~ ^[0-9]+$ ]]; then
+        echo "mutation_check: --ci needs a time budget in seconds, e.g. --ci 300" >&2
+        exit 2
+      fi
+      baseline=0
+      ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "mutation_check: unknown option $argument (see --help)" >&2; exit 2 ;;
     *)
       found=""
@@ -392,6 +434,11 @@ for argument in "$@"; do
       ;;
   esac
 done
+if [ -n "$ci_budget" ]; then
+  [ "${#selected[@]}" -eq 0 ] || { echo "mutation_check: --ci chooses its faults; name none" >&2; exit 2; }
+  mapfile -t selected < <(ci_order)
+  echo "== CI's order (commit $(git rev-parse --short HEAD), budget ${ci_budget} s): ${names[${selected[0]}]} first"
+fi
 [ "${#selected[@]}" -gt 0 ] || selected=("${!names[@]}")
 
 if [ -n "$(git status --porcelain)" ]; then
@@ -433,8 +480,16 @@ fi
 
 rows=()
 caught_count=0
+run_count=0
+results=$log_dir/results.tsv
+: >"$results"
 for i in "${selected[@]}"; do
   name=${names[$i]} file=${files[$i]}
+  if [ -n "$ci_budget" ] && [ "$run_count" -gt 0 ] && [ $((SECONDS - start)) -ge "$ci_budget" ]; then
+    echo "== the budget of $ci_budget s is spent: $((${#selected[@]} - run_count)) faults not started"
+    break
+  fi
+  run_count=$((run_count + 1))
   fault_start=$SECONDS
   fault_log_dir="$log_dir/$name"
   mkdir -p "$fault_log_dir"
@@ -487,6 +542,7 @@ for i in "${selected[@]}"; do
   tests_cell=${tests_cell%; }
   [ -n "$tests_cell" ] || tests_cell=${tests[$i]}
   rows+=("| $name | $file | $tests_cell | $result |")
+  printf '%s\t%s\t%s\t%s\n' "$name" "$file" "$tests_cell" "$result" >>"$results"
   echo "== $name ($file): $result in $((SECONDS - fault_start)) s"
 done
 
@@ -501,6 +557,12 @@ echo "| fault | file | tests | caught? |"
 echo "|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 echo
-echo "$caught_count of ${#selected[@]} faults caught in $((SECONDS - start)) s" \
-  "($build_seconds s building, $test_seconds s testing, baseline included)"
-[ "$caught_count" -eq "${#selected[@]}" ]
+echo "$caught_count of $run_count faults caught in $((SECONDS - start)) s" \
+  "($build_seconds s building, $test_seconds s testing$([ "$baseline" = 1 ] && echo ", baseline included"))"
+if [ "$write_docs" = 1 ]; then
+  names_file=$log_dir/fault-names.txt
+  for i in "${!names[@]}"; do printf '%s\t%s\n' "${names[$i]}" "${files[$i]}"; done >"$names_file"
+  /usr/bin/python3 tools/mutation_table.py docs/testing.md "$names_file" "$results" \
+    "$(date -u +%Y-%m-%d)" "$(git rev-parse --short HEAD)"
+fi
+[ "$caught_count" -eq "$run_count" ]
