@@ -150,7 +150,7 @@ $(REFERENCE_RUN): $(call objs,tools/reference_run.cu,$(BUILD)) $(LIB_OBJS) $(RUN
 test: $(TEST_BINS) $(if $(TRAIN_SRCS),train) $(REFERENCE_RUN) data/kjv.txt
 	@MPIRUN="$(MPIRUN)" FILTER='$(FILTER)' REFERENCE_RUN=$(REFERENCE_RUN) tools/run_tests.sh $(TEST_BINS) tests/pytorch_check.py tests/compare_losses_test.py tests/train_failure_test.py \
 	  tests/train_watchdog_test.py tests/train_stop_test.py tests/setup_deps_test.py tests/plot_log_test.py \
-	  tests/trace_test.py tests/train_visible_devices_test.py tests/house_test.py
+	  tests/trace_test.py tests/train_visible_devices_test.py tests/house_test.py tests/runner_test.py
 
 # ---- the GPU build without a GPU: compile and link everything ----
 cuda:
@@ -216,8 +216,8 @@ $(SANITIZE)/tests/mpi_tests: $(call objs,$(MPI_TEST_SRCS) $(TEST_SUPPORT_SRCS) t
 # not instrumented (their bookkeeping is shared by a block's fibers on purpose) and come first
 # on the link line, so that their copies of inline library code, uninstrumented, are the ones
 # linked. Any report fails the run (TSan's exit status 66).
-# unit_tests: every kernel family and the model, where kernels run; mpi_tests at -np 4 but two
-# of PipelineLayouts' four; cpu_tests the demonstrations (Racecheck.*), the scheduler and blocks
+# unit_tests: every kernel family and the model, where kernels run; mpi_tests at -np 4 but five
+# of PipelineLayouts' eight tests; cpu_tests the demonstrations (Racecheck.*), the scheduler and blocks
 # on several OS threads (docs/testing.md says why these suffice and what the step costs).
 RACECHECK := build/racecheck
 RACECHECK_CXX := clang++-14

@@ -16,8 +16,9 @@
 # rank's is: MPICH ORs the ranks' statuses) and its "tests: N passed, M failed" line; a run
 # without the line, with a failure status after it, or over its time limit counts as one
 # failure naming the run. A mode's filter that lists no test fails. Skipped tests
-# (GTEST_SKIP, DISABLED_) are counted and named; under CI=true each one not on SKIP_ALLOWED
-# fails, and so does a PyTorch check that cannot import torch.
+# (GTEST_SKIP, DISABLED_, a Python check's SKIPPED line) and whole runs the machine cannot make
+# (skip_run) are counted and named; under CI=true each one not on SKIP_ALLOWED fails, and so
+# does a PyTorch check that cannot import torch.
 set -u
 if [ "${BASH_VERSINFO[0]}" -lt 5 ] || { [ "${BASH_VERSINFO[0]}" -eq 5 ] && [ "${BASH_VERSINFO[1]}" -lt 1 ]; }; then
   echo "tools/run_tests.sh needs bash 5.1 or later (wait -n -p), not $BASH_VERSION" >&2
@@ -71,8 +72,9 @@ time_limit() {
   esac
 }
 
-# Tests that may be skipped under CI=true, one "Suite.Name" per entry with the reason
-# beside it. None now: ./train is built before make test runs, so its tests run.
+# Tests (or whole runs) that may be skipped under CI=true, one "Suite.Name" (or the run's name
+# as skip_run says it) per entry with the reason beside it. None now: ./train is built before
+# make test runs, so its tests run, and CI has no GPU, so no GPU run is skipped there.
 SKIP_ALLOWED=(
 )
 
@@ -89,6 +91,16 @@ fail() {
   failed=$((failed + 1))
 }
 
+# skip_run NAME REASON: a whole run not made, counted as one skip; under CI=true a failure unless
+# NAME is on SKIP_ALLOWED.
+skip_run() {
+  echo "-- $1: $2: skipped"
+  skipped=$((skipped + 1))
+  if [ "${CI:-}" = true ] && [[ " ${SKIP_ALLOWED[*]} " != *" $1 "* ]]; then
+    fail "$1 was skipped ($2), and under CI=true only the runs on run_tests.sh's SKIP_ALLOWED may be"
+  fi
+}
+
 # count RUN LOG STATUS SECONDS LIMIT: adds the verdict of the run whose output is in LOG.
 count() {
   local run=$1 log=$2 status=$3 seconds=$4 limit=$5 line p=0 f=0
@@ -98,9 +110,10 @@ count() {
   fi
   # gtest's own lines name the tests GTEST_SKIP skipped and count the disabled (DISABLED_) ones.
   # gtest_main leaves skipped tests out of its verdict; mpi_gtest_main counts them as passed:
-  # then passed + failed is gtest's count of tests run.
+  # then passed + failed is gtest's count of tests run. A Python check says "SKIPPED Name: why"
+  # (tests/check_runner.py) and leaves it out of its verdict.
   local names disabled ran k
-  names=$(sed -nE 's/^\[  SKIPPED \] ([^ ]+) \([0-9]+ ms\)$/\1/p' "$log" | sort -u)
+  names=$(sed -nE -e 's/^\[  SKIPPED \] ([^ ]+) \([0-9]+ ms\)$/\1/p' -e 's/^SKIPPED ([^ :]+): .*$/\1/p' "$log" | sort -u)
   disabled=$(sed -nE 's/^ *YOU HAVE ([0-9]+) DISABLED TESTS?$/\1/p' "$log" | tail -n 1)
   ran=$(sed -nE 's/^\[==========\] ([0-9]+) tests? from .* ran\..*/\1/p' "$log" | tail -n 1)
   k=$(echo -n "$names" | grep -c '^')
@@ -238,12 +251,10 @@ gpu_mpi_rows() {
   if [ "$gpus" -ge 4 ]; then
     rows+=("$natural_row")
   else
-    echo "-- [natural] $bin: its tests are written for 4 ranks, one per GPU; $gpus GPU(s) on this node: skipped"
-    skipped=$((skipped + 1))
+    skip_run "[natural] $bin" "its tests are written for 4 ranks, one per GPU; $gpus GPU(s) on this node"
   fi
   if [ "$layout_ranks" -lt 2 ]; then
-    echo "-- $bin: PipelineLayouts.* needs 2 ranks or more, one per GPU; $gpus GPU(s) on this node: skipped"
-    skipped=$((skipped + 1))
+    skip_run "[layouts] $bin" "PipelineLayouts.* needs 2 ranks or more, one per GPU; $gpus GPU(s) on this node"
   elif [ "$layout_ranks" -ne 4 ]; then
     IFS='|' read -r _ environment _ _ _ <<<"$natural_row"
     rows+=("np $layout_ranks|$environment||PipelineLayouts.*|$layout_ranks")
@@ -263,8 +274,7 @@ for bin in "$@"; do
         if [ "${CI:-}" = true ]; then
           fail "$bin: /usr/bin/python3 cannot import torch or numpy: install Debian's python3-torch; under CI=true the PyTorch check must run"
         else
-          echo "-- $bin: /usr/bin/python3 cannot import torch or numpy: skipped"
-          skipped=$((skipped + 1))
+          skip_run "$bin" "/usr/bin/python3 cannot import torch or numpy"
         fi
         continue
       fi

@@ -7,10 +7,12 @@
 # so on a machine that has everything it must cost little: one dpkg-query, about 0.1 s.
 # Not Debian or Ubuntu: it names the packages (by their Debian names) and stops.
 #
-# Test hooks (tests/setup_deps_test.py): SETUP_DEPS_PRETEND_MISSING="pkg..." reports those
-# packages missing; SETUP_DEPS_DRY_RUN=1 acts as root but prints the install command without running it;
-# SETUP_DEPS_PRETEND_UNPRIVILEGED=1 acts as a user who is not root and cannot sudo -n;
-# SETUP_DEPS_OS_RELEASE=FILE reads FILE in place of /etc/os-release.
+# Test hooks (tests/setup_deps_test.py), each standing in for one fact of the machine, so that
+# every branch runs with the real code around it: SETUP_DEPS_PRETEND_MISSING="pkg..." reports
+# those packages missing; SETUP_DEPS_PRETEND_NO_CANDIDATE="pkg..." as if apt's package lists
+# knew no candidate for them; SETUP_DEPS_UID=N acts as user N (0: root); SETUP_DEPS_SUDO=yes|no
+# as if `sudo -n` worked or not; SETUP_DEPS_DRY_RUN=1 prints the install command without
+# running it; SETUP_DEPS_OS_RELEASE=FILE reads FILE in place of /etc/os-release.
 set -euo pipefail
 
 me=tools/setup_deps.sh
@@ -60,13 +62,25 @@ if [ ${#missing[@]} -gt 0 ]; then
   install="apt-get install -y --no-install-recommends ${missing[*]}"
   # The package lists are read only when something is missing: a fresh image has none, and a
   # list that knows no candidate for a missing package is refreshed first.
-  candidates=$(apt-cache policy "${missing[@]}" 2>/dev/null | grep -c '^  Candidate: [^(]' || true)
+  asked=()
+  for name in "${missing[@]}"; do
+    [[ " ${SETUP_DEPS_PRETEND_NO_CANDIDATE:-} " == *" $name "* ]] || asked+=("$name")
+  done
+  candidates=0
+  if [ ${#asked[@]} -gt 0 ]; then
+    candidates=$(apt-cache policy "${asked[@]}" 2>/dev/null | grep -c '^  Candidate: [^(]' || true)
+  fi
   [ "$candidates" -eq ${#missing[@]} ] || install="apt-get update && $install"
+  case "${SETUP_DEPS_SUDO:-}" in
+    yes) sudo_works() { true; } ;;
+    no) sudo_works() { false; } ;;
+    *) sudo_works() { command -v sudo >/dev/null && sudo -n true 2>/dev/null; } ;;
+  esac
   # apt-get asks no questions with DEBIAN_FRONTEND=noninteractive, which sudo would drop but for env.
-  if [ "${SETUP_DEPS_PRETEND_UNPRIVILEGED:-}" != 1 ] && { [ "$(id -u)" -eq 0 ] || [ "${SETUP_DEPS_DRY_RUN:-}" = 1 ]; }; then
+  if [ "${SETUP_DEPS_UID:-$(id -u)}" -eq 0 ]; then
     run=(env DEBIAN_FRONTEND=noninteractive sh -c "$install")
     said="running: $install"
-  elif [ "${SETUP_DEPS_PRETEND_UNPRIVILEGED:-}" != 1 ] && command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+  elif sudo_works; then
     run=(sudo -n env DEBIAN_FRONTEND=noninteractive sh -c "$install")
     said="running as root with sudo -n: $install"
   else
