@@ -12,7 +12,8 @@ the earlier handler lost). The non-finite guard (trainer/safety/nonfinite.h): a 
 diverges makes the run skip the non-finite steps, naming them on the step line and in the log, and
 stop after --max-skipped of them in a row with one error line and exit 1, its checkpoint bitwise
 the one of the last applied step; a NaN injected into one stage's gradient under mpirun
-(TRAIN_TEST_NAN, trainer/safety/failure_injection.h) skips that step only, naming the stage and tensor.
+(TRAIN_TEST_NAN, trainer/safety/failure_injection.h) skips that step only, naming the stage and tensor,
+and so does a NaN injected into the last stage's loss alone, saying "non-finite loss".
 On a machine that cannot run 4 ranks (fewer GPUs), the checks under mpirun say SKIPPED.
     /usr/bin/python3 tests/train_stop_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun; MPICH's hydra is
@@ -149,21 +150,23 @@ def diverging_learning_rate(directory):
         last_good, skipped[-1]["skipped"], "bitwise" if same else "NOT", last_good)
 
 
-def nan_in_one_stage(directory):
+def nan_skips_one_step(directory, injection, reason, into_loss):
+    """TRAIN_TEST_NAN=injection in step 3 of 6 under mpirun: that step only is skipped, for reason, on
+    its step line and in the log, whose loss (into_loss) or else gradient norm alone is NaN."""
     data = os.path.join(directory, "text.txt")
     write_text(data)
     log = os.path.join(directory, "log.jsonl")
-    os.environ["TRAIN_TEST_NAN"] = "rank=2,step=3,tensor=fcw,layer=2"
+    os.environ["TRAIN_TEST_NAN"] = injection
     try:
         status, lines = run(mpi_train(data, ["--steps", "6", "--log", log]))
     finally:
         del os.environ["TRAIN_TEST_NAN"]
-    reason = "non-finite gradient (first in stage 2, tensor fcw layer 2)"
     skipped_lines = [line for line in lines if "skipped" in line]
     records = read_log(log)
     ok = (status == 0 and len(skipped_lines) == 1 and skipped_lines[0].startswith("[0] step 3/6 |") and
           ("| skipped: " + reason + " | ") in skipped_lines[0] and  # the time elapsed and left follow
-          [r.get("skipped") for r in records] == [None, None, reason, None, None, None])
+          [r.get("skipped") for r in records] == [None, None, reason, None, None, None] and
+          (math.isnan(records[2]["loss"]), math.isnan(records[2]["grad_norm"])) == (into_loss, not into_loss))
     return ok, "status %s; skipped lines %s" % (status, skipped_lines)
 
 
@@ -289,7 +292,11 @@ CASES = {
     "Preemption.SigtermToOneRankSavesEveryTime": lambda d: sigterm_trials(d, to_one_rank),
     "Preemption.SigtermToMpirunWhileRanksStartSavesEveryTime": lambda d: sigterm_trials(d, to_mpirun, during_start=True),
     "NonFiniteGuard.DivergingRunStopsAfterMaxSkippedAndKeepsTheLastGoodCheckpoint": diverging_learning_rate,
-    "NonFiniteGuard.NanInOneStageSkipsThatStepAndNamesIt": nan_in_one_stage,
+    "NonFiniteGuard.NanInOneStageSkipsThatStepAndNamesIt": lambda d: nan_skips_one_step(
+        d, "rank=2,step=3,tensor=fcw,layer=2", "non-finite gradient (first in stage 2, tensor fcw layer 2)", False),
+    # The loss alone: the last stage's loss sum, every gradient finite.
+    "NonFiniteGuard.NanLossOnTheLastStageSkipsThatStep": lambda d: nan_skips_one_step(
+        d, "rank=3,step=3,tensor=loss", "non-finite loss", True),
 }
 
 

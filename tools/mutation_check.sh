@@ -272,6 +272,22 @@ fault runner-lets-whole-runs-skip-under-ci tools/run_tests.sh \
   's/if \[ "${CI:-}" = true \] \&\& \[\[ " ${SKIP_ALLOWED\[\*\]} " != \*" $1 "\* \]\]; then/if false; then/' \
   'py:runner_test *'
 
+# Issue 29 item 3 (the optimizer): the rounding key the same every step (a fixed t in the call, or
+# rounding_key ignoring its step), the key without the run's seed, and the device-side gate that
+# no longer counts the ranks whose loss is not finite.
+fault rounding-key-constant trainer/step/optimizer.cpp \
+  's/rounding_key(optimizer.rounding_seed, uint64_t(t))/rounding_key(optimizer.rounding_seed, uint64_t(1))/' \
+  'unit OptimizerRounding.*'
+fault rounding-key-ignores-the-step kernels/stochastic_rounding.cuh \
+  's/return mix64(seed ^ mix64(step \* kGoldenGamma));/return mix64(seed);/' \
+  'unit OptimizerRounding.*'
+fault rounding-key-without-the-seed trainer/step/optimizer.cpp \
+  's/rounding_key(optimizer.rounding_seed, uint64_t(t))/rounding_key(0, uint64_t(t))/' \
+  'unit OptimizerRounding.*'
+fault nonfinite-guard-ignores-the-loss kernels/adamw.cu \
+  's/gate->apply = \*nonfinite_ranks == 0.0 \&\& is_finite(value);/gate->apply = is_finite(value);/' \
+  'mpi4 NonFiniteGuard.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

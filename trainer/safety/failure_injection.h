@@ -10,11 +10,16 @@
 // flight. In the last two the rank has NCCL operations running when it aborts its communicators
 // (comm/groups.h), after its report (trainer/safety/error_channel.h).
 //
-// TRAIN_TEST_NAN="rank=R,step=S,tensor=NAME,layer=L" checks the non-finite guard
-// (tests/train_guard_test.py): world rank R writes a NaN into the first element of its gradient
-// of tensor NAME (llm.c's name: wte, fcw, ...) at layer L (0 for the tensors outside the layers)
-// in step S, after the gradients are zeroed and before the schedule, which only adds to them (the
-// data-parallel sum of a layer starts during the schedule, comm/data_parallel_sum.h).
+// TRAIN_TEST_NAN="rank=R,step=S,tensor=NAME,layer=L" checks the non-finite guard's gradient half
+// (tests/mpi/guard_test.cu, tests/train_stop_test.py): world rank R writes a NaN into the first
+// element of its gradient of tensor NAME (llm.c's name: wte, fcw, ...) at layer L (0 for the
+// tensors outside the layers) in step S, after the gradients are zeroed and before the schedule,
+// which only adds to them (the data-parallel sum of a layer starts during the schedule,
+// comm/data_parallel_sum.h).
+// TRAIN_TEST_NAN="rank=R,step=S,tensor=loss" checks its loss half: world rank R (a stage with the
+// head, which holds losses) writes a NaN into its loss sum of step S once the schedule is queued,
+// before the step's decision reads it. The gradients stay finite, so only the count of ranks with
+// a non-finite loss can skip the step.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -26,9 +31,14 @@ enum class FailurePoint { step_start, schedule_queued, data_parallel_sum };
 // or is not of the form above.
 void fail_if_injected(int world_rank, int t, FailurePoint point = FailurePoint::step_start);
 
-// Writes the NaN when TRAIN_TEST_NAN names this rank and step (gradients: the stage allocation of
-// layout, on the device). Throws std::runtime_error when it is malformed or names a tensor the
-// rank does not hold.
+// Writes the NaN when TRAIN_TEST_NAN names a gradient, this rank and step (gradients: the stage
+// allocation of layout, on the device). Throws std::runtime_error when it is malformed or names a
+// tensor the rank does not hold.
 template <typename Element>
 void inject_nan_if_asked(int world_rank, int t, const ParameterLayout& layout, Element* gradients,
                          cudaStream_t stream);
+
+// Writes the NaN into loss_sum (device, 1) when TRAIN_TEST_NAN names tensor loss, this rank and
+// step. Throws std::runtime_error when it is malformed or names a rank without losses (holds_losses:
+// the rank's stage has the head).
+void inject_loss_nan_if_asked(int world_rank, int t, bool holds_losses, double* loss_sum, cudaStream_t stream);

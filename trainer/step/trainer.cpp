@@ -276,6 +276,7 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
     allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config), nccl_data_type<Element>(),
                                       trainer.stream);
   finish_data_parallel_sum(buckets, trainer.groups, trainer.gradient_memory, trainer.stream);
+  inject_loss_nan_if_asked(trainer.world.rank, t, head, trainer.executor.loss_sum, trainer.stream);
   // The update is decided on the device, alike on every rank (trainer/step/optimizer.h): skipped when
   // any rank's loss sum or the norm is not finite.
   queue_gradient_norm(trainer.optimizer, trainer.groups, trainer.gradient_memory, trainer.stream);
