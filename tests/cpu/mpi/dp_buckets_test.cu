@@ -1,8 +1,8 @@
 // The data-parallel sum in buckets (comm/data_parallel_sum.h), on the pipeline tests' tiny
 // model (tests/mpi/pipeline_harness.h) with --dp 2 --pp 2 under mpirun -np 4: the NCCL calls of a
 // training step, counted by the CPU build (cpu/runtime/call_counts.h), are the stage's buckets plus the
-// fixed others; and the buckets are queued while the stage's backward is still being queued, not
-// after it. CPU build only (build/cpu/tests/cpu_mpi_tests): the counts are the CPU runtime's.
+// fixed others; and each bucket is queued while its chunk's last backward is being queued, not
+// before it nor after. CPU build only (build/cpu/tests/cpu_mpi_tests): the counts are the CPU runtime's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
