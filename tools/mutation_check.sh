@@ -288,6 +288,46 @@ fault nonfinite-guard-ignores-the-loss kernels/adamw.cu \
   's/gate->apply = \*nonfinite_ranks == 0.0 \&\& is_finite(value);/gate->apply = is_finite(value);/' \
   'mpi4 NonFiniteGuard.*'
 
+# Issue 29 item 1: the CPU build's MPI families. The NCCL check's comparisons one at a time (an
+# unchecked kind may leave the ranks in different MPI collectives: the time limit catches a hang);
+# a layer's data-parallel sum queued at its chunk's first backward (later microbatches' gradients
+# missed) and wte's never queued; transfers in the compute stream by default, a compute not waiting
+# for the transfers of its buffers, a send not waiting for the compute that wrote them; the step's
+# figures copied back into pageable memory (a host wait per copy).
+fault nccl-check-ignores-the-op cpu/nccl/nccl_call_matching.cpp \
+  's/ \&\& mine.op == theirs.op//' \
+  'cpumpi4 NcclCheck.* 60'
+fault nccl-check-ignores-the-kind cpu/nccl/nccl_call_matching.cpp \
+  's/mine.call == theirs.call \&\& //' \
+  'cpumpi4 NcclCheck.* 60'
+fault nccl-check-ignores-the-root cpu/nccl/nccl_call_matching.cpp \
+  's/ \&\& mine.root == theirs.root//' \
+  'cpumpi4 NcclCheck.* 60'
+fault nccl-check-ignores-the-count cpu/nccl/nccl_call_matching.cpp \
+  's/mine.count != theirs.count || //' \
+  'cpumpi4 NcclCheck.* 60'
+fault nccl-check-ignores-the-datatype cpu/nccl/nccl_call_matching.cpp \
+  's/ || mine.datatype != theirs.datatype//' \
+  'cpumpi4 NcclCheck.* 60'
+fault dp-buckets-queued-at-the-chunks-first-backward pipeline/execute.cu \
+  's/^        e.last_gradient_step\[a.chunk\] = int(i);/        if (e.last_gradient_step[a.chunk] < 0) e.last_gradient_step[a.chunk] = int(i);/' \
+  'cpumpi4 DataParallelBuckets.*'
+fault dp-wte-bucket-never-queued comm/data_parallel_sum.cpp \
+  '/^  if (buckets.wte.count > 0) queue_bucket(buckets, groups, gradients, n, compute);$/d' \
+  'cpumpi4 DataParallelBuckets.*'
+fault transfers-in-the-compute-stream-by-default pipeline/execute.cu \
+  's/if (serial != nullptr \&\& std::string(serial) == "1") e.transfer_stream = stream;/if (serial == nullptr || std::string(serial) == "1") e.transfer_stream = stream;/' \
+  'cpumpi4 TransferStream.*'
+fault compute-does-not-wait-for-its-transfers pipeline/execute.cu \
+  '/^  if (after >= 0 \&\& e.transfer_stream != e.stream) CUDA_CHECK(cudaStreamWaitEvent(e.stream, e.step_end\[after\], 0));$/d' \
+  'cpumpi4 TransferStream.*'
+fault send-does-not-wait-for-its-compute pipeline/execute_steps.cu \
+  '/^  if (after_compute >= 0 \&\& e.transfer_stream != e.stream)$/,/^    CUDA_CHECK(cudaStreamWaitEvent(e.transfer_stream, e.step_end\[after_compute\], 0));$/d' \
+  'cpumpi4 TransferStream.*'
+fault step-figures-in-pageable-memory trainer/step/trainer.cpp \
+  's/CUDA_CHECK(cudaMallocHost(\&trainer.figures, sizeof(StepFigures)));/trainer.figures = new StepFigures();/; s/CUDA_CHECK(cudaFreeHost(trainer.figures));/delete trainer.figures;/' \
+  'cpumpi4 StepCounts.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -1,8 +1,8 @@
 // The data-parallel sum in buckets (comm/data_parallel_sum.h), on the pipeline tests' tiny
 // model (tests/mpi/pipeline_harness.h) with --dp 2 --pp 2 under mpirun -np 4: the NCCL calls of a
 // training step, counted by the CPU build (cpu/runtime/call_counts.h), are the stage's buckets plus the
-// fixed others; and the buckets are queued while the stage's backward is still being queued, not
-// after it. CPU build only (build/cpu/tests/cpu_mpi_tests): the counts are the CPU runtime's.
+// fixed others; and each bucket is queued while its chunk's last backward is being queued, not
+// before it nor after. CPU build only (build/cpu/tests/cpu_mpi_tests): the counts are the CPU runtime's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -64,6 +64,15 @@ struct Queued {
   int last_compute_step;                   // index in the schedule of the stage's last F, B, I or W
 };
 
+// Per chunk, the schedule index of its last B or W: the step after which its gradients are final.
+std::vector<int> last_gradient_steps(const StageSchedule& schedule, size_t chunks) {
+  std::vector<int> last(chunks, -1);
+  for (size_t i = 0; i < schedule.size(); ++i)
+    for (const Action& a : schedule[i])
+      if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_weight) last[a.chunk] = int(i);
+  return last;
+}
+
 // One step's schedule as train_step queues it, with the buckets queued by the executor's report
 // as train_step does, each noting what had been queued before it; then the rest of the sum.
 template <typename Element>
@@ -113,9 +122,10 @@ TEST(DataParallelBuckets, NcclCallsPerStepAreTheBucketsAndTheFixedOnes) {
   }
 }
 
-// Every layer bucket is queued once, in reverse layer order within a chunk; the first is queued
-// while more of the backward's kernels are still to come (the stage's last backward is not done
-// queueing), and with two chunks per stage before the stage's last compute step is queued.
+// Every layer bucket is queued once, in reverse layer order within a chunk, while its chunk's last
+// B or W is being queued: not before (a later microbatch's backward still adds to its gradients,
+// which the sum would miss) nor after. So the first is queued while more of the backward's kernels
+// are still to come, and with two chunks per stage before the stage's last compute step is queued.
 TEST(DataParallelBuckets, BucketsAreQueuedDuringTheBackward) {
   for (const Case& c : cases()) {
     if (c.bf16) continue;
@@ -137,6 +147,14 @@ TEST(DataParallelBuckets, BucketsAreQueuedDuringTheBackward) {
       }
     }
     ASSERT_EQ(queued.launches_before.size(), n);
+    const std::vector<int> last = last_gradient_steps(trainer.executor.schedule, trainer.chunks.size());
+    for (size_t k = 0; k < n; ++k) {
+      const GradientBucket& bucket = trainer.buckets.buckets[order[k]];
+      EXPECT_EQ(queued.schedule_steps_before[k], last[bucket.chunk])
+          << describe(c) << ", rank " << rank_in_world() << ": chunk " << bucket.chunk << " layer " << bucket.layer
+          << "'s bucket queued in " << to_text(trainer.executor.schedule[queued.schedule_steps_before[k]])
+          << ", its chunk's last B or W is " << to_text(trainer.executor.schedule[last[bucket.chunk]]);
+    }
     EXPECT_LT(queued.launches_before.front(), queued.launches_at_end) << describe(c) << ", rank " << rank_in_world();
     if (c.v == 2) {
       EXPECT_LT(queued.schedule_steps_before.front(), queued.last_compute_step)

@@ -119,6 +119,30 @@ TEST_F(NcclCheck, BroadcastsFromDifferentRootsFailOnBothRanks) {
   EXPECT_NE(message.find("ncclBroadcast #1 (count 8, ncclFloat32, root 1)"), std::string::npos) << message;
 }
 
+// One rank of each pair sums, the other takes the maximum: the calls differ in the reduction alone.
+TEST_F(NcclCheck, AllReducesWithDifferentReductionsFailOnBothRanks) {
+  DeviceBuffer<float> values(std::vector<float>(8, float(world_rank_ + 1)));
+  NCCL_CHECK(ncclAllReduce(values.data(), values.data(), 8, ncclFloat32, even() ? ncclSum : ncclMax, pair_, stream_));
+  const auto [error, message] = failure(pair_);
+  EXPECT_EQ(error, ncclInvalidUsage);
+  EXPECT_NE(message.find("ncclAllReduce #1 (count 8, ncclFloat32, ncclSum)"), std::string::npos) << message;
+  EXPECT_NE(message.find("ncclAllReduce #1 (count 8, ncclFloat32, ncclMax)"), std::string::npos) << message;
+  EXPECT_EQ(values.to_host(), std::vector<float>(8, float(world_rank_ + 1)));
+}
+
+// An all-reduce of 8 values against a reduce-scatter of 8 values a rank: the same count, data type
+// and reduction, and no root; the calls differ in their kind alone.
+TEST_F(NcclCheck, DifferentCollectivesWithTheSameArgumentsFailOnBothRanks) {
+  DeviceBuffer<float> values(std::vector<float>(16, float(world_rank_ + 1)));
+  if (even()) NCCL_CHECK(ncclAllReduce(values.data(), values.data(), 8, ncclFloat32, ncclSum, pair_, stream_));
+  else NCCL_CHECK(ncclReduceScatter(values.data(), values.data() + 8, 8, ncclFloat32, ncclSum, pair_, stream_));
+  const auto [error, message] = failure(pair_);
+  EXPECT_EQ(error, ncclInvalidUsage);
+  EXPECT_NE(message.find("ncclAllReduce #1 (count 8, ncclFloat32, ncclSum)"), std::string::npos) << message;
+  EXPECT_NE(message.find("ncclReduceScatter #1 (count 8, ncclFloat32, ncclSum)"), std::string::npos) << message;
+  EXPECT_EQ(values.to_host(), std::vector<float>(16, float(world_rank_ + 1)));
+}
+
 // NCCL pairs the k-th send from a to b with b's k-th receive from a, whatever the groups: here the
 // even rank receives 4 values and sends 8 in one group, the odd rank receives the 8, then sends
 // the 4, in two calls. Each receive meets the send of its own direction, not the first call.
@@ -183,6 +207,5 @@ TEST_F(NcclCheck, AFreshCommunicatorAfterAFailedOneExchangesOnlyItsOwnData) {
   EXPECT_EQ(received.to_host(), std::vector<float>(8, float(peer_world_rank + 1)));
   EXPECT_EQ(sum.to_host(), std::vector<float>(8, 2.0f));
 }
-
 
 }  // namespace
