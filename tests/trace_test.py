@@ -6,9 +6,11 @@ Traces come from short real runs of ./train under `mpirun -np 4` with a tiny mod
 predicted trace from --print-schedule --trace with the same options. The checks read the JSON
 with Python's own parser: every rank's track holds exactly the steps its schedule has (the
 predicted trace's, which the simulator makes from the schedule; the measured events are named by
-what the executor ran), one track's events never overlap, every send has one flow to the receive
-of the same message on the neighbouring stage; and tools/trace_svg.py draws every event and sums
-them up. Run by tools/run_tests.sh with Debian's /usr/bin/python3:
+what the executor ran), one track's events never overlap, no compute is drawn elsewhere than
+measured, every send has one flow to the receive of the same message on the neighbouring stage,
+inside both groups' measured times; against the world: every flow ends after it starts (the
+ranks' clocks aligned by the barrier, also with one rank's device slowed), and --trace-step's step
+has the loss --log gives that step; and tools/trace_svg.py draws every event and sums them up. Run by tools/run_tests.sh with Debian's /usr/bin/python3:
     /usr/bin/python3 tests/trace_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun). One line per
 check, then "tests: N passed, M failed".
