@@ -68,7 +68,17 @@ Timeline predicted_timeline(const PipelineSchedule& schedule, const Simulation& 
     }
   }
   timeline.flows = timeline_flows(simulation, {first});
+  set_flow_ends(timeline);
   return timeline;
+}
+
+void set_flow_ends(Timeline& timeline) {
+  for (TimelineFlow& flow : timeline.flows) {
+    const TimelineEvent& send = timeline.events[flow.send_event];
+    const TimelineEvent& recv = timeline.events[flow.recv_event];
+    flow.posted_us = send.start_us + std::min(0.01, send.duration_us / 2);
+    flow.arrived_us = recv.start_us + recv.duration_us - std::min(0.01, recv.duration_us / 2);
+  }
 }
 
 std::string chrome_trace_json(const Timeline& timeline) {
@@ -91,20 +101,16 @@ std::string chrome_trace_json(const Timeline& timeline) {
     if (!e.details.empty()) json += ", \"args\": {\"used\": " + quoted(e.details) + "}";
     json += "},\n";
   }
-  // Each flow runs from just after the start of its send's event (when the send was posted) to
-  // just before the end of its receive's (when the data had arrived), both ends inside those events
-  // and bound to them ("bp": "e": the enclosing event), so that the arrow points forward in time.
+  // Each flow's ends are bound to the events that enclose them ("bp": "e").
   for (size_t k = 0; k < timeline.flows.size(); k++) {
     const TimelineFlow& f = timeline.flows[k];
     const TimelineEvent& send = timeline.events[f.send_event];
     const TimelineEvent& recv = timeline.events[f.recv_event];
     const std::string common = "\"name\": " + quoted(f.name) + ", \"cat\": " + quoted(send.category) +
                                ", \"id\": " + std::to_string(k) + ", \"bp\": \"e\", ";
-    const double posted = send.start_us + std::min(0.01, send.duration_us / 2);
-    const double arrived = recv.start_us + recv.duration_us - std::min(0.01, recv.duration_us / 2);
-    json += "{" + common + "\"ph\": \"s\", \"ts\": " + number(posted) + ", " + track(send.replica, send.stage) +
-            "},\n";
-    json += "{" + common + "\"ph\": \"f\", \"ts\": " + number(arrived) + ", " + track(recv.replica, recv.stage) +
+    json += "{" + common + "\"ph\": \"s\", \"ts\": " + number(f.posted_us) + ", " +
+            track(send.replica, send.stage) + "},\n";
+    json += "{" + common + "\"ph\": \"f\", \"ts\": " + number(f.arrived_us) + ", " + track(recv.replica, recv.stage) +
             "},\n";
   }
   if (json.size() >= 2 && json.compare(json.size() - 2, 2, ",\n") == 0) json.erase(json.size() - 2, 1);

@@ -21,10 +21,12 @@ struct TimelineEvent {
   std::string details;    // shown with the event: what the executor used ("slot 1"), or ""
 };
 
-// A message: the events of its send and of its receive (indices into Timeline::events).
+// A message: the events of its send and of its receive (indices into Timeline::events), and where
+// its arrow is drawn (us): from when the send was posted to when the data had arrived (flow_ends).
 struct TimelineFlow {
   size_t send_event, recv_event;
   std::string name;  // the send's action, "sF3"
+  double posted_us = 0, arrived_us = 0;
 };
 
 struct Timeline {
@@ -40,11 +42,18 @@ std::string step_category(const Step& step);
 // one time unit of the simulation = unit_us microseconds.
 Timeline predicted_timeline(const PipelineSchedule& schedule, const Simulation& simulation, double unit_us);
 
-// Flows for a timeline whose events are, for each replica r < replicas and stage s, the stage's
-// steps in order: first_event[r][s] is the index of the stage's first step's event. The links
-// are the simulator's matching of sends and receives (simulation.messages).
+// Flows, without their ends (set_flow_ends), for a timeline whose events are, for each replica
+// r < replicas and stage s, the stage's steps in order: first_event[r][s] is the index of the
+// stage's first step's event. The links are the simulator's matching of sends and receives
+// (simulation.messages).
 std::vector<TimelineFlow> timeline_flows(const Simulation& simulation,
                                          const std::vector<std::vector<size_t>>& first_event);
+
+// Sets each flow's posted_us just after the start of its send's event and arrived_us just before
+// the end of its receive's, both inside those events as they are now. With the tracks' clocks
+// aligned, arrived_us >= posted_us: the arrow points forward in time. A measured timeline sets
+// them before drawing its transfer groups elsewhere (trainer/program/measured_timeline.cpp).
+void set_flow_ends(Timeline& timeline);
 
 // The JSON text: {"traceEvents": [...], "displayTimeUnit": "ms", "otherData": {...}}.
 std::string chrome_trace_json(const Timeline& timeline);

@@ -6,9 +6,11 @@ Traces come from short real runs of ./train under `mpirun -np 4` with a tiny mod
 predicted trace from --print-schedule --trace with the same options. The checks read the JSON
 with Python's own parser: every rank's track holds exactly the steps its schedule has (the
 predicted trace's, which the simulator makes from the schedule; the measured events are named by
-what the executor ran), one track's events never overlap, every send has one flow to the receive
-of the same message on the neighbouring stage; and tools/trace_svg.py draws every event and sums
-them up. Run by tools/run_tests.sh with Debian's /usr/bin/python3:
+what the executor ran), one track's events never overlap, no compute is drawn elsewhere than
+measured, every send has one flow to the receive of the same message on the neighbouring stage,
+inside both groups' measured times; against the world: every flow ends after it starts (the
+ranks' clocks aligned by the barrier, also with one rank's device slowed), and --trace-step's step
+has the loss --log gives that step; and tools/trace_svg.py draws every event and sums them up. Run by tools/run_tests.sh with Debian's /usr/bin/python3:
     /usr/bin/python3 tests/trace_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun). One line per
 check, then "tests: N passed, M failed".
@@ -32,21 +34,42 @@ SMALL_RUN = ["--steps", "2", "--layers", "4", "--heads", "2", "--dim", "32", "--
              "--microbatches", "5", "--schedule", "zb-h1", "--val-every", "0", "--sample-every", "0"]
 SVG = "{http://www.w3.org/2000/svg}"
 DIRECTORY = tempfile.TemporaryDirectory()
-# The JSON's microseconds have three decimals: two events that touch may seem to overlap by that much.
+# The JSON's microseconds have three decimals: two events that touch may seem to overlap by that much,
+# and a flow between them seem to go back by as much.
 ROUNDING_US = 0.002
+# The details' measured times are in ms with three decimals: 0.5 us each way.
+MEASURED_US = 0.5 + ROUNDING_US
+
+
+# The stream delay (us per device operation) of rank 0 in the late-rank run: a few hundred
+# operations per step make its step about 100 ms longer than the others', more than the 50 ms
+# of barrier exit skew measured with 4 ranks on 2 loaded cores.
+LATE_RANK_DELAY_US = "200"
 
 
 @functools.lru_cache(maxsize=None)
 def trace(kind, dp, extra=()):
-    """The trace of the small run ('measured', or 'predicted' by --print-schedule) with dp replicas on 4 ranks."""
-    path = os.path.join(DIRECTORY.name, "%s_dp%d_%s.json" % (kind, dp, "_".join(extra)))
-    arguments = SMALL_RUN + ["--dp", str(dp), "--trace", path] + list(extra)
+    """The trace of the small run ('measured', or 'predicted' by --print-schedule) with dp replicas on 4 ranks,
+    and the path of its --log. extra: more options, or "late rank 0" for rank 0's device slowed."""
+    path = os.path.join(DIRECTORY.name, "%s_dp%d_%s.json" % (kind, dp, "_".join(extra).replace(" ", "_")))
+    options = [option for option in extra if option != "late rank 0"]
+    arguments = SMALL_RUN + ["--dp", str(dp), "--trace", path, "--log", path + ".log"] + options
     if kind == "predicted":
         arguments.append("--print-schedule")
-    subprocess.run([MPIRUN, "-np", "4", TRAIN] + arguments, cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.PIPE, text=True, timeout=120)
+    command = [MPIRUN, "-np", "4", TRAIN] + arguments
+    if "late rank 0" in extra:  # MPMD: rank 0 with the delay, ranks 1-3 without
+        command = [MPIRUN, "-np", "1", "env", "CUDA_CPU_STREAM_DELAY_US=" + LATE_RANK_DELAY_US, TRAIN] + arguments \
+            + [":", "-np", "3", TRAIN] + arguments
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                   timeout=120)
     with open(path) as file:
         return path, json.load(file)
+
+
+def logged_losses(path):
+    """The losses --log wrote next to a trace, by step."""
+    with open(path + ".log") as file:
+        return {record["step"]: record["loss"] for record in map(json.loads, file)}
 
 
 def tracks(document):
@@ -84,9 +107,18 @@ def events_never_overlap():
     return worst <= ROUNDING_US, "the largest overlap of two events of one track: %.3f us" % worst
 
 
+def measured_interval(event):
+    """An event's measured start and end (us): its drawn ones, or those its details give when drawn elsewhere."""
+    found = re.search(r"\(measured (-?[\d.]+)-(-?[\d.]+) ms\)", event.get("args", {}).get("used", ""))
+    if found:
+        return float(found.group(1)) * 1e3, float(found.group(2)) * 1e3
+    return event["ts"], event["ts"] + event["dur"]
+
+
 def every_send_has_its_flow():
-    """Each send of each group event starts one flow, which ends in the event on the neighbouring stage
-    (of the same replica) that receives that message."""
+    """Each send of each group event starts one flow, which ends at the group on the neighbouring stage
+    (of the same replica) that receives that message: each end inside its group's measured times
+    (within MEASURED_US: the details' rounding), where the arrows are drawn."""
     for dp in (1, 2):
         document = trace("measured", dp)[1]
         by_track = tracks(document)
@@ -95,32 +127,85 @@ def every_send_has_its_flow():
         if set(starts) != set(ends):
             return False, "flows without both ends: %s" % sorted(set(starts) ^ set(ends))
 
-        def enclosing(point):
-            """The latest-starting event of the point's track that holds it."""
-            holding = [e for e in by_track[(point["pid"], point["tid"])] if e["ts"] <= point["ts"] <= e["ts"] + e["dur"]]
-            return max(holding, key=lambda e: e["ts"]) if holding else None
+        def group_with(point, action):
+            """The event of the point's track that ran `action` ("sF3") while the point's time."""
+            for e in by_track[(point["pid"], point["tid"])]:
+                begin, end = measured_interval(e)
+                if action in e["name"].split("+") and begin - MEASURED_US <= point["ts"] <= end + MEASURED_US:
+                    return e
+            return None
 
         sends = sum(len(re.findall(r"(?:^|\+)s[FB]\d+", e["name"])) for events in by_track.values() for e in events)
         if len(starts) != sends:
             return False, "dp %d: %d sends, %d flows" % (dp, sends, len(starts))
         for flow_id, start in starts.items():
             end = ends[flow_id]
-            sender, receiver = enclosing(start), enclosing(end)
             message = start["name"]  # "sF3": its receive is "rF3" (one chunk per stage)
             step = 1 if message[1] == "F" else -1
-            if sender is None or receiver is None or message not in sender["name"].split("+"):
-                return False, "flow %s %s is not bound to its send" % (flow_id, message)
-            if ("r" + message[1:]) not in receiver["name"].split("+") or end["pid"] != start["pid"] \
+            if group_with(start, message) is None:
+                return False, "flow %s %s does not start at its send" % (flow_id, message)
+            if group_with(end, "r" + message[1:]) is None or end["pid"] != start["pid"] \
                     or end["tid"] != start["tid"] + step:
-                return False, "flow %s %s ends in %s on stage %d" % (flow_id, message, receiver["name"], end["tid"])
+                return False, "flow %s %s does not end at its receive: stage %d at %.3f us" % (
+                    flow_id, message, end["tid"], end["ts"])
     return True, "every send's flow ends at its receive, on the next (sF) or previous (sB) stage"
 
 
+def flows_point_forward(document):
+    """(ok, what): every flow's end at or after its start, and each rank's clock correction within its
+    barrier's bound (the file's "clock corrections": "rank 0 +0.000 of 0.512 ms, ...")."""
+    starts = {e["id"]: e for e in document["traceEvents"] if e["ph"] == "s"}
+    ends = {e["id"]: e for e in document["traceEvents"] if e["ph"] == "f"}
+    backward = ["%s %s by %.3f us" % (k, starts[k]["name"], starts[k]["ts"] - ends[k]["ts"])
+                for k in starts if ends[k]["ts"] < starts[k]["ts"] - ROUNDING_US]
+    said = document["otherData"].get("clock corrections", "")
+    corrections = re.findall(r"rank \d+ \+(\d+\.\d{3}) of (\d+\.\d{3}) ms", said)
+    ranks = len({(e["pid"], e["tid"]) for e in document["traceEvents"] if e["ph"] == "X"})
+    if backward or len(corrections) != ranks or said.startswith("none") \
+            or any(float(moved) > float(bound) for moved, bound in corrections):
+        return False, "%d of %d flows backward (%s); clock corrections: %s" % (
+            len(backward), len(starts), ", ".join(backward[:3]), said)
+    return True, "%d flows forward; clock corrections: %s" % (len(starts), said)
+
+
+def flows_end_after_they_start():
+    """The ranks' times are aligned by one barrier, corrected within its bounds
+    (trainer/program/measured_timeline.cpp): a message's receive then ends after its send started
+    (the arrows are drawn at the measured times), within ROUNDING_US."""
+    for dp in (1, 2):
+        ok, what = flows_point_forward(trace("measured", dp)[1])
+        if not ok:
+            return False, "dp %d: %s" % (dp, what)
+    return True, what
+
+
+def flows_end_after_they_start_with_a_rank_late():
+    """Rank 0's device slowed (the CPU build's CUDA_CPU_STREAM_DELAY_US on that rank only) reaches the
+    traced step late: only the barrier gives the ranks one origin, and without it rank 0's receives
+    would end before their sends start."""
+    ok, what = flows_point_forward(trace("measured", 1, ("late rank 0",))[1])
+    return ok, what
+
+
+def computes_drawn_as_measured():
+    """A compute is drawn at its measured times: its details never carry other measured times."""
+    for dp in (1, 2):
+        for events in tracks(trace("measured", dp)[1]).values():
+            moved = [e["name"] for e in events if e["cat"] != "transfer" and "measured" in e.get("args", {}).get("used", "")]
+            if moved:
+                return False, "dp %d: computes drawn elsewhere than measured: %s" % (dp, moved)
+    return True, "no compute of 4 stages or of 2 x 2 drawn elsewhere than measured"
+
+
 def trace_step_and_about():
-    _, document = trace("measured", 1, ("--trace-step", "1"))
-    what = document["otherData"]["what"]
-    ok = what.startswith("the measured timeline of step 1;") and document["otherData"]["schedule"] == "zb-h1 schedule"
-    return ok, "otherData: %s" % document["otherData"]
+    """--trace-step 1 traces step 1, identified by the step's loss (the file's "loss", as --log writes
+    it) as well as by the label: the loss of step 1 in the run's log, not that of step 2."""
+    path, document = trace("measured", 1, ("--trace-step", "1"))
+    about = document["otherData"]
+    losses = logged_losses(path)
+    ok = (about["what"].startswith("the measured timeline of step 1;") and about["schedule"] == "zb-h1 schedule"
+          and float(about.get("loss", "nan")) == losses[1] and losses[1] != losses[2])
+    return ok, "otherData: %s; logged losses %s" % (about, losses)
 
 
 def svg_draws_every_event():
@@ -163,6 +248,9 @@ CHECKS = {
     "Trace.EveryTrackHoldsExactlyItsSchedulesSteps": exactly_the_schedules_steps,
     "Trace.EventsOfATrackNeverOverlap": events_never_overlap,
     "Trace.EverySendHasItsFlowToTheMatchingReceive": every_send_has_its_flow,
+    "Trace.FlowsEndAfterTheyStart": flows_end_after_they_start,
+    "Trace.FlowsEndAfterTheyStartWithARankLate": flows_end_after_they_start_with_a_rank_late,
+    "Trace.ComputesAreDrawnAsMeasured": computes_drawn_as_measured,
     "Trace.TraceStepChoosesTheStepAndTheFileSaysWhatItIs": trace_step_and_about,
     "TraceSvg.DrawsEveryEventOfEveryTrack": svg_draws_every_event,
     "TraceSvg.SummaryGivesIdleSharesAndMeanCosts": summary_names_idle_and_costs,

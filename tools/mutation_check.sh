@@ -328,6 +328,26 @@ fault step-figures-in-pageable-memory trainer/step/trainer.cpp \
   's/CUDA_CHECK(cudaMallocHost(\&trainer.figures, sizeof(StepFigures)));/trainer.figures = new StepFigures();/; s/CUDA_CHECK(cudaFreeHost(trainer.figures));/delete trainer.figures;/' \
   'cpumpi4 StepCounts.*'
 
+# Issue 29 item 2: the trace checked against the world. The ranks' origins from one barrier (and
+# rank 0 late, only the barrier aligns them); the clocks corrected within the barrier's bounds;
+# the flows at the measured times, not the drawn groups; no compute clamped; --trace-step's step
+# identified by its loss.
+fault trace-origin-without-the-barrier trainer/program/measured_timeline.cpp \
+  '/^  wait_for_world(trainer.world);$/d' \
+  'py:trace_test Trace.FlowsEndAfterTheyStart*'
+fault trace-clock-correction-not-applied trainer/program/measured_timeline.cpp \
+  '/timeline.events\[i\].start_us += delay_us\[rank_of_event\[i\]\];$/d' \
+  'py:trace_test Trace.FlowsEndAfterTheyStart*'
+fault trace-flows-at-the-drawn-groups trainer/program/measured_timeline.cpp \
+  's/^  const std::string json = chrome_trace_json(timeline);/  set_flow_ends(timeline);\n&/' \
+  'py:trace_test Trace.EverySendHasItsFlowToTheMatchingReceive:Trace.FlowsEndAfterTheyStart*'
+fault trace-compute-clamped-to-the-previous-end trainer/program/measured_timeline.cpp \
+  's/^    if (e.category == "transfer") {/    {/; s/std::min(std::max(start_us, drawn_end_us), next_start_us - kShortestEventMs \* 1e3)/std::max(start_us, drawn_end_us)/' \
+  'py:trace_test Trace.ComputesAreDrawnAsMeasured'
+fault trace-step-one-late trainer/program/run.cpp \
+  's/const bool traced = position.step + 1 == traced_step;/const bool traced = position.step == traced_step;/' \
+  'py:trace_test Trace.TraceStep*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

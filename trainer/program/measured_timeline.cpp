@@ -2,6 +2,7 @@
 #include "trainer/program/measured_timeline.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 
@@ -29,40 +30,92 @@ std::string executed_category(const ExecutedStep& step) {
 // flows bound to it (pipeline/timeline.cpp, 0.01 us inside their events) stay inside it.
 constexpr double kShortestEventMs = 2e-5;
 
-// This rank's events, one line each: name, category, start (ms), end (ms), details, tab-separated.
-// One track per stage shows its steps in schedule order without overlaps, while a transfer group
-// runs on its own stream beside the computes: a compute is drawn as measured (the computes of a
-// stage never overlap); a group from the later of its start and the previous step's drawn end to
-// the earlier of its end and the next step's start (at least kShortestEventMs), and then says its
-// measured times ("measured 1.250-3.500 ms") in its details.
+// This rank's barrier_entry, stamped (on the compute stream, drained) before the rank entered the
+// barrier of start_measured_timeline: one traced step per run.
+cudaEvent_t barrier_entry = nullptr;
+
+// This rank's steps as measured, one line each: name, category, start (ms), end (ms), details,
+// tab-separated, after a first line "barrier\t<ms>": how long before its origin this rank entered
+// the barrier.
 template <typename Element>
 std::string own_events(const Trainer<Element>& trainer) {
   const Executor<Element>& e = trainer.executor;
   const ExecutorAccounting& a = e.accounting;
-  if (a.step_start_ms.size() != e.trace.size())
+  if (a.step_start_ms.size() != e.trace.size() || barrier_entry == nullptr)
     throw std::runtime_error("the traced step has no timeline origin (start_measured_timeline)");
+  float barrier_ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&barrier_ms, barrier_entry, e.origin));
   std::ostringstream text;
   text.precision(17);
-  double drawn_end = -1e300;
-  for (size_t i = 0; i < e.trace.size(); ++i) {
-    const double start = std::max<double>(a.step_start_ms[i], drawn_end);
-    double end = std::max<double>(a.step_end_ms[i], start);
-    if (!e.trace[i].compute) {
-      if (i + 1 < e.trace.size()) end = std::min<double>(end, a.step_start_ms[i + 1]);
-      end = std::max(end, start + kShortestEventMs);
-    }
-    std::string details = to_text(e.trace[i]);
-    if (start != a.step_start_ms[i] || end != a.step_end_ms[i]) {
-      std::ostringstream measured;
-      measured.precision(3);
-      measured << std::fixed << " (measured " << a.step_start_ms[i] << "-" << a.step_end_ms[i] << " ms)";
-      details += measured.str();
-    }
-    text << executed_name(e.trace[i]) << '\t' << executed_category(e.trace[i]) << '\t' << start << '\t' << end
-         << '\t' << details << '\n';
-    drawn_end = end;
-  }
+  text << "barrier\t" << barrier_ms << '\n';
+  for (size_t i = 0; i < e.trace.size(); ++i)
+    text << executed_name(e.trace[i]) << '\t' << executed_category(e.trace[i]) << '\t' << a.step_start_ms[i] << '\t'
+         << a.step_end_ms[i] << '\t' << to_text(e.trace[i]) << '\n';
   return text.str();
+}
+
+// The ranks' origins are their exits from one barrier, which on a loaded node (more ranks than
+// cores) are not one instant: a rank waiting for a core leaves it late, its origin late and its
+// times early, by up to 50 ms measured with 4 ranks on 2 cores (its receives then ended before
+// their sends started). What bounds the error: the barrier ended after every rank entered it, so
+// rank k's origin is at most barrier_ms[k] after that instant. The correction: each rank's times
+// move later by the least delay[k] >= 0 (at most barrier_ms[k]) that puts every message's measured
+// arrival (its receive's end) at or after its posting (its send's start; both as set_flow_ends
+// places them, which then sets the flows' ends from the corrected times): the least solution of
+// difference constraints, by relaxation as in Bellman-Ford. Returns the text for the file, "rank 0
+// +0.000 of 0.512 ms, ...", or says it found none within the bounds (the times then stay as
+// measured, and the messages show the contradiction).
+std::string align_clocks(Timeline& timeline, const std::vector<int>& rank_of_event, const std::vector<double>& barrier_ms) {
+  set_flow_ends(timeline);
+  std::vector<double> delay_us(barrier_ms.size(), 0.0);
+  bool changed = true;
+  for (size_t round = 0; changed && round <= delay_us.size(); ++round) {
+    changed = false;
+    for (const TimelineFlow& f : timeline.flows) {
+      const int sender = rank_of_event[f.send_event], receiver = rank_of_event[f.recv_event];
+      const double needed = f.posted_us + delay_us[sender] - f.arrived_us;
+      if (needed > delay_us[receiver]) delay_us[receiver] = needed, changed = true;
+    }
+  }
+  std::ostringstream text;
+  text.precision(3);
+  text << std::fixed;
+  bool within = !changed;
+  for (size_t k = 0; k < delay_us.size(); ++k) {
+    within = within && delay_us[k] <= barrier_ms[k] * 1e3;
+    text << (k ? ", " : "") << "rank " << k << " +" << delay_us[k] * 1e-3 << " of " << barrier_ms[k] << " ms";
+  }
+  if (!within) return "none within the barrier's bounds (times as measured): needed " + text.str();
+  for (size_t i = 0; i < timeline.events.size(); ++i) timeline.events[i].start_us += delay_us[rank_of_event[i]];
+  set_flow_ends(timeline);
+  return text.str();
+}
+
+// Draws one track (the events [first, end) of one stage, in schedule order) without overlaps,
+// while a transfer group runs on its own stream beside the computes: a compute as measured (the
+// computes of a stage run on one stream and never overlap), a group between the previous step's
+// drawn end and the next step's measured start (at least kShortestEventMs), its details then
+// saying its measured times ("measured 1.250-3.500 ms", after the clock correction). The flows
+// keep their measured ends: an arrow starts when its send was posted, during whatever the track
+// then drew, not at a group drawn later than it ran.
+void draw_track(std::vector<TimelineEvent>& events, size_t first, size_t end) {
+  double drawn_end_us = -1e300;
+  for (size_t i = first; i < end; ++i) {
+    TimelineEvent& e = events[i];
+    const double start_us = e.start_us, end_us = e.start_us + e.duration_us;
+    if (e.category == "transfer") {
+      const double next_start_us = i + 1 < end ? events[i + 1].start_us : 1e300;
+      e.start_us = std::min(std::max(start_us, drawn_end_us), next_start_us - kShortestEventMs * 1e3);
+      e.duration_us = std::max(std::min(end_us, next_start_us), e.start_us + kShortestEventMs * 1e3) - e.start_us;
+      if (e.start_us != start_us || e.duration_us != end_us - start_us) {
+        std::ostringstream measured;
+        measured.precision(3);
+        measured << std::fixed << " (measured " << start_us * 1e-3 << "-" << end_us * 1e-3 << " ms)";
+        e.details += measured.str();
+      }
+    }
+    drawn_end_us = e.start_us + e.duration_us;
+  }
 }
 
 }  // namespace
@@ -70,24 +123,35 @@ std::string own_events(const Trainer<Element>& trainer) {
 template <typename Element>
 void start_measured_timeline(Trainer<Element>& trainer) {
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));
+  if (barrier_entry == nullptr) CUDA_CHECK(cudaEventCreate(&barrier_entry));
+  CUDA_CHECK(cudaEventRecord(barrier_entry, trainer.stream));
+  CUDA_CHECK(cudaEventSynchronize(barrier_entry));  // stamped before this rank enters the barrier
   wait_for_world(trainer.world);
   mark_timeline_origin(trainer.executor);
 }
 
 template <typename Element>
 void write_measured_timeline(const Trainer<Element>& trainer, const PipelineSchedule& schedule, const std::string& path,
-                             const std::vector<std::pair<std::string, std::string>>& about) {
+                             const std::vector<std::pair<std::string, std::string>>& about, double loss) {
   const std::vector<std::string> texts = gather_text_to_rank0(trainer.world, own_events(trainer));
   if (trainer.world.rank != 0) return;
   const Mesh& mesh = trainer.groups.mesh;
   Timeline timeline;
   timeline.about = about;
+  char loss_text[32];
+  std::snprintf(loss_text, sizeof(loss_text), "%.17g", loss);
+  timeline.about.push_back({"loss", loss_text});
   std::vector<std::vector<size_t>> first_event(mesh.dp, std::vector<size_t>(mesh.pp));
+  std::vector<int> rank_of_event;
+  std::vector<double> barrier_ms(texts.size());
   for (int rank = 0; rank < int(texts.size()); ++rank) {
     const int replica = rank / mesh.pp, stage = rank % mesh.pp;  // comm/mesh.h's world rank
     first_event[replica][stage] = timeline.events.size();
     std::istringstream lines(texts[rank]);
-    for (std::string line; std::getline(lines, line);) {
+    std::string line;
+    std::getline(lines, line);  // "barrier\t<ms>"
+    barrier_ms[rank] = std::stod(line.substr(line.find('\t') + 1));
+    while (std::getline(lines, line)) {
       std::istringstream fields(line);
       std::string name, category, start, end, details;
       std::getline(fields, name, '\t');
@@ -97,11 +161,16 @@ void write_measured_timeline(const Trainer<Element>& trainer, const PipelineSche
       std::getline(fields, details);
       const double start_us = std::stod(start) * 1e3;
       timeline.events.push_back({replica, stage, name, category, start_us, std::stod(end) * 1e3 - start_us, details});
+      rank_of_event.push_back(rank);
     }
   }
   // The flows follow the schedule's matching of sends and receives, which the executor ran
   // (tests/mpi/trace_check.h checks it does); the costs do not change the matching.
   timeline.flows = timeline_flows(simulate(schedule.stages, {1, 1, 1, 0}, schedule.placement.kind), first_event);
+  timeline.about.push_back({"clock corrections", align_clocks(timeline, rank_of_event, barrier_ms)});
+  for (size_t rank = 0; rank < texts.size(); ++rank)
+    draw_track(timeline.events, first_event[rank / mesh.pp][rank % mesh.pp],
+               rank + 1 < texts.size() ? first_event[(rank + 1) / mesh.pp][(rank + 1) % mesh.pp] : timeline.events.size());
   const std::string json = chrome_trace_json(timeline);
   write_file_atomically(path, {{json.data(), json.size()}});
 }
@@ -110,7 +179,7 @@ void write_measured_timeline(const Trainer<Element>& trainer, const PipelineSche
   template void start_measured_timeline<Element>(Trainer<Element>&);                                       \
   template void write_measured_timeline<Element>(const Trainer<Element>&, const PipelineSchedule&,         \
                                                  const std::string&,                                       \
-                                                 const std::vector<std::pair<std::string, std::string>>&);
+                                                 const std::vector<std::pair<std::string, std::string>>&, double);
 
 INSTANTIATE_TIMELINE(float)
 INSTANTIATE_TIMELINE(__nv_bfloat16)

@@ -1,14 +1,17 @@
 // --trace FILE: the measured timeline of one training step (the last, or --trace-step N) as
 // Chrome trace-event JSON (pipeline/timeline.h), one track per stage and replica, every schedule
 // step an event with the start and duration the executor's CUDA events measured. A transfer
-// group runs on its own stream and may overlap the computes after it: the track then draws it up
-// to the next step's start and gives its measured times in its details (timeline.cpp says how).
+// group runs on its own stream and may overlap the computes beside it: the track then draws it
+// between them and gives its measured times in its details, while its messages' arrows keep the
+// measured times (measured_timeline.cpp says how). A compute is always drawn as measured.
 //
 // The ranks' clocks: each rank's times are measured on its own device from one event, its
 // timeline origin, recorded on its idle stream right after all ranks met at an MPI barrier (the
-// stream drained first). The origins are then the same instant up to the barrier's exit skew and
-// the time to record an event: microseconds on one node, the network's latency across nodes.
-// Every rank's times are offsets from its origin, so the tracks line up without comparing clocks.
+// stream drained first). The origins are then the same instant up to the barrier's exit skew:
+// microseconds on an idle node, but up to 50 ms measured with 4 ranks on 2 loaded cores. Each rank
+// also stamps when it entered the barrier, which bounds how late its origin can be; the writer
+// moves each rank's times later by the least amount within that bound that makes every message's
+// receive end at or after its send's start, and names the amounts in "otherData" (measured_timeline.cpp).
 #pragma once
 #include <string>
 
@@ -23,7 +26,9 @@ void start_measured_timeline(Trainer<Element>& trainer);
 // After the traced step, on every rank: every rank's executed steps and times go to world rank 0,
 // which writes the JSON to path (atomically: path.tmp, then a rename). schedule is the run's
 // (every stage's steps: the flows follow its matching of sends and receives); about names the run
-// (written as "otherData"). Throws std::runtime_error naming the file when it cannot be written.
+// (written as "otherData", with "loss": the step's loss, as --log writes it, which identifies the
+// step apart from its label). Throws std::runtime_error naming the file when it cannot be written.
 template <typename Element>
 void write_measured_timeline(const Trainer<Element>& trainer, const PipelineSchedule& schedule,
-                             const std::string& path, const std::vector<std::pair<std::string, std::string>>& about);
+                             const std::string& path, const std::vector<std::pair<std::string, std::string>>& about,
+                             double loss);

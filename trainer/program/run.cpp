@@ -195,7 +195,8 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
     if (traced) {
       write_measured_timeline(trainer, layout_schedule(setup.layout, mesh.pp), options.trace,
                               trace_about(setup, "the measured timeline of step " + std::to_string(traced_step) +
-                                                     "; each rank's times from an event recorded right after a barrier"));
+                                                     "; each rank's times from an event recorded right after a barrier"),
+                              step.loss);
       say(out, "wrote the timeline of step %d to %s\n", traced_step, options.trace.c_str());
       timeline_written = true;
     }
