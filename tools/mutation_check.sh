@@ -96,8 +96,8 @@ fault afab-backwards-in-reverse pipeline/schedule.cpp \
 fault one-f-one-b-warmup-one-too-long pipeline/schedule.cpp \
   's/std::min(p - stage - 1, m);/std::min(p - stage, m);/' \
   'unit Schedule.*:Simulator.*; mpi4 Pipeline.*'
-fault step-times-read-before-the-step-ends pipeline/execute.cu \
-  '0,/^  CUDA_CHECK(cudaStreamSynchronize(e.stream));$/{//d}' \
+fault step-times-read-before-the-step-ends trainer/step/trainer.cpp \
+  '/^  CUDA_CHECK(cudaStreamSynchronize(trainer.stream));  \/\/ the step.s one host wait$/{h;d}; /^  finish_step(trainer.executor);$/G' \
   'CUDA_CPU_STREAM_DELAY_US=200 unit Trainer.*'
 fault slot-freed-before-its-backward pipeline/execute_steps.cu \
   '/^  if (e.recompute) state.working_microbatch = microbatch;$/a\  state.inputs.free.push_back(slot);' \
