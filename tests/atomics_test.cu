@@ -1,10 +1,9 @@
 // Atomics from many blocks: results checked against plain C++, and each thread's returned
 // values checked for exactly-once semantics. In the CPU build, blocks may run on several OS
-// threads (CUDA_CPU_BLOCK_THREADS): tools/run_tests.sh runs unit_tests a second time with
-// CUDA_CPU_BLOCK_THREADS=2. A short launch often ends on the calling OS thread before the
-// second one wakes (1 in 50 launches of 40 small blocks overlapped at all, on a loaded 2-core
-// machine), so the exactly-once checks repeat their launch until a quarter of its blocks
-// started while another was in flight: there the atomics race.
+// threads (CUDA_CPU_BLOCK_THREADS; tools/run_tests.sh also runs unit_tests with 1). A short launch
+// often ends on the calling OS thread before a second one wakes, the more so on a loaded machine,
+// so in the exactly-once checks a block that comes in alone waits for another before its atomics
+// (enter): where blocks can run at once, they race there by construction, not by timing.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,21 +16,31 @@
 
 namespace {
 
-// Launches long enough for a second OS thread to join most of them in the CPU build.
+// Many blocks, each with many threads and repeats: many pairs of blocks race.
 constexpr int kBlocks = 400, kThreads = 96, kCount = kBlocks * kThreads;
 constexpr int kRepeats = 16, kOperations = kCount * kRepeats;  // per thread, and in all
-constexpr int kLaunchTries = 50;
 
 __device__ int thread_id() { return int(blockIdx.x * blockDim.x + threadIdx.x); }
 
-// How much blocks overlapped: each counts itself in after a first barrier and out before a
-// last one; overlapped counts the blocks that came in while another was in flight.
+// How blocks overlap: each counts itself in after a first barrier and out before a last one.
+// With rendezvous (a device that runs blocks at once: several multiprocessors, or several OS
+// threads in the CPU build), a block that comes in alone waits until another is in flight, or
+// until every block has come in (then no other can come: waiting longer would never end);
+// overlapped counts the blocks that saw another in flight. Only the blocks still in flight once
+// all have come in may run alone, so all blocks but a few overlap, whatever the machine's load.
 struct Flight {
-  int in_flight, overlapped;
+  int rendezvous, in_flight, entered, overlapped;
 };
 __device__ void enter(Flight* flight) {
   __syncthreads();
-  if (threadIdx.x == 0 && atomicAdd(&flight->in_flight, 1) > 0) atomicAdd(&flight->overlapped, 1);
+  if (threadIdx.x == 0) {
+    atomicAdd(&flight->in_flight, 1);
+    atomicAdd(&flight->entered, 1);
+    bool beside_another = atomicAdd(&flight->in_flight, 0) > 1;
+    while (flight->rendezvous && !beside_another && atomicAdd(&flight->entered, 0) < int(gridDim.x))
+      beside_another = atomicAdd(&flight->in_flight, 0) > 1;
+    if (beside_another) atomicAdd(&flight->overlapped, 1);
+  }
   __syncthreads();
 }
 __device__ void leave(Flight* flight) {
@@ -39,20 +48,20 @@ __device__ void leave(Flight* flight) {
   if (threadIdx.x == 0) atomicSub(&flight->in_flight, 1);
 }
 
-// Runs launch_and_check(flight) until, on a device of more than one multiprocessor, a launch
-// had a quarter of its blocks start beside another (a brief overlap at the end of a launch
-// seldom races), or a check failed; fails if no launch of kLaunchTries did.
+// Runs launch_and_check(flight), whose kernel's blocks enter and leave the flight. On a device
+// of more than one multiprocessor (one: blocks never run at once, and a waiting block would wait
+// forever) the blocks rendezvous, and at least half of them (by construction all but a few) must
+// have run beside another: else the atomics did not race and the check proved nothing.
 template <typename LaunchAndCheck>
-void until_blocks_overlap(LaunchAndCheck launch_and_check) {
+void with_blocks_racing(LaunchAndCheck launch_and_check) {
   cudaDeviceProp properties;
   CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
-  const int wanted = properties.multiProcessorCount > 1 ? kBlocks / 4 : 0;
-  for (int tries = 0; tries < kLaunchTries; ++tries) {
-    DeviceBuffer<Flight> flight(std::vector<Flight>{{0, 0}});
-    launch_and_check(flight.data());
-    if (testing::Test::HasFailure() || flight.to_host()[0].overlapped >= wanted) return;
+  const int rendezvous = properties.multiProcessorCount > 1;
+  DeviceBuffer<Flight> flight(std::vector<Flight>{{rendezvous, 0, 0, 0}});
+  launch_and_check(flight.data());
+  if (rendezvous) {
+    EXPECT_GE(flight.to_host()[0].overlapped, kBlocks / 2) << "blocks that ran beside another";
   }
-  ADD_FAILURE() << "no launch of " << kLaunchTries << " had " << wanted << " blocks start beside another";
 }
 
 // first, first + 1, ..., last.
@@ -128,7 +137,7 @@ __global__ void take_tickets(int* counter, int* tickets, Flight* flight) {
 }
 
 TEST(Atomics, IntegerAddHandsOutEachTicketOnce) {
-  until_blocks_overlap([](Flight* flight) {
+  with_blocks_racing([](Flight* flight) {
     DeviceBuffer<int> counter(std::vector<int>{0}), tickets(kOperations);
     launch(take_tickets, dim3(kBlocks), dim3(kThreads), 0, nullptr, counter.data(), tickets.data(), flight);
     EXPECT_EQ(sorted(tickets.to_host()), consecutive(0, kOperations - 1));
@@ -151,7 +160,7 @@ __global__ void claim_slots(int* owners, int* cursor, int* claimed, Flight* flig
 }
 
 TEST(Atomics, CasGivesEachSlotToExactlyOneThread) {
-  until_blocks_overlap([](Flight* flight) {
+  with_blocks_racing([](Flight* flight) {
     DeviceBuffer<int> owners(std::vector<int>(kOperations, -1)), cursor(std::vector<int>{0}), claimed(kOperations);
     launch(claim_slots, dim3(kBlocks), dim3(kThreads), 0, nullptr, owners.data(), cursor.data(), claimed.data(),
            flight);
@@ -183,7 +192,7 @@ __global__ void exchange_chain(T* last, T* replaced, Flight* flight) {
 // once: no store was lost or seen twice. T holds the values exactly (floats below 2^24).
 template <typename T>
 void expect_exchange_chain_exactly_once() {
-  until_blocks_overlap([](Flight* flight) {
+  with_blocks_racing([](Flight* flight) {
     DeviceBuffer<T> last(std::vector<T>{T(-1)}), replaced(kOperations);
     launch(exchange_chain<T>, dim3(kBlocks), dim3(kThreads), 0, nullptr, last.data(), replaced.data(), flight);
     std::vector<int> values;

@@ -72,7 +72,11 @@ void watch(Watchdog* dog, int device, double timeout_s, WatchdogIdentity who, co
   Progress last{-1, nullptr, {0, -1}};
   Clock::time_point since = Clock::now();
   std::unique_lock<std::mutex> lock(dog->mutex);
+  // The clock is read before the progress is asked for, and `since` after a move is seen: a thread
+  // stopped between the two (a loaded machine) makes the stillness counted shorter, never longer,
+  // so the watchdog fires only when nothing moved for at least the timeout.
   while (!dog->stop_requested.wait_for(lock, poll, [dog] { return dog->stopping; })) {
+    const Clock::time_point asked = Clock::now();
     const Progress now{activity->training_step.load(), activity->phase.load(), schedule_position(*executor)};
     if (!(now == last) || !activity->watched.load()) {
       last = now;
@@ -80,7 +84,7 @@ void watch(Watchdog* dog, int device, double timeout_s, WatchdogIdentity who, co
       continue;
     }
     const double allowance = now.training_step <= 1 ? kFirstStepAllowance * timeout_s : timeout_s;
-    const double seconds = std::chrono::duration<double>(Clock::now() - since).count();
+    const double seconds = std::chrono::duration<double>(asked - since).count();
     if (seconds < allowance) continue;
     lock.unlock();  // on_stuck ends the process; stop_watchdog must not wait for the lock meanwhile
     on_stuck(stuck_report(who, now.training_step, seconds, now.phase, now.position, executor->schedule));
