@@ -1,7 +1,8 @@
 // Checks of LayerNorm (kernels/layernorm.cuh): the forward and its saved statistics
 // against a double loop, the fused residual forward against the unfused pair, both
 // backward functions against finite differences of the forward, their += semantics,
-// and float and bf16 against double.
+// float and bf16 against double, and the bf16 weight gradients over 1024 rows against the
+// bound of their fp32 accumulation.
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "kernels/layernorm.cuh"
+#include "tests/bf16_sum_bound.h"
 #include "tests/device_buffer.h"
 #include "tests/gradient_check.h"
 #include "tests/scaled_error.h"
@@ -191,6 +193,58 @@ TEST(LayerNorm, BackwardFunctionsAccumulateOntoTheGradients) {
     EXPECT_EQ(dweight[c], start_weight[c] + dweight_from_zero[c]) << "dweight " << c;
     EXPECT_EQ(dbias[c], start_bias[c] + dbias_from_zero[c]) << "dbias " << c;
   }
+}
+
+// The bf16 weight and bias gradients at a realistic row count (B T = 8 x 128 = 1024 rows in 8
+// groups of 128; C = 64, two tiles), onto bf16 starting values, within the bound of
+// tests/bf16_sum_bound.h. The statistics are given (fp32 values of the double ones, computed
+// here: a forward launch took most of the test's 2.3 s under racecheck), so the reference uses
+// the very mean and rstd the kernel reads. A term passes through at most
+// 128 / 8 = 16 sums in its row lane, 8 over the lanes, 8 over the groups and 1 onto the
+// gradient (K = 33); a weight term dout (x - mean) rstd carries R = 3 roundings of its own, a
+// bias term none. E <= 0.0011 here, about 1/30 of half a bf16 ulp at the mean |sum| (15 to 16).
+// Measured (CPU build, 2026-11-26), the worst error in units of the bound: dweight 0.98 and
+// dbias 0.99 (the correctly rounded sums); with the row-lane partials kept in bf16 (16 roundings
+// each), 117 and 69.
+TEST(LayerNorm, Bf16WeightGradientsOverRealisticRowsAreTheRoundedSums) {
+  using E = __nv_bfloat16;
+  const Shape s{8, 128, 64};
+  Problem p = random_problem(s, 361);
+  for (std::vector<double>* v : {&p.inp, &p.dout}) *v = to_double(convert<E>(*v));
+  std::vector<double> mean(s.rows()), rstd(s.rows());  // each row's, rounded to fp32 as the kernel holds them
+  for (size_t row = 0; row < s.rows(); ++row) {
+    double sum = 0.0, squares = 0.0;
+    for (int c = 0; c < s.C; ++c) sum += p.inp[row * s.C + c];
+    for (int c = 0; c < s.C; ++c) squares += std::pow(p.inp[row * s.C + c] - sum / s.C, 2);
+    mean[row] = float(sum / s.C);
+    rstd[row] = float(1.0 / std::sqrt(squares / s.C + 1e-5));
+  }
+  const std::vector<double> dweight0 = to_double(convert<E>(random_values(s.C, 362))),
+                            dbias0 = to_double(convert<E>(random_values(s.C, 363)));
+  DeviceBuffer<E> d_inp(convert<E>(p.inp)), d_dout(convert<E>(p.dout)), d_dweight(convert<E>(dweight0)),
+      d_dbias(convert<E>(dbias0));
+  DeviceBuffer<float> d_mean(convert<float>(mean)), d_rstd(convert<float>(rstd));
+  DeviceBuffer<float> workspace(layernorm_backward_weight_workspace_size(s.rows(), s.C));
+  layernorm_backward_weight(d_dweight.data(), d_dbias.data(), workspace.data(), d_dout.data(), d_inp.data(),
+                            d_mean.data(), d_rstd.data(), s.rows(), s.C, nullptr);
+  std::vector<double> exact_dweight(s.C), exact_dbias(s.C), dweight_error(s.C), dbias_error(s.C);
+  for (int c = 0; c < s.C; ++c) {
+    long double weight_sum = dweight0[c], weight_magnitude = std::fabs(dweight0[c]);
+    long double bias_sum = dbias0[c], bias_magnitude = std::fabs(dbias0[c]);
+    for (size_t row = 0; row < s.rows(); ++row) {
+      const long double dy = p.dout[row * s.C + c], term = dy * (p.inp[row * s.C + c] - mean[row]) * rstd[row];
+      weight_sum += term;
+      weight_magnitude += std::fabs(term);
+      bias_sum += dy;
+      bias_magnitude += std::fabs(dy);
+    }
+    exact_dweight[c] = double(weight_sum);
+    exact_dbias[c] = double(bias_sum);
+    dweight_error[c] = fp32_sum_error_bound(16 + 8 + 8 + 1, 3, double(weight_magnitude));
+    dbias_error[c] = fp32_sum_error_bound(16 + 8 + 8 + 1, 0, double(bias_magnitude));
+  }
+  EXPECT_LE(worst_error_in_bf16_sum_bounds(to_double(d_dweight.to_host()), exact_dweight, dweight_error), 1.0);
+  EXPECT_LE(worst_error_in_bf16_sum_bounds(to_double(d_dbias.to_host()), exact_dbias, dbias_error), 1.0);
 }
 
 // Each reduced-precision instantiation against double on the same (rounded) inputs.

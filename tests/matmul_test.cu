@@ -1,7 +1,8 @@
 // Checks of the fully connected layer (kernels/matmul.cuh): the forward against a
 // double loop, both backward functions against finite differences of the forward,
-// float and bf16 against double, the accumulation of the parameter gradients, and the bias
-// gradient's sum over several chunks of rows.
+// float and bf16 against double, the accumulation of the parameter gradients, the bias
+// gradient's sum over several chunks of rows, and the bf16 bias gradient over 1024 rows
+// against the bound of its fp32 accumulation.
 #include <gtest/gtest.h>
 
 #include <cublas_v2.h>
@@ -13,6 +14,7 @@
 
 #include "kernels/cublas_check.cuh"
 #include "kernels/matmul.cuh"
+#include "tests/bf16_sum_bound.h"
 #include "tests/cublas_handle.h"
 #include "tests/device_buffer.h"
 #include "tests/gradient_check.h"
@@ -197,6 +199,33 @@ void expect_bias_gradient_over_chunks_matches_double_sum(double roundoff) {
 TEST(Matmul, BiasGradientOverSeveralRowChunksMatchesDoubleSum) {
   expect_bias_gradient_over_chunks_matches_double_sum<float>(std::ldexp(1.0, -24));
   expect_bias_gradient_over_chunks_matches_double_sum<double>(std::ldexp(1.0, -53));
+}
+
+// The bf16 bias gradient at a realistic row count (N = 1024 = B T of 8 x 128 and two chunks;
+// OC = 96, three tiles), onto a bf16 dbias, within the bound of tests/bf16_sum_bound.h: each
+// term passes through at most 512 / 16 = 32 sums in its row group, 16 over the groups, 1 over
+// the chunks and 1 onto dbias (K = 50, R = 0: the inputs are bf16 already), so E is 50 2^-24 of
+// the column's magnitudes: E <= 0.0016 here, about 1/20 of half a bf16 ulp at the mean |sum|
+// (14). Measured (CPU build, 2026-11-26), the worst error in units of the bound: 0.97 (the
+// correctly rounded sums); with the row-group partials kept in bf16 (rounded 32 times each), 60.
+TEST(Matmul, Bf16BiasGradientOverRealisticRowsIsTheRoundedSum) {
+  CublasHandle cublas;
+  const Shape s{1024, 3, 96};
+  Problem p = random_problem(s, 81);
+  p.dout = to_double(convert<__nv_bfloat16>(p.dout));
+  const std::vector<double> dbias0 = to_double(convert<__nv_bfloat16>(random_values(s.OC, 82)));
+  std::vector<double> dweight(p.weight.size()), dbias = dbias0, exact(s.OC), error(s.OC);
+  backward_weight<__nv_bfloat16>(cublas, p, dweight, dbias);
+  for (int o = 0; o < s.OC; ++o) {
+    long double sum = dbias0[o], magnitude = std::fabs(dbias0[o]);
+    for (int n = 0; n < s.N; ++n) {
+      sum += p.dout[size_t(n) * s.OC + o];
+      magnitude += std::fabs(p.dout[size_t(n) * s.OC + o]);
+    }
+    exact[o] = double(sum);
+    error[o] = fp32_sum_error_bound(32 + 16 + 1 + 1, 0, double(magnitude));
+  }
+  EXPECT_LE(worst_error_in_bf16_sum_bounds(dbias, exact, error), 1.0);
 }
 
 // Each reduced-precision instantiation against double on the same (rounded) inputs, so

@@ -362,6 +362,24 @@ fault transfer-stream-is-the-compute-stream pipeline/execute.cu \
   's/if (serial != nullptr \&\& std::string(serial) == "1") e.transfer_stream = stream;/if (true) e.transfer_stream = stream;/' \
   'cpumpi4 TransferStream.*'
 
+# bf16 accumulation (issue 29, item 4): a reduction over the B T rows whose partial sums are
+# rounded to the element type after every addition instead of kept in fp32.
+fault bias-gradient-partials-in-bf16 kernels/matmul.cu \
+  's/sum += to_compute(dout\[n \* OC + column\]);/sum = to_compute(from_compute<T>(sum + to_compute(dout[n * OC + column])));/' \
+  'unit Matmul.*'
+fault layernorm-weight-partials-in-bf16 kernels/layernorm.cu \
+  's/weight_sum += dy \* (to_compute(inp\[row \* C + column\]) - mean\[row\]) \* rstd\[row\];/weight_sum = to_compute(from_compute<Element>(weight_sum + dy * (to_compute(inp[row * C + column]) - mean[row]) * rstd[row]));/' \
+  'unit LayerNorm.*'
+fault layernorm-bias-partials-in-bf16 kernels/layernorm.cu \
+  's/      bias_sum += dy;/      bias_sum = to_compute(from_compute<Element>(bias_sum + dy));/' \
+  'unit LayerNorm.*'
+fault token-gradient-segments-in-bf16 kernels/embedding.cu \
+  's/for (int s = slot; s < segment_end; ++s) sum += to_compute(\(.*\));$/for (int s = slot; s < segment_end; ++s) sum = to_compute(from_compute<Element>(sum + to_compute(\1)));/' \
+  'unit Embedding.*'
+fault position-gradient-in-bf16 kernels/embedding.cu \
+  's/for (int b = 0; b < B; ++b) sum += to_compute(dout\[b \* per_sequence + i\]);/for (int b = 0; b < B; ++b) sum = to_compute(from_compute<Element>(sum + to_compute(dout[b * per_sequence + i])));/' \
+  'unit Embedding.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
