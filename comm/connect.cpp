@@ -8,6 +8,11 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
 
+size_t connection_scratch_bytes(const Mesh& mesh) {
+  if (mesh.world_size == 1) return 0;
+  return mesh.pp > 1 ? kNeighbourExchangeBytes : sizeof(float);
+}
+
 void connect_communicators(const CommGroups& groups, cudaStream_t stream) {
   const Mesh& mesh = groups.mesh;
   if (mesh.world_size == 1) return;

@@ -10,8 +10,14 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstddef>
+
 #include "comm/groups.h"
+#include "comm/mesh.h"
 
 // Collective over the mesh: every rank calls it with its groups. Allocates and frees a few bytes
 // of device memory and waits for stream. Nothing on a mesh of one rank.
 void connect_communicators(const CommGroups& groups, cudaStream_t stream);
+// The largest of those allocations on a rank of the mesh (the all-reduce's float, the
+// neighbours' exchange's three ints), for the memory plan (pipeline/memory_plan.h): 0 alone.
+size_t connection_scratch_bytes(const Mesh& mesh);

@@ -86,7 +86,8 @@ void warm_up_neighbours(const CommGroups& groups, cudaStream_t stream) {
   const int next = next_in_ring(mesh), previous = previous_in_ring(mesh);
   // With pp = 2 both neighbours are the same rank: one exchange with it.
   const bool two_neighbours = next != previous;
-  int* device = device_alloc<int>(3);  // (3) this rank's stage, then what the next and the previous stage sent
+  // This rank's stage, then what the next and the previous stage sent.
+  int* device = static_cast<int*>(device_alloc_bytes(kNeighbourExchangeBytes));
   CUDA_CHECK(cudaMemcpyAsync(device, &mesh.pp_rank, sizeof(int), cudaMemcpyHostToDevice, stream));
   issue_in_order(*groups.order, groups.pipeline, stream, [&] {
     NCCL_CHECK(ncclGroupStart());

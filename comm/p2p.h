@@ -71,3 +71,5 @@ void exchange_group(const CommGroups& groups, const Transfer* transfers, size_t 
 // pp_rank; throws std::runtime_error if a neighbour's answer is not the neighbour's stage.
 // Allocates and frees a few bytes of device memory; waits for stream. Nothing when pp == 1.
 void warm_up_neighbours(const CommGroups& groups, cudaStream_t stream);
+// The device memory it allocates (and frees): this rank's stage, then what each neighbour sent.
+inline constexpr size_t kNeighbourExchangeBytes = 3 * sizeof(int);

@@ -60,3 +60,9 @@ DeviceMemoryCounts device_memory_counts() {
   std::lock_guard<std::mutex> lock(l.mutex);
   return l.counts;
 }
+
+void reset_device_memory_peak() {
+  Ledger& l = ledger();
+  std::lock_guard<std::mutex> lock(l.mutex);
+  l.counts.peak_bytes = l.counts.bytes_in_use;
+}

@@ -28,3 +28,5 @@ T* device_alloc(size_t count) {
 void device_free(void* pointer);
 
 DeviceMemoryCounts device_memory_counts();
+// From now on peak_bytes is the largest bytes_in_use since this call (a test's own peak).
+void reset_device_memory_peak();

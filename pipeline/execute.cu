@@ -100,10 +100,9 @@ void wait_for_transfers(Executor<Element>& e, const BufferUses& uses) {
 }  // namespace
 
 template <typename Element>
-Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
-                                  const std::vector<LayerRange>& chunk_ranges, const Placement& placement,
-                                  int stage, bool recompute, const CommGroups& groups, cublasHandle_t cublas,
-                                  cudaStream_t stream) {
+Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
+                                const std::vector<LayerRange>& chunk_ranges, const Placement& placement, int stage,
+                                bool recompute) {
   if (int(chunk_ranges.size()) != placement.v)
     throw std::runtime_error("create_executor: " + std::to_string(chunk_ranges.size()) + " chunks for a placement of " +
                              std::to_string(placement.v));
@@ -117,12 +116,6 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
   e.stage = stage;
   e.recompute = recompute;
   e.schedule = schedule;
-  e.groups = groups;
-  e.cublas = cublas;
-  e.stream = stream;
-  const char* serial = std::getenv("TRAIN_TRANSFERS_IN_COMPUTE_STREAM");
-  if (serial != nullptr && std::string(serial) == "1") e.transfer_stream = stream;
-  else CUDA_CHECK(cudaStreamCreate(&e.transfer_stream));
   const size_t btc_bytes = size_t(B) * T * config.channels * sizeof(Element);
   const std::string of_stage = "stage " + std::to_string(stage) + "'s ";
   e.sends = make_pool(btc_bytes, of_stage + "send buffers");
@@ -135,20 +128,37 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
                               {},
                               {},
                               -1,
-                              create_backward_scratch<Element>(config, B, T, range),
+                              {},
                               make_pool(weight_gradient_input_bytes<Element>(config, B, T, range),
                                         of_chunk + "weight-gradient inputs"),
                               {}};
-    if (recompute) {
-      state.working = create_activations<Element>(config, B, T, range);
-      e.accounting.working_set_bytes += state.working.bytes;
-    }
     e.chunks.push_back(std::move(state));
   }
-  // Every buffer a step takes, allocated now: an allocation inside a step would synchronise the
-  // device while its NCCL operations wait on peers.
   plan_pools(e);
+  return e;
+}
+
+template <typename Element>
+Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
+                                  const std::vector<LayerRange>& chunk_ranges, const Placement& placement,
+                                  int stage, bool recompute, const CommGroups& groups, cublasHandle_t cublas,
+                                  cudaStream_t stream) {
+  // Every buffer a step takes, allocated now: an allocation inside a step would synchronise the
+  // device while its NCCL operations wait on peers. The counts are the plan's (the memory plan,
+  // pipeline/memory_plan.h, runs the same plan_executor).
+  Executor<Element> e = plan_executor<Element>(config, B, T, schedule, chunk_ranges, placement, stage, recompute);
+  e.groups = groups;
+  e.cublas = cublas;
+  e.stream = stream;
+  const char* serial = std::getenv("TRAIN_TRANSFERS_IN_COMPUTE_STREAM");
+  if (serial != nullptr && std::string(serial) == "1") e.transfer_stream = stream;
+  else CUDA_CHECK(cudaStreamCreate(&e.transfer_stream));
   for (ChunkState<Element>& state : e.chunks) {
+    state.scratch = create_backward_scratch<Element>(config, B, T, state.range);
+    if (recompute) {
+      state.working = create_activations<Element>(config, B, T, state.range);
+      e.accounting.working_set_bytes += state.working.bytes;
+    }
     allocate_pool(state.inputs);
     if (!recompute)
       for (size_t i = 0; i < state.inputs.buffers.size(); ++i)
@@ -369,6 +379,8 @@ std::string trace_text(const std::vector<ExecutedStep>& trace) {
 
 #define INSTANTIATE_EXECUTOR(Element)                                                                               \
   template SchedulePosition schedule_position<Element>(const Executor<Element>&);                                   \
+  template Executor<Element> plan_executor<Element>(const GPTConfig&, int, int, const StageSchedule&,               \
+                                                    const std::vector<LayerRange>&, const Placement&, int, bool);   \
   template Executor<Element> create_executor<Element>(const GPTConfig&, int, int, const StageSchedule&,             \
                                                       const std::vector<LayerRange>&, const Placement&, int, bool,  \
                                                       const CommGroups&, cublasHandle_t, cudaStream_t);             \

@@ -66,6 +66,13 @@ SchedulePosition schedule_position(const Executor<Element>& executor);
 // slots, weight-gradient inputs and transfer buffers), the scratch, the working sets (recompute),
 // the events and the transfer stream. With TRAIN_TRANSFERS_IN_COMPUTE_STREAM=1 in the environment the
 // transfers run on stream itself, one after the other with the computes (no overlap: for comparison).
+// The executor create_executor makes, without the device: its pools planned (their buffer counts,
+// the schedule's peaks) and nothing allocated, no stream, no event. For the memory plan
+// (pipeline/memory_plan.h), which so counts the buffers create_executor allocates.
+template <typename Element>
+Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
+                                const std::vector<LayerRange>& chunk_ranges, const Placement& placement, int stage,
+                                bool recompute);
 template <typename Element>
 Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
                                   const std::vector<LayerRange>& chunk_ranges, const Placement& placement,

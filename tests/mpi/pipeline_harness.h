@@ -2,7 +2,8 @@
 // NH=2, C=16, T=8, B=2, V=64) trained on random tokens by the trainer of one case (layout,
 // schedule, recompute, microbatches, layer split, fp32 or bf16), the single-stage run of the
 // same global batch and element type it must reproduce, and the comparison of its losses and
-// gradient norms and of its gradients after the first step.
+// gradient norms and of its gradients after the first step. Every run, the references included,
+// also checks its rank's measured device peak against the memory plan (pipeline/memory_plan.h).
 // Every function that takes or makes groups is collective over MPI_COMM_WORLD.
 #pragma once
 #include <gtest/gtest.h>
@@ -16,12 +17,14 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "comm/groups.h"
 #include "comm/mesh.h"
 #include "comm/nccl_check.cuh"
+#include "kernels/device_memory.cuh"
 #include "model/config.h"
 #include "model/parameters.h"
 #include "pipeline/execute.h"
@@ -117,7 +120,13 @@ Outcome run_in(const Case& c, const CommGroups& groups, int steps, const Schedul
   const GPTConfig config = config_of(c.layers);
   PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
   if (schedule_file != nullptr) layout.schedule_file = *schedule_file;
-  Trainer<Element> trainer = create_trainer<Element>(config, kB, kT, layout, groups, {true, kRoundingSeed});
+  const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
+  const MixedPrecision precision{true, kRoundingSeed};
+  const StageMemoryPlan plan =
+      plan_memory(memory_plan_input(config, kB, kT, layout, groups.mesh, bf16, precision))[groups.mesh.pp_rank];
+  reset_device_memory_peak();
+  const size_t bytes_before = device_memory_counts().bytes_in_use;
+  Trainer<Element> trainer = create_trainer<Element>(config, kB, kT, layout, groups, precision);
   upload_parameters(trainer, initial_parameters(config));
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
   Outcome outcome;
@@ -131,6 +140,9 @@ Outcome run_in(const Case& c, const CommGroups& groups, int steps, const Schedul
       outcome.first_accounting = trainer.executor.accounting;
     }
   }
+  // The memory plan is the whole run's peak, to the byte: set-up, every step, every schedule step.
+  EXPECT_EQ(device_memory_counts().peak_bytes - bytes_before, plan.peak_bytes)
+      << describe(c) << ": stage " << groups.mesh.pp_rank << "'s measured peak against its memory plan";
   outcome.regions = trainer.parameter_layout.regions;
   for (const LayerRange& range : trainer.chunks) outcome.layers.push_back({range.first_layer, range.end_layer});
   outcome.schedule = trainer.executor.schedule;

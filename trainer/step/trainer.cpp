@@ -26,14 +26,6 @@ int stages_per_replica(const Trainer<Element>& trainer) {
   return trainer.groups.mesh.pp;
 }
 
-// Chunk c of stage s is virtual stage placement.virtual_stage(s, c).
-std::vector<LayerRange> chunks_of_stage(const std::vector<LayerRange>& virtual_stages, const Placement& placement,
-                                        int stage) {
-  std::vector<LayerRange> chunks;
-  for (int c = 0; c < placement.v; ++c) chunks.push_back(virtual_stages[placement.virtual_stage(stage, c)]);
-  return chunks;
-}
-
 bool has_embedding(const std::vector<LayerRange>& chunks) {
   for (const LayerRange& range : chunks)
     if (range.has_embedding) return true;
@@ -106,6 +98,21 @@ PipelineSchedule layout_schedule(const PipelineLayout& layout, int pp) {
   return make_pipeline_schedule(layout.schedule, pp, layout.microbatches, layout.virtual_stages);
 }
 
+MemoryPlanInput memory_plan_input(const GPTConfig& config, int B, int T, const PipelineLayout& layout, const Mesh& mesh,
+                                  bool bf16, const MixedPrecision& precision) {
+  return MemoryPlanInput{config,
+                         B,
+                         T,
+                         layout.microbatches,
+                         mesh.dp,
+                         layout_schedule(layout, mesh.pp),
+                         check_layout(config, mesh, layout),
+                         layout.recompute,
+                         bf16,
+                         bf16 && precision.master_weights,
+                         sizeof(StepFigures)};
+}
+
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout) {
   if (!layout.schedule_file && layout.schedule == ScheduleKind::zb_v && config.num_layers < 2 * mesh.pp)
     throw std::runtime_error("--schedule zb-v runs 2 chunks per stage: --layers " + std::to_string(config.num_layers) +
@@ -134,6 +141,9 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   const PipelineSchedule schedule = layout_schedule(layout, mesh.pp);
   trainer.placement = schedule.placement;
   trainer.chunks = chunks_of_stage(trainer.virtual_stages, trainer.placement, mesh.pp_rank);
+  const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
+  const StageMemoryPlan plan = plan_memory(memory_plan_input(config, B, T, layout, mesh, bf16, precision))[mesh.pp_rank];
+  const uint64_t bytes_before = device_memory_counts().bytes_in_use;
   CUDA_CHECK(cudaStreamCreate(&trainer.stream));
   CUBLAS_CHECK(cublasCreate(&trainer.cublas));
   CUBLAS_CHECK(cublasSetStream(trainer.cublas, trainer.stream));
@@ -149,7 +159,7 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
                                mesh.pp_rank, layout.recompute, trainer.groups, trainer.cublas, trainer.stream);
   trainer.buckets = create_gradient_buckets(gradient_buckets(trainer.parameter_layout), wte_bucket(trainer.parameter_layout),
                                             trainer.groups);
-  const bool master_weights = std::is_same_v<Element, __nv_bfloat16> && precision.master_weights;
+  const bool master_weights = bf16 && precision.master_weights;
   trainer.optimizer = create_optimizer(config, trainer.parameter_layout, master_weights, precision.rounding_seed);
   CUDA_CHECK(cudaMallocHost(&trainer.figures, sizeof(StepFigures)));
   const size_t microbatch_bytes = size_t(B) * T * sizeof(int);
@@ -159,6 +169,11 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   std::fill_n(trainer.host_tokens, step_tokens, 0);  // token 0 until a step reads its own
   std::fill_n(trainer.host_targets, step_tokens, 0);
   trainer.host_logits.resize(config.padded_vocab_size);
+  const uint64_t allocated = device_memory_counts().bytes_in_use - bytes_before;
+  if (allocated != plan.resident_bytes)
+    throw std::runtime_error("create_trainer: stage " + std::to_string(mesh.pp_rank) + " allocated " +
+                             std::to_string(allocated) + " bytes, its memory plan " +
+                             std::to_string(plan.resident_bytes) + " (pipeline/memory_plan.cpp is out of date)");
   connect_communicators(trainer.groups, trainer.stream);
   return trainer;
 }

@@ -21,6 +21,7 @@
 #include "model/parameter_layout.h"
 #include "model/parameters.h"
 #include "pipeline/execute.h"
+#include "pipeline/memory_plan.h"
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_file.h"
 #include "trainer/data/data.h"
@@ -86,10 +87,16 @@ struct Trainer {
 // that does not check). Returns split_layers' ranges.
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout);
 
+// What the memory plan (pipeline/memory_plan.h) needs to plan this layout on this mesh: the
+// schedule and layer split the trainer would run (throws as check_layout does).
+MemoryPlanInput memory_plan_input(const GPTConfig& config, int B, int T, const PipelineLayout& layout, const Mesh& mesh,
+                                  bool bf16, const MixedPrecision& precision);
+
 // Allocates everything once, before step 1 (the executor's pools at its schedule's peaks, the
 // pinned host buffers), and connects every communicator of groups (comm/connect.h): no step,
 // validation or sample allocates or connects. Parameters are uninitialised until
-// upload_parameters. groups stay the caller's. precision is for bf16 parameters (an fp32
+// upload_parameters. groups stay the caller's. Throws when what it allocated is not its stage's
+// memory plan to the byte. precision is for bf16 parameters (an fp32
 // trainer has no master weights and does not round).
 template <typename Element>
 Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const PipelineLayout& layout,
