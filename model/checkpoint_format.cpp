@@ -118,7 +118,7 @@ std::string field_value(const ConfigField& field, const GPTConfig& config) {
 
 // ---- model file ----
 
-ModelFile read_model_file(const std::string& path) {
+ModelFile read_model_file(const std::string& path, bool read_parameters) {
   size_t file_bytes = 0;
   File file = open_for_reading(path, &file_bytes);
   int32_t header[kModelFileHeaderInts];
@@ -137,7 +137,7 @@ ModelFile read_model_file(const std::string& path) {
   const long double count = unwrapped_parameter_count(model.config);
   require_size(path, file_bytes, sizeof(header), count * element_bytes,
                std::to_string(element_bytes) + " x " + integer_string(count) + " parameter bytes");
-
+  if (!read_parameters) return model;
   const size_t n = num_parameters(model.config);
   model.parameters.resize(n);
   if (model.dtype == CheckpointDtype::fp32) {

@@ -29,7 +29,9 @@ struct ModelFile {
 // Throws std::runtime_error "<path>: ..." when the file cannot be read, is shorter than
 // the header, has another magic or version, a header field that validate_gpt_config
 // rejects, or a size other than the header plus exactly the tensors it describes.
-ModelFile read_model_file(const std::string& path);
+// With read_parameters false, the checks are the same but parameters stays empty (a plan needs
+// only the config: a GPT-2 124M file is 500 MB).
+ModelFile read_model_file(const std::string& path, bool read_parameters = true);
 
 // parameters: num_parameters(config) values. bf16 rounds each to nearest even, as
 // PyTorch's .bfloat16() does for llm.c's files.

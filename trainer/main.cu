@@ -19,6 +19,7 @@
 #include "trainer/command_line/options.h"
 #include "trainer/safety/preemption.h"
 #include "comm/host_exchange.h"
+#include "trainer/program/memory_report.h"
 #include "trainer/program/run.h"
 
 namespace {
@@ -33,7 +34,15 @@ int train(int argc, char** argv) {
       if (out) std::printf("%s", train_options_help().c_str());
       return 0;
     }
+    if (options.print_memory) {
+      const PlannedRun run = planned_run(options, options.world > 0 ? options.world : world.size);
+      const std::string table = memory_table(run, plan_run_memory(run));
+      if (out) std::printf("%s", table.c_str());
+      return 0;
+    }
     setup = prepare_run(options, out);
+    // Before anything is allocated: every rank's plan against the memory it may use (collective).
+    check_memory_fits(planned_run(setup), usable_device_bytes(setup.options));
   } catch (const std::runtime_error& error) {
     if (out) std::fprintf(stderr, "train: error: %s\n", error.what());
     return 1;

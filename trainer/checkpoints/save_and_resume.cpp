@@ -63,6 +63,12 @@ GPTConfig config_from_flags(const TrainOptions& options) {
   return make_gpt_config(options.layers, options.heads, options.dim, options.seq_len, vocab);
 }
 
+GPTConfig starting_config(const TrainOptions& options) {
+  if (options.resume.empty() && options.init.empty()) return config_from_flags(options);
+  const std::string& path = options.resume.empty() ? options.init : options.resume;
+  return checked_header_config(path, read_model_file(path, false).config, options);
+}
+
 StartingPoint load_starting_point(const TrainOptions& options) {
   StartingPoint start;
   if (options.resume.empty() && options.init.empty()) {

@@ -43,6 +43,9 @@ GPTConfig config_from_flags(const TrainOptions& options);
 // run bitwise, so its model file must be of --dtype's version and its state file must hold master
 // weights exactly when --dtype bf16 keeps them (--master-weights); else one line says what to give.
 StartingPoint load_starting_point(const TrainOptions& options);
+// Only the config load_starting_point would start from, with the same checks of a file's header
+// against the flags, without reading parameters or a state file (the memory plan's).
+GPTConfig starting_config(const TrainOptions& options);
 
 // T of the run: --seq-len when given (load_starting_point checked it against maxT), else the
 // default capped at the model's maxT (a checkpoint may have fewer positions).

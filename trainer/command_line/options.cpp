@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -187,6 +188,31 @@ OptionSpec schedule_costs_option() {
           }};
 }
 
+// --memory-limit BYTES: an integer with an optional binary suffix, K, M, G, T or P (2^10 to 2^50).
+// From 1M to 1P: below a MiB nothing trains, above a PiB no device holds it (a typo).
+OptionSpec memory_limit_option() {
+  return {"memory-limit", "BYTES",
+          "device memory each rank may plan for, K/M/G/T/P suffixes (none: the device's free memory less a margin)",
+          [](TrainOptions& options, const std::string& flag, const std::string& text) {
+            const std::string suffixes = "KMGTP";
+            const size_t unit = text.empty() ? std::string::npos : suffixes.find(char(std::toupper(text.back())));
+            const std::string digits = unit == std::string::npos ? text : text.substr(0, text.size() - 1);
+            uint64_t value = 0;
+            const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+            if (error == std::errc::result_out_of_range) throw std::runtime_error(flag + " " + text + " is too large");
+            if (error != std::errc() || end != digits.data() + digits.size() || digits.empty())
+              throw std::runtime_error(flag + ": '" + text + "' is not a byte count (an integer, optionally with K, M, G, T or P)");
+            const int shift = unit == std::string::npos ? 0 : 10 * (int(unit) + 1);
+            const long double bytes = std::ldexp((long double)value, shift);
+            if (bytes < std::ldexp(1.0L, 20) || bytes > std::ldexp(1.0L, 50))
+              throw std::runtime_error(flag + " " + text + " is out of range (must be from 1M to 1P)");
+            options.memory_limit = uint64_t(bytes);
+          },
+          [](const TrainOptions& options) {
+            return options.memory_limit == 0 ? std::string("none") : std::to_string(options.memory_limit);
+          }};
+}
+
 const std::vector<OptionSpec>& option_table() {
   using O = TrainOptions;
   static const std::vector<OptionSpec> table = {
@@ -247,6 +273,11 @@ const std::vector<OptionSpec>& option_table() {
       layers_per_stage_option(),
       switch_option("print-schedule", &O::print_schedule, "print the schedule's grid, bubble and memory, then exit"),
       schedule_costs_option(),
+      switch_option("print-memory", &O::print_memory,
+                    "print each rank's planned device memory, item by item, then exit (allocates nothing)"),
+      memory_limit_option(),
+      int_option("world", &O::world, kAtLeastZero,
+                 "with --print-memory: plan for this many ranks instead of mpirun's (0: mpirun's)"),
       string_option("trace", "FILE", &O::trace,
                     "write a step's measured timeline as Chrome trace JSON (--print-schedule: the predicted one)"),
       int_option("trace-step", &O::trace_step, kAtLeastZero, "the step --trace records (0: the last)"),
@@ -293,6 +324,8 @@ void check_consistency(const TrainOptions& options) {
   if (!options.print_schedule && options.trace_step > options.steps)
     throw std::runtime_error("--trace-step " + std::to_string(options.trace_step) + " is after the last step (--steps " +
                              std::to_string(options.steps) + ")");
+  if (options.given.count("world") && !options.print_memory)
+    throw std::runtime_error("--world needs --print-memory (a run's world is mpirun's)");
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");
 }

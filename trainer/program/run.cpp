@@ -19,6 +19,7 @@
 #include "trainer/step/optimizer.h"
 #include "trainer/safety/preemption.h"
 #include "trainer/safety/preflight.h"
+#include "trainer/program/memory_report.h"
 #include "trainer/program/progress.h"
 #include "comm/host_exchange.h"
 #include "trainer/program/sampler.h"
@@ -83,19 +84,6 @@ size_t weight_buffer_bytes(const RunSetup& setup, const LayerRange& range) {
   const GPTConfig& config = setup.start.config;
   return is_bf16(setup) ? weight_gradient_input_bytes<__nv_bfloat16>(config, setup.B, setup.T, range)
                         : weight_gradient_input_bytes<float>(config, setup.B, setup.T, range);
-}
-
-// --schedule-file's grid, read and parsed (each rank reads it itself).
-ScheduleGrid read_schedule_file(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) throw std::runtime_error("--schedule-file " + path + ": cannot be read (" + std::strerror(errno) + ")");
-  std::ostringstream text;
-  text << file.rdbuf();
-  try {
-    return parse_schedule_grid(text.str());
-  } catch (const std::runtime_error& error) {
-    throw std::runtime_error("--schedule-file " + path + ": " + error.what());
-  }
 }
 
 std::string schedule_title(const RunSetup& setup) {
@@ -318,9 +306,7 @@ RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
   setup.T = sequence_length(options, config);
   const World world = this_world();
   setup.mesh = make_mesh(options.dp, options.pp, world.size, world.rank);
-  setup.layout = {parse_schedule_kind(options.schedule), options.microbatches, options.virtual_stages,
-                  options.recompute, options.layers_per_stage};
-  if (!options.schedule_file.empty()) setup.layout.schedule_file = read_schedule_file(options.schedule_file);
+  setup.layout = layout_from_options(options);
   try {
     setup.virtual_stages = check_layout(config, setup.mesh, setup.layout);
   } catch (const std::runtime_error& error) {
@@ -426,6 +412,7 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandl
   for (int vs = 0; vs < placement.virtual_stages(); ++vs)
     say(out, "  stage %d chunk %d: %s\n", placement.stage_of(vs), placement.chunk_of(vs),
         layers_text(setup.virtual_stages[vs]).c_str());
+  say(out, "%s\n", planned_peaks_line(plan_run_memory(planned_run(setup))).c_str());
 
   CommGroups groups = create_world_groups(mesh);
   // On the watchdog's thread: report, and nothing that touches the communicators.

@@ -3,7 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
 #include <csignal>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 
@@ -91,7 +95,27 @@ std::vector<StageRecord> gather_stage_records(const Trainer<Element>& trainer) {
   return records;
 }
 
+// --schedule-file's grid, read and parsed (each rank reads it itself).
+ScheduleGrid read_schedule_file(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw std::runtime_error("--schedule-file " + path + ": cannot be read (" + std::strerror(errno) + ")");
+  std::ostringstream text;
+  text << file.rdbuf();
+  try {
+    return parse_schedule_grid(text.str());
+  } catch (const std::runtime_error& error) {
+    throw std::runtime_error("--schedule-file " + path + ": " + error.what());
+  }
+}
+
 }  // namespace
+
+PipelineLayout layout_from_options(const TrainOptions& options) {
+  PipelineLayout layout{parse_schedule_kind(options.schedule), options.microbatches, options.virtual_stages,
+                        options.recompute, options.layers_per_stage};
+  if (!options.schedule_file.empty()) layout.schedule_file = read_schedule_file(options.schedule_file);
+  return layout;
+}
 
 PipelineSchedule layout_schedule(const PipelineLayout& layout, int pp) {
   if (layout.schedule_file) return schedule_from_grid(*layout.schedule_file, pp, layout.microbatches);

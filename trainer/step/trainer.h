@@ -24,6 +24,7 @@
 #include "pipeline/memory_plan.h"
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_file.h"
+#include "trainer/command_line/options.h"
 #include "trainer/data/data.h"
 #include "comm/data_parallel_sum.h"
 #include "trainer/step/stage_record.h"
@@ -39,6 +40,10 @@ struct PipelineLayout {
   std::vector<int> layers_per_stage;  // empty: split_layers' even split
   std::optional<ScheduleGrid> schedule_file = {};  // --schedule-file's grid, run instead of `schedule`
 };
+
+// The layout the options ask for (--schedule, --microbatches, --virtual-stages, --recompute,
+// --layers-per-stage, --schedule-file's grid, read and checked).
+PipelineLayout layout_from_options(const TrainOptions& options);
 
 // The layout's schedule on pp stages: the built-in one, or the file's grid checked and lowered
 // (pipeline/schedule_file.h). Throws std::runtime_error saying what does not fit.

@@ -1,0 +1,45 @@
+// The memory plan (pipeline/memory_plan.h) in the train program: --print-memory's table, the
+// start-up line with each stage's planned peak, and the check, before anything is allocated, that
+// every rank's plan fits the device memory it may use, which refuses the run, naming the rank, its
+// items and the changes that would fit, when one does not.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/mesh.h"
+#include "model/config.h"
+#include "pipeline/memory_plan.h"
+#include "trainer/command_line/options.h"
+#include "trainer/program/run.h"
+#include "trainer/step/trainer.h"
+
+// What the plan of a run depends on.
+struct PlannedRun {
+  TrainOptions options;
+  GPTConfig config;
+  int B, T;
+  Mesh mesh;  // rank 0's view: the plan is per stage, the same for every replica
+  PipelineLayout layout;
+};
+
+// From the options alone: the model from the flags or the --init or --resume file's header (its
+// parameters are not read), the world of --world or else mpirun's. Throws std::runtime_error with
+// one line for a layout the trainer would refuse.
+PlannedRun planned_run(const TrainOptions& options, int world_size);
+PlannedRun planned_run(const RunSetup& setup);
+std::vector<StageMemoryPlan> plan_run_memory(const PlannedRun& run);
+
+// Every stage's items and peak, one column per stage, with the ranks that hold each stage.
+std::string memory_table(const PlannedRun& run, const std::vector<StageMemoryPlan>& plans);
+// "memory plan: peak 31.9 MiB on stage 0, 25.2 MiB on stage 1, ... (--print-memory for the items)"
+std::string planned_peaks_line(const std::vector<StageMemoryPlan>& plans);
+
+// The device memory this rank may plan for: cudaMemGetInfo's free bytes less a margin of 1/32 of
+// the device (docs/pipeline.md says what it covers), and at most --memory-limit.
+uint64_t usable_device_bytes(const TrainOptions& options);
+
+// Collective over the world: every rank gives its usable bytes; when a rank's stage plans more,
+// throws std::runtime_error on every rank with the same text: the first such rank, its items
+// against its limit, and the changes that would fit, each with its heaviest stage's plan.
+void check_memory_fits(const PlannedRun& run, uint64_t usable_bytes);
