@@ -111,10 +111,6 @@ PlannedRun planned_run(const TrainOptions& options, int world_size) {
   return run;
 }
 
-PlannedRun planned_run(const RunSetup& setup) {
-  return {setup.options, setup.start.config, setup.B, setup.T, setup.mesh, setup.layout};
-}
-
 std::vector<StageMemoryPlan> plan_run_memory(const PlannedRun& run) {
   const TrainOptions& o = run.options;
   return plan_memory(memory_plan_input(run.config, run.B, run.T, run.layout, run.mesh, is_bf16(o),

@@ -11,7 +11,6 @@
 #include "model/config.h"
 #include "pipeline/memory_plan.h"
 #include "trainer/command_line/options.h"
-#include "trainer/program/run.h"
 #include "trainer/step/trainer.h"
 
 // What the plan of a run depends on.
@@ -27,7 +26,6 @@ struct PlannedRun {
 // parameters are not read), the world of --world or else mpirun's. Throws std::runtime_error with
 // one line for a layout the trainer would refuse.
 PlannedRun planned_run(const TrainOptions& options, int world_size);
-PlannedRun planned_run(const RunSetup& setup);
 std::vector<StageMemoryPlan> plan_run_memory(const PlannedRun& run);
 
 // Every stage's items and peak, one column per stage, with the ranks that hold each stage.

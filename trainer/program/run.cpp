@@ -19,7 +19,6 @@
 #include "trainer/step/optimizer.h"
 #include "trainer/safety/preemption.h"
 #include "trainer/safety/preflight.h"
-#include "trainer/program/memory_report.h"
 #include "trainer/program/progress.h"
 #include "comm/host_exchange.h"
 #include "trainer/program/sampler.h"
@@ -317,6 +316,10 @@ RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
   check_run_outputs_and_data(options, setup.data, setup.B, setup.T);
   setup.tokenizer = load_sample_tokenizer(options, setup.data.train.format, config.vocab_size);
   return setup;
+}
+
+PlannedRun planned_run(const RunSetup& setup) {
+  return {setup.options, setup.start.config, setup.B, setup.T, setup.mesh, setup.layout};
 }
 
 std::string schedule_report(const RunSetup& setup) {

@@ -13,6 +13,7 @@
 #include "trainer/checkpoints/save_and_resume.h"
 #include "trainer/data/data.h"
 #include "trainer/program/log.h"
+#include "trainer/program/memory_report.h"
 #include "trainer/command_line/options.h"
 #include "trainer/data/tokenizer.h"
 #include "trainer/step/trainer.h"
@@ -35,6 +36,8 @@ struct RunSetup {
 // does not fit the microbatches, or what a later step would fail on (trainer/safety/preflight.h).
 // Says on out (nullptr: silent) what it reads that may take a while.
 RunSetup prepare_run(const TrainOptions& options, std::FILE* out = nullptr);
+// The run's memory plan's inputs (trainer/program/memory_report.h).
+PlannedRun planned_run(const RunSetup& setup);
 
 // The chosen schedule's grid for every stage, its timeline and the simulator's predicted idle
 // share and activation memory per stage (each chunk's peak slots x its slot bytes, plus with split
