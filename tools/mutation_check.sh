@@ -387,6 +387,26 @@ fault mutation-table-drops-this-runs-verdicts tools/mutation_table.py \
   's/        if name in verdicts:/        if False:/' \
   'py:mutation_table_test *'
 
+# Issue 30: the memory plan, its exactness, the refusal and --print-memory.
+fault memory-plan-without-the-set-up-transient comm/connect.cpp \
+  's/  return mesh.pp > 1 ? kNeighbourExchangeBytes : sizeof(float);/  return sizeof(float);/' \
+  'mpi4 PipelineLayouts.AfabGivesTheSingleStageRun'
+fault memory-plan-forgets-master-weights pipeline/memory_plan.cpp \
+  's/  if (in.bf16 \&\& in.master_weights) b.device/  if (false \&\& in.master_weights) b.device/' \
+  'unit MemoryPlan.*'
+fault memory-plan-counts-one-slot pipeline/memory_plan.cpp \
+  's/    b.device("slot inputs" + of_chunk, state.inputs.buffers.size(), state.inputs.bytes);/    b.device("slot inputs" + of_chunk, 1, state.inputs.bytes);/' \
+  'unit MemoryPlan.*'
+fault memory-plan-wraps-instead-of-refusing pipeline/memory_plan.cpp \
+  's/^  check_sizes_fit(in);$//' \
+  'unit MemoryPlan.*'
+fault memory-limit-ignored trainer/program/memory_report.cpp \
+  's/  return options.memory_limit > 0 ? std::min<uint64_t>(usable, options.memory_limit) : usable;/  return usable;/' \
+  'py:train_memory_test TrainMemory.MemoryLimit*'
+fault print-memory-reads-the-parameters trainer/checkpoints/save_and_resume.cpp \
+  's/read_model_file(path, false).config/read_model_file(path).config/' \
+  'py:train_memory_test TrainMemory.PrintMemory*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
