@@ -407,6 +407,16 @@ fault print-memory-reads-the-parameters trainer/checkpoints/save_and_resume.cpp 
   's/read_model_file(path, false).config/read_model_file(path).config/' \
   'py:train_memory_test TrainMemory.PrintMemory*'
 
+# Issue 30, item 5: the memory plan against the field's formulas (tools/memory_formulas.py, its
+# tables in docs/pipeline.md): Megatron's layer without its attention term, and a plan that no
+# longer matches the doc's tables (the head's wte gradient planned on the wrong stage).
+fault memory-formulas-megatron-without-attention-scores tools/memory_formulas.py \
+  's/(5 \* a \* s \* s \* b if attention_scores else 0)/0/' \
+  'py:memory_formulas_test *'
+fault memory-plan-heads-wte-gradient-on-the-first-stage pipeline/memory_plan.cpp \
+  's/if (has_part(chunks, &LayerRange::has_head))$/if (has_part(chunks, \&LayerRange::has_embedding))/' \
+  'py:memory_formulas_test MemoryFormulas.DocTables*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
