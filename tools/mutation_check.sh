@@ -401,7 +401,7 @@ fault memory-plan-wraps-instead-of-refusing pipeline/memory_plan.cpp \
   's/^  check_sizes_fit(in);$//' \
   'unit MemoryPlan.*'
 fault memory-limit-ignored trainer/program/memory_report.cpp \
-  's/  return options.memory_limit > 0 ? std::min<uint64_t>(usable, options.memory_limit) : usable;/  return usable;/' \
+  's/  if (options.memory_limit > 0) budget.usable = std::min<uint64_t>(budget.usable, options.memory_limit);//' \
   'py:train_memory_test TrainMemory.MemoryLimit*'
 fault print-memory-reads-the-parameters trainer/checkpoints/save_and_resume.cpp \
   's/read_model_file(path, false).config/read_model_file(path).config/' \

@@ -169,12 +169,21 @@ std::string planned_peaks_line(const std::vector<StageMemoryPlan>& plans) {
   return line + " (--print-memory for the items)";
 }
 
-uint64_t usable_device_bytes(const TrainOptions& options) {
+DeviceBudget device_budget(const TrainOptions& options) {
   size_t free_bytes = 0, total_bytes = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  const uint64_t margin = total_bytes / 32;
-  const uint64_t usable = free_bytes > margin ? free_bytes - margin : 0;
-  return options.memory_limit > 0 ? std::min<uint64_t>(usable, options.memory_limit) : usable;
+  DeviceBudget budget{free_bytes, total_bytes, total_bytes / 32, 0};
+  budget.usable = free_bytes > budget.margin ? free_bytes - budget.margin : 0;
+  if (options.memory_limit > 0) budget.usable = std::min<uint64_t>(budget.usable, options.memory_limit);
+  return budget;
+}
+
+uint64_t usable_device_bytes(const TrainOptions& options) { return device_budget(options).usable; }
+
+std::string device_budget_line(const DeviceBudget& budget, const TrainOptions& options) {
+  return "device memory: " + format_bytes(budget.usable) + " usable (" + format_bytes(budget.free_bytes) +
+         " free of " + format_bytes(budget.total_bytes) + ", less a margin of " + format_bytes(budget.margin) +
+         (options.memory_limit > 0 ? "; --memory-limit " + format_bytes(options.memory_limit) : "") + ")";
 }
 
 void check_memory_fits(const PlannedRun& run, uint64_t usable_bytes) {

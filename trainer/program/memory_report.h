@@ -35,7 +35,16 @@ std::string planned_peaks_line(const std::vector<StageMemoryPlan>& plans);
 
 // The device memory this rank may plan for: cudaMemGetInfo's free bytes less a margin of 1/32 of
 // the device (docs/pipeline.md says what it covers), and at most --memory-limit.
+struct DeviceBudget {
+  uint64_t free_bytes, total_bytes;  // cudaMemGetInfo's, before the run allocates
+  uint64_t margin;                   // total / 32
+  uint64_t usable;                   // free - margin, at most --memory-limit
+};
+DeviceBudget device_budget(const TrainOptions& options);
 uint64_t usable_device_bytes(const TrainOptions& options);
+// "device memory: 62.0 MiB usable (64.0 MiB free of 64.0 MiB, less a margin of 2.00 MiB)": what
+// the device had before the run (on a GPU, total - free is the CUDA context's and other processes').
+std::string device_budget_line(const DeviceBudget& budget, const TrainOptions& options);
 
 // Collective over the world: every rank gives its usable bytes; when a rank's stage plans more,
 // throws std::runtime_error on every rank with the same text: the first such rank, its items
