@@ -10,7 +10,7 @@
 //
 // What it counts is what the project allocates (kernels/device_memory.cuh's device_alloc): on a
 // GPU the CUDA context, cuBLAS's workspace, NCCL's buffers and the driver's rounding come on top
-// (docs/pipeline.md, "Memory").
+// (docs/pipeline.md, "The memory plan").
 #pragma once
 #include <cstdint>
 #include <string>

@@ -156,9 +156,9 @@ std::string memory_table(const PlannedRun& run, const std::vector<StageMemoryPla
   add_row("peak", [](const StageMemoryPlan& plan) { return format_bytes(plan.peak_bytes); });
   add_row("peak, bytes", [](const StageMemoryPlan& plan) { return std::to_string(plan.peak_bytes); });
   add_row("pinned host memory", [](const StageMemoryPlan& plan) { return format_bytes(plan.pinned_host_bytes); });
-  text += "\n\"Nx S\": N buffers of S each. On a GPU add the CUDA context, cuBLAS's workspace and NCCL's buffers\n"
-          "(docs/pipeline.md, \"Memory\"); each rank refuses to start when its plan is above its device's free\n"
-          "memory less 1/32 of the device, or --memory-limit.\n";
+  text += "\n\"Nx S\": N buffers of S each. On a GPU add the CUDA context, cuBLAS's workspace and NCCL's\n"
+          "buffers (docs/pipeline.md, \"The memory plan\"); each rank refuses to start when its plan is above\n"
+          "its device's free memory less 1/32 of the device, or --memory-limit.\n";
   return text;
 }
 
