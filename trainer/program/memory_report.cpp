@@ -186,6 +186,16 @@ std::string device_budget_line(const DeviceBudget& budget, const TrainOptions& o
          (options.memory_limit > 0 ? "; --memory-limit " + format_bytes(options.memory_limit) : "") + ")";
 }
 
+std::string device_use_line(const StageMemoryPlan& plan) {
+  size_t free_bytes = 0, total_bytes = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const uint64_t used = total_bytes - free_bytes;
+  const uint64_t other = used > plan.resident_bytes ? used - plan.resident_bytes : 0;
+  return "device memory after set-up on rank 0: " + format_bytes(used) + " in use, " +
+         format_bytes(plan.resident_bytes) + " of them the plan's, " + format_bytes(other) +
+         " the CUDA context's, NCCL's, the driver's rounding and other processes'";
+}
+
 void check_memory_fits(const PlannedRun& run, uint64_t usable_bytes) {
   const World world = this_world();
   // Every rank's usable bytes on every rank (a sum of one non-zero entry each: exact in a double

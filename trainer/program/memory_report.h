@@ -46,6 +46,11 @@ uint64_t usable_device_bytes(const TrainOptions& options);
 // the device had before the run (on a GPU, total - free is the CUDA context's and other processes').
 std::string device_budget_line(const DeviceBudget& budget, const TrainOptions& options);
 
+// After set-up, what the device holds besides the plan's resident bytes: "device memory after
+// set-up on rank 0: 2.61 GiB in use, 2.17 GiB of them the plan's, 450 MiB the CUDA context's,
+// NCCL's, the driver's rounding and other processes'" (cudaMemGetInfo's total - free).
+std::string device_use_line(const StageMemoryPlan& plan);
+
 // Collective over the world: every rank gives its usable bytes; when a rank's stage plans more,
 // throws std::runtime_error on every rank with the same text: the first such rank, its items
 // against its limit, and the changes that would fit, each with its heaviest stage's plan.

@@ -271,6 +271,7 @@ RunResult train_with(const RunSetup& setup, const CommGroups& groups, RunFiles& 
   try {
     trainer = create_trainer<Element>(setup.start.config, setup.B, setup.T, setup.layout, groups,
                                       {setup.options.master_weights == 1, setup.start.rounding_seed});
+    if (out) say(out, "%s\n", device_use_line(plan_run_memory(planned_run(setup))[mesh.pp_rank]).c_str());
     // fp32 GEMMs on TF32 tensor cores unless --no-tf32 (kernels/gemm.cuh reads the handle's mode).
     CUBLAS_CHECK(cublasSetMathMode(trainer.cublas, setup.options.no_tf32 ? CUBLAS_DEFAULT_MATH
                                                                          : CUBLAS_TF32_TENSOR_OP_MATH));
