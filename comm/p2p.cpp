@@ -64,17 +64,17 @@ void send_backward_recv_forward(const CommGroups& groups, const void* grad_input
            stream);
 }
 
-void exchange_group(const CommGroups& groups, const Transfer* transfers, size_t num_transfers, ncclDataType_t type,
+void exchange_group(const CommGroups& groups, Transfer* transfers, size_t num_transfers, ncclDataType_t type,
                     cudaStream_t stream) {
   require_neighbours(groups, "exchange_group");
   const int next = next_in_ring(groups.mesh), previous = previous_in_ring(groups.mesh);
   issue_in_order(*groups.order, groups.pipeline, stream, [&] {
     NCCL_CHECK(ncclGroupStart());
     for (size_t i = 0; i < num_transfers; ++i) {
-      const Transfer& t = transfers[i];
-      const int peer = t.with_next ? next : previous;
-      if (t.send) NCCL_CHECK(ncclSend(t.buffer, t.count, type, peer, groups.pipeline, stream));
-      else NCCL_CHECK(ncclRecv(t.buffer, t.count, type, peer, groups.pipeline, stream));
+      Transfer& t = transfers[i];
+      t.peer = t.with_next ? next : previous;
+      if (t.send) NCCL_CHECK(ncclSend(t.buffer, t.count, type, t.peer, groups.pipeline, stream));
+      else NCCL_CHECK(ncclRecv(t.buffer, t.count, type, t.peer, groups.pipeline, stream));
     }
     NCCL_CHECK(ncclGroupEnd());
   });

@@ -59,10 +59,13 @@ struct Transfer {
   bool with_next;  // the next stage (activations out, gradients in), else the previous
   void* buffer;
   size_t count;
+  int peer = -1;   // set by exchange_group: the pipeline rank it gave ncclSend or ncclRecv
 };
 // The transfers in the listed order, all in one group: a schedule step of several sends and
-// receives (pipeline/schedule.h), e.g. the interleaved schedule's four-way exchange.
-void exchange_group(const CommGroups& groups, const Transfer* transfers, size_t num_transfers, ncclDataType_t type,
+// receives (pipeline/schedule.h), e.g. the interleaved schedule's four-way exchange. Sets each
+// transfer's peer to the rank the NCCL call named, for the executor's trace to report what the
+// transport was told rather than what the schedule meant.
+void exchange_group(const CommGroups& groups, Transfer* transfers, size_t num_transfers, ncclDataType_t type,
                     cudaStream_t stream);
 
 // One small exchange with each neighbour in the ring, all in one group, at start: NCCL

@@ -291,7 +291,7 @@ ForwardResult<Element> execute_forward(Executor<Element>& e, const std::vector<P
   // One transfer with the stage holding virtual stage `virtual_stage`, on the transfer stream
   // between the computes before and after it (a forward-only pass has nothing to overlap).
   const auto transfer = [&](bool send, void* buffer, int virtual_stage) {
-    const Transfer t{send, stage_of(e, virtual_stage) == (e.stage + 1) % e.p, buffer, count};
+    Transfer t{send, stage_of(e, virtual_stage) == (e.stage + 1) % e.p, buffer, count};
     order_after(e.transfer_stream, e.stream, e.compute_ready);
     exchange_group(e.groups, &t, 1, nccl_data_type<Element>(), e.transfer_stream);
     order_after(e.stream, e.transfer_stream, e.transfers_done);

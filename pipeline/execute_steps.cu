@@ -334,12 +334,13 @@ void transfer_step(Executor<Element>& e, size_t index, const Step& step, Execute
     }
     // comm/p2p.h names a peer as the next or the previous stage of the ring.
     transfers.back().with_next = peer == (e.stage + 1) % e.p;
-    record.messages.push_back({a.kind, a.microbatch, a.chunk, peer, buffer});
+    record.messages.push_back({a.kind, a.microbatch, a.chunk, -1, buffer});
   }
   if (after_compute >= 0 && e.transfer_stream != e.stream)
     CUDA_CHECK(cudaStreamWaitEvent(e.transfer_stream, e.step_end[after_compute], 0));
   record_step_event(e, e.step_start[index], e.transfer_stream);
   exchange_group(e.groups, transfers.data(), transfers.size(), nccl_data_type<Element>(), e.transfer_stream);
+  for (size_t k = 0; k < transfers.size(); ++k) record.messages[k].peer = transfers[k].peer;  // the transport's
   give_back_message_buffers(e, step);
 }
 

@@ -36,7 +36,7 @@ struct ChunkState {
 struct ExecutedMessage {
   ActionKind kind;        // send_forward, recv_forward, send_backward or recv_backward
   int microbatch, chunk;  // whose activation or gradient
-  int peer;               // the pipeline rank at the other end
+  int peer;               // the pipeline rank at the other end, as exchange_group gave it to NCCL
   int buffer;             // rF, and sF without recompute: the chunk's slot; sF with recompute: the send
                           // buffer; sB: the input-gradient buffer; rB: the output-gradient buffer
 };
