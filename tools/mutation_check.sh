@@ -417,6 +417,12 @@ fault memory-plan-heads-wte-gradient-on-the-first-stage pipeline/memory_plan.cpp
   's/if (has_part(chunks, &LayerRange::has_head))$/if (has_part(chunks, \&LayerRange::has_embedding))/' \
   'py:memory_formulas_test MemoryFormulas.DocTables*'
 
+# Issue 29, item 2: the executed trace's peers come from the transport (comm/p2p.cpp), so a report
+# of the other neighbour on 4 stages fails the trace check.
+fault executed-trace-reports-the-other-neighbour comm/p2p.cpp \
+  's/      else NCCL_CHECK(ncclRecv(t.buffer, t.count, type, t.peer, groups.pipeline, stream));/      else { NCCL_CHECK(ncclRecv(t.buffer, t.count, type, t.peer, groups.pipeline, stream)); t.peer = next + previous - t.peer; }/' \
+  'mpi4 Pipeline.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
