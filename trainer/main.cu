@@ -19,6 +19,7 @@
 #include "trainer/command_line/options.h"
 #include "trainer/safety/preemption.h"
 #include "comm/host_exchange.h"
+#include "trainer/program/layout_advisor.h"
 #include "trainer/program/memory_report.h"
 #include "trainer/program/run.h"
 
@@ -38,6 +39,10 @@ int train(int argc, char** argv) {
       const PlannedRun run = planned_run(options, options.world > 0 ? options.world : world.size);
       const std::string table = memory_table(run, plan_run_memory(run));
       if (out) std::printf("%s", table.c_str());
+      return 0;
+    }
+    if (options.plan_layouts) {
+      if (out) std::printf("%s", plan_layouts(options, {argv + 1, argv + argc}, world.size).c_str());
       return 0;
     }
     setup = prepare_run(options, out);
