@@ -224,10 +224,11 @@ std::vector<RankedLayout> layouts_that_fit(const std::vector<RankedLayout>& layo
     if (layout.peak <= limit) fit.push_back(layout);
   if (!fit.empty()) return fit;
   if (layouts.empty()) throw std::runtime_error("no layout of " + std::to_string(world) + " ranks runs this model");
+  const std::string command_prefix = "mpirun -np " + std::to_string(world) + " ./train ";
   const RankedLayout& smallest = *std::min_element(
       layouts.begin(), layouts.end(), [](const RankedLayout& a, const RankedLayout& b) { return a.peak < b.peak; });
   throw std::runtime_error("no layout of " + std::to_string(world) + " ranks fits in " + format_bytes(limit) +
-                           ": the smallest plan (" + layout_command(smallest, {}, world) + ") needs " +
+                           ": the smallest plan (" + layout_command(smallest, {}, world).substr(command_prefix.size()) + ") needs " +
                            format_bytes(smallest.peak) + " on its heaviest stage");
 }
 
