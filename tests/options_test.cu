@@ -331,6 +331,13 @@ TEST(Options, InconsistentOptionsAreAnError) {
   EXPECT_EQ(error_of({"--trace", "t.json", "--trace-step", "30", "--steps", "20"}),
             "--trace-step 30 is after the last step (--steps 20)");
   EXPECT_EQ(error_of({"--schedule-costs", "1,1,1"}), "--schedule-costs needs --print-schedule");
+  EXPECT_EQ(error_of({"--world", "8"}), "--world needs --print-memory or --plan-layouts (a run's world is mpirun's)");
+  EXPECT_EQ(error_of({"--plan-layouts", "--world", "8"}), "(no error)");
+  EXPECT_EQ(error_of({"--plan-layouts", "--world", "0"}), "--world 0 is out of range (must be at least 1)");
+  EXPECT_EQ(error_of({"--costs", "t.json"}), "--costs needs --plan-layouts");
+  EXPECT_EQ(error_of({"--plan-layouts", "--print-memory"}), "--plan-layouts excludes --print-memory and --print-schedule");
+  EXPECT_EQ(error_of({"--plan-layouts", "--layers-per-stage", "1,3"}),
+            "--plan-layouts chooses the schedule and the split: it excludes --schedule-file and --layers-per-stage");
 }
 
 TEST(Options, ScheduleCostsAreThreeOrFourNumbers) {
@@ -393,6 +400,11 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--layers-per-stage N,N,...", "(default: none)"},
       {"--print-schedule", "(default: off)"},
       {"--schedule-costs TF,TI,TW[,LAT]", "(default: 1,1,1,0)"},
+      {"--print-memory", "(default: off)"},
+      {"--memory-limit BYTES", "(default: none)"},
+      {"--world N", "(default: 0)"},
+      {"--plan-layouts", "(default: off)"},
+      {"--costs FILE", "(default: none)"},
       {"--trace FILE", "(default: none)"},
       {"--trace-step N", "(default: 0)"}};
   std::istringstream help(train_options_help());

@@ -423,6 +423,32 @@ fault executed-trace-reports-the-other-neighbour comm/p2p.cpp \
   's/      else NCCL_CHECK(ncclRecv(t.buffer, t.count, type, t.peer, groups.pipeline, stream));/      else { NCCL_CHECK(ncclRecv(t.buffer, t.count, type, t.peer, groups.pipeline, stream)); t.peer = next + previous - t.peer; }/' \
   'mpi4 Pipeline.*'
 
+# Issue 30, item 4: the layout advisor (./train --plan-layouts).
+fault layout-advisor-ranks-slowest-first trainer/program/layout_advisor.cpp \
+  's/if (!same(a.step, b.step)) return a.step < b.step;/if (!same(a.step, b.step)) return a.step > b.step;/' \
+  'unit LayoutAdvisor.*; py:train_plan_layouts_test PlanLayouts.Ranks*'
+fault layout-advisor-larger-plan-first-at-equal-step trainer/program/layout_advisor.cpp \
+  's/^    return a.peak < b.peak;$/    return a.peak > b.peak;/' \
+  'unit LayoutAdvisor.*'
+fault layout-advisor-ignores-the-limit trainer/program/layout_advisor.cpp \
+  's/if (layout.peak <= limit) fit.push_back(layout);/fit.push_back(layout);/' \
+  'unit LayoutAdvisor.*; py:train_plan_layouts_test PlanLayouts.ALimit*'
+fault layout-advisor-changes-the-global-batch trainer/program/layout_advisor.cpp \
+  's/candidate.microbatches = global_microbatches \/ dp,/candidate.microbatches = options.microbatches,/' \
+  'unit LayoutAdvisor.*'
+fault layout-advisor-head-costs-nothing trainer/program/layout_advisor.cpp \
+  's/chunk.has_head ? 2 \* tokens \* C \* config.padded_vocab_size : 0/0.0/' \
+  'unit LayoutAdvisor.*'
+fault layout-advisor-latency-as-drawn trainer/program/layout_advisor.cpp \
+  's/if (measured != std::string::npos) {/if (false) {/' \
+  'unit LayoutAdvisor.*'
+fault layout-advisor-command-keeps-the-users-schedule trainer/program/layout_advisor.cpp \
+  's/{"pp", "dp", "schedule", /{"pp", "dp", /' \
+  'unit LayoutAdvisor.*'
+fault plan-layouts-accepts-world-zero trainer/command_line/options.cpp \
+  's/int_option("world", \&O::world, kAtLeastOne,/int_option("world", \&O::world, kAtLeastZero,/' \
+  'unit Options.*; py:train_plan_layouts_test PlanLayouts.World*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -19,6 +19,7 @@
 #include "trainer/command_line/options.h"
 #include "trainer/safety/preemption.h"
 #include "comm/host_exchange.h"
+#include "trainer/program/layout_advisor.h"
 #include "trainer/program/memory_report.h"
 #include "trainer/program/run.h"
 
@@ -37,6 +38,12 @@ int train(int argc, char** argv) {
     if (options.print_memory) {
       const PlannedRun run = planned_run(options, options.world > 0 ? options.world : world.size);
       const std::string table = memory_table(run, plan_run_memory(run));
+      if (out) std::printf("%s", table.c_str());
+      return 0;
+    }
+    if (options.plan_layouts) {
+      // On every rank, so that a bad input is an error on every rank.
+      const std::string table = plan_layouts(options, {argv + 1, argv + argc}, world.size);
       if (out) std::printf("%s", table.c_str());
       return 0;
     }

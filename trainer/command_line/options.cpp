@@ -276,8 +276,12 @@ const std::vector<OptionSpec>& option_table() {
       switch_option("print-memory", &O::print_memory,
                     "print each rank's planned device memory, item by item, then exit (allocates nothing)"),
       memory_limit_option(),
-      int_option("world", &O::world, kAtLeastZero,
-                 "with --print-memory: plan for this many ranks instead of mpirun's (0: mpirun's)"),
+      int_option("world", &O::world, kAtLeastOne,
+                 "with --print-memory or --plan-layouts: plan for this many ranks (0, the default: mpirun's)"),
+      switch_option("plan-layouts", &O::plan_layouts,
+                    "rank the layouts of the world's ranks that fit the device memory by predicted step time, then exit"),
+      string_option("costs", "FILE", &O::costs,
+                    "with --plan-layouts: the action costs measured in a --trace run's JSON of this model (none: FLOPs)"),
       string_option("trace", "FILE", &O::trace,
                     "write a step's measured timeline as Chrome trace JSON (--print-schedule: the predicted one)"),
       int_option("trace-step", &O::trace_step, kAtLeastZero, "the step --trace records (0: the last)"),
@@ -324,8 +328,14 @@ void check_consistency(const TrainOptions& options) {
   if (!options.print_schedule && options.trace_step > options.steps)
     throw std::runtime_error("--trace-step " + std::to_string(options.trace_step) + " is after the last step (--steps " +
                              std::to_string(options.steps) + ")");
-  if (options.given.count("world") && !options.print_memory)
-    throw std::runtime_error("--world needs --print-memory (a run's world is mpirun's)");
+  if (options.given.count("world") && !options.print_memory && !options.plan_layouts)
+    throw std::runtime_error("--world needs --print-memory or --plan-layouts (a run's world is mpirun's)");
+  if (options.given.count("costs") && !options.plan_layouts) throw std::runtime_error("--costs needs --plan-layouts");
+  if (options.plan_layouts && (options.print_memory || options.print_schedule))
+    throw std::runtime_error("--plan-layouts excludes --print-memory and --print-schedule");
+  if (options.plan_layouts && (file || !options.layers_per_stage.empty()))
+    throw std::runtime_error("--plan-layouts chooses the schedule and the split: it excludes --schedule-file and "
+                             "--layers-per-stage");
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");
 }
@@ -384,6 +394,11 @@ TrainOptions parse_train_options(int argc, const char* const* argv) {
   } catch (const std::runtime_error& error) {
     throw std::runtime_error(one_line(error.what()));
   }
+}
+
+bool option_takes_value(const std::string& name) {
+  const OptionSpec* spec = find_option(name);
+  return spec != nullptr && !spec->value.empty();
 }
 
 std::string train_options_help() {

@@ -64,7 +64,9 @@ struct TrainOptions {
   std::vector<double> schedule_costs = {1, 1, 1, 0};  // --print-schedule's t_f, t_i, t_w and message latency
   bool print_memory = false;  // the memory plan's table (pipeline/memory_plan.h), then exit
   uint64_t memory_limit = 0;  // bytes each rank may plan for; 0: the device's free memory less a margin
-  int world = 0;              // --print-memory: the world size to plan for; 0: mpirun's
+  int world = 0;              // --print-memory, --plan-layouts: the world size to plan for; 0: mpirun's
+  bool plan_layouts = false;  // rank the layouts of the world by predicted step time (trainer/program/layout_advisor.h)
+  std::string costs;          // --plan-layouts: a --trace run's JSON to take the action costs from; empty: FLOPs
   std::string trace;   // Chrome trace-event JSON of a step's measured timeline (--print-schedule: the predicted one)
   int trace_step = 0;  // the step --trace records; 0: the last
   bool help = false;
@@ -79,3 +81,6 @@ struct TrainOptions {
 TrainOptions parse_train_options(int argc, const char* const* argv);
 // The --help text: usage, then every option with its value, meaning and default.
 std::string train_options_help();
+// Whether --name (without the dashes) is an option that takes a value (false for a switch or an
+// unknown name): how a command line given back to the user is split into its options.
+bool option_takes_value(const std::string& name);

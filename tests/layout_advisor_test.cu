@@ -1,0 +1,170 @@
+// The layout advisor (trainer/program/layout_advisor.h): the FLOP model against counts by hand, the
+// enumeration and ranking on models whose answers are known (AFAB never ahead of 1F1B, every listed
+// plan under the limit, a tight limit leaves only recompute, nothing fitting names the smallest
+// plan), the rates read back from a trace, and the command line of the best. Host code only.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "pipeline/memory_plan.h"
+#include "trainer/program/layout_advisor.h"
+
+namespace {
+
+TrainOptions parse(std::vector<std::string> arguments) {
+  arguments.insert(arguments.begin(), "train");
+  std::vector<const char*> argv;
+  for (const std::string& argument : arguments) argv.push_back(argument.c_str());
+  return parse_train_options(int(argv.size()), argv.data());
+}
+
+// The default model's size with the vocabulary given (no data file read).
+const std::vector<std::string> kModel = {"--vocab", "256", "--plan-layouts"};
+
+std::string error_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const std::runtime_error& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+bool same_layout_but_schedule(const RankedLayout& a, const RankedLayout& b) {
+  return a.pp == b.pp && a.dp == b.dp && a.options.microbatches == b.options.microbatches &&
+         a.options.recompute == b.options.recompute && a.options.dtype == b.options.dtype;
+}
+
+TEST(LayoutAdvisor, FlopsOfAChunkAreTheMatmulsAttentionAndHead) {
+  const GPTConfig config = make_gpt_config(2, 4, 64, 32, 256);  // C 64, T 32, Vp 256
+  const int B = 3, T = 32;
+  const double tokens = B * T, block = 24 * tokens * 64 * 64 + 4 * tokens * T * 64, head = 2 * tokens * 64 * 256;
+  const ChunkFlops body = chunk_flops(config, B, T, {0, 2, true, false}, false);
+  EXPECT_DOUBLE_EQ(body.forward, 2 * block);  // the embedding's look-up counts nothing
+  const ChunkFlops last = chunk_flops(config, B, T, {1, 2, false, true}, false);
+  EXPECT_DOUBLE_EQ(last.forward, block + head);
+  // I and W together are twice the forward: attention's backward (twice its forward) all in I.
+  EXPECT_DOUBLE_EQ(last.backward_input + last.backward_weight, 2 * last.forward);
+  EXPECT_DOUBLE_EQ(last.backward_weight, 24 * tokens * 64 * 64 + head);
+  const ChunkFlops again = chunk_flops(config, B, T, {1, 2, false, true}, true);
+  EXPECT_DOUBLE_EQ(again.backward_input, last.backward_input + last.forward);  // recompute: F again before I
+  EXPECT_DOUBLE_EQ(again.backward_weight, last.backward_weight);
+}
+
+TEST(LayoutAdvisor, EveryLayoutOfTheWorldKeepsTheGlobalBatchAndIsRankedByStep) {
+  for (int world : {4, 8}) {
+    const std::vector<RankedLayout> layouts =
+        all_layouts(parse({"--vocab", "256", "--microbatches", "8", "--plan-layouts"}), world, flop_cost_rates());
+    ASSERT_FALSE(layouts.empty());
+    std::vector<std::string> schedules;
+    for (size_t i = 0; i < layouts.size(); ++i) {
+      const RankedLayout& l = layouts[i];
+      EXPECT_EQ(l.pp * l.dp, world);
+      EXPECT_EQ(l.options.microbatches * l.dp, 8);  // 8 microbatches of the 1 replica asked for
+      if (i > 0) {
+        EXPECT_LE(layouts[i - 1].step, l.step * (1 + 1e-9));
+      }
+      schedules.push_back(l.options.schedule);
+    }
+    for (const char* schedule : {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"})
+      EXPECT_NE(std::find(schedules.begin(), schedules.end(), schedule), schedules.end()) << schedule << ", " << world;
+  }
+}
+
+TEST(LayoutAdvisor, AllForwardAllBackwardNeverRanksAheadOfOneFOneB) {
+  const std::vector<RankedLayout> layouts =
+      all_layouts(parse({"--vocab", "256", "--microbatches", "8", "--plan-layouts"}), 4, flop_cost_rates());
+  int compared = 0;
+  for (size_t a = 0; a < layouts.size(); ++a) {
+    if (layouts[a].options.schedule != "afab") continue;
+    for (size_t b = 0; b < layouts.size(); ++b) {
+      if (layouts[b].options.schedule != "1f1b" || !same_layout_but_schedule(layouts[a], layouts[b])) continue;
+      ++compared;
+      EXPECT_LT(b, a) << "afab on " << layouts[a].pp << " x " << layouts[a].dp;
+      EXPECT_LE(layouts[b].peak, layouts[a].peak);
+    }
+  }
+  EXPECT_GT(compared, 0);
+}
+
+// Activations dominate (long sequences, a small model): recompute's plans are the smallest.
+const std::vector<std::string> kLongSequences = {"--vocab", "256", "--dim", "64", "--seq-len", "256", "--batch", "16",
+                                                 "--microbatches", "8", "--plan-layouts"};
+
+TEST(LayoutAdvisor, ATightLimitLeavesOnlyRecomputeAndEveryListedPlanIsUnderIt) {
+  const std::vector<RankedLayout> layouts = all_layouts(parse(kLongSequences), 4, flop_cost_rates());
+  uint64_t smallest_without_recompute = ~uint64_t(0);
+  for (const RankedLayout& l : layouts)
+    if (!l.options.recompute) smallest_without_recompute = std::min(smallest_without_recompute, l.peak);
+  const uint64_t limit = smallest_without_recompute - 1;
+  const std::vector<RankedLayout> fit = layouts_that_fit(layouts, 4, limit);
+  ASSERT_FALSE(fit.empty());
+  size_t under = 0;
+  for (const RankedLayout& l : layouts) under += l.peak <= limit;
+  EXPECT_EQ(fit.size(), under);
+  for (const RankedLayout& l : fit) {
+    EXPECT_TRUE(l.options.recompute) << l.options.schedule << " " << l.pp << " x " << l.dp;
+    EXPECT_LE(l.peak, limit);
+  }
+}
+
+TEST(LayoutAdvisor, NothingFittingNamesTheSmallestPlan) {
+  const std::vector<RankedLayout> layouts = all_layouts(parse(kLongSequences), 4, flop_cost_rates());
+  uint64_t smallest = ~uint64_t(0);
+  for (const RankedLayout& l : layouts) smallest = std::min(smallest, l.peak);
+  const std::string error = error_of([&] { layouts_that_fit(layouts, 4, smallest - 1); });
+  EXPECT_NE(error.find("no layout of 4 ranks fits"), std::string::npos) << error;
+  EXPECT_NE(error.find("needs " + format_bytes(smallest)), std::string::npos) << error;
+  EXPECT_EQ(error.find('\n'), std::string::npos);
+}
+
+// Two stages, one replica, two microbatches of fused B; forward 2 ms and 6 ms in all, backward 12 ms.
+const std::string kTrace =
+    "{\"traceEvents\": [\n"
+    "{\"name\": \"F0\", \"cat\": \"forward\", \"ph\": \"X\", \"ts\": 0, \"dur\": 1000, \"pid\": 0, \"tid\": 0},\n"
+    "{\"name\": \"F1\", \"cat\": \"forward\", \"ph\": \"X\", \"ts\": 0, \"dur\": 5000, \"pid\": 0, \"tid\": 1},\n"
+    "{\"name\": \"sF0\", \"cat\": \"transfer\", \"ph\": \"X\", \"ts\": 0, \"dur\": 0.02, \"pid\": 0, \"tid\": 0, "
+    "\"args\": {\"used\": \"(measured 1.000-1.250 ms)\"}},\n"
+    "{\"name\": \"rF0\", \"cat\": \"transfer\", \"ph\": \"X\", \"ts\": 0, \"dur\": 400, \"pid\": 0, \"tid\": 1},\n"
+    "{\"name\": \"B0\", \"cat\": \"backward\", \"ph\": \"X\", \"ts\": 0, \"dur\": 12000, \"pid\": 0, \"tid\": 1}\n"
+    "],\n\"otherData\": {\"microbatches\": \"2\", \"recompute\": \"off\"}}\n";
+
+TEST(LayoutAdvisor, MeasuredRatesAreEachKindsTimeOverItsFlops) {
+  const GPTConfig config = make_gpt_config(2, 4, 64, 32, 256);
+  const ChunkFlops whole = chunk_flops(config, 3, 32, {0, 2, true, true}, false);
+  const CostRates rates = measured_cost_rates(kTrace, config, 3, 32);
+  EXPECT_DOUBLE_EQ(rates.forward, 6.0 / (2 * whole.forward));
+  EXPECT_DOUBLE_EQ(rates.backward_input, 12.0 / (2 * (whole.backward_input + whole.backward_weight)));
+  EXPECT_DOUBLE_EQ(rates.backward_weight, rates.backward_input);
+  EXPECT_NEAR(rates.latency, 0.25, 1e-12);  // the measured times, not the drawn 0.02 us
+  EXPECT_EQ(rates.unit, "ms");
+}
+
+TEST(LayoutAdvisor, AMalformedTraceIsOneLine) {
+  const GPTConfig config = make_gpt_config(2, 4, 64, 32, 256);
+  const auto error = [&](const std::string& text) { return error_of([&] { measured_cost_rates(text, config, 3, 32); }); };
+  EXPECT_NE(error("{}").find("not a --trace file"), std::string::npos);
+  std::string text = kTrace;
+  EXPECT_NE(error(text.replace(text.find("\"dur\": 5000"), 11, "\"dur\": x")).find("'x' is not"), std::string::npos);
+  text = kTrace;
+  EXPECT_NE(error(text.replace(text.find("\"backward\""), 10, "\"other\"")).find("no backward"), std::string::npos);
+  text = kTrace;
+  EXPECT_NE(error(text.replace(text.find("\"microbatches\""), 14, "\"m\"")).find("microbatches"), std::string::npos);
+}
+
+TEST(LayoutAdvisor, TheCommandLineKeepsTheModelFlagsAndSetsTheLayout) {
+  const std::vector<std::string> arguments = {"--plan-layouts", "--world", "8", "--dim=64", "--schedule", "afab",
+                                              "--recompute", "--lr", "0.001", "--microbatches=2"};
+  RankedLayout layout{parse(kModel), 4, 2, 2, 1, 0, 0, false};
+  layout.options.schedule = "interleaved", layout.options.virtual_stages = 2, layout.options.microbatches = 4;
+  layout.options.dtype = "bf16";
+  EXPECT_EQ(layout_command(layout, arguments, 8),
+            "mpirun -np 8 ./train --dim=64 --lr 0.001 --pp 4 --dp 2 --schedule interleaved --virtual-stages 2 "
+            "--microbatches 4 --dtype bf16");
+}
+
+}  // namespace
