@@ -49,9 +49,11 @@ int train(int argc, char** argv) {
     }
     setup = prepare_run(options, out);
     // Before anything is allocated: every rank's plan against the memory it may use (collective).
-    const DeviceBudget budget = device_budget(setup.options);
-    check_memory_fits(planned_run(setup), budget.usable);
-    if (out) std::printf("%s on rank 0\n", device_budget_line(budget, setup.options).c_str());
+    if (!setup.options.print_schedule) {
+      const DeviceBudget budget = device_budget(setup.options);
+      check_memory_fits(planned_run(setup), budget.usable);
+      if (out) std::printf("%s on rank 0\n", device_budget_line(budget, setup.options).c_str());
+    }
   } catch (const std::runtime_error& error) {
     if (out) std::fprintf(stderr, "train: error: %s\n", error.what());
     return 1;
