@@ -148,7 +148,7 @@ fault transfer-stream-model-ignores-receives pipeline/simulate_transfer_stream.c
 # comm/. A transfer to the wrong neighbour never finds its receive: the run hangs, and its
 # time limit (60 s, the test takes about 5) is what catches it, as in make test.
 fault transfer-to-the-wrong-neighbour comm/p2p.cpp \
-  's/const int peer = t.with_next ? next : previous;/const int peer = t.with_next ? previous : next;/' \
+  's/t.peer = t.with_next ? next : previous;/t.peer = t.with_next ? previous : next;/' \
   'mpi4 Pipeline.InterleavedOnFourStagesGivesTheSingleStageStepBitwise 60'
 fault data-parallel-sum-skipped comm/collectives.cpp \
   's/if (groups.mesh.dp == 1) return;/if (groups.mesh.dp >= 1) return;/' \
