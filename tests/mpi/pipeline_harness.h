@@ -321,7 +321,8 @@ inline void expect_cases_match(const std::vector<Case>& cases, int steps, const 
       EXPECT_EQ(outcome.losses, expected.losses);
       EXPECT_EQ(outcome.grad_norms, expected.grad_norms);
     } else {
-      EXPECT_EQ(outcome.losses[0], expected.losses[0]) << "step 1's loss";
+      EXPECT_EQ(outcome.losses[0], expected.losses[0])
+          << "step 1's loss, off by " << outcome.losses[0] - expected.losses[0];
       for (int i = 1; i < steps; ++i)
         EXPECT_NEAR(outcome.losses[i], expected.losses[i], tolerance.loss * std::fabs(expected.losses[i]))
             << "step " << i + 1;
