@@ -449,6 +449,16 @@ fault plan-layouts-accepts-world-zero trainer/command_line/options.cpp \
   's/int_option("world", \&O::world, kAtLeastOne,/int_option("world", \&O::world, kAtLeastZero,/' \
   'unit Options.*; py:train_plan_layouts_test PlanLayouts.World*'
 
+# Issue 29 (replicas bitwise alike, step 1's loss bitwise with replicas): each replica rounding
+# with its own key (bf16 parameters one ulp apart, inside the loss tolerance), and the loss summed
+# in float (each association rounds differently, inside the loss tolerance).
+fault replicas-round-with-their-own-seed trainer/step/trainer.cpp \
+  's/master_weights, precision.rounding_seed);/master_weights, precision.rounding_seed + mesh.dp_rank);/' \
+  'mpi4 PipelineLayouts.Bf16GivesTheSingleStageBf16Run'
+fault loss-summed-in-float kernels/classifier.cu \
+  's/if (threadIdx.x == 0) \*loss_sum += sum \/ double(BT);/if (threadIdx.x == 0) *loss_sum = float(*loss_sum + sum \/ double(BT));/' \
+  'mpi4 PipelineLayouts.Bf16GivesTheSingleStageBf16Run'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

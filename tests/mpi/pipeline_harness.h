@@ -2,8 +2,9 @@
 // NH=2, C=16, T=8, B=2, V=64) trained on random tokens by the trainer of one case (layout,
 // schedule, recompute, microbatches, layer split, fp32 or bf16), the single-stage run of the
 // same global batch and element type it must reproduce, and the comparison of its losses and
-// gradient norms and of its gradients after the first step. Every run, the references included,
-// also checks its rank's measured device peak against the memory plan (pipeline/memory_plan.h).
+// gradient norms and of its gradients after the first step, and of its replicas' parameters.
+// Every run, the references included, also checks its rank's measured device peak against the
+// memory plan (pipeline/memory_plan.h).
 // Every function that takes or makes groups is collective over MPI_COMM_WORLD.
 #pragma once
 #include <gtest/gtest.h>
@@ -11,8 +12,12 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <iomanip>
 #include <map>
 #include <random>
 #include <string>
@@ -109,7 +114,24 @@ struct Outcome {
   Placement placement;                       // the schedule's
   ExecutorAccounting accounting;             // after the last step
   ExecutorAccounting first_accounting;       // after step 1 (the slots the trace used)
+  std::vector<float> replica_state;          // with replicas, after the last step: replica_state()'s
 };
+
+// What the replicas of a stage must hold bitwise alike after a step, back to back, each in
+// llm.c's layout (zeros outside the stage's regions): the parameters, and with master weights
+// also those and the AdamW moments (a master weight can drift while its bf16 value rounds alike).
+inline constexpr const char* kReplicaStateNames[] = {"parameters", "master", "m", "v"};
+template <typename Element>
+std::vector<float> replica_state(const Trainer<Element>& trainer) {
+  std::vector<float> state = download_parameters(trainer);
+  const std::vector<float> master = download_master_weights(trainer);
+  if (master.empty()) return state;
+  std::vector<float> m, v;
+  download_moments(trainer, m, v);
+  for (const std::vector<float>& part : {std::cref(master), std::cref(m), std::cref(v)})
+    state.insert(state.end(), part.begin(), part.end());
+  return state;
+}
 
 // bf16 runs round stochastically with this seed.
 inline constexpr uint64_t kRoundingSeed = 5;
@@ -143,6 +165,7 @@ Outcome run_in(const Case& c, const CommGroups& groups, int steps, const Schedul
   // The memory plan is the whole run's peak, to the byte: set-up, every step, every schedule step.
   EXPECT_EQ(device_memory_counts().peak_bytes - bytes_before, plan.peak_bytes)
       << describe(c) << ": stage " << groups.mesh.pp_rank << "'s measured peak against its memory plan";
+  if (groups.mesh.dp > 1) outcome.replica_state = replica_state(trainer);
   outcome.regions = trainer.parameter_layout.regions;
   for (const LayerRange& range : trainer.chunks) outcome.layers.push_back({range.first_layer, range.end_layer});
   outcome.schedule = trainer.executor.schedule;
@@ -232,9 +255,50 @@ struct WorldGroups {
   CommGroups groups;
 };
 
-// How far a case may be from its reference: relative to each step's reference loss and
-// gradient norm, and to the largest reference magnitude of each gradient region after step 1.
-// All 0: bitwise.
+// llm.c's tensor that element `index` of the whole layout falls in, and the index within it.
+inline std::string parameter_at(const GPTConfig& config, size_t index) {
+  const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(config);
+  int tensor = kNumParameterTensors - 1;
+  while (offsets[tensor] > index) --tensor;
+  return std::string(parameter_tensor_name(tensor)) + "[" + std::to_string(index - offsets[tensor]) + "]";
+}
+
+// Every replica of a stage (the ranks of one pp_rank, its data-parallel group) holds bitwise its
+// replica 0's state after the last step: all applied the same all-reduced gradients with the same
+// AdamW and the same rounding key. Every rank's state is gathered (one NCCL all-gather over the
+// world per case, whose waits sleep; 4 layers: 15,328 parameters, 61 KB a rank in fp32, 245 KB in
+// bf16) and world rank 0 fails the case at each replica's first difference in each of parameters,
+// master, m and v: there its failures are printed (other ranks print only that they failed).
+// With the downloads, 0.5 to 1.0 s of a rank's 93 s for PipelineLayouts.* at -np 4 (104 cases
+// with replicas; MPI_Gather, whose waits spin, took 0.8 to 2.0 s; CPU build, 2026-11-26).
+// Collective over the world; without replicas there is nothing to compare.
+inline void expect_replicas_agree(const Case& c, const Outcome& outcome, const CommGroups& groups) {
+  const Mesh& mesh = groups.mesh;
+  if (mesh.dp == 1) return;
+  const size_t count = outcome.replica_state.size();
+  DeviceBuffer<float> mine(outcome.replica_state), every(count * mesh.world_size);
+  NCCL_CHECK(ncclAllGather(mine.data(), every.data(), count, ncclFloat32, groups.world, nullptr));
+  const std::vector<float> all = every.to_host();  // waits for the gather, whose buffers go next
+  if (mesh.world_rank != 0) return;
+  const GPTConfig config = config_of(c.layers);
+  const size_t n = num_parameters(config);
+  const auto same_bits = [](float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
+  for (int rank = mesh.pp; rank < mesh.world_size; ++rank)  // world rank = dp_rank pp + pp_rank
+    for (size_t first = 0; first < count; first += n) {
+      const float* own = all.data() + rank * count + first;
+      const float* replica0 = all.data() + rank % mesh.pp * count + first;
+      const size_t at = std::mismatch(own, own + n, replica0, same_bits).first - own;
+      if (at < n)
+        ADD_FAILURE() << "stage " << rank % mesh.pp << ", replica " << rank / mesh.pp << ": "
+                      << kReplicaStateNames[first / n] << " differ from replica 0's first at " << at << " ("
+                      << parameter_at(config, at) << "): " << std::setprecision(9) << own[at] << " against "
+                      << replica0[at];
+    }
+}
+
+// How far a case may be from its reference: relative to each later step's reference loss (step
+// 1's is bitwise, expect_cases_match), each step's gradient norm, and the largest reference
+// magnitude of each gradient region after step 1. All 0: bitwise.
 struct Tolerance {
   double loss, norm, gradient;
 };
@@ -243,7 +307,13 @@ inline constexpr Tolerance kBitwise{0, 0, 0};
 // Every case (all of one layout) trained for `steps` clipped steps against the reference: the
 // loss and the gradient norm before clipping of every step, and after step 1 every gradient
 // region the rank owns, bitwise equal (kBitwise: dp = 1), or within the tolerance (dp > 1, where
-// the replicas' sums are added in another order than the single run's microbatch loop). The
+// the replicas' sums are added in another order than the single run's microbatch loop), and the
+// replicas of each stage alike after the last step (expect_replicas_agree). Step 1's loss is
+// bitwise with replicas too: the same parameters and tokens give each microbatch the same mean
+// loss on any layout (its BT float losses summed in double, over BT = 16), and the loss is the
+// double sum of those means over m dp, whose association cannot matter: with this model's losses
+// (a few units each; ln 64 = 4.2 at the start) every partial sum is exact, using fewer than 40 of
+// a double's 53 bits. A loss summed with roundings (in float) would show there. The
 // norm is compared itself because every step clips and AdamW hardly notices a constant error in
 // the clip factor: a norm wrong by 1e-4 moves the losses by less than the replicas' tolerance.
 // With a --layers-per-stage, the rank's layers are the split's. On a GPU node the stages and the
@@ -258,6 +328,7 @@ inline void expect_cases_match(const std::vector<Case>& cases, int steps, const 
     SCOPED_TRACE(describe(c));
     const Outcome outcome = run(c, world.groups, steps);
     const Outcome& expected = reference(c, steps);
+    expect_replicas_agree(c, outcome, world.groups);
     trace_check::expect_trace_follows_schedule(outcome.trace, outcome.schedule, outcome.placement,
                                                world.groups.mesh.pp_rank, c.recompute, outcome.first_accounting);
     if (!c.layers_per_stage.empty()) {
@@ -267,9 +338,12 @@ inline void expect_cases_match(const std::vector<Case>& cases, int steps, const 
       EXPECT_EQ(outcome.losses, expected.losses);
       EXPECT_EQ(outcome.grad_norms, expected.grad_norms);
     } else {
-      for (int i = 0; i < steps; ++i) {
+      EXPECT_EQ(outcome.losses[0], expected.losses[0])
+          << "step 1's loss, off by " << outcome.losses[0] - expected.losses[0];
+      for (int i = 1; i < steps; ++i)
         EXPECT_NEAR(outcome.losses[i], expected.losses[i], tolerance.loss * std::fabs(expected.losses[i]))
             << "step " << i + 1;
+      for (int i = 0; i < steps; ++i) {
         EXPECT_NEAR(outcome.grad_norms[i], expected.grad_norms[i], tolerance.norm * expected.grad_norms[i])
             << "gradient norm, step " << i + 1;
       }
