@@ -51,6 +51,17 @@ def run_checks(names, run_one):
     return 1 if failed else 0
 
 
+def run_check_table(checks):
+    """run_checks over a table of name -> check() -> (ok, detail); a check whose command could not
+    be run (OSError, a timeout) fails, saying so."""
+    def run_one(name):
+        try:
+            return checks[name]()
+        except (OSError, subprocess.SubprocessError) as error:
+            return False, "did not run: %s" % error
+    return run_checks(checks, run_one)
+
+
 @functools.cache
 def ranks_refused(ranks):
     """The one error line of `mpirun -np RANKS ./train --help` when this node cannot run that many

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 
-from check_runner import run_checks
+from check_runner import run_check_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "memory_formulas.py")
@@ -111,12 +111,5 @@ CHECKS = {
 }
 
 
-def run_one(name):
-    try:
-        return CHECKS[name]()
-    except (OSError, subprocess.SubprocessError) as error:
-        return False, "did not run: %s" % error
-
-
 if __name__ == "__main__":
-    sys.exit(run_checks(CHECKS, run_one))
+    sys.exit(run_check_table(CHECKS))

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 
-from check_runner import run_checks
+from check_runner import run_check_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOOL = os.path.join(ROOT, "tools", "mutation_table.py")
@@ -48,12 +48,5 @@ def table_rewritten():
 CHECKS = {"MutationTable.OneRowPerFaultOfTheScriptInItsOrder": table_rewritten}
 
 
-def run_one(name):
-    try:
-        return CHECKS[name]()
-    except (OSError, subprocess.SubprocessError) as error:
-        return False, "did not run: %s" % error
-
-
 if __name__ == "__main__":
-    sys.exit(run_checks(CHECKS, run_one))
+    sys.exit(run_check_table(CHECKS))

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-from check_runner import run_checks
+from check_runner import run_check_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNNER = os.path.join(ROOT, "tools", "run_tests.sh")
@@ -79,12 +79,5 @@ CHECKS = {
 }
 
 
-def run_one(name):
-    try:
-        return CHECKS[name]()
-    except (OSError, subprocess.SubprocessError) as error:
-        return False, "did not run: %s" % error
-
-
 if __name__ == "__main__":
-    sys.exit(run_checks(CHECKS, run_one))
+    sys.exit(run_check_table(CHECKS))
