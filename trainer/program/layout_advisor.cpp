@@ -82,16 +82,18 @@ StepCosts layout_costs(const GPTConfig& config, int B, int T, const std::vector<
 }
 
 // The layout's prediction and plan, or false when the trainer would refuse it.
-bool predict(const TrainOptions& options, int world, const CostRates& rates, RankedLayout& layout) {
+bool predict(const TrainOptions& options, int world, const GPTConfig& config, const CostRates& rates,
+             RankedLayout& layout) {
   try {
-    const PlannedRun run = planned_run(options, world);
-    const std::vector<LayerRange> virtual_stages = check_layout(run.config, run.mesh, run.layout);
-    const PipelineSchedule schedule = layout_schedule(run.layout, run.mesh.pp);
+    const PlannedRun run = planned_run(options, world, config);
+    // The schedule and layer split the plan holds are the ones the trainer would run.
+    const MemoryPlanInput input = run_memory_input(run);
+    const PipelineSchedule& schedule = input.schedule;
     const StepCosts costs =
-        layout_costs(run.config, run.B, run.T, virtual_stages, schedule.placement, options.recompute, rates);
+        layout_costs(run.config, run.B, run.T, input.virtual_stages, schedule.placement, options.recompute, rates);
     const Simulation simulation = simulate(schedule.stages, costs, schedule.placement.kind);
     if (!simulation.deadlock.empty()) return false;
-    const std::vector<StageMemoryPlan> plans = plan_run_memory(run);
+    const std::vector<StageMemoryPlan> plans = plan_memory(input);
     double idle = 0;
     for (const StageSimulation& stage : simulation.stages) idle += stage.idle_share;
     layout = {options, run.mesh.pp, run.mesh.dp, schedule.placement.v, simulation.makespan,
@@ -179,7 +181,8 @@ CostRates measured_cost_rates(const std::string& trace_json, const GPTConfig& co
 
 std::vector<RankedLayout> all_layouts(const TrainOptions& options, int world, const CostRates& rates) {
   const int global_microbatches = options.microbatches * options.dp;
-  const int layers = starting_config(options).num_layers;
+  const GPTConfig config = starting_config(options);  // read once: --init's header for every layout
+  const int layers = config.num_layers;
   std::vector<std::string> dtypes = {options.dtype};
   if (options.dtype == "fp32") dtypes.push_back("bf16");
   std::vector<RankedLayout> layouts;
@@ -201,7 +204,7 @@ std::vector<RankedLayout> all_layouts(const TrainOptions& options, int world, co
           candidate.microbatches = global_microbatches / dp, candidate.recompute = recompute, candidate.dtype = dtype;
           candidate.plan_layouts = false;
           RankedLayout layout;
-          if (!predict(candidate, world, rates, layout)) continue;
+          if (!predict(candidate, world, config, rates, layout)) continue;
           layout.bf16_instead_of_fp32 = dtype != options.dtype;
           layouts.push_back(layout);
         }

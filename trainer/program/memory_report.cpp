@@ -80,9 +80,8 @@ std::string changes_that_fit(const PlannedRun& run, uint64_t limit) {
     change.apply(options);
     uint64_t peak = 0;
     try {
-      const PlannedRun changed = planned_run(options, options.pp * options.dp > run.mesh.world_size
-                                                          ? options.pp * options.dp
-                                                          : run.mesh.world_size);
+      const PlannedRun changed = planned_run(
+          options, std::max(options.pp * options.dp, run.mesh.world_size), run.config);
       const std::vector<StageMemoryPlan> plans = plan_run_memory(changed);
       peak = plans[heaviest_stage(plans)].peak_bytes;
     } catch (const std::runtime_error&) {
@@ -99,7 +98,11 @@ std::string changes_that_fit(const PlannedRun& run, uint64_t limit) {
 }  // namespace
 
 PlannedRun planned_run(const TrainOptions& options, int world_size) {
-  PlannedRun run{options, starting_config(options), options.batch, 0, {}, layout_from_options(options)};
+  return planned_run(options, world_size, starting_config(options));
+}
+
+PlannedRun planned_run(const TrainOptions& options, int world_size, const GPTConfig& config) {
+  PlannedRun run{options, config, options.batch, 0, {}, layout_from_options(options)};
   run.T = sequence_length(options, run.config);
   run.mesh = make_mesh(options.dp, options.pp, world_size, 0);
   try {
@@ -111,11 +114,12 @@ PlannedRun planned_run(const TrainOptions& options, int world_size) {
   return run;
 }
 
-std::vector<StageMemoryPlan> plan_run_memory(const PlannedRun& run) {
+MemoryPlanInput run_memory_input(const PlannedRun& run) {
   const TrainOptions& o = run.options;
-  return plan_memory(memory_plan_input(run.config, run.B, run.T, run.layout, run.mesh, is_bf16(o),
-                                       {o.master_weights == 1, o.seed}));
+  return memory_plan_input(run.config, run.B, run.T, run.layout, run.mesh, is_bf16(o), {o.master_weights == 1, o.seed});
 }
+
+std::vector<StageMemoryPlan> plan_run_memory(const PlannedRun& run) { return plan_memory(run_memory_input(run)); }
 
 std::string memory_table(const PlannedRun& run, const std::vector<StageMemoryPlan>& plans) {
   constexpr size_t kName = 30, kColumn = 13;

@@ -26,6 +26,10 @@ struct PlannedRun {
 // parameters are not read), the world of --world or else mpirun's. Throws std::runtime_error with
 // one line for a layout the trainer would refuse.
 PlannedRun planned_run(const TrainOptions& options, int world_size);
+// The same with the model's config already read (planning many layouts of one model).
+PlannedRun planned_run(const TrainOptions& options, int world_size, const GPTConfig& config);
+// The plan's inputs: the schedule and layer split the trainer would run, and the rest.
+MemoryPlanInput run_memory_input(const PlannedRun& run);
 std::vector<StageMemoryPlan> plan_run_memory(const PlannedRun& run);
 
 // Every stage's items and peak, one column per stage, with the ranks that hold each stage.

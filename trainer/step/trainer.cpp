@@ -161,12 +161,14 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   trainer.microbatches = layout.microbatches;
   trainer.world = World{mesh.world_size, mesh.world_rank};
   trainer.groups = groups;
-  trainer.virtual_stages = check_layout(config, mesh, layout);
-  const PipelineSchedule schedule = layout_schedule(layout, mesh.pp);
+  // The plan's schedule and layer split are the ones this trainer runs (one construction of each).
+  const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
+  const MemoryPlanInput planned = memory_plan_input(config, B, T, layout, mesh, bf16, precision);
+  const PipelineSchedule& schedule = planned.schedule;
+  trainer.virtual_stages = planned.virtual_stages;
   trainer.placement = schedule.placement;
   trainer.chunks = chunks_of_stage(trainer.virtual_stages, trainer.placement, mesh.pp_rank);
-  const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
-  const StageMemoryPlan plan = plan_memory(memory_plan_input(config, B, T, layout, mesh, bf16, precision))[mesh.pp_rank];
+  const StageMemoryPlan plan = plan_memory(planned)[mesh.pp_rank];
   const uint64_t bytes_before = device_memory_counts().bytes_in_use;
   CUDA_CHECK(cudaStreamCreate(&trainer.stream));
   CUBLAS_CHECK(cublasCreate(&trainer.cublas));
