@@ -459,6 +459,11 @@ fault loss-summed-in-float kernels/classifier.cu \
   's/if (threadIdx.x == 0) \*loss_sum += sum \/ double(BT);/if (threadIdx.x == 0) *loss_sum = float(*loss_sum + sum \/ double(BT));/' \
   'mpi4 PipelineLayouts.Bf16GivesTheSingleStageBf16Run'
 
+# Issue 30: the refusal's advice lists only changes whose plan fits (its first one must train).
+fault memory-refusal-suggests-what-does-not-fit trainer/program/memory_report.cpp \
+  's/    if (peak <= limit) families_fit += change.family + " ";/    if (peak <= 2 * limit) families_fit += change.family + " ";/; s/    std::string\& list = peak <= limit ? fit : other;/    std::string\& list = peak <= 2 * limit ? fit : other;/' \
+  'py:train_memory_test TrainMemory.TooLarge*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
