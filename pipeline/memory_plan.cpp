@@ -101,6 +101,7 @@ StageMemoryPlan plan_stage(const MemoryPlanInput& in, int stage) {
   b.device("gradients", 1, multiply(n, sizeof(Element)));
   if (has_part(chunks, &LayerRange::has_head))
     b.device("head's wte gradient", 1, uint64_t(config.padded_vocab_size) * config.channels * sizeof(Element));
+  b.device("cuBLAS workspace", 1, in.cublas_workspace_bytes);
   plan_executor_memory<Element>(in, stage, chunks, b);
   // The optimizer (create_optimizer): fp32 moments, master weights, the norm's and AdamW's tables.
   b.device("AdamW moments", 2, multiply(n, sizeof(float)));

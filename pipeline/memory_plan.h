@@ -8,8 +8,9 @@
 // resident bytes, so the plan and the allocations cannot drift apart unnoticed; the layout tests
 // check the whole run's peak against it to the byte (tests/mpi/pipeline_harness.h).
 //
-// What it counts is what the project allocates (kernels/device_memory.cuh's device_alloc): on a
-// GPU the CUDA context, cuBLAS's workspace, NCCL's buffers and the driver's rounding come on top
+// What it counts is what the project allocates (kernels/device_memory.cuh's device_alloc), cuBLAS's
+// workspace included (the trainer gives the library its own): on a GPU the CUDA context, the
+// pool a cuBLAS handle may keep of its own, NCCL's buffers and the driver's rounding come on top
 // (docs/pipeline.md, "The memory plan").
 #pragma once
 #include <cstdint>
@@ -53,6 +54,7 @@ struct MemoryPlanInput {
   bool bf16;            // bf16 parameters, gradients, activations and messages
   bool master_weights;  // bf16 only: fp32 master weights
   uint64_t step_figures_bytes;  // the trainer's pinned record of a step's figures
+  uint64_t cublas_workspace_bytes;  // the GEMMs' workspace (kernels/gemm.cuh): the device's
 };
 
 // One plan per stage (index = stage); every replica of a stage holds the same. Throws

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/cublas_check.cuh"
+#include "kernels/gemm.cuh"
 #include "tests/cublas_gemm_calls.h"
 #include "tests/device_buffer.h"
 #include "tests/gradient_check.h"
@@ -303,6 +304,19 @@ TEST_F(Cublas, HandleKeepsStreamMathModeAndHostPointerMode) {
   EXPECT_EQ(pointer_mode, CUBLAS_POINTER_MODE_HOST);
 
   CUBLAS_CHECK(cublasSetStream(handle, nullptr));
+  CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// kernels/gemm.cuh's GEMMs check the handle's stream instead of setting it (cublasSetStream would
+// put the handle back on the library's own workspace, outside the memory plan).
+TEST_F(Cublas, GemmOnAHandleBoundToAnotherStreamIsRefused) {
+  DeviceBuffer<float> a(4), b(4), c(4);
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  EXPECT_THROW(gemm_batched<float>(handle, false, false, 2, 2, 2, 1, a.data(), 0, b.data(), 0, 0, c.data(), 0, 1, stream),
+               std::logic_error);
+  gemm_batched<float>(handle, false, false, 2, 2, 2, 1, a.data(), 0, b.data(), 0, 0, c.data(), 0, 1, nullptr);
+  CUDA_CHECK(cudaStreamSynchronize(nullptr));
   CUDA_CHECK(cudaStreamDestroy(stream));
 }
 

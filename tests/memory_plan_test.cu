@@ -24,7 +24,7 @@ MemoryPlanInput input_of(ScheduleKind kind, int p, int m, int v, int layers, boo
                          bool bf16 = false, bool master_weights = true) {
   const PipelineSchedule schedule = make_pipeline_schedule(kind, p, m, v);
   return {config_of(layers), kB,        kT,   m, 1, schedule, split_layers(layers, p, schedule.placement.v),
-          recompute,         bf16,      bf16 && master_weights, 24};
+          recompute,         bf16,      bf16 && master_weights, 24, 4 << 20};
 }
 
 // The item called name, or of count 0 when the plan has none.

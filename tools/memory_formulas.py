@@ -25,7 +25,7 @@ markdown table per case: each stage's planned device bytes, grouped, beside
 Ours comes from --print-memory (which allocates nothing), grouped: weights and optimizer
 (parameters, gradients, the head's wte gradient, AdamW moments, master weights and the norm's
 and AdamW's tables), activations (slot activations and inputs, backward scratch, recompute
-working sets, weight-gradient inputs, targets, loss sum), transfers (gradient message buffers,
+working sets, weight-gradient inputs, targets, loss sum, cuBLAS's workspace), transfers (gradient message buffers,
 send buffers, set-up's transient). --print-memory prints each item to 3 significant digits
 and only the peak exactly: the groups are sums of the printed figures, and the tool fails when
 they do not add up to the exact peak within the printed figures' rounding.
@@ -51,7 +51,7 @@ WEIGHTS = {"parameters", "gradients", "head's wte gradient", "AdamW moments", "m
            "norm partials", "squared norm", "norm table", "non-finite ranks, norm", "AdamW gate",
            "AdamW region table"}
 ACTIVATIONS = {"slot activations", "slot inputs", "backward scratch", "recompute working set",
-               "weight-gradient inputs", "targets", "loss sum"}
+               "weight-gradient inputs", "targets", "loss sum", "cuBLAS workspace"}
 TRANSFERS = {"send buffers", "output gradients", "input gradients", "set-up's transient"}
 TOTALS = {"ranks", "resident", "peak", "peak, bytes", "pinned host memory"}
 

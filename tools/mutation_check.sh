@@ -464,6 +464,21 @@ fault memory-refusal-suggests-what-does-not-fit trainer/program/memory_report.cp
   's/    if (peak <= limit) families_fit += change.family + " ";/    if (peak <= 2 * limit) families_fit += change.family + " ";/; s/    std::string\& list = peak <= limit ? fit : other;/    std::string\& list = peak <= 2 * limit ? fit : other;/' \
   'py:train_memory_test TrainMemory.TooLarge*'
 
+# Issue 30: cuBLAS's workspace is the trainer's, planned: bound after the stream (cublasSetStream
+# resets it), an item of the plan, the GEMMs checking their stream rather than setting it, and the
+# CPU build's cuBLAS going back to its own pool on cublasSetStream as the documentation says.
+fault cublas-workspace-bound-before-the-stream kernels/gemm.cuh \
+  '/CUBLAS_CHECK(cublasSetStream(cublas, stream));/{h;d};/CUBLAS_CHECK(cublasSetWorkspace(cublas, workspace, bytes));/G' \
+  'cpu CublasWorkspace.*'
+fault cublas-workspace-not-planned pipeline/memory_plan.cpp \
+  '/b.device("cuBLAS workspace"/d' \
+  'unit Trainer*:MemoryPlan*'
+fault gemm-does-not-check-its-stream kernels/gemm.cuh \
+  's/if (bound != stream)/if (false)/' \
+  'unit Cublas.*'
+fault cpu-set-stream-keeps-the-workspace cpu/blas/cublas.cpp \
+  '/handle->workspace = nullptr;  \/\/ back to the library/d' \
+  'cpu CublasWorkspace.*'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

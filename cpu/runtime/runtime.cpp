@@ -208,6 +208,19 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   return cudaSuccess;
 }
 
+// The attributes the project asks for; any other aborts with its number (cpu::unsupported).
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+  if (!value) return set_error(cudaErrorInvalidValue);
+  if (device < 0 || device >= cpu::visible_device_count()) return set_error(cudaErrorInvalidDevice);
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, device);
+  switch (attribute) {
+    case cudaDevAttrComputeCapabilityMajor: *value = prop.major; return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor: *value = prop.minor; return cudaSuccess;
+    default: cpu::unsupported(("cudaDeviceGetAttribute " + std::to_string(int(attribute))).c_str());
+  }
+}
+
 const char* cudaGetErrorName(cudaError_t e) {
   switch (e) {
     case cudaSuccess: return "cudaSuccess";

@@ -17,6 +17,7 @@
 #include "kernels/cublas_check.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
+#include "kernels/gemm.cuh"
 #include "model/gradient_buckets.h"
 #include "pipeline/layer_split.h"
 #include "trainer/safety/failure_injection.h"
@@ -134,7 +135,8 @@ MemoryPlanInput memory_plan_input(const GPTConfig& config, int B, int T, const P
                          layout.recompute,
                          bf16,
                          bf16 && precision.master_weights,
-                         sizeof(StepFigures)};
+                         sizeof(StepFigures),
+                         cublas_workspace_bytes()};
 }
 
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout) {
@@ -172,7 +174,8 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   const uint64_t bytes_before = device_memory_counts().bytes_in_use;
   CUDA_CHECK(cudaStreamCreate(&trainer.stream));
   CUBLAS_CHECK(cublasCreate(&trainer.cublas));
-  CUBLAS_CHECK(cublasSetStream(trainer.cublas, trainer.stream));
+  trainer.cublas_workspace = device_alloc_bytes(planned.cublas_workspace_bytes);
+  bind_cublas(trainer.cublas, trainer.stream, trainer.cublas_workspace, planned.cublas_workspace_bytes);
   trainer.parameter_layout = parameter_layout(config, trainer.chunks);
   const size_t n = trainer.parameter_layout.size;
   trainer.parameter_memory = device_alloc<Element>(n);
@@ -224,6 +227,7 @@ void destroy_trainer(Trainer<Element>& trainer) {
   CUDA_CHECK(cudaFreeHost(trainer.host_tokens));
   CUDA_CHECK(cudaFreeHost(trainer.host_targets));
   CUBLAS_CHECK(cublasDestroy(trainer.cublas));
+  device_free(trainer.cublas_workspace);
   CUDA_CHECK(cudaStreamDestroy(trainer.stream));
 }
 

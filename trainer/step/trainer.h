@@ -68,7 +68,8 @@ struct Trainer {
   std::vector<LayerRange> virtual_stages;  // split_layers: every stage's chunks, index placement.virtual_stage(s, c)
   std::vector<LayerRange> chunks;          // this stage's
   cudaStream_t stream;
-  cublasHandle_t cublas;
+  cublasHandle_t cublas;   // bound to stream and to cublas_workspace (kernels/gemm.cuh's bind_cublas)
+  void* cublas_workspace;  // the GEMMs' workspace, an item of the memory plan
   ParameterLayout parameter_layout;  // where this stage's tensors live (model/parameter_layout.h)
   Element* parameter_memory;         // (parameter_layout.size) the stage's parameters
   Element* gradient_memory;          // (parameter_layout.size) their gradients
