@@ -14,7 +14,6 @@ TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun).
 check, then "tests: N passed, M failed" (exit status 1 on a failure), as tools/run_tests.sh expects.
 """
 import os
-import random
 import re
 import signal
 import subprocess
@@ -23,6 +22,7 @@ import tempfile
 import time
 
 from check_runner import run_checks
+from training_text import write_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -47,13 +47,6 @@ CASES = {
     "RankFailure.RunWithoutFailureEndsCleanly": (None, [], None),
 }
 
-
-def write_text(path):
-    """About 30 kB of words (one token per byte): enough windows for training and validation."""
-    rng = random.Random(7)
-    words = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth", "light", "darkness"]
-    with open(path, "w") as file:
-        file.write(" ".join(rng.choice(words) for _ in range(5000)))
 
 
 def processes_running(marker):

@@ -9,7 +9,10 @@
   before anything is allocated: exit status 1, rank 0 alone prints the error, which names the rank
   and its stage, lists its items and the changes that would fit; running with the first suggested
   change trains.
-- --memory-limit below a stage's plan refuses the run the same way, naming --memory-limit.
+- --memory-limit below a stage's plan refuses the run the same way, naming --memory-limit; when
+  only the last stage's plan is above it (AFAB holds every microbatch on every stage, and the last
+  stage has the head), rank 0, which prints the refusal, names rank 3, and the run exits with status
+  1: the ranks exchange their figures before anything is allocated.
 - Bad input, one line and status 1 each: a limit that is not a byte count, out of range, --world
   without --print-memory, a layout the schedule rejects, a plan whose bytes overflow 64 bits.
     /usr/bin/python3 tests/train_memory_test.py [--gtest_filter=PATTERN]
@@ -110,6 +113,28 @@ def memory_limit_refuses():
     return bool(ok), "status %d, %s" % (status, error or lines[-3:])
 
 
+def peaks_of(options):
+    """Each stage's planned peak in bytes, from --print-memory's "peak, bytes" row."""
+    status, lines, _ = run([TRAIN, "--print-memory"] + options)
+    row = next((line for line in lines if line.startswith("peak, bytes")), None)
+    if status != 0 or row is None:
+        raise RuntimeError("--print-memory %s: status %d, %s" % (" ".join(options), status, lines[-3:]))
+    return [int(cell) for cell in row[len("peak, bytes"):].split()]
+
+
+def only_the_last_stage_above_the_limit_is_refused_on_every_rank():
+    layout = ["--schedule", "afab"]
+    peaks = peaks_of(["--world", "4"] + layout)
+    if max(peaks) != peaks[3] or peaks[3] == max(peaks[:3]):
+        return False, "the test's premise: AFAB's last stage alone is the heaviest, got %s" % peaks
+    limit = (max(peaks[:3]) + peaks[3]) // 2
+    status, lines, _ = run(MPIRUN + ["-np", "4", TRAIN, "--memory-limit", str(limit)] + layout + SMALL_RUN)
+    error = refusal(lines)
+    ok = status == 1 and error is not None and re.match(
+        r"train: error: rank 3 \(stage 3\) plans .* it may use \(--memory-limit\)", error[0]) is not None
+    return ok, "peaks %s, limit %d: status %d, %s" % (peaks, limit, status, error or lines[-3:])
+
+
 BAD_INPUT = {
     "MemoryBadInput.LimitNotANumber": (["--memory-limit", "12X"], "--memory-limit: '12X' is not a byte count"),
     "MemoryBadInput.LimitNegative": (["--memory-limit", "-1G"], "--memory-limit: '-1G' is not a byte count"),
@@ -136,6 +161,8 @@ CHECKS = {
     "TrainMemory.TooLargeForTheDeviceIsRefusedAndASuggestionTrains":
         too_large_for_the_device_is_refused_and_a_suggestion_trains,
     "TrainMemory.MemoryLimitRefusesAStageAboveIt": memory_limit_refuses,
+    "TrainMemory.OnlyTheLastStageAboveTheLimitIsRefusedOnEveryRank":
+        only_the_last_stage_above_the_limit_is_refused_on_every_rank,
 }
 
 

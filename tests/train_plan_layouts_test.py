@@ -10,7 +10,6 @@ TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun).
 check, then "tests: N passed, M failed" (exit status 1 on a failure), as tools/run_tests.sh expects.
 """
 import os
-import random
 import re
 import shlex
 import subprocess
@@ -18,6 +17,7 @@ import sys
 import tempfile
 
 from check_runner import ROOT, run_checks, skipped_for_ranks
+from training_text import write_text
 
 # One step of 8 ranks on 2 loaded cores takes about 20 s here (start-up included).
 TIMEOUT = 300
@@ -27,13 +27,6 @@ UNITS = {"B": 1, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
 ROW = re.compile(r"^(afab|1f1b|interleaved|zb-h1|zb-h2|zb-v) +(\d+) x (\d+) +(\d+) +(\d+) +(on|off) +(fp32|bf16)\*? +"
                  r"([0-9.e+]+) +([0-9.]+) +([0-9.]+) (B|KiB|MiB|GiB|TiB)$")
 
-
-def write_text(path):
-    """About 30 kB of words (one token per byte): enough windows for training."""
-    rng = random.Random(7)
-    words = ["in", "the", "beginning", "god", "created", "heaven", "and", "earth", "light", "darkness"]
-    with open(path, "w") as file:
-        file.write(" ".join(rng.choice(words) for _ in range(5000)))
 
 
 def run(command):

@@ -476,9 +476,13 @@ fault cublas-workspace-not-planned pipeline/memory_plan.cpp \
 fault gemm-does-not-check-its-stream kernels/gemm.cuh \
   's/if (bound != stream)/if (false)/' \
   'unit Cublas.*'
-fault cpu-set-stream-keeps-the-workspace cpu/blas/cublas.cpp \
+fault cpu-set-stream-keeps-the-workspace cpu/blas/cublas_handle.cpp \
   '/handle->workspace = nullptr;  \/\/ back to the library/d' \
   'cpu CublasWorkspace.*'
+# Issue 30: the ranks exchange their usable bytes before the plan is checked against them.
+fault memory-limits-not-exchanged trainer/program/memory_report.cpp \
+  's/  if (world.size > 1) sum_over_world(world, limits.data(), limits.size());/  if (false) sum_over_world(world, limits.data(), limits.size());/' \
+  'py:train_memory_test TrainMemory.OnlyTheLastStage*'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -1,5 +1,4 @@
-// cuBLAS on the CPU, over OpenBLAS: the handle (device, stream, workspace, math and pointer modes), status
-// strings, and the GEMMs the project calls (Sgemm, Dgemm, their strided batches, and
+// cuBLAS on the CPU, over OpenBLAS: the GEMMs the project calls (Sgemm, Dgemm, their strided batches, and
 // GemmEx / GemmStridedBatchedEx for fp32, bf16 and fp64), with cuBLAS's column-major
 // semantics and argument checks, and fp32 inputs rounded to TF32 where cuBLAS may use it. A GEMM
 // is queued on the handle's stream (alpha and beta are read at the call, as host pointers are);
@@ -21,27 +20,12 @@
 
 #include "cpu/blas/blas_library.h"
 #include "cpu/blas/blas_threads.h"
+#include "cpu/blas/cublas_handle.h"
 #include "cpu/runtime/call_counts.h"
 #include "cpu/blas/gemm_operands.h"
 #include "cpu/runtime/memory.h"
 #include "cpu/runtime/errors.h"
 #include "cpu/runtime/streams.h"
-
-// cuBLAS's header only declares the handle's type; each implementation defines it.
-// The workspace: the caller's (cublasSetWorkspace) until cublasSetStream resets it to the
-// library's own pool, as cuBLAS's documentation says cublasSetStream does "unconditionally". A
-// GPU's library holds that pool in device memory it allocates itself; here it is allocated, on the
-// device's counts, at the first GEMM that uses it (kLibraryPoolBytes, the size cuBLAS's
-// documentation gives its default pool), so that a GEMM outside the caller's workspace shows as
-// device memory the caller did not allocate.
-struct cublasContext {
-  int device;  // current when the handle was made
-  cudaStream_t stream = nullptr;
-  cublasMath_t math_mode = CUBLAS_DEFAULT_MATH;
-  void* workspace = nullptr;  // the caller's; nullptr: the library's pool
-  size_t workspace_bytes = 0;
-  void* library_pool = nullptr;  // allocated at its first use, freed with the handle
-};
 
 namespace {
 
@@ -79,8 +63,6 @@ size_t matrix_span(int rows, int cols, int ld, long long stride, int batch_count
   return (size_t(batch_count - 1) * size_t(std::max(0LL, stride)) + size_t(cols - 1) * ld + rows) * element_bytes;
 }
 
-constexpr size_t kLibraryPoolBytes = size_t(4) << 20;
-
 // A GEMM's operands must be memory of the handle's device. On a GPU another device's or host
 // memory makes the kernel fault: the context fails (cudaErrorIllegalAddress) and so does the call.
 // Then the GEMM is queued on the handle's stream.
@@ -103,10 +85,7 @@ cublasStatus_t queue_gemm(const char* function, cublasHandle_t handle, const Sha
     cpu::set_sticky_error(cudaErrorIllegalAddress);
     return CUBLAS_STATUS_EXECUTION_FAILED;
   }
-  if (handle->workspace == nullptr && handle->library_pool == nullptr) {
-    handle->library_pool = cpu::allocate_device_memory(kLibraryPoolBytes, handle->device);
-    if (handle->library_pool == nullptr) return CUBLAS_STATUS_ALLOC_FAILED;
-  }
+  if (!cpu::has_gemm_workspace(handle)) return CUBLAS_STATUS_ALLOC_FAILED;
   cpu::count_launch();  // a cuBLAS call launches at least one kernel on a GPU: counted as one
   cpu::enqueue(handle->stream, function, std::move(work));
   return CUBLAS_STATUS_SUCCESS;
@@ -288,114 +267,6 @@ cublasStatus_t gemm_ex(const char* function, cublasHandle_t handle, const Shape&
 }
 
 }  // namespace
-
-// ---- handle ----
-
-cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
-  if (handle == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *handle = new cublasContext{cpu::current_device()};
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
-  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (handle->library_pool != nullptr) cpu::free_device_memory(handle->library_pool);
-  delete handle;
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
-  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  handle->stream = stream;
-  handle->workspace = nullptr;  // back to the library's pool
-  handle->workspace_bytes = 0;
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-// The documentation's rules: aligned to 256 bytes. Stricter than a GPU's library, which would
-// fault only when a kernel used it: the buffer must be device memory of the handle's device.
-cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, size_t bytes) {
-  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (reinterpret_cast<uintptr_t>(workspace) % 256 != 0) return CUBLAS_STATUS_INVALID_VALUE;
-  cpu::Allocation a;
-  if (bytes > 0 && !(cpu::find_allocation(workspace, bytes, a) && a.device == handle->device)) {
-    std::fprintf(stderr, "cpu: cublasSetWorkspace on device %d: %p, %zu bytes is not inside one allocation of that device\n",
-                 handle->device, workspace, bytes);
-    return CUBLAS_STATUS_INVALID_VALUE;
-  }
-  handle->workspace = workspace;
-  handle->workspace_bytes = bytes;
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasGetStream_v2(cublasHandle_t handle, cudaStream_t* stream) {
-  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (stream == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *stream = handle->stream;
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
-  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  handle->math_mode = mode;
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t* mode) {
-  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (mode == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *mode = handle->math_mode;
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-// Only host pointers for alpha and beta: the project passes no scalars in device memory.
-cublasStatus_t cublasSetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t mode) {
-  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (mode == CUBLAS_POINTER_MODE_DEVICE) cpu::unsupported("cublasSetPointerMode with CUBLAS_POINTER_MODE_DEVICE");
-  if (mode != CUBLAS_POINTER_MODE_HOST) return CUBLAS_STATUS_INVALID_VALUE;
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-cublasStatus_t cublasGetPointerMode_v2(cublasHandle_t handle, cublasPointerMode_t* mode) {
-  if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (mode == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-  *mode = CUBLAS_POINTER_MODE_HOST;
-  return CUBLAS_STATUS_SUCCESS;
-}
-
-// ---- status ----
-
-const char* cublasGetStatusName(cublasStatus_t status) {
-  switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
-  }
-  return "CUBLAS_STATUS_UNKNOWN";
-}
-
-const char* cublasGetStatusString(cublasStatus_t status) {
-  switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "the operation completed successfully";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
-    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "an error was detected when checking the current licensing";
-  }
-  return "an unknown internal error has occurred";
-}
 
 // ---- GEMM ----
 
