@@ -476,7 +476,7 @@ fault cublas-workspace-not-planned pipeline/memory_plan.cpp \
 fault gemm-does-not-check-its-stream kernels/gemm.cuh \
   's/if (bound != stream)/if (false)/' \
   'unit Cublas.*'
-fault cpu-set-stream-keeps-the-workspace cpu/blas/cublas_handle.cpp \
+fault cpu-set-stream-keeps-the-workspace cpu/blas/cublas_context.cpp \
   '/handle->workspace = nullptr;  \/\/ back to the library/d' \
   'cpu CublasWorkspace.*'
 # Issue 30: the ranks exchange their usable bytes before the plan is checked against them.

@@ -20,7 +20,7 @@
 
 #include "cpu/blas/blas_library.h"
 #include "cpu/blas/blas_threads.h"
-#include "cpu/blas/cublas_handle.h"
+#include "cpu/blas/cublas_context.h"
 #include "cpu/runtime/call_counts.h"
 #include "cpu/blas/gemm_operands.h"
 #include "cpu/runtime/memory.h"

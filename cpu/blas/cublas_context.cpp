@@ -1,7 +1,7 @@
 // The CPU build's cuBLAS handle functions (create, destroy, stream, workspace, math and pointer
 // modes) and status strings. Stricter than a GPU's library where its misuse would only fault
 // later: a workspace must be device memory of the handle's device.
-#include "cpu/blas/cublas_handle.h"
+#include "cpu/blas/cublas_context.h"
 
 #include <cstdint>
 #include <cstdio>

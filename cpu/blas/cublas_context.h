@@ -1,4 +1,4 @@
-// The CPU build's cuBLAS handle (cpu/blas/cublas_handle.cpp): its device, stream, workspace and
+// The CPU build's cuBLAS handle (cpu/blas/cublas_context.cpp): its device, stream, workspace and
 // modes, which the GEMMs (cpu/blas/cublas.cpp) read. cuBLAS's header only declares the handle's
 // type; each implementation defines it.
 #pragma once
