@@ -64,6 +64,7 @@ int Placement::chunk_of(int vs) const {
 
 Placement placement_of(ScheduleKind kind, int p, int v) {
   if (kind == ScheduleKind::zb_v) return {PlacementKind::v_shape, p, 2};
+  if (kind == ScheduleKind::v_half || kind == ScheduleKind::v_min) return {PlacementKind::v_shape, p, 2};
   return {PlacementKind::ring, p, v};
 }
 
@@ -146,7 +147,8 @@ StageSchedule parse_schedule(const std::string& text) {
 namespace {
 
 const ScheduleKind kAllKinds[] = {ScheduleKind::afab,  ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
-                                  ScheduleKind::zb_h1, ScheduleKind::zb_h2,       ScheduleKind::zb_v};
+                                  ScheduleKind::zb_h1, ScheduleKind::zb_h2,       ScheduleKind::zb_v,
+                                  ScheduleKind::v_half, ScheduleKind::v_min};
 
 }  // namespace
 
@@ -167,10 +169,13 @@ std::string schedule_name(ScheduleKind kind) {
     case ScheduleKind::zb_h1: return "zb-h1";
     case ScheduleKind::zb_h2: return "zb-h2";
     case ScheduleKind::zb_v: return "zb-v";
+    case ScheduleKind::v_half: return "v-half";
+    case ScheduleKind::v_min: return "v-min";
   }
   throw std::logic_error("unknown ScheduleKind");
 }
 
 bool splits_backward(ScheduleKind kind) {
-  return kind == ScheduleKind::zb_h1 || kind == ScheduleKind::zb_h2 || kind == ScheduleKind::zb_v;
+  return kind == ScheduleKind::zb_h1 || kind == ScheduleKind::zb_h2 || kind == ScheduleKind::zb_v ||
+         kind == ScheduleKind::v_half || kind == ScheduleKind::v_min;
 }

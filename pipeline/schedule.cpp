@@ -8,6 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "pipeline/controllable_memory.h"
 #include "pipeline/zero_bubble.h"
 
 namespace {
@@ -111,20 +112,23 @@ StageSchedule add_communication(const std::vector<Action>& compute, const Placem
   return steps;
 }
 
-int chunks_per_stage(ScheduleKind kind, int v) { return kind == ScheduleKind::zb_v ? 2 : v; }
+int chunks_per_stage(ScheduleKind kind, int v) { return placement_of(kind, 1, v).kind == PlacementKind::v_shape ? 2 : v; }
 
 namespace {
 
 void check_chunks(ScheduleKind kind, int v) {
-  if (kind != ScheduleKind::interleaved && v != 1 && !(kind == ScheduleKind::zb_v && v == 2))
+  const bool v_shape = placement_of(kind, 1, v).kind == PlacementKind::v_shape;
+  if (kind != ScheduleKind::interleaved && v != 1 && !(v_shape && v == 2))
     throw std::runtime_error("--virtual-stages " + std::to_string(v) + " needs --schedule interleaved (" +
                              schedule_name(kind) +
-                             (kind == ScheduleKind::zb_v ? " runs two chunks per stage)" : " runs one chunk per stage)"));
+                             (v_shape ? " runs two chunks per stage)" : " runs one chunk per stage)"));
 }
 
 // The zero-bubble schedules come as compute orders only: all stages are lowered together.
 std::vector<StageSchedule> zero_bubble_schedules(ScheduleKind kind, int p, int m) {
   check_pipeline_stage(p, m, 0);
+  if (kind == ScheduleKind::v_half || kind == ScheduleKind::v_min)
+    return add_communication_in_time_order(controllable_memory_orders(kind, p, m), placement_of(kind, p, 1));
   std::vector<std::vector<Action>> orders;
   for (int s = 0; s < p; s++)
     orders.push_back(kind == ScheduleKind::zb_h1   ? zb_h1_order(p, m, s)

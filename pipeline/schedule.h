@@ -55,7 +55,8 @@ std::vector<Action> one_f_one_b_order(int p, int m, int stage);
 // and at least p.
 std::vector<Action> interleaved_order(int p, int m, int v, int stage);
 int interleaved_warmup(int p, int m, int v, int stage);
-// The zero-bubble orders are in pipeline/zero_bubble.h.
+// The zero-bubble orders are in pipeline/zero_bubble.h, v-half's and v-min's in
+// pipeline/controllable_memory.h.
 
 // The lowering pass (see the top): a stage's compute order as steps with its sends and
 // receives, for the stages and chunks of placement. Each send goes in the group point right after
@@ -78,10 +79,10 @@ std::vector<StageSchedule> add_communication_in_time_order(const std::vector<std
                                                            const Placement& placement);
 
 // The full list of one stage, and of every stage (index = stage). Only interleaved takes v > 1;
-// zb-v runs v = 2 (1 is taken to mean 2).
+// zb-v, v-half and v-min run v = 2 (1 is taken to mean 2).
 StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage);
 std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v);
-// The chunks per stage the schedule runs when asked for v: 2 for zb-v, else v.
+// The chunks per stage the schedule runs when asked for v: 2 in the v placement, else v.
 int chunks_per_stage(ScheduleKind kind, int v);
 
 // A whole schedule: every stage's steps and where its virtual stages live.

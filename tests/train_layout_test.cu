@@ -68,7 +68,8 @@ TEST(TrainLayout, InterleavedMicrobatchesNotAMultipleOfTheStagesFailOnEveryRank)
 }
 
 TEST(TrainLayout, UnknownScheduleFailsOnEveryRank) {
-  expect_layout_error("--schedule zigzag", "--schedule zigzag is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v");
+  expect_layout_error("--schedule zigzag",
+                      "--schedule zigzag is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min");
 }
 
 TEST(TrainLayout, ZeroBubbleVWithFewerLayersThanChunksFailsOnEveryRank) {

@@ -483,6 +483,23 @@ fault cpu-set-stream-keeps-the-workspace cpu/blas/cublas_context.cpp \
 fault memory-limits-not-exchanged trainer/program/memory_report.cpp \
   's/  if (world.size > 1) sum_over_world(world, limits.data(), limits.size());/  if (false) sum_over_world(world, limits.data(), limits.size());/' \
   'py:train_memory_test TrainMemory.OnlyTheLastStage*'
+
+# Issue 31 item 2 (h31a): v-half and v-min keep their activation cap, count the V's turn on the
+# last stage as the executor holds it, run each chunk's W's in microbatch order, and match the
+# paper's generator's idle share.
+fault h31a-v-schedules-ignore-the-cap pipeline/controllable_memory.cpp \
+  's/if (peak_units(g, s, implied_weights) <= g.cap) break;/if (peak_units(g, s, implied_weights) <= 2 * g.cap) break;/' \
+  'unit ControllableMemory.*'
+fault h31a-v-schedules-forget-the-turns-slot pipeline/controllable_memory.cpp \
+  's/if (kind == forward0) return turn ? 2 : 1;/if (kind == forward0) return 1;/; s/if (kind == forward1) return turn ? 0 : 1;/if (kind == forward1) return 1;/' \
+  'unit ControllableMemory.*'
+fault h31a-v-schedules-weights-newest-first pipeline/controllable_memory.cpp \
+  's/const int k = placed\[chunk\];/const int k = g.m - 1 - placed[chunk];/' \
+  'unit ControllableMemory.*; mpi4 PipelineLayouts.ControllableMemoryVGivesTheSingleStageRun 120'
+fault h31a-v-schedules-squeeze-once pipeline/controllable_memory.cpp \
+  's/  squeeze(g, true);/  for (int s = 0; s < p; s++) place_weights(g, s);/' \
+  'unit ControllableMemory.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -140,6 +140,23 @@ TEST(PipelineLayouts, ZeroBubbleH1GivesTheSingleStageRun) { expect_zero_bubble_l
 TEST(PipelineLayouts, ZeroBubbleH2GivesTheSingleStageRun) { expect_zero_bubble_layouts_match(ScheduleKind::zb_h2); }
 TEST(PipelineLayouts, ZeroBubbleVGivesTheSingleStageRun) { expect_zero_bubble_layouts_match(ScheduleKind::zb_v); }
 
+// The controllable-memory V schedules (pipeline/controllable_memory.h) where the zero-bubble ones
+// run (2 or 4 stages, 1 or 2 replicas): v-half and v-min at m = pp + 1, one layer per chunk,
+// v-min with recompute. Their orders differ from zb-v's only in where each compute sits, which
+// these cases cover; the bitwise sums come from each chunk's W's in microbatch order.
+TEST(PipelineLayouts, ControllableMemoryVGivesTheSingleStageRun) {
+  ASSERT_GE(size_of_world(), 2) << kOneRank;
+  bool ran = false;
+  for (const auto& [dp, pp] : layouts_of_world(false))
+    if (pp > 1 && dp <= 2) {
+      expect_cases_match({{dp, pp, ScheduleKind::v_half, 2, false, pp + 1, 2 * pp},
+                          {dp, pp, ScheduleKind::v_min, 2, true, pp + 1, 2 * pp}},
+                         kSteps, tolerance_of(dp));
+      ran = true;
+    }
+  EXPECT_TRUE(ran) << "no layout of " << size_of_world() << " ranks has 2 or 4 stages and 1 or 2 replicas";
+}
+
 TEST(PipelineLayouts, UnevenLayerSplitGivesTheSingleStageRun) {
   ASSERT_GE(size_of_world(), 2) << kOneRank;
   bool ran = false;

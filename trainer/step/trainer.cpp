@@ -140,8 +140,8 @@ MemoryPlanInput memory_plan_input(const GPTConfig& config, int B, int T, const P
 }
 
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout) {
-  if (!layout.schedule_file && layout.schedule == ScheduleKind::zb_v && config.num_layers < 2 * mesh.pp)
-    throw std::runtime_error("--schedule zb-v runs 2 chunks per stage: --layers " + std::to_string(config.num_layers) +
+  if (!layout.schedule_file && chunks_per_stage(layout.schedule, 1) == 2 && config.num_layers < 2 * mesh.pp)
+    throw std::runtime_error("--schedule " + schedule_name(layout.schedule) + " runs 2 chunks per stage: --layers " + std::to_string(config.num_layers) +
                              " is fewer than 2 x --pp " + std::to_string(mesh.pp) + " = " + std::to_string(2 * mesh.pp) +
                              " pipeline chunks (each needs at least one layer)");
   const PipelineSchedule schedule = layout_schedule(layout, mesh.pp);
