@@ -464,6 +464,43 @@ fault memory-refusal-suggests-what-does-not-fit trainer/program/memory_report.cp
   's/    if (peak <= limit) families_fit += change.family + " ";/    if (peak <= 2 * limit) families_fit += change.family + " ";/; s/    std::string\& list = peak <= limit ? fit : other;/    std::string\& list = peak <= 2 * limit ? fit : other;/' \
   'py:train_memory_test TrainMemory.TooLarge*'
 
+# Issue 31 item 7 (PyTorch's schedule CSV, both ways): the placement, the refusals with row and
+# column, the overlapped pair's order, the writer's virtual stages and line ends, and the wiring
+# into --schedule-file and --print-schedule --format.
+fault h31c-csv-ring-takes-any-stage pipeline/pytorch_csv.cpp \
+  's/  if (kind == PlacementKind::ring) return virtual_stage % p == r;/  if (kind == PlacementKind::ring) return true;/' \
+  'unit PytorchCsv.*'
+fault h31c-csv-communication-read-as-unknown pipeline/pytorch_csv.cpp \
+  's/  if (kCommunicationTypes.count(type))/  if (false)/' \
+  'unit PytorchCsv.*'
+fault h31c-csv-stage-gap-accepted pipeline/pytorch_csv.cpp \
+  's/^  check_stages_contiguous(rows);$//' \
+  'unit PytorchCsv.*'
+fault h31c-csv-empty-row-accepted pipeline/pytorch_csv.cpp \
+  's/^    if (actions.empty())$/    if (false)/' \
+  'unit PytorchCsv.*'
+fault h31c-csv-pair-read-backwards pipeline/pytorch_csv.cpp \
+  's/    actions.push_back(parse_action_text(trimmed(part), row, column));/    actions.insert(actions.begin(), parse_action_text(trimmed(part), row, column));/' \
+  'unit PytorchCsv.*'
+fault h31c-csv-writes-the-rank-not-the-virtual-stage pipeline/pytorch_csv.cpp \
+  's/std::to_string(schedule.placement.virtual_stage(s, a.chunk))/std::to_string(s)/' \
+  'unit PytorchCsv.*'
+fault h31c-csv-rows-end-in-newline-only pipeline/pytorch_csv.cpp \
+  's/    text += row + "\\r\\n";/    text += row + "\\n";/' \
+  'unit PytorchCsv.*'
+fault h31c-schedule-file-never-csv trainer/step/trainer.cpp \
+  's/return is_pytorch_csv(text.str()) ?/return false ?/' \
+  'py:train_pytorch_csv_test TrainPytorchCsv.*'
+fault h31c-print-schedule-ignores-format trainer/program/run.cpp \
+  's/  if (setup.options.schedule_format == "pytorch-csv") return pytorch_csv_text(schedule);//' \
+  'py:train_pytorch_csv_test TrainPytorchCsv.PrintedCsv*'
+fault h31c-format-without-print-schedule trainer/command_line/options.cpp \
+  's/  if (options.given.count("format") .. !options.print_schedule)$/  if (false)/' \
+  'unit Options.*'
+fault h31c-csv-format-with-trace trainer/command_line/options.cpp \
+  's/  if (options.schedule_format == "pytorch-csv" .. !options.trace.empty())$/  if (false)/' \
+  'unit Options.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
