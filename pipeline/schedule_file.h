@@ -10,6 +10,10 @@
 // F, then B or I then W, exactly once per chunk, in microbatch order; the dependencies across
 // stages; the simulator's deadlock check) and then lowered to transfers like the built-in
 // zero-bubble schedules (pipeline/schedule.h's add_communication_in_time_order).
+// A file may also hold PyTorch's compute-only schedule CSV (pipeline/pytorch_csv.h, told apart by
+// its content), read into the same grid and checked and lowered the same way; an overlapped pair
+// "(0F7;7B3)OVERLAP_F_B" becomes its two actions one after the other (our executor runs one
+// compute at a time, as PyTorch's runtime runs the pair).
 #pragma once
 #include <string>
 #include <vector>

@@ -334,6 +334,9 @@ TEST(Options, InconsistentOptionsAreAnError) {
   EXPECT_EQ(error_of({"--trace", "t.json", "--trace-step", "30", "--steps", "20"}),
             "--trace-step 30 is after the last step (--steps 20)");
   EXPECT_EQ(error_of({"--schedule-costs", "1,1,1"}), "--schedule-costs needs --print-schedule");
+  EXPECT_EQ(error_of({"--format", "pytorch-csv"}), "--format needs --print-schedule");
+  EXPECT_EQ(error_of({"--print-schedule", "--format", "pytorch-csv", "--trace", "t.json"}),
+            "--format pytorch-csv excludes --trace (stdout then holds the CSV alone)");
   EXPECT_EQ(error_of({"--world", "8"}), "--world needs --print-memory or --plan-layouts (a run's world is mpirun's)");
   EXPECT_EQ(error_of({"--plan-layouts", "--world", "8"}), "(no error)");
   EXPECT_EQ(error_of({"--plan-layouts", "--world", "0"}), "--world 0 is out of range (must be at least 1)");
@@ -403,6 +406,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--layers-per-stage N,N,...", "(default: none)"},
       {"--print-schedule", "(default: off)"},
       {"--schedule-costs TF,TI,TW[,LAT]", "(default: 1,1,1,0)"},
+      {"--format grid|pytorch-csv", "(default: grid)"},
       {"--print-memory", "(default: off)"},
       {"--memory-limit BYTES", "(default: none)"},
       {"--world N", "(default: 0)"},

@@ -484,21 +484,58 @@ fault memory-limits-not-exchanged trainer/program/memory_report.cpp \
   's/  if (world.size > 1) sum_over_world(world, limits.data(), limits.size());/  if (false) sum_over_world(world, limits.data(), limits.size());/' \
   'py:train_memory_test TrainMemory.OnlyTheLastStage*'
 
-# Issue 31 item 2 (h31a): v-half and v-min keep their activation cap, count the V's turn on the
+# Issue 31 item 2 v-half and v-min keep their activation cap, count the V's turn on the
 # last stage as the executor holds it, run each chunk's W's in microbatch order, and match the
 # paper's generator's idle share.
-fault h31a-v-schedules-ignore-the-cap pipeline/controllable_memory.cpp \
+fault v-schedules-ignore-the-cap pipeline/controllable_memory.cpp \
   's/if (peak_units(g, s, implied_weights) <= g.cap) break;/if (peak_units(g, s, implied_weights) <= 2 * g.cap) break;/' \
   'unit ControllableMemory.*'
-fault h31a-v-schedules-forget-the-turns-slot pipeline/controllable_memory.cpp \
+fault v-schedules-forget-the-turns-slot pipeline/controllable_memory.cpp \
   's/if (kind == forward0) return turn ? 2 : 1;/if (kind == forward0) return 1;/; s/if (kind == forward1) return turn ? 0 : 1;/if (kind == forward1) return 1;/' \
   'unit ControllableMemory.*'
-fault h31a-v-schedules-weights-newest-first pipeline/controllable_memory.cpp \
+fault v-schedules-weights-newest-first pipeline/controllable_memory.cpp \
   's/const int k = placed\[chunk\];/const int k = g.m - 1 - placed[chunk];/' \
   'unit ControllableMemory.*; mpi4 PipelineLayouts.ControllableMemoryVGivesTheSingleStageRun 120'
-fault h31a-v-schedules-squeeze-once pipeline/controllable_memory.cpp \
+fault v-schedules-squeeze-once pipeline/controllable_memory.cpp \
   's/  squeeze(g, true);/  for (int s = 0; s < p; s++) place_weights(g, s);/' \
   'unit ControllableMemory.*'
+
+# Issue 31 item 7 (PyTorch's schedule CSV, both ways): the placement, the refusals with row and
+# column, the overlapped pair's order, the writer's virtual stages and line ends, and the wiring
+# into --schedule-file and --print-schedule --format.
+fault csv-ring-takes-any-stage pipeline/pytorch_csv.cpp \
+  's/  if (kind == PlacementKind::ring) return virtual_stage % p == r;/  if (kind == PlacementKind::ring) return true;/' \
+  'unit PytorchCsv.*'
+fault csv-communication-read-as-unknown pipeline/pytorch_csv.cpp \
+  's/  if (kCommunicationTypes.count(type))/  if (false)/' \
+  'unit PytorchCsv.*'
+fault csv-stage-gap-accepted pipeline/pytorch_csv.cpp \
+  's/^  check_stages_contiguous(rows);$//' \
+  'unit PytorchCsv.*'
+fault csv-empty-row-accepted pipeline/pytorch_csv.cpp \
+  's/^    if (actions.empty())$/    if (false)/' \
+  'unit PytorchCsv.*'
+fault csv-pair-read-backwards pipeline/pytorch_csv.cpp \
+  's/    actions.push_back(parse_action_text(trimmed(part), row, column));/    actions.insert(actions.begin(), parse_action_text(trimmed(part), row, column));/' \
+  'unit PytorchCsv.*'
+fault csv-writes-the-rank-not-the-virtual-stage pipeline/pytorch_csv.cpp \
+  's/std::to_string(schedule.placement.virtual_stage(s, a.chunk))/std::to_string(s)/' \
+  'unit PytorchCsv.*'
+fault csv-rows-end-in-newline-only pipeline/pytorch_csv.cpp \
+  's/    text += row + "\\r\\n";/    text += row + "\\n";/' \
+  'unit PytorchCsv.*'
+fault schedule-file-never-csv trainer/step/trainer.cpp \
+  's/return is_pytorch_csv(text.str()) ?/return false ?/' \
+  'py:train_pytorch_csv_test TrainPytorchCsv.*'
+fault print-schedule-ignores-format trainer/program/run.cpp \
+  's/  if (setup.options.schedule_format == "pytorch-csv") return pytorch_csv_text(schedule);//' \
+  'py:train_pytorch_csv_test TrainPytorchCsv.PrintedCsv*'
+fault format-without-print-schedule trainer/command_line/options.cpp \
+  's/  if (options.given.count("format") .. !options.print_schedule)$/  if (false)/' \
+  'unit Options.*'
+fault csv-format-with-trace trainer/command_line/options.cpp \
+  's/  if (options.schedule_format == "pytorch-csv" .. !options.trace.empty())$/  if (false)/' \
+  'unit Options.*'
 
 # ---- running ----
 

@@ -274,6 +274,8 @@ const std::vector<OptionSpec>& option_table() {
       layers_per_stage_option(),
       switch_option("print-schedule", &O::print_schedule, "print the schedule's grid, bubble and memory, then exit"),
       schedule_costs_option(),
+      choice_option("format", &O::schedule_format, {"grid", "pytorch-csv"},
+                    "with --print-schedule: the grid, timeline and memory, or only PyTorch's compute-only CSV"),
       switch_option("print-memory", &O::print_memory,
                     "print each rank's planned device memory, item by item, then exit (allocates nothing)"),
       memory_limit_option(),
@@ -340,6 +342,10 @@ void check_consistency(const TrainOptions& options) {
                              "--layers-per-stage");
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");
+  if (options.given.count("format") && !options.print_schedule)
+    throw std::runtime_error("--format needs --print-schedule");
+  if (options.schedule_format == "pytorch-csv" && !options.trace.empty())
+    throw std::runtime_error("--format pytorch-csv excludes --trace (stdout then holds the CSV alone)");
 }
 
 // The messages quote what the user typed; a control character in it (a newline, an escape) would

@@ -62,6 +62,7 @@ struct TrainOptions {
   std::vector<int> layers_per_stage;  // empty: an even split
   bool print_schedule = false;
   std::vector<double> schedule_costs = {1, 1, 1, 0};  // --print-schedule's t_f, t_i, t_w and message latency
+  std::string schedule_format = "grid";  // --print-schedule's output: grid | pytorch-csv (pipeline/pytorch_csv.h)
   bool print_memory = false;  // the memory plan's table (pipeline/memory_plan.h), then exit
   uint64_t memory_limit = 0;  // bytes each rank may plan for; 0: the device's free memory less a margin
   int world = 0;              // --print-memory, --plan-layouts: the world size to plan for; 0: mpirun's

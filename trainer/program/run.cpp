@@ -13,6 +13,7 @@
 
 #include "kernels/cublas_check.cuh"
 #include "model/parameters.h"
+#include "pipeline/pytorch_csv.h"
 #include "pipeline/simulate.h"
 #include "pipeline/timeline.h"
 #include "trainer/step/lr_schedule.h"
@@ -297,7 +298,7 @@ RunResult train_with(const RunSetup& setup, const CommGroups& groups, RunFiles& 
 }  // namespace
 
 RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
-  say_reading(out, options);
+  say_reading(options.schedule_format == "pytorch-csv" ? nullptr : out, options);  // the CSV alone on stdout
   RunSetup setup;
   setup.options = options;
   setup.start = load_starting_point(options);
@@ -326,6 +327,7 @@ PlannedRun planned_run(const RunSetup& setup) {
 std::string schedule_report(const RunSetup& setup) {
   const PipelineLayout& layout = setup.layout;
   const PipelineSchedule schedule = layout_schedule(layout, setup.mesh.pp);
+  if (setup.options.schedule_format == "pytorch-csv") return pytorch_csv_text(schedule);
   const int p = schedule.placement.p, v = schedule.placement.v, m = layout.microbatches;
   const std::vector<double>& c = setup.options.schedule_costs;
   const StepCosts costs{c[0], c[1], c[2], c[3]};

@@ -43,7 +43,8 @@ PlannedRun planned_run(const RunSetup& setup);
 // share and activation memory per stage (each chunk's peak slots x its slot bytes, plus with split
 // backwards its peak weight-gradient-input buffers x their bytes: what the executor allocates), at --schedule-costs (by default t_f =
 // t_i = t_w, so B = 2 t_f, no latency); and, where it differs, the prediction with transfers that
-// do not hold the compute stream (pipeline/simulate.h's simulate_dataflow).
+// do not hold the compute stream (pipeline/simulate.h's simulate_dataflow). With --format
+// pytorch-csv: only the schedule as PyTorch's compute-only CSV (pipeline/pytorch_csv.h).
 std::string schedule_report(const RunSetup& setup);
 // The simulator's timeline of the schedule at --schedule-costs as Chrome trace JSON
 // (--print-schedule --trace FILE; pipeline/timeline.h), one unit of cost = 1 ms.

@@ -20,6 +20,7 @@
 #include "kernels/gemm.cuh"
 #include "model/gradient_buckets.h"
 #include "pipeline/layer_split.h"
+#include "pipeline/pytorch_csv.h"
 #include "trainer/safety/failure_injection.h"
 #include "trainer/safety/nonfinite.h"
 #include "trainer/safety/preemption.h"
@@ -96,14 +97,15 @@ std::vector<StageRecord> gather_stage_records(const Trainer<Element>& trainer) {
   return records;
 }
 
-// --schedule-file's grid, read and parsed (each rank reads it itself).
+// --schedule-file's grid, read and parsed (each rank reads it itself): our grid text or PyTorch's
+// CSV, told apart by the content (pipeline/pytorch_csv.h).
 ScheduleGrid read_schedule_file(const std::string& path) {
   std::ifstream file(path);
   if (!file) throw std::runtime_error("--schedule-file " + path + ": cannot be read (" + std::strerror(errno) + ")");
   std::ostringstream text;
   text << file.rdbuf();
   try {
-    return parse_schedule_grid(text.str());
+    return is_pytorch_csv(text.str()) ? parse_pytorch_csv(text.str()) : parse_schedule_grid(text.str());
   } catch (const std::runtime_error& error) {
     throw std::runtime_error("--schedule-file " + path + ": " + error.what());
   }
