@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
@@ -160,6 +161,8 @@ ScheduleKind parse_schedule_kind(const std::string& name) {
   }
   throw std::runtime_error("unknown schedule '" + name + "' (use " + known + ")");
 }
+
+std::vector<ScheduleKind> all_schedule_kinds() { return {std::begin(kAllKinds), std::end(kAllKinds)}; }
 
 std::string schedule_name(ScheduleKind kind) {
   switch (kind) {

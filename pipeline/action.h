@@ -79,6 +79,8 @@ StageSchedule parse_schedule(const std::string& text);
 // and the known ones.
 ScheduleKind parse_schedule_kind(const std::string& name);
 std::string schedule_name(ScheduleKind kind);
+// Every kind, in the order parse_schedule_kind's error lists them.
+std::vector<ScheduleKind> all_schedule_kinds();
 // Whether the schedule splits backwards into I and W.
 bool splits_backward(ScheduleKind kind);
 

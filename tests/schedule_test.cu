@@ -40,14 +40,12 @@ struct Layout {
   int p, m, v;
 };
 
-const ScheduleKind kAllKinds[] = {ScheduleKind::afab,  ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
-                                  ScheduleKind::zb_h1, ScheduleKind::zb_h2,       ScheduleKind::zb_v};
 
 // Every layout of the issue's grid (p in {1, 2, 4, 8}, m in {1, p, 2p, 4p, 3p + 1}) that the
-// schedule accepts, with v in {2, 3} for the interleaved schedule and v = 2 for zb-v.
+// schedule accepts, with v in {2, 3} for the interleaved schedule and v = 2 for the V-shaped ones.
 std::vector<Layout> valid_layouts() {
   std::vector<Layout> layouts;
-  for (ScheduleKind kind : kAllKinds)
+  for (ScheduleKind kind : all_schedule_kinds())
     for (int p : {1, 2, 4, 8})
       for (int m : {1, p, 2 * p, 4 * p, 3 * p + 1})
         for (int v : {1, 2, 3}) {
@@ -315,7 +313,7 @@ TEST(Schedule, ConfigurationErrorsSayWhatToChange) {
   EXPECT_EQ(error_of([] { parse_schedule_kind("gpipe"); }),
             "unknown schedule 'gpipe' (use afab, 1f1b, interleaved, zb-h1, zb-h2, zb-v, v-half, v-min)");
   EXPECT_EQ(parse_schedule_kind("1f1b"), ScheduleKind::one_f_one_b);
-  for (ScheduleKind kind : kAllKinds) EXPECT_EQ(parse_schedule_kind(schedule_name(kind)), kind);
+  for (ScheduleKind kind : all_schedule_kinds()) EXPECT_EQ(parse_schedule_kind(schedule_name(kind)), kind);
 }
 
 // The zero-bubble schedules take every (p, m): fewer microbatches than they are built for

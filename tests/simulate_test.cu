@@ -91,8 +91,7 @@ TEST(Simulator, AfabPeakInFlightIsM) {
 }
 
 TEST(Simulator, EveryScheduleRunsWithoutDeadlock) {
-  for (ScheduleKind kind : {ScheduleKind::afab, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
-                            ScheduleKind::zb_h1, ScheduleKind::zb_h2, ScheduleKind::zb_v})
+  for (ScheduleKind kind : all_schedule_kinds())
     for (int p = 1; p <= 8; p++)
       for (int v = 1; v <= (kind == ScheduleKind::interleaved ? 4 : 1); v++)
         for (int m = 1; m <= 4 * p + 1; m++) {
@@ -249,8 +248,7 @@ TEST(Simulator, TransferStreamRunsComputesPastTheirStagesGroups) {
 // order, the transfer stream the step-by-step order), so their makespans are ordered, for every
 // schedule the library makes and any costs.
 TEST(Simulator, TransferStreamLiesBetweenTheDataFlowAndOneStepAtATime) {
-  for (ScheduleKind kind : {ScheduleKind::afab, ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
-                            ScheduleKind::zb_h1, ScheduleKind::zb_h2, ScheduleKind::zb_v})
+  for (ScheduleKind kind : all_schedule_kinds())
     for (int p : {1, 2, 3, 4, 6})
       for (int m : {p, 2 * p, 4 * p}) {
         const int v = kind == ScheduleKind::interleaved ? 2 : chunks_per_stage(kind, 1);

@@ -194,7 +194,8 @@ std::vector<RankedLayout> all_layouts(const TrainOptions& options, int world, co
     if (pp > 1) {
       schedules.push_back({"afab", 1});
       for (int v = 2; pp * v <= layers; ++v) schedules.push_back({"interleaved", v});
-      for (const char* name : {"zb-h1", "zb-h2", "zb-v"}) schedules.push_back({name, name == std::string("zb-v") ? 2 : 1});
+      for (const char* name : {"zb-h1", "zb-h2", "zb-v", "v-half", "v-min"})
+        schedules.push_back({name, chunks_per_stage(parse_schedule_kind(name), 1)});
     }
     for (const auto& [schedule, v] : schedules)
       for (bool recompute : {false, true})
