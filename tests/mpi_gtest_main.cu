@@ -1,7 +1,9 @@
 // main() of the multi-rank test binary (run under mpirun): each rank takes its own device
 // (comm/rank_device.h), then every rank runs every test; a test passes only if it passed on
 // all ranks. Rank 0 prints the verdicts and the line "tests: N passed, M failed"; other ranks
-// print only their failures.
+// print only their failures, each failed assertion with its message (gtest's own printer, which
+// says where and why, speaks on rank 0 alone, and a failure on rank 3 would otherwise say only
+// that it failed).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -16,6 +18,11 @@ namespace {
 class AllRanksVerdict : public testing::EmptyTestEventListener {
  public:
   explicit AllRanksVerdict(int rank) : rank_(rank) {}
+  void OnTestPartResult(const testing::TestPartResult& result) override {
+    if (rank_ == 0 || !result.failed()) return;
+    std::printf("rank %d: %s:%d: Failure\n%s\n", rank_, result.file_name() ? result.file_name() : "(unknown file)",
+                result.line_number(), result.message());
+  }
   void OnTestEnd(const testing::TestInfo& info) override {
     int failed_here = info.result()->Failed() ? 1 : 0, failed_anywhere = 0;
     MPI_Allreduce(&failed_here, &failed_anywhere, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
