@@ -24,8 +24,8 @@
 // Each compute's send is posted in the group point after it. In afab and 1f1b its receive is
 // posted in the group point before it, so a group point sits between every two computes (Megatron's
 // 1F1B: "F3 sF3+rB1 B1 sB1+rF4 F4" is send_forward_recv_backward, then send_backward_recv_forward).
-// The interleaved schedule posts each receive one compute earlier, in the group point after the
-// stage's previous compute of the same direction ("F4.1 sF4.1+rF5.1 B2 sB2+rB3 F5.1": Megatron's
+// The interleaved schedule (with microbatch groups of p: pipeline/interleaved.h) posts each receive
+// one compute earlier, in the group point after the stage's previous compute of the same direction ("F4.1 sF4.1+rF5.1 B2 sB2+rB3 F5.1": Megatron's
 // overlap_p2p_comm, send_forward_recv_forward then send_backward_recv_backward): on the executor's
 // transfer stream a forward's input then arrives while the backward before it runs, for one more
 // received input held per stage. 1F1B cannot do the same: its groups would wait for each other in
@@ -49,12 +49,7 @@ std::vector<Action> afab_order(int p, int m, int stage);
 // PipeDream-Flush: min(p - s - 1, m) warm-up forwards, then one forward and one backward
 // in turn, then the remaining backwards.
 std::vector<Action> one_f_one_b_order(int p, int m, int stage);
-// Megatron's interleaved 1F1B over v chunks per stage: interleaved_warmup(...) forwards
-// (2 (p - s - 1) + (v - 1) p, or all m v of them when m = p), then that many fewer
-// forward-backward pairs than m v, then the remaining backwards. m must be a multiple of p
-// and at least p.
-std::vector<Action> interleaved_order(int p, int m, int v, int stage);
-int interleaved_warmup(int p, int m, int v, int stage);
+// Megatron's interleaved 1F1B (--microbatch-group) is in pipeline/interleaved.h.
 // The zero-bubble orders are in pipeline/zero_bubble.h.
 
 // The lowering pass (see the top): a stage's compute order as steps with its sends and
@@ -78,9 +73,10 @@ std::vector<StageSchedule> add_communication_in_time_order(const std::vector<std
                                                            const Placement& placement);
 
 // The full list of one stage, and of every stage (index = stage). Only interleaved takes v > 1;
-// zb-v runs v = 2 (1 is taken to mean 2).
-StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage);
-std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v);
+// zb-v runs v = 2 (1 is taken to mean 2). group is interleaved's N (pipeline/interleaved.h; 0: p),
+// which the other schedules do not take.
+StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage, int group = 0);
+std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v, int group = 0);
 // The chunks per stage the schedule runs when asked for v: 2 for zb-v, else v.
 int chunks_per_stage(ScheduleKind kind, int v);
 
@@ -89,7 +85,7 @@ struct PipelineSchedule {
   Placement placement;
   std::vector<StageSchedule> stages;  // index = stage
 };
-PipelineSchedule make_pipeline_schedule(ScheduleKind kind, int p, int m, int v);
+PipelineSchedule make_pipeline_schedule(ScheduleKind kind, int p, int m, int v, int group = 0);
 
 // The compute actions of a list, in order.
 std::vector<Action> compute_actions(const StageSchedule& steps);
