@@ -320,6 +320,8 @@ TEST(Options, InconsistentOptionsAreAnError) {
   EXPECT_EQ(error_of({"--init", "a.bin", "--resume", "b.bin"}),
             "--init and --resume exclude each other (--resume restores the model)");
   EXPECT_EQ(error_of({"--virtual-stages", "2"}), "--virtual-stages 2 needs --schedule interleaved");
+  EXPECT_EQ(error_of({"--microbatch-group", "6"}), "--microbatch-group needs --schedule interleaved");
+  EXPECT_EQ(error_of({"--schedule", "interleaved", "--microbatch-group", "6"}), "(no error)");
   EXPECT_EQ(error_of({"--schedule", "zb-v", "--virtual-stages", "2"}), "(no error)");
   EXPECT_EQ(error_of({"--schedule", "zb-v", "--virtual-stages", "3"}),
             "--virtual-stages 3 does not fit --schedule zb-v, which runs 2 chunks per rank");
@@ -396,6 +398,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--schedule afab|1f1b|interleaved|zb-h1|zb-h2|zb-v", "(default: 1f1b)"},
       {"--schedule-file FILE", "(default: none)"},
       {"--virtual-stages N", "(default: 1)"},
+      {"--microbatch-group N", "(default: 0)"},
       {"--recompute", "(default: off)"},
       {"--layers-per-stage N,N,...", "(default: none)"},
       {"--print-schedule", "(default: off)"},

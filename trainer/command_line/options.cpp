@@ -269,6 +269,8 @@ const std::vector<OptionSpec>& option_table() {
       string_option("schedule-file", "FILE", &O::schedule_file,
                     "run the compute grid in FILE (as --print-schedule prints it) instead of --schedule"),
       int_option("virtual-stages", &O::virtual_stages, kAtLeastOne, "model chunks per rank (interleaved; zb-v: 2)"),
+      int_option("microbatch-group", &O::microbatch_group, kAtLeastOne,
+                 "interleaved: consecutive microbatches each chunk runs (N, from pp to --microbatches; 0: pp)"),
       switch_option("recompute", &O::recompute, "keep only stage inputs; recompute activations before backward"),
       layers_per_stage_option(),
       switch_option("print-schedule", &O::print_schedule, "print the schedule's grid, bubble and memory, then exit"),
@@ -323,6 +325,8 @@ void check_consistency(const TrainOptions& options) {
     throw std::runtime_error("--virtual-stages " + std::to_string(options.virtual_stages) +
                              " needs --schedule interleaved");
   }
+  if (options.given.count("microbatch-group") && options.schedule != "interleaved")
+    throw std::runtime_error("--microbatch-group needs --schedule interleaved");
   if (options.given.count("trace-step") && options.trace.empty())
     throw std::runtime_error("--trace-step needs --trace FILE");
   if (!options.print_schedule && options.trace_step > options.steps)

@@ -58,6 +58,7 @@ struct TrainOptions {
   std::string schedule = "1f1b";  // afab | 1f1b | interleaved | zb-h1 | zb-h2 | zb-v
   std::string schedule_file;      // a compute grid to run instead of --schedule (pipeline/schedule_file.h)
   int virtual_stages = 1;         // model chunks per rank (interleaved; zb-v runs 2)
+  int microbatch_group = 0;       // interleaved: microbatches each chunk runs in a row (N); 0: pp
   bool recompute = false;
   std::vector<int> layers_per_stage;  // empty: an even split
   bool print_schedule = false;
