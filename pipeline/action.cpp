@@ -146,7 +146,8 @@ StageSchedule parse_schedule(const std::string& text) {
 namespace {
 
 const ScheduleKind kAllKinds[] = {ScheduleKind::afab,  ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
-                                  ScheduleKind::zb_h1, ScheduleKind::zb_h2,       ScheduleKind::zb_v};
+                                  ScheduleKind::zb_h1, ScheduleKind::zb_h2,       ScheduleKind::zb_v,
+                                  ScheduleKind::looped_bfs};
 
 }  // namespace
 
@@ -167,6 +168,7 @@ std::string schedule_name(ScheduleKind kind) {
     case ScheduleKind::zb_h1: return "zb-h1";
     case ScheduleKind::zb_h2: return "zb-h2";
     case ScheduleKind::zb_v: return "zb-v";
+    case ScheduleKind::looped_bfs: return "looped-bfs";
   }
   throw std::logic_error("unknown ScheduleKind");
 }

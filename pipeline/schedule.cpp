@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "pipeline/interleaved.h"
+#include "pipeline/looped_bfs.h"
 #include "pipeline/zero_bubble.h"
 
 namespace {
@@ -85,7 +86,8 @@ void check_chunks(ScheduleKind kind, int v, int group) {
   if (kind != ScheduleKind::interleaved && group != 0)
     throw std::runtime_error("--microbatch-group " + std::to_string(group) + " needs --schedule interleaved (" +
                              schedule_name(kind) + " has no microbatch groups)");
-  if (kind != ScheduleKind::interleaved && v != 1 && !(kind == ScheduleKind::zb_v && v == 2))
+  if (kind != ScheduleKind::interleaved && kind != ScheduleKind::looped_bfs && v != 1 &&
+      !(kind == ScheduleKind::zb_v && v == 2))
     throw std::runtime_error("--virtual-stages " + std::to_string(v) + " needs --schedule interleaved (" +
                              schedule_name(kind) +
                              (kind == ScheduleKind::zb_v ? " runs two chunks per stage)" : " runs one chunk per stage)"));
@@ -107,16 +109,20 @@ std::vector<StageSchedule> zero_bubble_schedules(ScheduleKind kind, int p, int m
 // the ring N - p forwards before stage 0 posts their receives, and on 2 stages an activation and a
 // gradient cross between the same two stages in opposite orders (tests/interleaved_test.cu's
 // deadlock sweep found both). Megatron's isend and irecv do not wait for each other; our groups
-// would, so these orders are lowered in time order, as the zero-bubble ones are.
+// would, so these orders are lowered in time order, as the zero-bubble ones are. So is looped BFS,
+// whose last stage sends each chunk's outputs round the ring m forwards before stage 0 takes them.
 bool lowered_in_time_order(ScheduleKind kind, int p, int group) {
+  if (kind == ScheduleKind::looped_bfs) return true;
   return kind == ScheduleKind::interleaved && interleaved_group(p, group) != p;
 }
 
-std::vector<StageSchedule> grouped_interleaved_schedules(int p, int m, int v, int group) {
+std::vector<StageSchedule> schedules_in_time_order(ScheduleKind kind, int p, int m, int v, int group) {
   check_pipeline_stage(p, m, 0);
   std::vector<std::vector<Action>> orders;
-  for (int s = 0; s < p; s++) orders.push_back(interleaved_order(p, m, v, s, group));
-  return add_communication_in_time_order(orders, placement_of(ScheduleKind::interleaved, p, v));
+  for (int s = 0; s < p; s++)
+    orders.push_back(kind == ScheduleKind::looped_bfs ? looped_bfs_order(p, m, v, s)
+                                                      : interleaved_order(p, m, v, s, group));
+  return add_communication_in_time_order(orders, placement_of(kind, p, v));
 }
 
 }  // namespace
@@ -129,7 +135,7 @@ StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage, i
   }
   if (lowered_in_time_order(kind, p, group)) {
     check_pipeline_stage(p, m, stage);
-    return grouped_interleaved_schedules(p, m, v, group)[stage];
+    return schedules_in_time_order(kind, p, m, v, group)[stage];
   }
   const Placement placement = placement_of(kind, p, v);
   switch (kind) {
@@ -145,7 +151,7 @@ StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage, i
 std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v, int group) {
   check_chunks(kind, v, group);
   if (splits_backward(kind)) return zero_bubble_schedules(kind, p, m);
-  if (lowered_in_time_order(kind, p, group)) return grouped_interleaved_schedules(p, m, v, group);
+  if (lowered_in_time_order(kind, p, group)) return schedules_in_time_order(kind, p, m, v, group);
   std::vector<StageSchedule> stages;
   for (int stage = 0; stage < p; stage++) stages.push_back(make_schedule(kind, p, m, v, stage, group));
   return stages;

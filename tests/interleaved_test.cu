@@ -6,6 +6,7 @@
 // refused with one line saying what to change. Host code only; runs in both builds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <stdexcept>
@@ -134,7 +135,8 @@ TEST(Interleaved, GroupOfPIsTheDepthFirstOrder) {
           for (const Action& a : order) {
             const int k = a.kind == ActionKind::forward ? forwards++ : backwards++;
             const int chunk = k % (p * v) / p;
-            EXPECT_EQ(a, (Action{a.kind, k / (p * v) * p + k % p, a.kind == ActionKind::forward ? chunk : v - 1 - chunk}))
+            const int expected_chunk = a.kind == ActionKind::forward ? chunk : v - 1 - chunk;
+            EXPECT_EQ(a, (Action{a.kind, k / (p * v) * p + k % p, expected_chunk}))
                 << "p " << p << " v " << v << " m " << m << " stage " << stage << " k " << k;
           }
         }
@@ -152,7 +154,8 @@ TEST(Interleaved, OneGroupOfAllMicrobatches) {
             "B1   B2   B3   B4   B5\n"
             "stage 3 | F0   F1   F2   F3   F4   F5   F0.1 B0.1 F1.1 B1.1 F2.1 B2.1 F3.1 B3.1 F4.1 B4.1 F5.1 B5.1 B0   "
             "B1   B2   B3   B4   B5\n");
-  for (int stage = 0; stage < 4; stage++) EXPECT_EQ(interleaved_warmup(4, 6, 2, stage, 6), std::min(12, 2 * (3 - stage) + 6));
+  for (int stage = 0; stage < 4; stage++)
+    EXPECT_EQ(interleaved_warmup(4, 6, 2, stage, 6), std::min(12, 2 * (3 - stage) + 6));
 }
 
 // Bitwise equality with one process needs each chunk's forwards and backwards in microbatch order

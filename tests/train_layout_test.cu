@@ -60,14 +60,16 @@ TEST(TrainLayout, FewerLayersThanStagesTimesChunksFailsOnEveryRank) {
 
 TEST(TrainLayout, InterleavedMicrobatchesThatLeaveAShortLastGroupFailOnEveryRank) {
   expect_layout_error("--schedule interleaved --virtual-stages 2 --layers 8 --microbatches 6",
-                      "--microbatches 6 leaves a last group of 2 after groups of --microbatch-group 4, fewer than --pp 4 "
-                      "(the pipeline would wait in dependency bubbles): use --microbatch-group 6, or --microbatches 4 or 8");
+                      "--microbatches 6 leaves a last group of 2 after groups of --microbatch-group 4, fewer than "
+                      "--pp 4 (the pipeline would wait in dependency bubbles): use --microbatch-group 6, or "
+                      "--microbatches 4 or 8");
   expect_layout_error("--schedule interleaved --virtual-stages 2 --layers 8 --microbatches 2",
                       "the interleaved schedule needs --microbatches at least --pp 4; got 2: use 4 or more");
 }
 
 TEST(TrainLayout, UnknownScheduleFailsOnEveryRank) {
-  expect_layout_error("--schedule zigzag", "--schedule zigzag is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v");
+  expect_layout_error("--schedule zigzag",
+                      "--schedule zigzag is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|looped-bfs");
 }
 
 TEST(TrainLayout, ZeroBubbleVWithFewerLayersThanChunksFailsOnEveryRank) {

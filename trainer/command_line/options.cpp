@@ -264,7 +264,8 @@ const std::vector<OptionSpec>& option_table() {
                  "consecutive steps skipped for a non-finite loss or gradient before the run stops"),
       int_option("pp", &O::pp, kAtLeastZero, "pipeline stages (0: world size / dp)"),
       int_option("dp", &O::dp, kAtLeastOne, "data-parallel replicas"),
-      choice_option("schedule", &O::schedule, {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"},
+      choice_option("schedule", &O::schedule,
+                    {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "looped-bfs"},
                     "pipeline schedule"),
       string_option("schedule-file", "FILE", &O::schedule_file,
                     "run the compute grid in FILE (as --print-schedule prints it) instead of --schedule"),
@@ -321,7 +322,8 @@ void check_consistency(const TrainOptions& options) {
   if (options.schedule == "zb-v" && options.given.count("virtual-stages") && options.virtual_stages != 2)
     throw std::runtime_error("--virtual-stages " + std::to_string(options.virtual_stages) +
                              " does not fit --schedule zb-v, which runs 2 chunks per rank");
-  if (options.virtual_stages > 1 && options.schedule != "interleaved" && options.schedule != "zb-v") {
+  if (options.virtual_stages > 1 && options.schedule != "interleaved" && options.schedule != "zb-v" &&
+      options.schedule != "looped-bfs") {
     throw std::runtime_error("--virtual-stages " + std::to_string(options.virtual_stages) +
                              " needs --schedule interleaved");
   }
