@@ -25,7 +25,8 @@
 // against 54-58, 94-101 against 63-65): on the 6, 37 and 25 s the suite took unloaded before,
 // about 7, 47 and 38 s. Interleaved microbatch groups (microbatch_group_cases_of, m not a
 // multiple of pp) on the layouts with 2 or 4 stages and 1 or 2 replicas: 4 cases at -np 4,
-// 10.8 s (2026-11-26, load 7). The same in bf16 on every layout without 8 stages (bf16_cases_of), bitwise
+// 10.8 s at load 7 and 5.5 s at load 1.3, 1.0 s at -np 2; looped BFS one case a layout, 2.7 s at
+// -np 4 and 0.25 s at -np 2 (2026-11-26). The same in bf16 on every layout without 8 stages (bf16_cases_of), bitwise
 // with dp = 1 and within bf16's tolerance with replicas.
 #include <gtest/gtest.h>
 
@@ -159,6 +160,19 @@ TEST(PipelineLayouts, InterleavedMicrobatchGroupsGiveTheSingleStageRun) {
   for (const auto& [dp, pp] : layouts_of_world(false))
     if ((pp == 2 || pp == 4) && dp <= 2) {
       expect_cases_match(microbatch_group_cases_of(dp, pp), kSteps, tolerance_of(dp));
+      ran = true;
+    }
+  EXPECT_TRUE(ran) << "no layout of " << size_of_world() << " ranks has 2 or 4 stages and 1 or 2 replicas";
+}
+
+// Looped BFS (v = 2, one layer per chunk, m = pp + 1) on the layouts with 2 or 4 stages and 1 or 2
+// replicas: every stage holds every microbatch of both chunks, the backwards in microbatch order.
+TEST(PipelineLayouts, LoopedBfsGivesTheSingleStageRun) {
+  ASSERT_GE(size_of_world(), 2) << kOneRank;
+  bool ran = false;
+  for (const auto& [dp, pp] : layouts_of_world(false))
+    if ((pp == 2 || pp == 4) && dp <= 2) {
+      expect_cases_match({{dp, pp, ScheduleKind::looped_bfs, 2, false, pp + 1, 2 * pp}}, kSteps, tolerance_of(dp));
       ran = true;
     }
   EXPECT_TRUE(ran) << "no layout of " << size_of_world() << " ranks has 2 or 4 stages and 1 or 2 replicas";
