@@ -489,6 +489,12 @@ fault microbatch-group-without-interleaved trainer/command_line/options.cpp \
   's/if (options.given.count("microbatch-group") \&\& options.schedule != "interleaved")/if (false)/' \
   'unit Options.*'
 
+# Issue 31 item 4 (looped BFS): each chunk's backwards from the last microbatch down, as PyTorch
+# runs them (the sums in another order: not bitwise the one-process step).
+fault looped-bfs-backwards-last-microbatch-first pipeline/looped_bfs.cpp \
+  's/for (int microbatch = 0; microbatch < m; microbatch++) order.push_back({ActionKind::backward/for (int microbatch = m - 1; microbatch >= 0; microbatch--) order.push_back({ActionKind::backward/' \
+  'mpi4 PipelineLayouts.LoopedBfs*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
