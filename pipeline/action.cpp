@@ -149,7 +149,7 @@ namespace {
 
 const ScheduleKind kAllKinds[] = {ScheduleKind::afab,  ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
                                   ScheduleKind::zb_h1, ScheduleKind::zb_h2,       ScheduleKind::zb_v,
-                                  ScheduleKind::v_half, ScheduleKind::v_min};
+                                  ScheduleKind::v_half, ScheduleKind::v_min, ScheduleKind::looped_bfs};
 
 }  // namespace
 
@@ -174,6 +174,7 @@ std::string schedule_name(ScheduleKind kind) {
     case ScheduleKind::zb_v: return "zb-v";
     case ScheduleKind::v_half: return "v-half";
     case ScheduleKind::v_min: return "v-min";
+    case ScheduleKind::looped_bfs: return "looped-bfs";
   }
   throw std::logic_error("unknown ScheduleKind");
 }

@@ -1,5 +1,5 @@
-// Schedules as data (pipeline/schedule.h): the compute orders of afab, 1f1b and interleaved (the
-// zero-bubble ones are in zero_bubble.cpp, the actions and their text form in action.cpp), the
+// Schedules as data (pipeline/schedule.h): the compute orders of afab and 1f1b (interleaved's is in
+// interleaved.cpp, the zero-bubble ones in zero_bubble.cpp, the actions and their text form in action.cpp), the
 // lowering pass that adds the sends and receives in groups, and the printed grid.
 #include "pipeline/schedule.h"
 
@@ -9,6 +9,8 @@
 #include <stdexcept>
 
 #include "pipeline/controllable_memory.h"
+#include "pipeline/interleaved.h"
+#include "pipeline/looped_bfs.h"
 #include "pipeline/zero_bubble.h"
 
 namespace {
@@ -39,41 +41,6 @@ std::vector<Action> one_f_one_b_order(int p, int m, int stage) {
     order.push_back(backward(next_backward++));
   }
   while (next_backward < m) order.push_back(backward(next_backward++));  // cool-down
-  return order;
-}
-
-void check_interleaved(int p, int m, int v, int stage) {
-  check_pipeline_stage(p, m, stage);
-  if (v < 1) throw std::runtime_error("--virtual-stages " + std::to_string(v) + " must be at least 1");
-  if (m < p || m % p != 0) {
-    const std::string fix = m < p ? std::to_string(p)
-                                  : std::to_string(m / p * p) + " or " + std::to_string((m / p + 1) * p);
-    throw std::runtime_error("the interleaved schedule needs --microbatches to be a multiple of --pp " +
-                             std::to_string(p) + " and at least " + std::to_string(p) + "; got " +
-                             std::to_string(m) + ": use " + fix);
-  }
-}
-
-int interleaved_warmup(int p, int m, int v, int stage) {
-  check_interleaved(p, m, v, stage);
-  return m == p ? m * v : std::min(m * v, 2 * (p - stage - 1) + (v - 1) * p);
-}
-
-// Megatron-LM's forward_backward_pipelining_with_interleaving: the k-th forward of a stage
-// runs chunk (k mod pv) / p on microbatch (k / pv) p + k mod p, i.e. groups of p microbatches
-// go through chunk 0, then chunk 1, ...; backwards take the chunks in reverse.
-std::vector<Action> interleaved_order(int p, int m, int v, int stage) {
-  const int total = m * v;
-  const int warmup = interleaved_warmup(p, m, v, stage);
-  auto microbatch_of = [&](int k) { return k / (p * v) * p + k % p; };
-  auto chunk_of = [&](int k) { return k % (p * v) / p; };
-  std::vector<Action> order;
-  for (int k = 0; k < warmup; k++) order.push_back(forward(microbatch_of(k), chunk_of(k)));
-  for (int k = 0; k < total - warmup; k++) {  // steady state: one forward, one backward
-    order.push_back(forward(microbatch_of(k + warmup), chunk_of(k + warmup)));
-    order.push_back(backward(microbatch_of(k), v - 1 - chunk_of(k)));
-  }
-  for (int k = total - warmup; k < total; k++) order.push_back(backward(microbatch_of(k), v - 1 - chunk_of(k)));
   return order;
 }
 
@@ -116,9 +83,12 @@ int chunks_per_stage(ScheduleKind kind, int v) { return placement_of(kind, 1, v)
 
 namespace {
 
-void check_chunks(ScheduleKind kind, int v) {
+void check_chunks(ScheduleKind kind, int v, int group) {
+  if (kind != ScheduleKind::interleaved && group != 0)
+    throw std::runtime_error("--microbatch-group " + std::to_string(group) + " needs --schedule interleaved (" +
+                             schedule_name(kind) + " has no microbatch groups)");
   const bool v_shape = placement_of(kind, 1, v).kind == PlacementKind::v_shape;
-  if (kind != ScheduleKind::interleaved && v != 1 && !(v_shape && v == 2))
+  if (kind != ScheduleKind::interleaved && kind != ScheduleKind::looped_bfs && v != 1 && !(v_shape && v == 2))
     throw std::runtime_error("--virtual-stages " + std::to_string(v) + " needs --schedule interleaved (" +
                              schedule_name(kind) +
                              (v_shape ? " runs two chunks per stage)" : " runs one chunk per stage)"));
@@ -137,35 +107,61 @@ std::vector<StageSchedule> zero_bubble_schedules(ScheduleKind kind, int p, int m
   return add_communication_in_time_order(orders, placement_of(kind, p, 1));
 }
 
+// Interleaved with microbatch groups larger than p (pipeline/interleaved.h) cannot post each receive
+// after the previous compute of its direction: the last stage sends chunk 0's first outputs round
+// the ring N - p forwards before stage 0 posts their receives, and on 2 stages an activation and a
+// gradient cross between the same two stages in opposite orders (tests/interleaved_test.cu's
+// deadlock sweep found both). Megatron's isend and irecv do not wait for each other; our groups
+// would, so these orders are lowered in time order, as the zero-bubble ones are. So is looped BFS,
+// whose last stage sends each chunk's outputs round the ring m forwards before stage 0 takes them.
+bool lowered_in_time_order(ScheduleKind kind, int p, int group) {
+  if (kind == ScheduleKind::looped_bfs) return true;
+  return kind == ScheduleKind::interleaved && interleaved_group(p, group) != p;
+}
+
+std::vector<StageSchedule> schedules_in_time_order(ScheduleKind kind, int p, int m, int v, int group) {
+  check_pipeline_stage(p, m, 0);
+  std::vector<std::vector<Action>> orders;
+  for (int s = 0; s < p; s++)
+    orders.push_back(kind == ScheduleKind::looped_bfs ? looped_bfs_order(p, m, v, s)
+                                                      : interleaved_order(p, m, v, s, group));
+  return add_communication_in_time_order(orders, placement_of(kind, p, v));
+}
+
 }  // namespace
 
-StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage) {
-  check_chunks(kind, v);
+StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage, int group) {
+  check_chunks(kind, v, group);
   if (splits_backward(kind)) {
     check_pipeline_stage(p, m, stage);
     return zero_bubble_schedules(kind, p, m)[stage];
+  }
+  if (lowered_in_time_order(kind, p, group)) {
+    check_pipeline_stage(p, m, stage);
+    return schedules_in_time_order(kind, p, m, v, group)[stage];
   }
   const Placement placement = placement_of(kind, p, v);
   switch (kind) {
     case ScheduleKind::afab: return add_communication(afab_order(p, m, stage), placement, stage);
     case ScheduleKind::one_f_one_b: return add_communication(one_f_one_b_order(p, m, stage), placement, stage);
     case ScheduleKind::interleaved:
-      return add_communication(interleaved_order(p, m, v, stage), placement, stage,
+      return add_communication(interleaved_order(p, m, v, stage, group), placement, stage,
                                ReceivePosting::after_previous_of_direction);
     default: throw std::logic_error("make_schedule: " + schedule_name(kind));
   }
 }
 
-std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v) {
-  check_chunks(kind, v);
+std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v, int group) {
+  check_chunks(kind, v, group);
   if (splits_backward(kind)) return zero_bubble_schedules(kind, p, m);
+  if (lowered_in_time_order(kind, p, group)) return schedules_in_time_order(kind, p, m, v, group);
   std::vector<StageSchedule> stages;
-  for (int stage = 0; stage < p; stage++) stages.push_back(make_schedule(kind, p, m, v, stage));
+  for (int stage = 0; stage < p; stage++) stages.push_back(make_schedule(kind, p, m, v, stage, group));
   return stages;
 }
 
-PipelineSchedule make_pipeline_schedule(ScheduleKind kind, int p, int m, int v) {
-  return {placement_of(kind, p, v), make_all_schedules(kind, p, m, v)};
+PipelineSchedule make_pipeline_schedule(ScheduleKind kind, int p, int m, int v, int group) {
+  return {placement_of(kind, p, v), make_all_schedules(kind, p, m, v, group)};
 }
 
 std::vector<Action> compute_actions(const StageSchedule& steps) {

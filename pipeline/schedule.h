@@ -5,8 +5,8 @@
 // Stages and chunks: stage s of p runs v model chunks; each chunk is one of the n = p v virtual
 // stages, and activations go from virtual stage i to i + 1, gradients from i + 1 to i. Where each
 // virtual stage lives is the schedule's placement:
-//   ring (afab, 1f1b, interleaved, zero-bubble H1 and H2): chunk c of stage s is virtual stage
-//     c p + s (Megatron's layout). Across a chunk boundary that is stage p-1 -> stage 0, so a
+//   ring (afab, 1f1b, interleaved, looped-bfs, zero-bubble H1 and H2): chunk c of stage s is
+//     virtual stage c p + s (Megatron's layout). Across a chunk boundary that is stage p-1 -> stage 0, so a
 //     stage's "next" is (s + 1) mod p and its "previous" (s - 1) mod p;
 //   v (zb-v, v = 2): stage s holds virtual stages s and 2p - 1 - s, so a microbatch goes down
 //     the stages on chunk 0 and back up on chunk 1; stage 0 holds both the embedding and the
@@ -24,9 +24,10 @@
 // Each compute's send is posted in the group point after it. In afab and 1f1b its receive is
 // posted in the group point before it, so a group point sits between every two computes (Megatron's
 // 1F1B: "F3 sF3+rB1 B1 sB1+rF4 F4" is send_forward_recv_backward, then send_backward_recv_forward).
-// The interleaved schedule posts each receive one compute earlier, in the group point after the
-// stage's previous compute of the same direction ("F4.1 sF4.1+rF5.1 B2 sB2+rB3 F5.1": Megatron's
-// overlap_p2p_comm, send_forward_recv_forward then send_backward_recv_backward): on the executor's
+// The interleaved schedule (with microbatch groups of p: pipeline/interleaved.h) posts each receive
+// one compute earlier, in the group point after the stage's previous compute of the same direction
+// ("F4.1 sF4.1+rF5.1 B2 sB2+rB3 F5.1":
+// Megatron's overlap_p2p_comm, send_forward_recv_forward then send_backward_recv_backward): on the executor's
 // transfer stream a forward's input then arrives while the backward before it runs, for one more
 // received input held per stage. 1F1B cannot do the same: its groups would wait for each other in
 // a cycle (tests/schedule_test.cu), which is why Megatron overlaps the interleaved schedule only.
@@ -49,12 +50,7 @@ std::vector<Action> afab_order(int p, int m, int stage);
 // PipeDream-Flush: min(p - s - 1, m) warm-up forwards, then one forward and one backward
 // in turn, then the remaining backwards.
 std::vector<Action> one_f_one_b_order(int p, int m, int stage);
-// Megatron's interleaved 1F1B over v chunks per stage: interleaved_warmup(...) forwards
-// (2 (p - s - 1) + (v - 1) p, or all m v of them when m = p), then that many fewer
-// forward-backward pairs than m v, then the remaining backwards. m must be a multiple of p
-// and at least p.
-std::vector<Action> interleaved_order(int p, int m, int v, int stage);
-int interleaved_warmup(int p, int m, int v, int stage);
+// Megatron's interleaved 1F1B (--microbatch-group) is in pipeline/interleaved.h.
 // The zero-bubble orders are in pipeline/zero_bubble.h, v-half's and v-min's in
 // pipeline/controllable_memory.h.
 
@@ -78,10 +74,11 @@ StageSchedule add_communication(const std::vector<Action>& compute, const Placem
 std::vector<StageSchedule> add_communication_in_time_order(const std::vector<std::vector<Action>>& compute,
                                                            const Placement& placement);
 
-// The full list of one stage, and of every stage (index = stage). Only interleaved takes v > 1;
-// zb-v, v-half and v-min run v = 2 (1 is taken to mean 2).
-StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage);
-std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v);
+// The full list of one stage, and of every stage (index = stage). Only interleaved and looped-bfs
+// (pipeline/looped_bfs.h) take v > 1; zb-v, v-half and v-min run v = 2 (1 is taken to mean 2).
+// group is interleaved's N (pipeline/interleaved.h; 0: p), which the other schedules do not take.
+StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage, int group = 0);
+std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v, int group = 0);
 // The chunks per stage the schedule runs when asked for v: 2 in the v placement, else v.
 int chunks_per_stage(ScheduleKind kind, int v);
 
@@ -90,7 +87,7 @@ struct PipelineSchedule {
   Placement placement;
   std::vector<StageSchedule> stages;  // index = stage
 };
-PipelineSchedule make_pipeline_schedule(ScheduleKind kind, int p, int m, int v);
+PipelineSchedule make_pipeline_schedule(ScheduleKind kind, int p, int m, int v, int group = 0);
 
 // The compute actions of a list, in order.
 std::vector<Action> compute_actions(const StageSchedule& steps);

@@ -291,7 +291,7 @@ TEST(Options, OutOfRangeValueIsAnError) {
 
 TEST(Options, ChoiceOutsideItsListIsAnError) {
   EXPECT_EQ(error_of({"--lr-schedule", "linear"}), "--lr-schedule linear is not one of cosine|constant");
-  EXPECT_EQ(error_of({"--schedule", "gpipe"}), "--schedule gpipe is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min");
+  EXPECT_EQ(error_of({"--schedule", "gpipe"}), "--schedule gpipe is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs");
   EXPECT_EQ(error_of({"--dtype", "fp16"}), "--dtype fp16 is not one of fp32|bf16");
 }
 
@@ -320,6 +320,8 @@ TEST(Options, InconsistentOptionsAreAnError) {
   EXPECT_EQ(error_of({"--init", "a.bin", "--resume", "b.bin"}),
             "--init and --resume exclude each other (--resume restores the model)");
   EXPECT_EQ(error_of({"--virtual-stages", "2"}), "--virtual-stages 2 needs --schedule interleaved");
+  EXPECT_EQ(error_of({"--microbatch-group", "6"}), "--microbatch-group needs --schedule interleaved");
+  EXPECT_EQ(error_of({"--schedule", "interleaved", "--microbatch-group", "6"}), "(no error)");
   EXPECT_EQ(error_of({"--schedule", "zb-v", "--virtual-stages", "2"}), "(no error)");
   EXPECT_EQ(error_of({"--schedule", "zb-v", "--virtual-stages", "3"}),
             "--virtual-stages 3 does not fit --schedule zb-v, which runs 2 chunks per rank");
@@ -399,9 +401,10 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--max-skipped N", "(default: 5)"},
       {"--pp N", "(default: 0)"},
       {"--dp N", "(default: 1)"},
-      {"--schedule afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min", "(default: 1f1b)"},
+      {"--schedule afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs", "(default: 1f1b)"},
       {"--schedule-file FILE", "(default: none)"},
       {"--virtual-stages N", "(default: 1)"},
+      {"--microbatch-group N", "(default: 0)"},
       {"--recompute", "(default: off)"},
       {"--layers-per-stage N,N,...", "(default: none)"},
       {"--print-schedule", "(default: off)"},

@@ -58,18 +58,18 @@ TEST(TrainLayout, FewerLayersThanStagesTimesChunksFailsOnEveryRank) {
                       "one layer)");
 }
 
-TEST(TrainLayout, InterleavedMicrobatchesNotAMultipleOfTheStagesFailOnEveryRank) {
+TEST(TrainLayout, InterleavedMicrobatchesThatLeaveAShortLastGroupFailOnEveryRank) {
   expect_layout_error("--schedule interleaved --virtual-stages 2 --layers 8 --microbatches 6",
-                      "the interleaved schedule needs --microbatches to be a multiple of --pp 4 and at least 4; got 6: "
-                      "use 4 or 8");
+                      "--microbatches 6 leaves a last group of 2 after groups of --microbatch-group 4, fewer than "
+                      "--pp 4 (the pipeline would wait in dependency bubbles): use --microbatch-group 6, or "
+                      "--microbatches 4 or 8");
   expect_layout_error("--schedule interleaved --virtual-stages 2 --layers 8 --microbatches 2",
-                      "the interleaved schedule needs --microbatches to be a multiple of --pp 4 and at least 4; got 2: "
-                      "use 4");
+                      "the interleaved schedule needs --microbatches at least --pp 4; got 2: use 4 or more");
 }
 
 TEST(TrainLayout, UnknownScheduleFailsOnEveryRank) {
   expect_layout_error("--schedule zigzag",
-                      "--schedule zigzag is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min");
+                      "--schedule zigzag is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs");
 }
 
 TEST(TrainLayout, ZeroBubbleVWithFewerLayersThanChunksFailsOnEveryRank) {

@@ -537,6 +537,38 @@ fault csv-format-with-trace trainer/command_line/options.cpp \
   's/  if (options.schedule_format == "pytorch-csv" .. !options.trace.empty())$/  if (false)/' \
   'unit Options.*'
 
+
+# Issue 31 item 3 (flexible interleaving, --microbatch-group): the groups or the warm-up taken as
+# p's, Megatron's two checks dropped, groups above p lowered with early receives (deadlock), the
+# group not reaching the trainer's schedule, the flag taken without the interleaved schedule.
+fault interleaved-groups-of-p pipeline/interleaved.cpp \
+  's/forward_table(m, v, interleaved_group(p, group))/forward_table(m, v, p)/' \
+  'unit Interleaved.*'
+fault interleaved-warmup-of-p pipeline/interleaved.cpp \
+  's/(v - 1) \* interleaved_group(p, group)/(v - 1) * p/' \
+  'unit Interleaved.*'
+fault interleaved-takes-a-short-last-group pipeline/interleaved.cpp \
+  's/if (last > 0 \&\& last < p)/if (false)/' \
+  'unit Interleaved.*'
+fault interleaved-takes-a-group-below-p pipeline/interleaved.cpp \
+  's/if (n < p || n > m)/if (n > m)/' \
+  'unit Interleaved.*'
+fault interleaved-groups-receive-early pipeline/schedule.cpp \
+  's/return kind == ScheduleKind::interleaved \&\& interleaved_group(p, group) != p;/return false;/' \
+  'unit Interleaved.*'
+fault microbatch-group-not-scheduled trainer/step/trainer.cpp \
+  's/^                                layout.microbatch_group);/                                0);/' \
+  'mpi4 PipelineLayouts.InterleavedMicrobatchGroups*'
+fault microbatch-group-without-interleaved trainer/command_line/options.cpp \
+  's/if (options.given.count("microbatch-group") \&\& options.schedule != "interleaved")/if (false)/' \
+  'unit Options.*'
+
+# Issue 31 item 4 (looped BFS): each chunk's backwards from the last microbatch down, as PyTorch
+# runs them (the sums in another order: not bitwise the one-process step).
+fault looped-bfs-backwards-last-microbatch-first pipeline/looped_bfs.cpp \
+  's/for (int microbatch = 0; microbatch < m; microbatch++) order.push_back({ActionKind::backward/for (int microbatch = m - 1; microbatch >= 0; microbatch--) order.push_back({ActionKind::backward/' \
+  'mpi4 PipelineLayouts.LoopedBfs*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -23,7 +23,10 @@
 // the v = 3, m = 4 and 12, pp = 8 and uneven cases 27-29, 71-111 and 58-87 s beside them. In CPU
 // time (steadier under load) those cases add 15, 28 and 52 % (20-24 s against 17-21, 71-72
 // against 54-58, 94-101 against 63-65): on the 6, 37 and 25 s the suite took unloaded before,
-// about 7, 47 and 38 s. The same in bf16 on every layout without 8 stages (bf16_cases_of), bitwise
+// about 7, 47 and 38 s. Interleaved microbatch groups (microbatch_group_cases_of, m not a
+// multiple of pp) on the layouts with 2 or 4 stages and 1 or 2 replicas: 4 cases at -np 4,
+// 10.8 s at load 7 and 5.5 s at load 1.3, 1.0 s at -np 2; looped BFS one case a layout, 2.7 s at
+// -np 4 and 0.25 s at -np 2 (2026-11-26). The same in bf16 on every layout without 8 stages (bf16_cases_of), bitwise
 // with dp = 1 and within bf16's tolerance with replicas.
 #include <gtest/gtest.h>
 
@@ -62,8 +65,9 @@ std::vector<std::pair<int, int>> layouts_of_world(bool with_eight_stages) {
 // The schedule's cases on the layout: recompute off and on, m in {1, 3, 8}. The interleaved
 // schedule needs m a multiple of pp and v pp chunks of layers: v = 2 on max(4, 2 pp) layers,
 // and also v = 3 with one layer per chunk (m = 4), and on 2 and 4 stages m = 4 (on 4 stages
-// as many microbatches as stages: all warm-up, no steady state) and m = 12 (a long steady
-// state). On 8 stages only the interleaved schedule, with m = 8, v = 2, 16 layers.
+// as many microbatches as stages: stage 0 all warm-up, stage 3 four forward-backward pairs)
+// and m = 12 (a long steady state). On 8 stages only the interleaved schedule, with m = 8,
+// v = 2, 16 layers.
 std::vector<Case> cases_of(ScheduleKind schedule, int dp, int pp) {
   if (pp == 8) return {{dp, pp, schedule, 2, false, 8, 16}};
   const bool interleaved = schedule == ScheduleKind::interleaved;
@@ -112,6 +116,16 @@ std::vector<Case> zero_bubble_cases_of(ScheduleKind schedule, int dp, int pp) {
   return cases;
 }
 
+// Interleaved microbatch groups (--microbatch-group N) with m not a multiple of pp, v = 2, one
+// layer per chunk, on the layouts with 2 or 4 stages and 1 or 2 replicas: one group of all m
+// (pp 4: m = 6, N = 6; pp 2: m = 3, N = 3), and two groups, the last shorter but not below pp (pp 4:
+// m = 9, N = 5; pp 2: m = 5, N = 3).
+std::vector<Case> microbatch_group_cases_of(int dp, int pp) {
+  const int one_group = pp == 4 ? 6 : 3, two_groups = pp == 4 ? 9 : 5, group = pp == 4 ? 5 : 3;
+  return {{dp, pp, ScheduleKind::interleaved, 2, false, one_group, 2 * pp, {}, false, one_group},
+          {dp, pp, ScheduleKind::interleaved, 2, false, two_groups, 2 * pp, {}, false, group}};
+}
+
 void expect_zero_bubble_layouts_match(ScheduleKind schedule) {
   ASSERT_GE(size_of_world(), 2) << kOneRank;
   bool ran = false;
@@ -152,6 +166,30 @@ TEST(PipelineLayouts, ControllableMemoryVGivesTheSingleStageRun) {
       expect_cases_match({{dp, pp, ScheduleKind::v_half, 2, false, pp + 1, 2 * pp},
                           {dp, pp, ScheduleKind::v_min, 2, true, pp + 1, 2 * pp}},
                          kSteps, tolerance_of(dp));
+      ran = true;
+    }
+  EXPECT_TRUE(ran) << "no layout of " << size_of_world() << " ranks has 2 or 4 stages and 1 or 2 replicas";
+}
+
+TEST(PipelineLayouts, InterleavedMicrobatchGroupsGiveTheSingleStageRun) {
+  ASSERT_GE(size_of_world(), 2) << kOneRank;
+  bool ran = false;
+  for (const auto& [dp, pp] : layouts_of_world(false))
+    if ((pp == 2 || pp == 4) && dp <= 2) {
+      expect_cases_match(microbatch_group_cases_of(dp, pp), kSteps, tolerance_of(dp));
+      ran = true;
+    }
+  EXPECT_TRUE(ran) << "no layout of " << size_of_world() << " ranks has 2 or 4 stages and 1 or 2 replicas";
+}
+
+// Looped BFS (v = 2, one layer per chunk, m = pp + 1) on the layouts with 2 or 4 stages and 1 or 2
+// replicas: every stage holds every microbatch of both chunks, the backwards in microbatch order.
+TEST(PipelineLayouts, LoopedBfsGivesTheSingleStageRun) {
+  ASSERT_GE(size_of_world(), 2) << kOneRank;
+  bool ran = false;
+  for (const auto& [dp, pp] : layouts_of_world(false))
+    if ((pp == 2 || pp == 4) && dp <= 2) {
+      expect_cases_match({{dp, pp, ScheduleKind::looped_bfs, 2, false, pp + 1, 2 * pp}}, kSteps, tolerance_of(dp));
       ran = true;
     }
   EXPECT_TRUE(ran) << "no layout of " << size_of_world() << " ranks has 2 or 4 stages and 1 or 2 replicas";

@@ -59,6 +59,7 @@ struct Case {
   int layers;
   std::vector<int> layers_per_stage = {};  // --layers-per-stage; empty: the even split
   bool bf16 = false;                       // bf16 parameters, with fp32 master weights
+  int microbatch_group = 0;                // interleaved's --microbatch-group; 0: pp
 };
 
 inline std::string layers_per_stage_text(const std::vector<int>& counts) {
@@ -70,7 +71,8 @@ inline std::string layers_per_stage_text(const std::vector<int>& counts) {
 inline std::string describe(const Case& c) {
   return "dp " + std::to_string(c.dp) + " pp " + std::to_string(c.pp) + " " + schedule_name(c.schedule) + " v " +
          std::to_string(c.v) + (c.recompute ? " recompute" : "") + " m " + std::to_string(c.m) + " L " +
-         std::to_string(c.layers) + layers_per_stage_text(c.layers_per_stage) + (c.bf16 ? " bf16" : "");
+         std::to_string(c.layers) + layers_per_stage_text(c.layers_per_stage) + (c.bf16 ? " bf16" : "") +
+         (c.microbatch_group ? " group " + std::to_string(c.microbatch_group) : "");
 }
 
 inline int rank_in_world() {
@@ -142,6 +144,7 @@ Outcome run_in(const Case& c, const CommGroups& groups, int steps, const Schedul
   const GPTConfig config = config_of(c.layers);
   PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
   if (schedule_file != nullptr) layout.schedule_file = *schedule_file;
+  layout.microbatch_group = c.microbatch_group;
   const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
   const MixedPrecision precision{true, kRoundingSeed};
   const StageMemoryPlan plan =

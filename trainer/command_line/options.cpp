@@ -265,11 +265,14 @@ const std::vector<OptionSpec>& option_table() {
       int_option("pp", &O::pp, kAtLeastZero, "pipeline stages (0: world size / dp)"),
       int_option("dp", &O::dp, kAtLeastOne, "data-parallel replicas"),
       choice_option("schedule", &O::schedule,
-                    {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min"}, "pipeline schedule"),
+                    {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "looped-bfs"},
+                    "pipeline schedule"),
       string_option("schedule-file", "FILE", &O::schedule_file,
                     "run the compute grid in FILE (as --print-schedule prints it) instead of --schedule"),
       int_option("virtual-stages", &O::virtual_stages, kAtLeastOne,
-                 "model chunks per rank (interleaved; zb-v, v-half, v-min: 2)"),
+                 "model chunks per rank (interleaved, looped-bfs; zb-v, v-half, v-min: 2)"),
+      int_option("microbatch-group", &O::microbatch_group, kAtLeastOne,
+                 "interleaved: consecutive microbatches each chunk runs (N, from pp to --microbatches; 0: pp)"),
       switch_option("recompute", &O::recompute, "keep only stage inputs; recompute activations before backward"),
       layers_per_stage_option(),
       switch_option("print-schedule", &O::print_schedule, "print the schedule's grid, bubble and memory, then exit"),
@@ -323,10 +326,12 @@ void check_consistency(const TrainOptions& options) {
   if (v_shape && options.given.count("virtual-stages") && options.virtual_stages != 2)
     throw std::runtime_error("--virtual-stages " + std::to_string(options.virtual_stages) +
                              " does not fit --schedule " + options.schedule + ", which runs 2 chunks per rank");
-  if (options.virtual_stages > 1 && options.schedule != "interleaved" && !v_shape) {
+  if (options.virtual_stages > 1 && options.schedule != "interleaved" && options.schedule != "looped-bfs" && !v_shape) {
     throw std::runtime_error("--virtual-stages " + std::to_string(options.virtual_stages) +
                              " needs --schedule interleaved");
   }
+  if (options.given.count("microbatch-group") && options.schedule != "interleaved")
+    throw std::runtime_error("--microbatch-group needs --schedule interleaved");
   if (options.given.count("trace-step") && options.trace.empty())
     throw std::runtime_error("--trace-step needs --trace FILE");
   if (!options.print_schedule && options.trace_step > options.steps)

@@ -88,7 +88,9 @@ size_t weight_buffer_bytes(const RunSetup& setup, const LayerRange& range) {
 
 std::string schedule_title(const RunSetup& setup) {
   const TrainOptions& options = setup.options;
-  return options.schedule_file.empty() ? options.schedule + " schedule" : "the schedule of " + options.schedule_file;
+  if (!options.schedule_file.empty()) return "the schedule of " + options.schedule_file;
+  if (options.microbatch_group == 0) return options.schedule + " schedule";
+  return options.schedule + " schedule, microbatch group " + std::to_string(options.microbatch_group);
 }
 
 // The trace's description of the run, written as its "otherData".

@@ -117,12 +117,14 @@ PipelineLayout layout_from_options(const TrainOptions& options) {
   PipelineLayout layout{parse_schedule_kind(options.schedule), options.microbatches, options.virtual_stages,
                         options.recompute, options.layers_per_stage};
   if (!options.schedule_file.empty()) layout.schedule_file = read_schedule_file(options.schedule_file);
+  layout.microbatch_group = options.microbatch_group;
   return layout;
 }
 
 PipelineSchedule layout_schedule(const PipelineLayout& layout, int pp) {
   if (layout.schedule_file) return schedule_from_grid(*layout.schedule_file, pp, layout.microbatches);
-  return make_pipeline_schedule(layout.schedule, pp, layout.microbatches, layout.virtual_stages);
+  return make_pipeline_schedule(layout.schedule, pp, layout.microbatches, layout.virtual_stages,
+                                layout.microbatch_group);
 }
 
 MemoryPlanInput memory_plan_input(const GPTConfig& config, int B, int T, const PipelineLayout& layout, const Mesh& mesh,

@@ -39,10 +39,11 @@ struct PipelineLayout {
   bool recompute;
   std::vector<int> layers_per_stage;  // empty: split_layers' even split
   std::optional<ScheduleGrid> schedule_file = {};  // --schedule-file's grid, run instead of `schedule`
+  int microbatch_group = 0;  // interleaved's N, microbatches each chunk runs in a row (pipeline/interleaved.h); 0: pp
 };
 
 // The layout the options ask for (--schedule, --microbatches, --virtual-stages, --recompute,
-// --layers-per-stage, --schedule-file's grid, read and checked).
+// --layers-per-stage, --schedule-file's grid, read and checked, --microbatch-group).
 PipelineLayout layout_from_options(const TrainOptions& options);
 
 // The layout's schedule on pp stages: the built-in one, or the file's grid checked and lowered
