@@ -18,6 +18,7 @@
 
 #include "comm/collectives.h"
 #include "kernels/device_memory.cuh"
+#include "kernels/gemm.cuh"
 #include "kernels/global_norm.cuh"
 #include "model/norm_slots.h"
 #include "pipeline/buffer_pool.h"
@@ -114,7 +115,7 @@ TEST(Pipeline, APoolThatWouldGrowAfterSetUpThrowsNamingItself) {
 // layout), the head's share of wte's gradient on the last stage, the norm's buffers and table, the step's
 // decision on the device (the count of non-finite losses, the norm, the gate) and AdamW's region
 // table, the executor's slots, weight buffers and transfer buffers (its accounting), each chunk's
-// backward scratch, the targets and the loss sum. The step's stage records (the log's "dev") carry it; the project's allocator counts
+// backward scratch, the targets and the loss sum, and cuBLAS's workspace (kernels/gemm.cuh). The step's stage records (the log's "dev") carry it; the project's allocator counts
 // it, the same on a GPU.
 template <typename Element>
 void expect_stage_device_bytes(ScheduleKind kind, bool recompute) {
@@ -134,7 +135,8 @@ void expect_stage_device_bytes(ScheduleKind kind, bool recompute) {
                      norm_slot_count(kConfig.num_layers) + 1) * sizeof(float) +
                     trainer.optimizer.norm_tensors * sizeof(NormTensor) + 2 * sizeof(double) + sizeof(AdamWGate) +
                     trainer.optimizer.regions.size() * sizeof(AdamWRegion) +
-                    a.activation_bytes + a.transfer_bytes + size_t(kB) * kT * sizeof(int) + sizeof(double);
+                    a.activation_bytes + a.transfer_bytes + size_t(kB) * kT * sizeof(int) + sizeof(double) +
+                    cublas_workspace_bytes();
   for (const LayerRange& range : trainer.chunks) expected += backward_scratch_bytes<Element>(kConfig, kB, kT, range);
   const unsigned long long held = device_memory_counts().bytes_in_use;
   EXPECT_EQ(held - before, expected);
