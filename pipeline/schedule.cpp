@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "pipeline/controllable_memory.h"
+#include "pipeline/interleaved_zero_bubble.h"
 #include "pipeline/zero_bubble.h"
 
 namespace {
@@ -117,6 +118,7 @@ int chunks_per_stage(ScheduleKind kind, int v) { return placement_of(kind, 1, v)
 namespace {
 
 void check_chunks(ScheduleKind kind, int v) {
+  if (kind == ScheduleKind::zb_interleaved) return;  // v >= 2, checked with its order
   const bool v_shape = placement_of(kind, 1, v).kind == PlacementKind::v_shape;
   if (kind != ScheduleKind::interleaved && v != 1 && !(v_shape && v == 2))
     throw std::runtime_error("--virtual-stages " + std::to_string(v) + " needs --schedule interleaved (" +
@@ -125,8 +127,13 @@ void check_chunks(ScheduleKind kind, int v) {
 }
 
 // The zero-bubble schedules come as compute orders only: all stages are lowered together.
-std::vector<StageSchedule> zero_bubble_schedules(ScheduleKind kind, int p, int m) {
+std::vector<StageSchedule> zero_bubble_schedules(ScheduleKind kind, int p, int m, int v) {
   check_pipeline_stage(p, m, 0);
+  if (kind == ScheduleKind::zb_interleaved) {
+    std::vector<std::vector<Action>> orders;
+    for (int s = 0; s < p; s++) orders.push_back(zb_interleaved_order(p, m, v, s));
+    return add_communication_in_time_order(orders, placement_of(kind, p, v));
+  }
   if (kind == ScheduleKind::v_half || kind == ScheduleKind::v_min)
     return add_communication_in_time_order(controllable_memory_orders(kind, p, m), placement_of(kind, p, 1));
   std::vector<std::vector<Action>> orders;
@@ -143,7 +150,7 @@ StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage) {
   check_chunks(kind, v);
   if (splits_backward(kind)) {
     check_pipeline_stage(p, m, stage);
-    return zero_bubble_schedules(kind, p, m)[stage];
+    return zero_bubble_schedules(kind, p, m, v)[stage];
   }
   const Placement placement = placement_of(kind, p, v);
   switch (kind) {
@@ -158,7 +165,7 @@ StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage) {
 
 std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v) {
   check_chunks(kind, v);
-  if (splits_backward(kind)) return zero_bubble_schedules(kind, p, m);
+  if (splits_backward(kind)) return zero_bubble_schedules(kind, p, m, v);
   std::vector<StageSchedule> stages;
   for (int stage = 0; stage < p; stage++) stages.push_back(make_schedule(kind, p, m, v, stage));
   return stages;

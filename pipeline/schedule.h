@@ -56,7 +56,7 @@ std::vector<Action> one_f_one_b_order(int p, int m, int stage);
 std::vector<Action> interleaved_order(int p, int m, int v, int stage);
 int interleaved_warmup(int p, int m, int v, int stage);
 // The zero-bubble orders are in pipeline/zero_bubble.h, v-half's and v-min's in
-// pipeline/controllable_memory.h.
+// pipeline/controllable_memory.h, zb-interleaved's in pipeline/interleaved_zero_bubble.h.
 
 // The lowering pass (see the top): a stage's compute order as steps with its sends and
 // receives, for the stages and chunks of placement. Each send goes in the group point right after
@@ -78,8 +78,8 @@ StageSchedule add_communication(const std::vector<Action>& compute, const Placem
 std::vector<StageSchedule> add_communication_in_time_order(const std::vector<std::vector<Action>>& compute,
                                                            const Placement& placement);
 
-// The full list of one stage, and of every stage (index = stage). Only interleaved takes v > 1;
-// zb-v, v-half and v-min run v = 2 (1 is taken to mean 2).
+// The full list of one stage, and of every stage (index = stage). Only interleaved and
+// zb-interleaved (which needs v >= 2) take v > 1; zb-v, v-half and v-min run v = 2 (1 is taken to mean 2).
 StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage);
 std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v);
 // The chunks per stage the schedule runs when asked for v: 2 in the v placement, else v.
