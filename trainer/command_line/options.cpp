@@ -265,11 +265,12 @@ const std::vector<OptionSpec>& option_table() {
       int_option("pp", &O::pp, kAtLeastZero, "pipeline stages (0: world size / dp)"),
       int_option("dp", &O::dp, kAtLeastOne, "data-parallel replicas"),
       choice_option("schedule", &O::schedule,
-                    {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min"}, "pipeline schedule"),
+                    {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "zb-interleaved"},
+                    "pipeline schedule"),
       string_option("schedule-file", "FILE", &O::schedule_file,
                     "run the compute grid in FILE (as --print-schedule prints it) instead of --schedule"),
       int_option("virtual-stages", &O::virtual_stages, kAtLeastOne,
-                 "model chunks per rank (interleaved; zb-v, v-half, v-min: 2)"),
+                 "model chunks per rank (interleaved, zb-interleaved: 2 or more; zb-v, v-half, v-min: 2)"),
       switch_option("recompute", &O::recompute, "keep only stage inputs; recompute activations before backward"),
       layers_per_stage_option(),
       switch_option("print-schedule", &O::print_schedule, "print the schedule's grid, bubble and memory, then exit"),
@@ -323,7 +324,11 @@ void check_consistency(const TrainOptions& options) {
   if (v_shape && options.given.count("virtual-stages") && options.virtual_stages != 2)
     throw std::runtime_error("--virtual-stages " + std::to_string(options.virtual_stages) +
                              " does not fit --schedule " + options.schedule + ", which runs 2 chunks per rank");
-  if (options.virtual_stages > 1 && options.schedule != "interleaved" && !v_shape) {
+  if (options.schedule == "zb-interleaved" && options.virtual_stages < 2)
+    throw std::runtime_error("--schedule zb-interleaved needs --virtual-stages 2 or more (chunks per rank); got " +
+                             std::to_string(options.virtual_stages));
+  const bool interleaves = options.schedule == "interleaved" || options.schedule == "zb-interleaved";
+  if (options.virtual_stages > 1 && !interleaves && !v_shape) {
     throw std::runtime_error("--virtual-stages " + std::to_string(options.virtual_stages) +
                              " needs --schedule interleaved");
   }
