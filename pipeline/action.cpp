@@ -149,7 +149,8 @@ namespace {
 
 const ScheduleKind kAllKinds[] = {ScheduleKind::afab,  ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
                                   ScheduleKind::zb_h1, ScheduleKind::zb_h2,       ScheduleKind::zb_v,
-                                  ScheduleKind::v_half, ScheduleKind::v_min, ScheduleKind::looped_bfs};
+                                  ScheduleKind::v_half, ScheduleKind::v_min, ScheduleKind::looped_bfs,
+                                  ScheduleKind::zb_interleaved};
 
 }  // namespace
 
@@ -175,11 +176,12 @@ std::string schedule_name(ScheduleKind kind) {
     case ScheduleKind::v_half: return "v-half";
     case ScheduleKind::v_min: return "v-min";
     case ScheduleKind::looped_bfs: return "looped-bfs";
+    case ScheduleKind::zb_interleaved: return "zb-interleaved";
   }
   throw std::logic_error("unknown ScheduleKind");
 }
 
 bool splits_backward(ScheduleKind kind) {
   return kind == ScheduleKind::zb_h1 || kind == ScheduleKind::zb_h2 || kind == ScheduleKind::zb_v ||
-         kind == ScheduleKind::v_half || kind == ScheduleKind::v_min;
+         kind == ScheduleKind::v_half || kind == ScheduleKind::v_min || kind == ScheduleKind::zb_interleaved;
 }

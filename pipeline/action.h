@@ -40,7 +40,7 @@ using Step = std::vector<Action>;
 // One stage's steps, in order.
 using StageSchedule = std::vector<Step>;
 
-enum class ScheduleKind { afab, one_f_one_b, interleaved, zb_h1, zb_h2, zb_v, v_half, v_min, looped_bfs };
+enum class ScheduleKind { afab, one_f_one_b, interleaved, zb_h1, zb_h2, zb_v, v_half, v_min, looped_bfs, zb_interleaved };
 
 // Where the virtual stages live (see the top).
 enum class PlacementKind { ring, v_shape };
@@ -75,8 +75,8 @@ Action parse_action(const std::string& text);
 Step parse_step(const std::string& text);
 StageSchedule parse_schedule(const std::string& text);
 
-// "afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min" or "looped-bfs"; throws naming the unknown schedule
-// and the known ones.
+// "afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "looped-bfs" or "zb-interleaved";
+// throws naming the unknown schedule and the known ones.
 ScheduleKind parse_schedule_kind(const std::string& name);
 std::string schedule_name(ScheduleKind kind);
 // Every kind, in the order parse_schedule_kind's error lists them.

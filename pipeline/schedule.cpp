@@ -11,6 +11,7 @@
 #include "pipeline/controllable_memory.h"
 #include "pipeline/interleaved.h"
 #include "pipeline/looped_bfs.h"
+#include "pipeline/interleaved_zero_bubble.h"
 #include "pipeline/zero_bubble.h"
 
 namespace {
@@ -87,6 +88,7 @@ void check_chunks(ScheduleKind kind, int v, int group) {
   if (kind != ScheduleKind::interleaved && group != 0)
     throw std::runtime_error("--microbatch-group " + std::to_string(group) + " needs --schedule interleaved (" +
                              schedule_name(kind) + " has no microbatch groups)");
+  if (kind == ScheduleKind::zb_interleaved) return;  // v >= 2, checked with its order
   const bool v_shape = placement_of(kind, 1, v).kind == PlacementKind::v_shape;
   if (kind != ScheduleKind::interleaved && kind != ScheduleKind::looped_bfs && v != 1 && !(v_shape && v == 2))
     throw std::runtime_error("--virtual-stages " + std::to_string(v) + " needs --schedule interleaved (" +
@@ -95,8 +97,13 @@ void check_chunks(ScheduleKind kind, int v, int group) {
 }
 
 // The zero-bubble schedules come as compute orders only: all stages are lowered together.
-std::vector<StageSchedule> zero_bubble_schedules(ScheduleKind kind, int p, int m) {
+std::vector<StageSchedule> zero_bubble_schedules(ScheduleKind kind, int p, int m, int v) {
   check_pipeline_stage(p, m, 0);
+  if (kind == ScheduleKind::zb_interleaved) {
+    std::vector<std::vector<Action>> orders;
+    for (int s = 0; s < p; s++) orders.push_back(zb_interleaved_order(p, m, v, s));
+    return add_communication_in_time_order(orders, placement_of(kind, p, v));
+  }
   if (kind == ScheduleKind::v_half || kind == ScheduleKind::v_min)
     return add_communication_in_time_order(controllable_memory_orders(kind, p, m), placement_of(kind, p, 1));
   std::vector<std::vector<Action>> orders;
@@ -134,7 +141,7 @@ StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage, i
   check_chunks(kind, v, group);
   if (splits_backward(kind)) {
     check_pipeline_stage(p, m, stage);
-    return zero_bubble_schedules(kind, p, m)[stage];
+    return zero_bubble_schedules(kind, p, m, v)[stage];
   }
   if (lowered_in_time_order(kind, p, group)) {
     check_pipeline_stage(p, m, stage);
@@ -153,7 +160,7 @@ StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage, i
 
 std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v, int group) {
   check_chunks(kind, v, group);
-  if (splits_backward(kind)) return zero_bubble_schedules(kind, p, m);
+  if (splits_backward(kind)) return zero_bubble_schedules(kind, p, m, v);
   if (lowered_in_time_order(kind, p, group)) return schedules_in_time_order(kind, p, m, v, group);
   std::vector<StageSchedule> stages;
   for (int stage = 0; stage < p; stage++) stages.push_back(make_schedule(kind, p, m, v, stage, group));

@@ -291,7 +291,7 @@ TEST(Options, OutOfRangeValueIsAnError) {
 
 TEST(Options, ChoiceOutsideItsListIsAnError) {
   EXPECT_EQ(error_of({"--lr-schedule", "linear"}), "--lr-schedule linear is not one of cosine|constant");
-  EXPECT_EQ(error_of({"--schedule", "gpipe"}), "--schedule gpipe is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs");
+  EXPECT_EQ(error_of({"--schedule", "gpipe"}), "--schedule gpipe is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved");
   EXPECT_EQ(error_of({"--dtype", "fp16"}), "--dtype fp16 is not one of fp32|bf16");
 }
 
@@ -328,6 +328,9 @@ TEST(Options, InconsistentOptionsAreAnError) {
   EXPECT_EQ(error_of({"--schedule", "v-half", "--virtual-stages", "2"}), "(no error)");
   EXPECT_EQ(error_of({"--schedule", "v-min", "--virtual-stages", "3"}),
             "--virtual-stages 3 does not fit --schedule v-min, which runs 2 chunks per rank");
+  EXPECT_EQ(error_of({"--schedule", "zb-interleaved", "--virtual-stages", "3"}), "(no error)");
+  EXPECT_EQ(error_of({"--schedule", "zb-interleaved"}),
+            "--schedule zb-interleaved needs --virtual-stages 2 or more (chunks per rank); got 1");
   EXPECT_EQ(error_of({"--schedule-file", "s.txt", "--schedule", "1f1b"}),
             "--schedule-file and --schedule exclude each other");
   EXPECT_EQ(error_of({"--schedule-file", "s.txt", "--virtual-stages", "2"}),
@@ -401,7 +404,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--max-skipped N", "(default: 5)"},
       {"--pp N", "(default: 0)"},
       {"--dp N", "(default: 1)"},
-      {"--schedule afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs", "(default: 1f1b)"},
+      {"--schedule afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved", "(default: 1f1b)"},
       {"--schedule-file FILE", "(default: none)"},
       {"--virtual-stages N", "(default: 1)"},
       {"--microbatch-group N", "(default: 0)"},

@@ -298,7 +298,7 @@ TEST(Schedule, ConfigurationErrorsSayWhatToChange) {
             "--virtual-stages 2 needs --schedule interleaved (zb-h1 runs one chunk per stage)");
   EXPECT_EQ(error_of([] { make_schedule(ScheduleKind::zb_h2, 4, 0, 1, 0); }), "--microbatches 0 must be at least 1");
   EXPECT_EQ(error_of([] { parse_schedule_kind("gpipe"); }),
-            "unknown schedule 'gpipe' (use afab, 1f1b, interleaved, zb-h1, zb-h2, zb-v, v-half, v-min, looped-bfs)");
+            "unknown schedule 'gpipe' (use afab, 1f1b, interleaved, zb-h1, zb-h2, zb-v, v-half, v-min, looped-bfs, zb-interleaved)");
   EXPECT_EQ(parse_schedule_kind("1f1b"), ScheduleKind::one_f_one_b);
   for (ScheduleKind kind : all_schedule_kinds()) EXPECT_EQ(parse_schedule_kind(schedule_name(kind)), kind);
 }

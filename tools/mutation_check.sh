@@ -569,6 +569,25 @@ fault looped-bfs-backwards-last-microbatch-first pipeline/looped_bfs.cpp \
   's/for (int microbatch = 0; microbatch < m; microbatch++) order.push_back({ActionKind::backward/for (int microbatch = m - 1; microbatch >= 0; microbatch--) order.push_back({ActionKind::backward/' \
   'mpi4 PipelineLayouts.LoopedBfs*'
 
+
+# Issue 31 item 4 (h31d): zb-interleaved's warm-up, its W's held back in the first steps, each
+# chunk's W's in microbatch order, PyTorch's rule on m, and --virtual-stages 2 or more.
+fault zb-interleaved-warms-up-as-interleaved pipeline/interleaved_zero_bubble.cpp \
+  's/(v - 1) \* per_round + p - 1 - stage, m \* v)/(v - 1) * per_round + 2 * (p - 1 - stage), m * v)/' \
+  'unit InterleavedZeroBubble.*'
+fault zb-interleaved-weights-from-the-first-step pipeline/interleaved_zero_bubble.cpp \
+  's/    if (k >= stage) weight();/    weight();/' \
+  'unit InterleavedZeroBubble.*'
+fault zb-interleaved-weights-newest-first pipeline/interleaved_zero_bubble.cpp \
+  's/waiting_weights.front()/waiting_weights.back()/; s/waiting_weights.pop_front()/waiting_weights.pop_back()/' \
+  'unit InterleavedZeroBubble.*; mpi4 PipelineLayouts.InterleavedZeroBubbleGivesTheSingleStageRun 120'
+fault zb-interleaved-any-microbatches pipeline/interleaved_zero_bubble.cpp \
+  's/  if (!fits_rounds(p, m)) {/  if (false) {/' \
+  'unit InterleavedZeroBubble.*'
+fault zb-interleaved-one-chunk-accepted trainer/command_line/options.cpp \
+  's/options.schedule == "zb-interleaved" \&\& options.virtual_stages < 2/options.schedule == "zb-interleaved" \&\& options.virtual_stages < 1/' \
+  'unit Options.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

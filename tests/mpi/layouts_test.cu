@@ -195,6 +195,24 @@ TEST(PipelineLayouts, LoopedBfsGivesTheSingleStageRun) {
   EXPECT_TRUE(ran) << "no layout of " << size_of_world() << " ranks has 2 or 4 stages and 1 or 2 replicas";
 }
 
+// The interleaved zero-bubble schedule (pipeline/interleaved_zero_bubble.h) where the zero-bubble
+// ones run, one case per layout, v = 2, one layer per chunk: without replicas m = 2 pp (two rounds,
+// a steady state), recompute off; with 2 replicas m = pp (one round), recompute on. Its W's run in
+// an order of chunks no other schedule has, which these cases cover; the bitwise sums come from
+// each chunk's W's in microbatch order.
+TEST(PipelineLayouts, InterleavedZeroBubbleGivesTheSingleStageRun) {
+  ASSERT_GE(size_of_world(), 2) << kOneRank;
+  bool ran = false;
+  for (const auto& [dp, pp] : layouts_of_world(false))
+    if (pp > 1 && dp <= 2) {
+      const bool replicas = dp > 1;
+      expect_cases_match({{dp, pp, ScheduleKind::zb_interleaved, 2, replicas, replicas ? pp : 2 * pp, 2 * pp}}, kSteps,
+                         tolerance_of(dp));
+      ran = true;
+    }
+  EXPECT_TRUE(ran) << "no layout of " << size_of_world() << " ranks has 2 or 4 stages and 1 or 2 replicas";
+}
+
 TEST(PipelineLayouts, UnevenLayerSplitGivesTheSingleStageRun) {
   ASSERT_GE(size_of_world(), 2) << kOneRank;
   bool ran = false;

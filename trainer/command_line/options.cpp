@@ -265,12 +265,13 @@ const std::vector<OptionSpec>& option_table() {
       int_option("pp", &O::pp, kAtLeastZero, "pipeline stages (0: world size / dp)"),
       int_option("dp", &O::dp, kAtLeastOne, "data-parallel replicas"),
       choice_option("schedule", &O::schedule,
-                    {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "looped-bfs"},
+                    {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "looped-bfs",
+                     "zb-interleaved"},
                     "pipeline schedule"),
       string_option("schedule-file", "FILE", &O::schedule_file,
                     "run the compute grid in FILE (as --print-schedule prints it) instead of --schedule"),
       int_option("virtual-stages", &O::virtual_stages, kAtLeastOne,
-                 "model chunks per rank (interleaved, looped-bfs; zb-v, v-half, v-min: 2)"),
+                 "model chunks per rank (interleaved, looped-bfs; zb-interleaved: 2 or more; zb-v, v-half, v-min: 2)"),
       int_option("microbatch-group", &O::microbatch_group, kAtLeastOne,
                  "interleaved: consecutive microbatches each chunk runs (N, from pp to --microbatches; 0: pp)"),
       switch_option("recompute", &O::recompute, "keep only stage inputs; recompute activations before backward"),
@@ -326,7 +327,12 @@ void check_consistency(const TrainOptions& options) {
   if (v_shape && options.given.count("virtual-stages") && options.virtual_stages != 2)
     throw std::runtime_error("--virtual-stages " + std::to_string(options.virtual_stages) +
                              " does not fit --schedule " + options.schedule + ", which runs 2 chunks per rank");
-  if (options.virtual_stages > 1 && options.schedule != "interleaved" && options.schedule != "looped-bfs" && !v_shape) {
+  if (options.schedule == "zb-interleaved" && options.virtual_stages < 2)
+    throw std::runtime_error("--schedule zb-interleaved needs --virtual-stages 2 or more (chunks per rank); got " +
+                             std::to_string(options.virtual_stages));
+  const bool interleaves =
+      options.schedule == "interleaved" || options.schedule == "zb-interleaved" || options.schedule == "looped-bfs";
+  if (options.virtual_stages > 1 && !interleaves && !v_shape) {
     throw std::runtime_error("--virtual-stages " + std::to_string(options.virtual_stages) +
                              " needs --schedule interleaved");
   }

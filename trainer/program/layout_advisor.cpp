@@ -193,7 +193,10 @@ std::vector<RankedLayout> all_layouts(const TrainOptions& options, int world, co
     std::vector<std::pair<std::string, int>> schedules = {{"1f1b", 1}};
     if (pp > 1) {
       schedules.push_back({"afab", 1});
-      for (int v = 2; pp * v <= layers; ++v) schedules.push_back({"interleaved", v});
+      for (int v = 2; pp * v <= layers; ++v) {
+        schedules.push_back({"interleaved", v});
+        schedules.push_back({"zb-interleaved", v});
+      }
       for (const char* name : {"zb-h1", "zb-h2", "zb-v", "v-half", "v-min"})
         schedules.push_back({name, chunks_per_stage(parse_schedule_kind(name), 1)});
     }
