@@ -30,24 +30,18 @@ std::string executed_category(const ExecutedStep& step) {
 // flows bound to it (pipeline/timeline.cpp, 0.01 us inside their events) stay inside it.
 constexpr double kShortestEventMs = 2e-5;
 
-// This rank's barrier_entry, stamped (on the compute stream, drained) before the rank entered the
-// barrier of start_measured_timeline: one traced step per run.
-cudaEvent_t barrier_entry = nullptr;
-
 // This rank's steps as measured, one line each: name, category, start (ms), end (ms), details,
 // tab-separated, after a first line "barrier\t<ms>": how long before its origin this rank entered
 // the barrier.
 template <typename Element>
-std::string own_events(const Trainer<Element>& trainer) {
+std::string own_events(const Trainer<Element>& trainer, const TimelineStart& start) {
   const Executor<Element>& e = trainer.executor;
   const ExecutorAccounting& a = e.accounting;
-  if (a.step_start_ms.size() != e.trace.size() || barrier_entry == nullptr)
+  if (a.step_start_ms.size() != e.trace.size() || start.barrier_ms < 0)
     throw std::runtime_error("the traced step has no timeline origin (start_measured_timeline)");
-  float barrier_ms = 0;
-  CUDA_CHECK(cudaEventElapsedTime(&barrier_ms, barrier_entry, e.origin));
   std::ostringstream text;
   text.precision(17);
-  text << "barrier\t" << barrier_ms << '\n';
+  text << "barrier\t" << start.barrier_ms << '\n';
   for (size_t i = 0; i < e.trace.size(); ++i)
     text << executed_name(e.trace[i]) << '\t' << executed_category(e.trace[i]) << '\t' << a.step_start_ms[i] << '\t'
          << a.step_end_ms[i] << '\t' << to_text(e.trace[i]) << '\n';
@@ -121,19 +115,27 @@ void draw_track(std::vector<TimelineEvent>& events, size_t first, size_t end) {
 }  // namespace
 
 template <typename Element>
-void start_measured_timeline(Trainer<Element>& trainer) {
+TimelineStart start_measured_timeline(Trainer<Element>& trainer) {
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));
-  if (barrier_entry == nullptr) CUDA_CHECK(cudaEventCreate(&barrier_entry));
+  cudaEvent_t barrier_entry;
+  CUDA_CHECK(cudaEventCreate(&barrier_entry));
   CUDA_CHECK(cudaEventRecord(barrier_entry, trainer.stream));
   CUDA_CHECK(cudaEventSynchronize(barrier_entry));  // stamped before this rank enters the barrier
   wait_for_world(trainer.world);
   mark_timeline_origin(trainer.executor);
+  // The stream is idle: the origin is recorded at once, and the wait costs the step nothing.
+  CUDA_CHECK(cudaEventSynchronize(trainer.executor.origin));
+  float barrier_ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&barrier_ms, barrier_entry, trainer.executor.origin));
+  CUDA_CHECK(cudaEventDestroy(barrier_entry));
+  return {barrier_ms};
 }
 
 template <typename Element>
-void write_measured_timeline(const Trainer<Element>& trainer, const PipelineSchedule& schedule, const std::string& path,
-                             const std::vector<std::pair<std::string, std::string>>& about, double loss) {
-  const std::vector<std::string> texts = gather_text_to_rank0(trainer.world, own_events(trainer));
+void write_measured_timeline(const Trainer<Element>& trainer, const TimelineStart& start, const PipelineSchedule& schedule,
+                             const std::string& path, const std::vector<std::pair<std::string, std::string>>& about,
+                             double loss) {
+  const std::vector<std::string> texts = gather_text_to_rank0(trainer.world, own_events(trainer, start));
   if (trainer.world.rank != 0) return;
   const Mesh& mesh = trainer.groups.mesh;
   Timeline timeline;
@@ -176,8 +178,9 @@ void write_measured_timeline(const Trainer<Element>& trainer, const PipelineSche
 }
 
 #define INSTANTIATE_TIMELINE(Element)                                                                      \
-  template void start_measured_timeline<Element>(Trainer<Element>&);                                       \
-  template void write_measured_timeline<Element>(const Trainer<Element>&, const PipelineSchedule&,         \
+  template TimelineStart start_measured_timeline<Element>(Trainer<Element>&);                              \
+  template void write_measured_timeline<Element>(const Trainer<Element>&, const TimelineStart&,             \
+                                                 const PipelineSchedule&,                                  \
                                                  const std::string&,                                       \
                                                  const std::vector<std::pair<std::string, std::string>>&, double);
 

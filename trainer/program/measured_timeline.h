@@ -18,10 +18,16 @@
 #include "pipeline/schedule.h"
 #include "trainer/step/trainer.h"
 
-// Before the traced step, on every rank: waits for the stream, meets every rank at a barrier and
-// records the executor's timeline origin.
+// What start_measured_timeline measured on this rank: how long before its timeline origin it
+// entered the barrier (the bound on how late its origin can be, above).
+struct TimelineStart {
+  double barrier_ms = -1;  // -1: not started
+};
+
+// Before the traced step, on every rank: waits for the stream, stamps its entry into a barrier of
+// every rank, and records the executor's timeline origin at its exit.
 template <typename Element>
-void start_measured_timeline(Trainer<Element>& trainer);
+TimelineStart start_measured_timeline(Trainer<Element>& trainer);
 
 // After the traced step, on every rank: every rank's executed steps and times go to world rank 0,
 // which writes the JSON to path (atomically: path.tmp, then a rename). schedule is the run's
@@ -29,6 +35,6 @@ void start_measured_timeline(Trainer<Element>& trainer);
 // (written as "otherData", with "loss": the step's loss, as --log writes it, which identifies the
 // step apart from its label). Throws std::runtime_error naming the file when it cannot be written.
 template <typename Element>
-void write_measured_timeline(const Trainer<Element>& trainer, const PipelineSchedule& schedule,
+void write_measured_timeline(const Trainer<Element>& trainer, const TimelineStart& start, const PipelineSchedule& schedule,
                              const std::string& path, const std::vector<std::pair<std::string, std::string>>& about,
                              double loss);

@@ -180,10 +180,10 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
     activity.training_step = position.step + 1;
     activity.phase = kTrainingStepPhase;
     const bool traced = position.step + 1 == traced_step;
-    if (traced) start_measured_timeline(trainer);
+    const TimelineStart timeline_start = traced ? start_measured_timeline(trainer) : TimelineStart{};
     const StepResult step = train_step(trainer, train_reader, settings, lr, position.step + 1);
     if (traced) {
-      write_measured_timeline(trainer, layout_schedule(setup.layout, mesh.pp), options.trace,
+      write_measured_timeline(trainer, timeline_start, layout_schedule(setup.layout, mesh.pp), options.trace,
                               trace_about(setup, "the measured timeline of step " + std::to_string(traced_step) +
                                                      "; each rank's times from an event recorded right after a barrier"),
                               step.loss);
