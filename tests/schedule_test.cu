@@ -7,6 +7,7 @@
 // both builds.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -42,15 +43,18 @@ struct Layout {
 
 
 // Every layout of the issue's grid (p in {1, 2, 4, 8}, m in {1, p, 2p, 4p, 3p + 1}) that the
-// schedule accepts, with v in {2, 3} for the interleaved schedule and v = 2 for the V-shaped ones.
+// schedule accepts, with v in {2, 3} for the interleaved schedules and v = 2 for the V-shaped ones.
 std::vector<Layout> valid_layouts() {
   std::vector<Layout> layouts;
   for (ScheduleKind kind : all_schedule_kinds())
     for (int p : {1, 2, 4, 8})
       for (int m : {1, p, 2 * p, 4 * p, 3 * p + 1})
         for (int v : {1, 2, 3}) {
-          if (v != chunks_per_stage(kind, kind == ScheduleKind::interleaved ? v : 1)) continue;
-          if (kind == ScheduleKind::interleaved && (v == 1 || m % p != 0)) continue;
+          const bool interleaves = kind == ScheduleKind::interleaved || kind == ScheduleKind::zb_interleaved;
+          if (v != chunks_per_stage(kind, interleaves ? v : 1)) continue;
+          if (interleaves && v == 1) continue;
+          if (kind == ScheduleKind::interleaved && m % p != 0) continue;
+          if (kind == ScheduleKind::zb_interleaved && m % std::max(1, m / p) != 0) continue;  // PyTorch's rounds
           layouts.push_back({kind, p, m, v});
         }
   return layouts;
