@@ -348,7 +348,23 @@ TEST(Options, InconsistentOptionsAreAnError) {
   EXPECT_EQ(error_of({"--costs", "t.json"}), "--costs needs --plan-layouts");
   EXPECT_EQ(error_of({"--plan-layouts", "--print-memory"}), "--plan-layouts excludes --print-memory and --print-schedule");
   EXPECT_EQ(error_of({"--plan-layouts", "--layers-per-stage", "1,3"}),
-            "--plan-layouts chooses the schedule and the split: it excludes --schedule-file and --layers-per-stage");
+            "--plan-layouts chooses the schedule and the split: it excludes --schedule-file, --layers-per-stage and "
+            "--pipeline-layout");
+}
+
+// The string's own errors (pipeline/layout_string.h) stop the parse; its fit to the schedule
+// and the model is check_layout's, later.
+TEST(Options, PipelineLayoutIsParsedAndExcludesTheOtherSplits) {
+  EXPECT_EQ(parse({"--pipeline-layout", "E|t*2|tL"}).pipeline_layout, "E|t*2|tL");
+  EXPECT_EQ(error_of({"--pipeline-layout", "Et|tx"}),
+            "--pipeline-layout: column 5: unknown symbol 'x' (E, t, L, |, (, ), * and digits)");
+  EXPECT_EQ(error_of({"--pipeline-layout", "t|EtL"}),
+            "--pipeline-layout: column 3: E must open the first virtual stage (the embedding runs there)");
+  EXPECT_EQ(error_of({"--pipeline-layout", "EtL", "--layers-per-stage", "1"}),
+            "--layers-per-stage and --pipeline-layout both give the split: pass one");
+  EXPECT_EQ(error_of({"--plan-layouts", "--pipeline-layout", "EtL"}),
+            "--plan-layouts chooses the schedule and the split: it excludes --schedule-file, --layers-per-stage and "
+            "--pipeline-layout");
 }
 
 TEST(Options, ScheduleCostsAreThreeOrFourNumbers) {
@@ -410,6 +426,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--microbatch-group N", "(default: 0)"},
       {"--recompute", "(default: off)"},
       {"--layers-per-stage N,N,...", "(default: none)"},
+      {"--pipeline-layout STRING", "(default: none)"},
       {"--print-schedule", "(default: off)"},
       {"--schedule-costs TF,TI,TW[,LAT]", "(default: 1,1,1,0)"},
       {"--format grid|pytorch-csv", "(default: grid)"},
