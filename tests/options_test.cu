@@ -352,19 +352,14 @@ TEST(Options, InconsistentOptionsAreAnError) {
             "--pipeline-layout");
 }
 
-// The string's own errors (pipeline/layout_string.h) stop the parse; its fit to the schedule
-// and the model is check_layout's, later.
-TEST(Options, PipelineLayoutIsParsedAndExcludesTheOtherSplits) {
+// The string is taken as given; check_layout parses it and fits it to the run (TrainLayout).
+TEST(Options, PipelineLayoutIsTakenAndExcludesTheOtherSplits) {
   EXPECT_EQ(parse({"--pipeline-layout", "E|t*2|tL"}).pipeline_layout, "E|t*2|tL");
-  EXPECT_EQ(error_of({"--pipeline-layout", "Et|tx"}),
-            "--pipeline-layout: column 5: unknown symbol 'x' (E, t, L, |, (, ), * and digits)");
-  EXPECT_EQ(error_of({"--pipeline-layout", "t|EtL"}),
-            "--pipeline-layout: column 3: E must open the first virtual stage (the embedding runs there)");
+  EXPECT_EQ(error_of({"--pipeline-layout", ""}), "--pipeline-layout needs a non-empty value");
   EXPECT_EQ(error_of({"--pipeline-layout", "EtL", "--layers-per-stage", "1"}),
             "--layers-per-stage and --pipeline-layout both give the split: pass one");
   EXPECT_EQ(error_of({"--plan-layouts", "--pipeline-layout", "EtL"}),
-            "--plan-layouts chooses the schedule and the split: it excludes --schedule-file, --layers-per-stage and "
-            "--pipeline-layout");
+            error_of({"--plan-layouts", "--layers-per-stage", "1,3"}));
 }
 
 TEST(Options, ScheduleCostsAreThreeOrFourNumbers) {

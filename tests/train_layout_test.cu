@@ -117,9 +117,11 @@ TEST(TrainLayout, LayersPerStageThatDoNotFitFailOnEveryRank) {
                       "--layers-per-stage 1,1,1,2 adds up to 5 layers, but the model has --layers 4");
 }
 
-// The string's fit to the run is checked once the schedule is known (check_layout); each rank
-// finds it before any communication.
+// The string is parsed and fitted to the run once the schedule is known (check_layout); each
+// rank finds the problem before any communication.
 TEST(TrainLayout, PipelineLayoutThatDoesNotFitFailsOnEveryRank) {
+  expect_layout_error("--pipeline-layout 't|EtL'",
+                      "--pipeline-layout: column 3: E must open the first virtual stage (the embedding runs there)");
   expect_layout_error("--pipeline-layout 'Et|t|tL'",
                       "--pipeline-layout: column 8: 3 virtual stages, but the schedule runs --pp 4 x 1 chunks = 4");
   expect_layout_error("--pipeline-layout 'Et|t|t|ttL'",

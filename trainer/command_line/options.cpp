@@ -12,8 +12,6 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "pipeline/layout_string.h"
-
 namespace {
 
 // An allowed range of a number, with the rule as the error message says it.
@@ -162,20 +160,6 @@ OptionSpec layers_per_stage_option() {
           }};
 }
 
-// --pipeline-layout "Et*3|t*3L": the string is parsed here, so that a typo stops the run before
-// anything starts; it is checked against the schedule's virtual stages and --layers later
-// (check_layout, trainer/step/trainer.h), once the schedule is known.
-OptionSpec pipeline_layout_option() {
-  return {"pipeline-layout", "STRING", "E, t and L of each virtual stage, '|' between, X*N repeats (docs/pipeline.md)",
-          [](TrainOptions& options, const std::string&, const std::string& text) {
-            parse_pipeline_layout(text);
-            options.pipeline_layout = text;
-          },
-          [](const TrainOptions& options) {
-            return options.pipeline_layout.empty() ? std::string("none") : options.pipeline_layout;
-          }};
-}
-
 // --schedule-costs TF,TI,TW[,LATENCY]: the simulator's costs of a forward, an input gradient and a
 // weight gradient of one chunk, and of a message.
 OptionSpec schedule_costs_option() {
@@ -292,7 +276,8 @@ const std::vector<OptionSpec>& option_table() {
                  "interleaved: consecutive microbatches each chunk runs (N, from pp to --microbatches; 0: pp)"),
       switch_option("recompute", &O::recompute, "keep only stage inputs; recompute activations before backward"),
       layers_per_stage_option(),
-      pipeline_layout_option(),
+      string_option("pipeline-layout", "STRING", &O::pipeline_layout,
+                    "E, t and L of each virtual stage, '|' between, X*N repeats (docs/pipeline.md)"),
       switch_option("print-schedule", &O::print_schedule, "print the schedule's grid, bubble and memory, then exit"),
       schedule_costs_option(),
       choice_option("format", &O::schedule_format, {"grid", "pytorch-csv"},
