@@ -66,6 +66,18 @@ TEST(LayerSplit, ExplicitListIsTakenAsGiven) {
   EXPECT_EQ(ranges[3].end_layer, 10);
 }
 
+// --pipeline-layout's "E|t*4|t*4|t*3L": the first chunk the embedding alone, the last the head
+// with its layers; a range with no blocks but the embedding or the head is one model/ runs.
+TEST(LayerSplit, FirstAndLastChunksMayHoldNoLayer) {
+  const std::vector<LayerRange> ranges = split_layers(8, 4, 1, {0, 4, 4, 0});
+  EXPECT_EQ(layer_counts(ranges), (std::vector<int>{0, 4, 4, 0}));
+  EXPECT_EQ(ranges[0].end_layer, 0);
+  EXPECT_TRUE(ranges[0].has_embedding);
+  EXPECT_EQ(ranges[3].first_layer, 8);
+  EXPECT_TRUE(ranges[3].has_head);
+  EXPECT_EQ(layer_counts(split_layers(3, 2, 2, {0, 1, 2, 0})), (std::vector<int>{0, 1, 2, 0}));
+}
+
 TEST(LayerSplit, ErrorsNameTheProblem) {
   EXPECT_EQ(error_of(3, 2, 2),
             "--layers 3 is fewer than --pp 2 x --virtual-stages 2 = 4 pipeline chunks (each needs at least one layer)");
@@ -73,6 +85,8 @@ TEST(LayerSplit, ErrorsNameTheProblem) {
             "--layers-per-stage 2,3,5 has 3 entries; it needs one per chunk, --pp 4 x --virtual-stages 1 = 4");
   EXPECT_EQ(error_of(10, 4, 1, {2, 3, 3, 3}), "--layers-per-stage 2,3,3,3 adds up to 11 layers, but the model has --layers 10");
   EXPECT_EQ(error_of(10, 4, 1, {5, 0, 3, 2}),
-            "--layers-per-stage 5,0,3,2: entry 1 is 0; every chunk needs at least one layer");
+            "--layers-per-stage 5,0,3,2: entry 1 is 0; a chunk between the first and the last needs at least one layer");
+  EXPECT_EQ(error_of(10, 4, 1, {5, 3, 2, -1}),
+            "--layers-per-stage 5,3,2,-1: entry 3 is -1; a chunk between the first and the last needs at least one layer");
   EXPECT_EQ(error_of(10, 0, 1), "--pp 0 must be at least 1");
 }

@@ -348,7 +348,18 @@ TEST(Options, InconsistentOptionsAreAnError) {
   EXPECT_EQ(error_of({"--costs", "t.json"}), "--costs needs --plan-layouts");
   EXPECT_EQ(error_of({"--plan-layouts", "--print-memory"}), "--plan-layouts excludes --print-memory and --print-schedule");
   EXPECT_EQ(error_of({"--plan-layouts", "--layers-per-stage", "1,3"}),
-            "--plan-layouts chooses the schedule and the split: it excludes --schedule-file and --layers-per-stage");
+            "--plan-layouts chooses the schedule and the split: it excludes --schedule-file, --layers-per-stage and "
+            "--pipeline-layout");
+}
+
+// The string is taken as given; check_layout parses it and fits it to the run (TrainLayout).
+TEST(Options, PipelineLayoutIsTakenAndExcludesTheOtherSplits) {
+  EXPECT_EQ(parse({"--pipeline-layout", "E|t*2|tL"}).pipeline_layout, "E|t*2|tL");
+  EXPECT_EQ(error_of({"--pipeline-layout", ""}), "--pipeline-layout needs a non-empty value");
+  EXPECT_EQ(error_of({"--pipeline-layout", "EtL", "--layers-per-stage", "1"}),
+            "--layers-per-stage and --pipeline-layout both give the split: pass one");
+  EXPECT_EQ(error_of({"--plan-layouts", "--pipeline-layout", "EtL"}),
+            error_of({"--plan-layouts", "--layers-per-stage", "1,3"}));
 }
 
 TEST(Options, ScheduleCostsAreThreeOrFourNumbers) {
@@ -410,6 +421,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--microbatch-group N", "(default: 0)"},
       {"--recompute", "(default: off)"},
       {"--layers-per-stage N,N,...", "(default: none)"},
+      {"--pipeline-layout STRING", "(default: none)"},
       {"--print-schedule", "(default: off)"},
       {"--schedule-costs TF,TI,TW[,LAT]", "(default: 1,1,1,0)"},
       {"--format grid|pytorch-csv", "(default: grid)"},

@@ -1,8 +1,8 @@
 // The train program under `mpirun -np 4` with a layout that cannot run: every rank finds the
 // problem by itself before any communication, world rank 0 prints the one line (a schedule
 // file's error: the line and the grid with the step marked), and every rank exits with status 1
-// (a hang would hit the time limit, status 124). And the program in bf16: four stages give the
-// single process's losses bitwise. The limit only tells a hang from a run, so it is far above
+// (a hang would hit the time limit, status 124); --pipeline-layout's split in --print-schedule.
+// And the program in bf16: four stages give the single process's losses bitwise. The limit only tells a hang from a run, so it is far above
 // any run's time on a loaded machine: 30 s was within reach of 4 ranks under the stream delay
 // (tools/run_tests.sh) on 2 busy cores; a hang still ends there, and the runner's own limit
 // for unit_tests (600 s) still holds the whole binary.
@@ -115,6 +115,29 @@ TEST(TrainLayout, LayersPerStageThatDoNotFitFailOnEveryRank) {
                       "--layers-per-stage 1,1,1 has 3 entries; it needs one per chunk, --pp 4 x --virtual-stages 1 = 4");
   expect_layout_error("--layers-per-stage 1,1,1,2",
                       "--layers-per-stage 1,1,1,2 adds up to 5 layers, but the model has --layers 4");
+}
+
+// The string is parsed and fitted to the run once the schedule is known (check_layout); each
+// rank finds the problem before any communication.
+TEST(TrainLayout, PipelineLayoutThatDoesNotFitFailsOnEveryRank) {
+  expect_layout_error("--pipeline-layout 't|EtL'",
+                      "--pipeline-layout: column 3: E must open the first virtual stage (the embedding runs there)");
+  expect_layout_error("--pipeline-layout 'Et|t|tL'",
+                      "--pipeline-layout: column 8: 3 virtual stages, but the schedule runs --pp 4 x 1 chunks = 4");
+  expect_layout_error("--pipeline-layout 'Et|t|t|ttL'",
+                      "--pipeline-layout: column 9: 5 transformer layers, but the model has --layers 4");
+}
+
+// The split --print-schedule reports is the string's, layer-less first and last stages included,
+// and its header repeats the string.
+TEST(TrainLayout, PrintScheduleFollowsThePipelineLayout) {
+  if (!std::filesystem::exists("./train")) GTEST_SKIP() << "./train is not built (make train)";
+  const Outcome outcome = run_train("--print-schedule --pipeline-layout 'E|tt|tt|L'");
+  EXPECT_EQ(outcome.status, 0) << outcome.err;
+  EXPECT_EQ(outcome.out.substr(0, outcome.out.find('\n')), "1f1b schedule, p = 4, m = 4, v = 1, layout E|tt|tt|L");
+  for (const char* layers : {"(layers [0, 0) + embedding)\n", "(layers [0, 2))\n", "(layers [2, 4))\n",
+                             "(layers [4, 4) + head)\n"})
+    EXPECT_NE(outcome.out.find(layers), std::string::npos) << layers << " in\n" << outcome.out;
 }
 
 // --print-schedule of zb-h1 with p = 4, m = 8: the paper's grid, its idle share 3/27 at equal

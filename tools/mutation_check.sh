@@ -588,6 +588,46 @@ fault zb-interleaved-one-chunk-accepted trainer/command_line/options.cpp \
   's/options.schedule == "zb-interleaved" \&\& options.virtual_stages < 2/options.schedule == "zb-interleaved" \&\& options.virtual_stages < 1/' \
   'unit Options.*'
 
+# Issue 31 item 5 (h31e): --pipeline-layout's parser (E first, L last, columns, repetition, no
+# empty middle stage, the symbol limit, the run's stages and layers), split_layers' layer-less
+# end chunks, and check_layout cutting by the string.
+fault pipeline-layout-embedding-anywhere pipeline/layout_string.cpp \
+  's/if (s.kind == .E. \&\& i != 0)/if (false)/' \
+  'unit LayoutString.*'
+fault pipeline-layout-head-anywhere pipeline/layout_string.cpp \
+  's/if (s.kind == .L. \&\& i + 1 != symbols.size())/if (false)/' \
+  'unit LayoutString.*'
+fault pipeline-layout-columns-from-zero pipeline/layout_string.cpp \
+  's/return int(position_) + 1;/return int(position_);/' \
+  'unit LayoutString.*'
+fault pipeline-layout-repeats-once-less pipeline/layout_string.cpp \
+  's/for (long i = 0; i < count; ++i)/for (long i = 1; i < count; ++i)/' \
+  'unit LayoutString.*'
+fault pipeline-layout-empty-middle-stage-accepted pipeline/layout_string.cpp \
+  's/if (counts.back() == 0 \&\& counts.size() > 1)/if (false)/' \
+  'unit LayoutString.*'
+fault pipeline-layout-no-symbol-limit pipeline/layout_string.cpp \
+  's/if (long(symbols.size()) + long(atom.size()) \* count > kMaxSymbols)/if (false)/' \
+  'unit LayoutString.*'
+fault pipeline-layout-any-stage-count pipeline/layout_string.cpp \
+  's/if (long(counts.size()) != stages)/if (false)/' \
+  'unit LayoutString.*:TrainLayout.PipelineLayout*'
+fault pipeline-layout-any-layer-count pipeline/layout_string.cpp \
+  's/if (layers != num_layers)/if (false)/' \
+  'unit LayoutString.*:TrainLayout.PipelineLayout*'
+fault layer-split-end-chunks-need-a-layer pipeline/layer_split.cpp \
+  's/(i == 0 || i + 1 == counts.size() ? 0 : 1)/1/' \
+  'unit LayerSplit.*:TrainLayout.PrintScheduleFollows*; mpi4 PipelineLayouts.LayoutString* 120'
+fault layer-split-middle-chunk-may-be-empty pipeline/layer_split.cpp \
+  's/(i == 0 || i + 1 == counts.size() ? 0 : 1)/0/' \
+  'unit LayerSplit.*'
+fault pipeline-layout-ignored-by-check-layout trainer/step/trainer.cpp \
+  's/if (layout.pipeline_layout.empty()) return split_layers/if (true) return split_layers/' \
+  'unit TrainLayout.PrintScheduleFollows*'
+fault pipeline-layout-with-layers-per-stage trainer/command_line/options.cpp \
+  's/if (!options.layers_per_stage.empty() \&\& !options.pipeline_layout.empty())/if (false)/' \
+  'unit Options.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

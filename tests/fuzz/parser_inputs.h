@@ -18,6 +18,7 @@
 #include "model/config.h"
 #include "model/parameters.h"
 #include "pipeline/layer_split.h"
+#include "pipeline/layout_string.h"
 #include "pipeline/schedule_file.h"
 #include "trainer/data/data.h"
 #include "trainer/command_line/options.h"
@@ -242,7 +243,7 @@ inline void feed_tokenizer(const Bytes& bytes) {
 
 // Arguments separated by NUL bytes, parsed as ./train parses its command line; a valid result
 // then goes through the checks the run makes of the numbers: the model config and the layer
-// split. split_layers returns one range per chunk, at most --layers of them: it is tried up to
+// split (--layers-per-stage's or --pipeline-layout's). split_layers returns one range per chunk, at most --layers of them: it is tried up to
 // 2^16 layers (a larger model's parameters alone would not fit a machine's memory).
 inline void feed_command_line(const Bytes& bytes) {
   std::vector<std::string> arguments{"train"};
@@ -263,12 +264,16 @@ inline void feed_command_line(const Bytes& bytes) {
   const GPTConfig config = make_gpt_config(options.layers, options.heads, options.dim, options.seq_len,
                                            options.vocab > 0 ? options.vocab : kByteVocabSize);
   if (config.num_layers > (1 << 16)) return;
-  const std::vector<LayerRange> ranges =
-      split_layers(config.num_layers, options.pp > 0 ? options.pp : 1, options.virtual_stages,
-                   options.layers_per_stage);
+  const int p = options.pp > 0 ? options.pp : 1, v = options.virtual_stages;
+  const std::vector<LayerRange> ranges = split_layers(
+      config.num_layers, p, v,
+      options.pipeline_layout.empty() ? options.layers_per_stage
+                                      : pipeline_layout_counts(options.pipeline_layout, p, v, config.num_layers));
+  // A range without blocks must still hold the embedding or the head (--pipeline-layout's "E|").
   for (const LayerRange& range : ranges)
-    if (range.first_layer < 0 || range.end_layer > config.num_layers || range.first_layer >= range.end_layer)
-      throw std::logic_error("split_layers gave a range outside the model");
+    if (range.first_layer < 0 || range.end_layer > config.num_layers || range.first_layer > range.end_layer ||
+        (range.first_layer == range.end_layer && !range.has_embedding && !range.has_head))
+      throw std::logic_error("split_layers gave a range outside the model or one that computes nothing");
 }
 
 }  // namespace parser_inputs

@@ -27,7 +27,9 @@
 // multiple of pp) on the layouts with 2 or 4 stages and 1 or 2 replicas: 4 cases at -np 4,
 // 10.8 s at load 7 and 5.5 s at load 1.3, 1.0 s at -np 2; looped BFS one case a layout, 2.7 s at
 // -np 4 and 0.25 s at -np 2 (2026-11-26). The same in bf16 on every layout without 8 stages (bf16_cases_of), bitwise
-// with dp = 1 and within bf16's tolerance with replicas.
+// with dp = 1 and within bf16's tolerance with replicas. --pipeline-layout strings on 4 stages, one
+// replica: 2 cases, an uneven one and one whose first and last stages hold no layer (1.3 s at
+// -np 4, load 3, 2026-11-27).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "pipeline/layout_string.h"
 #include "tests/mpi/pipeline_harness.h"
 
 namespace {
@@ -222,6 +225,23 @@ TEST(PipelineLayouts, UnevenLayerSplitGivesTheSingleStageRun) {
       ran = true;
     }
   EXPECT_TRUE(ran) << "no layout of " << size_of_world() << " ranks has 2 or 4 stages";
+}
+
+// --pipeline-layout on 4 stages, 1F1B at m = 3, one process's 6 layers (its cached reference is
+// the uneven cases'): an uneven split, and the first stage the embedding alone and the last the
+// head alone, ranges without blocks (pipeline/layout_string.h).
+TEST(PipelineLayouts, LayoutStringGivesTheSingleStageRun) {
+  ASSERT_GE(size_of_world(), 2) << kOneRank;
+  bool ran = false;
+  for (const auto& [dp, pp] : layouts_of_world(false))
+    if (dp == 1 && pp == 4) {
+      std::vector<Case> cases;
+      for (const char* text : {"Et|t*3|t|tL", "E|t*3|t*3|L"})
+        cases.push_back({dp, pp, ScheduleKind::one_f_one_b, 1, false, 3, 6, pipeline_layout_counts(text, pp, 1, 6)});
+      expect_cases_match(cases, kSteps, tolerance_of(dp));
+      ran = true;
+    }
+  if (!ran) GTEST_SKIP() << "no layout of " << size_of_world() << " ranks has 1 replica of 4 stages";
 }
 
 namespace {

@@ -276,6 +276,8 @@ const std::vector<OptionSpec>& option_table() {
                  "interleaved: consecutive microbatches each chunk runs (N, from pp to --microbatches; 0: pp)"),
       switch_option("recompute", &O::recompute, "keep only stage inputs; recompute activations before backward"),
       layers_per_stage_option(),
+      string_option("pipeline-layout", "STRING", &O::pipeline_layout,
+                    "E, t and L of each virtual stage, '|' between, X*N repeats (docs/pipeline.md)"),
       switch_option("print-schedule", &O::print_schedule, "print the schedule's grid, bubble and memory, then exit"),
       schedule_costs_option(),
       choice_option("format", &O::schedule_format, {"grid", "pytorch-csv"},
@@ -348,9 +350,11 @@ void check_consistency(const TrainOptions& options) {
   if (options.given.count("costs") && !options.plan_layouts) throw std::runtime_error("--costs needs --plan-layouts");
   if (options.plan_layouts && (options.print_memory || options.print_schedule))
     throw std::runtime_error("--plan-layouts excludes --print-memory and --print-schedule");
-  if (options.plan_layouts && (file || !options.layers_per_stage.empty()))
-    throw std::runtime_error("--plan-layouts chooses the schedule and the split: it excludes --schedule-file and "
-                             "--layers-per-stage");
+  if (options.plan_layouts && (file || !options.layers_per_stage.empty() || !options.pipeline_layout.empty()))
+    throw std::runtime_error("--plan-layouts chooses the schedule and the split: it excludes --schedule-file, "
+                             "--layers-per-stage and --pipeline-layout");
+  if (!options.layers_per_stage.empty() && !options.pipeline_layout.empty())
+    throw std::runtime_error("--layers-per-stage and --pipeline-layout both give the split: pass one");
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");
   if (options.given.count("format") && !options.print_schedule)

@@ -61,6 +61,7 @@ struct TrainOptions {
   int microbatch_group = 0;       // interleaved: microbatches each chunk runs in a row (N); 0: pp
   bool recompute = false;
   std::vector<int> layers_per_stage;  // empty: an even split
+  std::string pipeline_layout;        // "Et*3|t*3L" (pipeline/layout_string.h); empty: --layers-per-stage's split
   bool print_schedule = false;
   std::vector<double> schedule_costs = {1, 1, 1, 0};  // --print-schedule's t_f, t_i, t_w and message latency
   std::string schedule_format = "grid";  // --print-schedule's output: grid | pytorch-csv (pipeline/pytorch_csv.h)

@@ -341,7 +341,8 @@ std::string schedule_report(const RunSetup& setup) {
   std::snprintf(line, sizeof(line), "timeline (a column per t_f; t_f, t_i, t_w = %g, %g, %g, B = I + W, latency %g):\n",
                 costs.forward, costs.backward_input, costs.backward_weight, costs.latency);
   std::string report = schedule_title(setup) + ", p = " + std::to_string(p) + ", m = " + std::to_string(m) +
-                       ", v = " + std::to_string(v) + (layout.recompute ? ", recompute" : "") + "\n\n" +
+                       ", v = " + std::to_string(v) + (layout.recompute ? ", recompute" : "") +
+                       (layout.pipeline_layout.empty() ? "" : ", layout " + layout.pipeline_layout) + "\n\n" +
                        schedule_grid_text(schedule) + "\n" + line + format_timeline(schedule.stages, simulation, costs) +
                        "\n";
   std::snprintf(line, sizeof(line), "predicted makespan %.4g t_f\n", simulation.makespan / costs.forward);

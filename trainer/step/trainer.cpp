@@ -20,6 +20,7 @@
 #include "kernels/gemm.cuh"
 #include "model/gradient_buckets.h"
 #include "pipeline/layer_split.h"
+#include "pipeline/layout_string.h"
 #include "pipeline/pytorch_csv.h"
 #include "trainer/safety/failure_injection.h"
 #include "trainer/safety/nonfinite.h"
@@ -118,6 +119,7 @@ PipelineLayout layout_from_options(const TrainOptions& options) {
                         options.recompute, options.layers_per_stage};
   if (!options.schedule_file.empty()) layout.schedule_file = read_schedule_file(options.schedule_file);
   layout.microbatch_group = options.microbatch_group;
+  layout.pipeline_layout = options.pipeline_layout;
   return layout;
 }
 
@@ -149,7 +151,10 @@ std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, 
                              " is fewer than 2 x --pp " + std::to_string(mesh.pp) + " = " + std::to_string(2 * mesh.pp) +
                              " pipeline chunks (each needs at least one layer)");
   const PipelineSchedule schedule = layout_schedule(layout, mesh.pp);
-  return split_layers(config.num_layers, mesh.pp, schedule.placement.v, layout.layers_per_stage);
+  const int v = schedule.placement.v;
+  if (layout.pipeline_layout.empty()) return split_layers(config.num_layers, mesh.pp, v, layout.layers_per_stage);
+  return split_layers(config.num_layers, mesh.pp, v,
+                      pipeline_layout_counts(layout.pipeline_layout, mesh.pp, v, config.num_layers));
 }
 
 template <typename Element>

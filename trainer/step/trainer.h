@@ -40,10 +40,11 @@ struct PipelineLayout {
   std::vector<int> layers_per_stage;  // empty: split_layers' even split
   std::optional<ScheduleGrid> schedule_file = {};  // --schedule-file's grid, run instead of `schedule`
   int microbatch_group = 0;  // interleaved's N, microbatches each chunk runs in a row (pipeline/interleaved.h); 0: pp
+  std::string pipeline_layout = {};  // --pipeline-layout (pipeline/layout_string.h); empty: layers_per_stage
 };
 
 // The layout the options ask for (--schedule, --microbatches, --virtual-stages, --recompute,
-// --layers-per-stage, --schedule-file's grid, read and checked, --microbatch-group).
+// --layers-per-stage, --schedule-file's grid, read and checked, --microbatch-group, --pipeline-layout).
 PipelineLayout layout_from_options(const TrainOptions& options);
 
 // The layout's schedule on pp stages: the built-in one, or the file's grid checked and lowered
@@ -90,8 +91,8 @@ struct Trainer {
 };
 
 // Checks the layout against the mesh and the model without communicating (throws: too few
-// layers, a --layers-per-stage that does not fit, a schedule that does not fit m, a schedule file
-// that does not check). Returns split_layers' ranges.
+// layers, a --layers-per-stage or --pipeline-layout that does not fit, a schedule that does not
+// fit m, a schedule file that does not check). Returns split_layers' ranges.
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout);
 
 // What the memory plan (pipeline/memory_plan.h) needs to plan this layout on this mesh: the
