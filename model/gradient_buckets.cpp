@@ -35,8 +35,8 @@ std::vector<GradientBucket> gradient_buckets(const ParameterLayout& layout) {
     // that layer's bucket when it precedes it, which then waits for the chunk's whole backward.
     if (range.has_embedding) {
       const ParameterRegion* wpe = region_of(layout, kWpe);
-      GradientBucket& first_layer = buckets[first];
-      if (layers && wpe->offset + wpe->count == first_layer.offset) {
+      if (layers && wpe->offset + wpe->count == buckets[first].offset) {  // a chunk without layers has no first
+        GradientBucket& first_layer = buckets[first];
         first_layer.offset = wpe->offset;
         first_layer.count += wpe->count;
         first_layer.layer = -1;
