@@ -77,9 +77,11 @@ time_limit() {
 }
 
 # Tests (or whole runs) that may be skipped under CI=true, one "Suite.Name" (or the run's name
-# as skip_run says it) per entry with the reason beside it. None now: ./train is built before
-# make test runs, so its tests run, and CI has no GPU, so no GPU run is skipped there.
+# as skip_run says it) per entry with the reason beside it. ./train is built before make test
+# runs, so its tests run, and CI has no GPU, so no GPU run is skipped there.
 SKIP_ALLOWED=(
+  # Its strings cut 4 stages of one replica: it runs at -np 4, and has no such layout at 2 or 8.
+  PipelineLayouts.LayoutStringGivesTheSingleStageRun
 )
 
 passed=0
