@@ -222,6 +222,14 @@ TEST(CorruptedInput, ScheduleFileGivesAScheduleOrAnError) {
   expect_valid_and_both_outcomes(feed_schedule_file, valid, outcomes);
 }
 
+// PyTorch's schedule CSV: ZB-V's on 2 ranks mutated as bytes; each gives a schedule that our
+// writer gives back as the same computes, or an error whose first line names the problem.
+TEST(CorruptedInput, PytorchCsvGivesAScheduleOrAnError) {
+  const Bytes valid = valid_pytorch_csv();
+  const Outcomes outcomes = feed_file_mutations(feed_pytorch_csv, valid, valid.size(), 1, 10);
+  expect_valid_and_both_outcomes(feed_pytorch_csv, valid, outcomes);
+}
+
 namespace {
 
 // Values for a numeric option: nasty strings, then interesting numbers as text, then random digits.

@@ -19,6 +19,7 @@
 #include "model/parameters.h"
 #include "pipeline/layer_split.h"
 #include "pipeline/layout_string.h"
+#include "pipeline/pytorch_csv.h"
 #include "pipeline/schedule_file.h"
 #include "trainer/data/data.h"
 #include "trainer/command_line/options.h"
@@ -160,6 +161,13 @@ inline Bytes valid_schedule_file() {
   return Bytes(text.begin(), text.end());
 }
 
+// PyTorch's schedule CSV (pipeline/pytorch_csv.h): ZB-V's on 2 ranks (4 virtual stages, the v
+// placement), 3 microbatches, as our writer writes it.
+inline Bytes valid_pytorch_csv() {
+  const std::string text = pytorch_csv_text(make_pipeline_schedule(ScheduleKind::zb_v, 2, 3, 2));
+  return Bytes(text.begin(), text.end());
+}
+
 // ---- feeding the parsers ----
 
 // Reads a few microbatches as the trainer does; token values must be below the vocabulary.
@@ -225,6 +233,21 @@ inline void feed_schedule_file(const Bytes& bytes) {
     for (size_t s = 0; s < grid.stages.size(); ++s)
       if (compute_actions(schedule.stages[s]) != grid.stages[s])
         throw std::logic_error("the lowering changed stage " + std::to_string(s) + "'s computes");
+  } catch (const std::runtime_error& error) {
+    const std::string message = error.what();
+    throw std::runtime_error(message.substr(0, message.find('\n')));
+  }
+}
+
+// PyTorch's CSV for 3 microbatches, checked and lowered as the trainer does; a schedule that
+// lowers must come back from our writer as the same computes (the CSV both ways). As for the
+// schedule file, only an error's first line is let out.
+inline void feed_pytorch_csv(const Bytes& bytes) {
+  try {
+    const ScheduleGrid grid = parse_pytorch_csv(std::string(bytes.begin(), bytes.end()));
+    const PipelineSchedule schedule = schedule_from_grid(grid, int(grid.stages.size()), 3);
+    const ScheduleGrid again = parse_pytorch_csv(pytorch_csv_text(schedule));
+    if (again.placement != grid.placement || again.stages != grid.stages) throw std::logic_error("the CSV written back reads as other computes");
   } catch (const std::runtime_error& error) {
     const std::string message = error.what();
     throw std::runtime_error(message.substr(0, message.find('\n')));

@@ -20,7 +20,8 @@ int main(int argc, char** argv) {
       {"model_file", valid_model_file(CheckpointDtype::fp32)}, {"model_file_bf16", valid_model_file(CheckpointDtype::bf16)},
       {"training_state", valid_training_state()},             {"token_shard", shard},
       {"text_data", text},                                     {"tokenizer", valid_tokenizer()},
-      {"command_line", valid_command_line()},                 {"schedule_file", valid_schedule_file()}};
+      {"command_line", valid_command_line()},                 {"schedule_file", valid_schedule_file()},
+      {"pytorch_csv", valid_pytorch_csv()}};
   for (const auto& [name, bytes] : seeds) {
     // The bf16 model file seeds the model_file target too.
     const std::string target = std::string(name) == "model_file_bf16" ? "model_file" : name;
