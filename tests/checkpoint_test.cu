@@ -232,7 +232,7 @@ TEST(Checkpoint, ModelFileHeaderDisagreesWithTheFlags) {
             c.path + ": header max_seq_len 5 is smaller than --seq-len 6");
   // A shorter training sequence than the model's maxT is allowed.
   EXPECT_EQ(error_of([&] { check_model_config_against_flags(c.path, header, make_gpt_config(2, 2, 8, 4, 11)); }),
-            "no error");
+            "(no error)");
 }
 
 // ---- training state ----
@@ -427,7 +427,7 @@ TEST(Checkpoint, StateFileConfigDisagreesWithTheModelFile) {
               check_state_config_against_model(c.path, state, {5, 11, 256, 2, 2, 8});
             }),
             c.path + ": header padded_vocab_size 128 disagrees with the model file's 256");
-  EXPECT_EQ(error_of([&] { check_state_config_against_model(c.path, state, kTiny); }), "no error");
+  EXPECT_EQ(error_of([&] { check_state_config_against_model(c.path, state, kTiny); }), "(no error)");
 }
 
 TEST(Checkpoint, ModelWriteRejectsAParameterCountOfAnotherConfig) {

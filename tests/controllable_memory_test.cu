@@ -14,6 +14,7 @@
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_file.h"
 #include "pipeline/simulate.h"
+#include "tests/error_message.h"
 
 namespace {
 
@@ -47,15 +48,6 @@ int peak_half_stages(const std::vector<Action>& order, bool last_stage) {
     peak = std::max(peak, held);
   }
   return peak;
-}
-
-std::string error_of(auto&& call) {
-  try {
-    call();
-  } catch (const std::runtime_error& error) {
-    return error.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

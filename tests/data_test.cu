@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/error_message.h"
 #include "trainer/data/data.h"
 #include "trainer/data/tokenizer.h"
 
@@ -51,16 +52,6 @@ std::vector<uint16_t> counting_tokens(size_t n, uint16_t first = 0) {
   std::vector<uint16_t> tokens(n);
   for (size_t i = 0; i < n; i++) tokens[i] = static_cast<uint16_t>(first + i);
   return tokens;
-}
-
-template <typename Action>
-std::string error_of(Action action) {
-  try {
-    action();
-  } catch (const std::runtime_error& error) {
-    return error.what();
-  }
-  return "(no error)";
 }
 
 // The first token of every microbatch of reader k = from, ..., to - 1.

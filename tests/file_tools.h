@@ -1,5 +1,5 @@
 // Tools of the tests that write files: a fresh temporary directory removed afterwards,
-// whole-file reads and writes, and the message of an expected error.
+// whole-file reads and writes, and the message of an expected error (tests/error_message.h).
 #pragma once
 #include <stdlib.h>
 
@@ -10,15 +10,7 @@
 #include <string>
 #include <vector>
 
-// The message of the std::runtime_error that act throws, or "no error".
-inline std::string error_of(const std::function<void()>& act) {
-  try {
-    act();
-  } catch (const std::runtime_error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+#include "tests/error_message.h"
 
 class TempDir {
  public:

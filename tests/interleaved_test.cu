@@ -17,17 +17,9 @@
 #include "pipeline/interleaved.h"
 #include "pipeline/schedule.h"
 #include "pipeline/simulate.h"
+#include "tests/error_message.h"
 
 namespace {
-
-std::string error_of(auto&& call) {
-  try {
-    call();
-  } catch (const std::runtime_error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
 
 std::string compute_text(const StageSchedule& steps) {
   StageSchedule compute;

@@ -13,20 +13,12 @@
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_file.h"
 #include "pipeline/simulate.h"
+#include "tests/error_message.h"
 
 namespace {
 
 // Idle shares are ratios of small integers, exact to about 1e-16.
 constexpr double kExact = 1e-12;
-
-std::string error_of(auto&& call) {
-  try {
-    call();
-  } catch (const std::runtime_error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
 
 std::vector<std::vector<Action>> orders_of(int p, int m, int v) {
   std::vector<std::vector<Action>> orders;

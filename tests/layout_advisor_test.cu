@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "pipeline/memory_plan.h"
+#include "tests/error_message.h"
 #include "trainer/program/layout_advisor.h"
 
 namespace {
@@ -24,15 +25,6 @@ TrainOptions parse(std::vector<std::string> arguments) {
 
 // The default model's size with the vocabulary given (no data file read).
 const std::vector<std::string> kModel = {"--vocab", "256", "--plan-layouts"};
-
-std::string error_of(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const std::runtime_error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
 
 bool same_layout_but_schedule(const RankedLayout& a, const RankedLayout& b) {
   return a.pp == b.pp && a.dp == b.dp && a.options.microbatches == b.options.microbatches &&

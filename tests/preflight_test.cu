@@ -56,7 +56,7 @@ TEST(Preflight, WritableSaveAndLogDirectoriesPassAndTheProbeLeavesNothing) {
   TrainOptions options = tiny_options(dir);
   options.save = dir.file("x.bin");
   options.log = dir.file("log.jsonl");
-  EXPECT_EQ(prepare_error(options), "no error");
+  EXPECT_EQ(prepare_error(options), "(no error)");
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"text.txt"});
 }
 
@@ -78,7 +78,7 @@ TEST(Preflight, ValidationDataShorterThanAMicrobatchFailsWhenValidationRuns) {
   EXPECT_EQ(prepare_error(options), "--val-every 5: " + dir.file("val.txt") +
                                         " holds 20 tokens, fewer than one microbatch reads (B*T+1 = 33)");
   options.val_every = 0;
-  EXPECT_EQ(prepare_error(options), "no error");
+  EXPECT_EQ(prepare_error(options), "(no error)");
 }
 
 TEST(Preflight, TrainingDataShorterThanAMicrobatchFails) {

@@ -12,17 +12,9 @@
 #include "pipeline/pytorch_csv.h"
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_file.h"
+#include "tests/error_message.h"
 
 namespace {
-
-std::string error_of(auto&& call) {
-  try {
-    call();
-  } catch (const std::runtime_error& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
 
 std::string csv_error(const std::string& text) {
   return error_of([&] { parse_pytorch_csv(text); });
