@@ -639,6 +639,12 @@ fault pytorch-csv-writer-ignores-the-chunk pipeline/pytorch_csv.cpp \
   's/std::to_string(schedule.placement.virtual_stage(s, a.chunk))/std::to_string(schedule.placement.virtual_stage(s, 0))/' \
   'unit CorruptedInput.PytorchCsv*'
 
+# Issue 32 item 4: a state moves between layouts. A resume that takes the rounding seed from
+# --seed instead of the state file saves a state other than the one it loaded.
+fault resume-takes-the-rounding-seed-from-the-flag trainer/checkpoints/save_and_resume.cpp \
+  's/  start.rounding_seed = state.rounding_seed;/  start.rounding_seed = options.seed;/' \
+  'mpi4 ResumeLayouts.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
