@@ -307,7 +307,7 @@ FUZZ_FLAGS := -std=c++20 -O1 -g -fno-strict-aliasing $(WARNINGS) -MMD -MP -Icpu/
 FUZZ_PARSER_SRCS := model/checkpoint_format.cpp model/config.cpp model/atomic_file.cpp model/parameters.cpp \
                     trainer/data/data.cpp trainer/data/tokenizer.cpp trainer/command_line/options.cpp \
                     pipeline/layer_split.cpp pipeline/layout_string.cpp pipeline/action.cpp pipeline/schedule.cpp pipeline/interleaved.cpp pipeline/looped_bfs.cpp \
-                    pipeline/zero_bubble.cpp pipeline/controllable_memory.cpp pipeline/interleaved_zero_bubble.cpp \
+                    pipeline/zero_bubble.cpp pipeline/controllable_memory.cpp pipeline/interleaved_zero_bubble.cpp pipeline/dual_pipe_v.cpp \
                     pipeline/lower_in_time_order.cpp \
                     pipeline/simulate.cpp pipeline/simulate_dataflow.cpp pipeline/schedule_file.cpp pipeline/pytorch_csv.cpp
 FUZZ_TARGETS := model_file training_state token_shard text_data tokenizer command_line schedule_file pytorch_csv
