@@ -250,7 +250,7 @@ RACECHECK_KERNEL_FAMILIES := LayerNorm.*:Attention.*:Embedding.*:Gelu.*:Residual
 RACECHECK_NEED_OVERLAP := Atomics.IntegerAddHandsOutEachTicketOnce:Atomics.CasGivesEachSlotToExactlyOneThread:Atomics.ExchangeReturnsEachStoredValueOnce
 RACECHECK_UNIT_FILTER ?= $(RACECHECK_KERNEL_FAMILIES):Atomics.*:BlockSync.*:Warp.*:GPT.*:-$(RACECHECK_NEED_OVERLAP)
 # PipelineLayouts' runs of every layout with AFAB, 1F1B, the interleaved schedule, ZB-H1, ZB-H2,
-# ZB-V, the schedules of issue 31 (v-half, v-min, microbatch groups, looped BFS, zb-interleaved:
+# ZB-V, the schedules of issue 31 (v-half, v-min, microbatch groups, looped BFS, zb-interleaved, dualpipev:
 # other orders of the same actions) and in bf16 run the same kernels, executor and threads (the compute, transfer and
 # reduction streams' workers, the emulated NCCL) as its uneven-split runs (1F1B and interleaved,
 # with replicas) and Pipeline.* (every schedule on 4 stages, executed with and
@@ -259,7 +259,7 @@ RACECHECK_UNIT_FILTER ?= $(RACECHECK_KERNEL_FAMILIES):Atomics.*:BlockSync.*:Warp
 # and ZB-V 124 of 260, 2026-11-26): left out (docs/testing.md).
 # ResumeLayouts.* (checkpoints moved between layouts) runs the trainer's steps and saves that
 # Pipeline.FourStageCheckpointResumesBitwise runs under it: left out too.
-RACECHECK_MPI_FILTER ?= *:-ResumeLayouts.*:PipelineLayouts.AfabGivesTheSingleStageRun:PipelineLayouts.OneFOneBGivesTheSingleStageRun:PipelineLayouts.InterleavedGivesTheSingleStageRun:PipelineLayouts.ZeroBubbleH1GivesTheSingleStageRun:PipelineLayouts.ZeroBubbleH2GivesTheSingleStageRun:PipelineLayouts.ZeroBubbleVGivesTheSingleStageRun:PipelineLayouts.Bf16GivesTheSingleStageBf16Run:PipelineLayouts.ControllableMemoryVGivesTheSingleStageRun:PipelineLayouts.InterleavedMicrobatchGroupsGiveTheSingleStageRun:PipelineLayouts.LoopedBfsGivesTheSingleStageRun:PipelineLayouts.InterleavedZeroBubbleGivesTheSingleStageRun
+RACECHECK_MPI_FILTER ?= *:-ResumeLayouts.*:PipelineLayouts.AfabGivesTheSingleStageRun:PipelineLayouts.OneFOneBGivesTheSingleStageRun:PipelineLayouts.InterleavedGivesTheSingleStageRun:PipelineLayouts.ZeroBubbleH1GivesTheSingleStageRun:PipelineLayouts.ZeroBubbleH2GivesTheSingleStageRun:PipelineLayouts.ZeroBubbleVGivesTheSingleStageRun:PipelineLayouts.Bf16GivesTheSingleStageBf16Run:PipelineLayouts.ControllableMemoryVGivesTheSingleStageRun:PipelineLayouts.InterleavedMicrobatchGroupsGiveTheSingleStageRun:PipelineLayouts.LoopedBfsGivesTheSingleStageRun:PipelineLayouts.InterleavedZeroBubbleGivesTheSingleStageRun:PipelineLayouts.DualPipeVGivesTheSingleStageRun
 # These two race on purpose (a missing __syncthreads, for the thread orders to expose).
 RACECHECK_RACY_ON_PURPOSE := Scheduler.NaturalOrderHidesAMissingSyncthreads:Scheduler.ReversedAndShuffledOrdersExposeAMissingSyncthreads
 RACECHECK_CPU_FILTER ?= Racecheck.*:Scheduler.*:BlockThreads.*:-$(RACECHECK_RACY_ON_PURPOSE)
@@ -309,7 +309,7 @@ FUZZ_FLAGS := -std=c++20 -O1 -g -fno-strict-aliasing $(WARNINGS) -MMD -MP -Icpu/
 FUZZ_PARSER_SRCS := model/checkpoint_format.cpp model/config.cpp model/atomic_file.cpp model/parameters.cpp \
                     trainer/data/data.cpp trainer/data/tokenizer.cpp trainer/command_line/options.cpp \
                     pipeline/layer_split.cpp pipeline/layout_string.cpp pipeline/action.cpp pipeline/schedule.cpp pipeline/interleaved.cpp pipeline/looped_bfs.cpp \
-                    pipeline/zero_bubble.cpp pipeline/controllable_memory.cpp pipeline/interleaved_zero_bubble.cpp \
+                    pipeline/zero_bubble.cpp pipeline/controllable_memory.cpp pipeline/interleaved_zero_bubble.cpp pipeline/dual_pipe_v.cpp \
                     pipeline/lower_in_time_order.cpp \
                     pipeline/simulate.cpp pipeline/simulate_dataflow.cpp pipeline/schedule_file.cpp pipeline/pytorch_csv.cpp
 FUZZ_TARGETS := model_file training_state token_shard text_data tokenizer command_line schedule_file pytorch_csv

@@ -66,6 +66,7 @@ int Placement::chunk_of(int vs) const {
 Placement placement_of(ScheduleKind kind, int p, int v) {
   if (kind == ScheduleKind::zb_v) return {PlacementKind::v_shape, p, 2};
   if (kind == ScheduleKind::v_half || kind == ScheduleKind::v_min) return {PlacementKind::v_shape, p, 2};
+  if (kind == ScheduleKind::dual_pipe_v) return {PlacementKind::v_shape, p, 2};
   return {PlacementKind::ring, p, v};
 }
 
@@ -150,7 +151,7 @@ namespace {
 const ScheduleKind kAllKinds[] = {ScheduleKind::afab,  ScheduleKind::one_f_one_b, ScheduleKind::interleaved,
                                   ScheduleKind::zb_h1, ScheduleKind::zb_h2,       ScheduleKind::zb_v,
                                   ScheduleKind::v_half, ScheduleKind::v_min, ScheduleKind::looped_bfs,
-                                  ScheduleKind::zb_interleaved};
+                                  ScheduleKind::zb_interleaved, ScheduleKind::dual_pipe_v};
 
 }  // namespace
 
@@ -177,6 +178,7 @@ std::string schedule_name(ScheduleKind kind) {
     case ScheduleKind::v_min: return "v-min";
     case ScheduleKind::looped_bfs: return "looped-bfs";
     case ScheduleKind::zb_interleaved: return "zb-interleaved";
+    case ScheduleKind::dual_pipe_v: return "dualpipev";
   }
   throw std::logic_error("unknown ScheduleKind");
 }

@@ -40,7 +40,7 @@ using Step = std::vector<Action>;
 // One stage's steps, in order.
 using StageSchedule = std::vector<Step>;
 
-enum class ScheduleKind { afab, one_f_one_b, interleaved, zb_h1, zb_h2, zb_v, v_half, v_min, looped_bfs, zb_interleaved };
+enum class ScheduleKind { afab, one_f_one_b, interleaved, zb_h1, zb_h2, zb_v, v_half, v_min, looped_bfs, zb_interleaved, dual_pipe_v };
 
 // Where the virtual stages live (see the top).
 enum class PlacementKind { ring, v_shape };
@@ -55,7 +55,7 @@ struct Placement {
   bool is_first(int stage, int chunk) const { return virtual_stage(stage, chunk) == 0; }
   bool is_last(int stage, int chunk) const { return virtual_stage(stage, chunk) == virtual_stages() - 1; }
 };
-// The schedule's placement: v_shape for zb-v, v-half and v-min, else ring.
+// The schedule's placement: v_shape for zb-v, v-half, v-min and dualpipev, else ring.
 Placement placement_of(ScheduleKind kind, int p, int v);
 // "ring" or "v".
 std::string placement_name(PlacementKind kind);
@@ -75,7 +75,7 @@ Action parse_action(const std::string& text);
 Step parse_step(const std::string& text);
 StageSchedule parse_schedule(const std::string& text);
 
-// "afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "looped-bfs" or "zb-interleaved";
+// "afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "looped-bfs", "zb-interleaved" or "dualpipev";
 // throws naming the unknown schedule and the known ones.
 ScheduleKind parse_schedule_kind(const std::string& name);
 std::string schedule_name(ScheduleKind kind);

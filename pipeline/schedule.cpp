@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "pipeline/controllable_memory.h"
+#include "pipeline/dual_pipe_v.h"
 #include "pipeline/interleaved.h"
 #include "pipeline/looped_bfs.h"
 #include "pipeline/interleaved_zero_bubble.h"
@@ -121,8 +122,9 @@ std::vector<StageSchedule> zero_bubble_schedules(ScheduleKind kind, int p, int m
 // deadlock sweep found both). Megatron's isend and irecv do not wait for each other; our groups
 // would, so these orders are lowered in time order, as the zero-bubble ones are. So is looped BFS,
 // whose last stage sends each chunk's outputs round the ring m forwards before stage 0 takes them.
+// DualPipeV (pipeline/dual_pipe_v.h) comes as compute orders only, as the zero-bubble ones do.
 bool lowered_in_time_order(ScheduleKind kind, int p, int group) {
-  if (kind == ScheduleKind::looped_bfs) return true;
+  if (kind == ScheduleKind::looped_bfs || kind == ScheduleKind::dual_pipe_v) return true;
   return kind == ScheduleKind::interleaved && interleaved_group(p, group) != p;
 }
 
@@ -130,8 +132,9 @@ std::vector<StageSchedule> schedules_in_time_order(ScheduleKind kind, int p, int
   check_pipeline_stage(p, m, 0);
   std::vector<std::vector<Action>> orders;
   for (int s = 0; s < p; s++)
-    orders.push_back(kind == ScheduleKind::looped_bfs ? looped_bfs_order(p, m, v, s)
-                                                      : interleaved_order(p, m, v, s, group));
+    orders.push_back(kind == ScheduleKind::looped_bfs    ? looped_bfs_order(p, m, v, s)
+                     : kind == ScheduleKind::dual_pipe_v ? dual_pipe_v_order(p, m, s)
+                                                         : interleaved_order(p, m, v, s, group));
   return add_communication_in_time_order(orders, placement_of(kind, p, v));
 }
 

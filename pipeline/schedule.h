@@ -52,7 +52,8 @@ std::vector<Action> afab_order(int p, int m, int stage);
 std::vector<Action> one_f_one_b_order(int p, int m, int stage);
 // Megatron's interleaved 1F1B (--microbatch-group) is in pipeline/interleaved.h.
 // The zero-bubble orders are in pipeline/zero_bubble.h, v-half's and v-min's in
-// pipeline/controllable_memory.h, zb-interleaved's in pipeline/interleaved_zero_bubble.h.
+// pipeline/controllable_memory.h, zb-interleaved's in pipeline/interleaved_zero_bubble.h,
+// dualpipev's in pipeline/dual_pipe_v.h.
 
 // The lowering pass (see the top): a stage's compute order as steps with its sends and
 // receives, for the stages and chunks of placement. Each send goes in the group point right after
@@ -76,7 +77,7 @@ std::vector<StageSchedule> add_communication_in_time_order(const std::vector<std
 
 // The full list of one stage, and of every stage (index = stage). Only interleaved, looped-bfs
 // (pipeline/looped_bfs.h) and zb-interleaved (which needs v >= 2) take v > 1; zb-v, v-half and v-min
-// run v = 2 (1 is taken to mean 2). group is interleaved's N (pipeline/interleaved.h; 0: p), which
+// run v = 2 (1 is taken to mean 2), and so does dualpipev. group is interleaved's N (pipeline/interleaved.h; 0: p), which
 // the other schedules do not take.
 StageSchedule make_schedule(ScheduleKind kind, int p, int m, int v, int stage, int group = 0);
 std::vector<StageSchedule> make_all_schedules(ScheduleKind kind, int p, int m, int v, int group = 0);

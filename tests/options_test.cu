@@ -291,7 +291,7 @@ TEST(Options, OutOfRangeValueIsAnError) {
 
 TEST(Options, ChoiceOutsideItsListIsAnError) {
   EXPECT_EQ(error_of({"--lr-schedule", "linear"}), "--lr-schedule linear is not one of cosine|constant");
-  EXPECT_EQ(error_of({"--schedule", "gpipe"}), "--schedule gpipe is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved");
+  EXPECT_EQ(error_of({"--schedule", "gpipe"}), "--schedule gpipe is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved|dualpipev");
   EXPECT_EQ(error_of({"--dtype", "fp16"}), "--dtype fp16 is not one of fp32|bf16");
 }
 
@@ -415,7 +415,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--max-skipped N", "(default: 5)"},
       {"--pp N", "(default: 0)"},
       {"--dp N", "(default: 1)"},
-      {"--schedule afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved", "(default: 1f1b)"},
+      {"--schedule afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved|dualpipev", "(default: 1f1b)"},
       {"--schedule-file FILE", "(default: none)"},
       {"--virtual-stages N", "(default: 1)"},
       {"--microbatch-group N", "(default: 0)"},

@@ -47,6 +47,7 @@ std::vector<Layout> valid_layouts() {
           if (interleaves && v == 1) continue;
           if (kind == ScheduleKind::interleaved && m % p != 0) continue;
           if (kind == ScheduleKind::zb_interleaved && m % std::max(1, m / p) != 0) continue;  // PyTorch's rounds
+          if (kind == ScheduleKind::dual_pipe_v && m < 2 * p) continue;
           layouts.push_back({kind, p, m, v});
         }
   return layouts;
@@ -97,11 +98,16 @@ TEST(Schedule, EveryForwardAndBackwardOnceBackwardAfterForward) {
       for (size_t i = 0; i < compute.size(); i++)
         EXPECT_TRUE(position.emplace(std::tuple{compute[i].kind, compute[i].microbatch, compute[i].chunk}, i).second)
             << to_text(compute[i]) << " twice";
-      const bool split = splits_backward(l.kind);
-      EXPECT_EQ(compute.size(), (split ? 3u : 2u) * l.m * l.v);
+      // dualpipev splits some backwards only (pipeline/dual_pipe_v.h): 2 computes per microbatch
+      // and chunk, and a W for each I.
+      const size_t inputs = std::count_if(compute.begin(), compute.end(),
+                                          [](const Action& a) { return a.kind == ActionKind::backward_input; });
+      EXPECT_EQ(compute.size(), 2u * l.m * l.v + inputs);
+      if (splits_backward(l.kind)) EXPECT_EQ(inputs, size_t(l.m) * l.v);
       for (int microbatch = 0; microbatch < l.m; microbatch++)
         for (int chunk = 0; chunk < l.v; chunk++) {
           const auto at = [&](ActionKind kind) { return position.find({kind, microbatch, chunk}); };
+          const bool split = at(ActionKind::backward_input) != position.end();
           const auto f = at(ActionKind::forward);
           const auto b = at(split ? ActionKind::backward_input : ActionKind::backward);
           ASSERT_TRUE(f != position.end() && b != position.end()) << microbatch << "." << chunk;
@@ -294,7 +300,7 @@ TEST(Schedule, ConfigurationErrorsSayWhatToChange) {
             "--virtual-stages 2 needs --schedule interleaved (zb-h1 runs one chunk per stage)");
   EXPECT_EQ(error_of([] { make_schedule(ScheduleKind::zb_h2, 4, 0, 1, 0); }), "--microbatches 0 must be at least 1");
   EXPECT_EQ(error_of([] { parse_schedule_kind("gpipe"); }),
-            "unknown schedule 'gpipe' (use afab, 1f1b, interleaved, zb-h1, zb-h2, zb-v, v-half, v-min, looped-bfs, zb-interleaved)");
+            "unknown schedule 'gpipe' (use afab, 1f1b, interleaved, zb-h1, zb-h2, zb-v, v-half, v-min, looped-bfs, zb-interleaved, dualpipev)");
   EXPECT_EQ(parse_schedule_kind("1f1b"), ScheduleKind::one_f_one_b);
   for (ScheduleKind kind : all_schedule_kinds()) EXPECT_EQ(parse_schedule_kind(schedule_name(kind)), kind);
 }

@@ -98,6 +98,7 @@ TEST(Simulator, EveryScheduleRunsWithoutDeadlock) {
         for (int m = 1; m <= 4 * p + 1; m++) {
           if (kind == ScheduleKind::interleaved && m % p != 0) continue;
           if (kind == ScheduleKind::zb_interleaved && m % std::max(1, m / p) != 0) continue;  // PyTorch's rounds
+          if (kind == ScheduleKind::dual_pipe_v && m < 2 * p) continue;
           const std::vector<StageSchedule> stages = make_all_schedules(kind, p, m, v);
           const PlacementKind placement = placement_of(kind, p, v).kind;
           for (const StepCosts& costs : {StepCosts{1, 1, 1, 0}, StepCosts{1, 0.5, 0.5, 0.25}, StepCosts{1, 1.5, 1.5, 4},
@@ -253,6 +254,7 @@ TEST(Simulator, TransferStreamLiesBetweenTheDataFlowAndOneStepAtATime) {
   for (ScheduleKind kind : all_schedule_kinds())
     for (int p : {1, 2, 3, 4, 6})
       for (int m : {p, 2 * p, 4 * p}) {
+        if (kind == ScheduleKind::dual_pipe_v && m < 2 * p) continue;
         const bool interleaves = kind == ScheduleKind::interleaved || kind == ScheduleKind::zb_interleaved;
         const int v = interleaves ? 2 : chunks_per_stage(kind, 1);
         const PipelineSchedule schedule = make_pipeline_schedule(kind, p, m, v);

@@ -69,7 +69,7 @@ TEST(TrainLayout, InterleavedMicrobatchesThatLeaveAShortLastGroupFailOnEveryRank
 
 TEST(TrainLayout, UnknownScheduleFailsOnEveryRank) {
   expect_layout_error("--schedule zigzag",
-                      "--schedule zigzag is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved");
+                      "--schedule zigzag is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved|dualpipev");
 }
 
 TEST(TrainLayout, ZeroBubbleVWithFewerLayersThanChunksFailsOnEveryRank) {

@@ -644,6 +644,20 @@ fault pytorch-csv-writer-ignores-the-chunk pipeline/pytorch_csv.cpp \
 fault resume-takes-the-rounding-seed-from-the-flag trainer/checkpoints/save_and_resume.cpp \
   's/  start.rounding_seed = state.rounding_seed;/  start.rounding_seed = options.seed;/' \
   'mpi4 ResumeLayouts.*'
+# Issue 31 item 1 (DualPipeV): its order action for action, its m >= 2p refusal, and each chunk's
+# W's in microbatch order (first in, first out), which the bitwise sums need.
+fault dualpipev-weights-newest-first pipeline/dual_pipe_v.cpp \
+  's/order.push_back(waiting_weights.front());/order.push_back(waiting_weights.back());/; s/waiting_weights.pop_front();/waiting_weights.pop_back();/' \
+  'unit DualPipeV.*:Schedule.EveryScheduleAddsGradientsInMicrobatchOrder; mpi4 PipelineLayouts.DualPipeVGivesTheSingleStageRun 300'
+fault dualpipev-pair-backward-first pipeline/dual_pipe_v.cpp \
+  's/    forward(forward_chunk);/    backward(1 - forward_chunk, false);/; 0,/    backward(1 - forward_chunk, false);/{/    backward(1 - forward_chunk, false);/{n;s/.*/    forward(forward_chunk);/}}' \
+  'unit DualPipeV.*'
+fault dualpipev-split-on-the-wrong-stages pipeline/dual_pipe_v.cpp \
+  's/if (i == (s + 1) \/ 2 \&\& s % 2 == 1) split = true;/if (i == (s + 1) \/ 2 \&\& s % 2 == 0) split = true;/' \
+  'unit DualPipeV.*'
+fault dualpipev-takes-fewer-microbatches pipeline/dual_pipe_v.cpp \
+  's/  if (m < 2 \* p)/  if (m < p)/' \
+  'unit DualPipeV.*'
 
 # ---- running ----
 

@@ -266,12 +266,12 @@ const std::vector<OptionSpec>& option_table() {
       int_option("dp", &O::dp, kAtLeastOne, "data-parallel replicas"),
       choice_option("schedule", &O::schedule,
                     {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "looped-bfs",
-                     "zb-interleaved"},
+                     "zb-interleaved", "dualpipev"},
                     "pipeline schedule"),
       string_option("schedule-file", "FILE", &O::schedule_file,
                     "run the compute grid in FILE (as --print-schedule prints it) instead of --schedule"),
       int_option("virtual-stages", &O::virtual_stages, kAtLeastOne,
-                 "model chunks per rank (interleaved, looped-bfs; zb-interleaved: 2 or more; zb-v, v-half, v-min: 2)"),
+                 "model chunks per rank (interleaved, looped-bfs; zb-interleaved: 2 or more; zb-v, v-half, v-min, dualpipev: 2)"),
       int_option("microbatch-group", &O::microbatch_group, kAtLeastOne,
                  "interleaved: consecutive microbatches each chunk runs (N, from pp to --microbatches; 0: pp)"),
       switch_option("recompute", &O::recompute, "keep only stage inputs; recompute activations before backward"),
@@ -325,7 +325,8 @@ void check_consistency(const TrainOptions& options) {
     throw std::runtime_error("--schedule-file and --schedule exclude each other");
   if (file && options.given.count("virtual-stages"))
     throw std::runtime_error("--schedule-file and --virtual-stages exclude each other (the file's chunks say it)");
-  const bool v_shape = options.schedule == "zb-v" || options.schedule == "v-half" || options.schedule == "v-min";
+  const bool v_shape = options.schedule == "zb-v" || options.schedule == "v-half" || options.schedule == "v-min" ||
+                       options.schedule == "dualpipev";
   if (v_shape && options.given.count("virtual-stages") && options.virtual_stages != 2)
     throw std::runtime_error("--virtual-stages " + std::to_string(options.virtual_stages) +
                              " does not fit --schedule " + options.schedule + ", which runs 2 chunks per rank");
