@@ -52,7 +52,7 @@ fi
 # the weight pool, two chunks a rank), the uneven split and the layout string (stages without
 # layers); the stream delay also the interleaved schedule, strict memory also bf16 (its master
 # weights and rounding are host code of their own). The others (ZB-H1 and ZB-H2, issue 31's
-# v-half, v-min, microbatch groups, looped BFS, zb-interleaved) are other orders of the same
+# v-half, v-min, microbatch groups, looped BFS, zb-interleaved, dualpipev) are other orders of the same
 # actions through the same executor and memory; they took 23 s of the natural mode's 130 s of
 # layouts and about twice that in each of these modes (2026-11-27); Pipeline.* executes AFAB,
 # 1F1B, the interleaved and the three zero-bubble schedules on 4 stages under both.
