@@ -299,16 +299,17 @@ TEST(PipelineLayouts, Bf16GivesTheSingleStageBf16Run) {
 }
 
 // DualPipeV (pipeline/dual_pipe_v.h) on all ranks as stages, one replica (bitwise), m = 2 pp (its
-// least), one layer per chunk: once plain, once with recompute, once in bf16. Its whole backwards
-// and split ones in one step, the pairs' two chunks in turn, and each chunk's B's and W's in
-// microbatch order are what these cases cover.
+// least), one layer per chunk: once plain, once with recompute, once in bf16; on 8 stages (-np 8)
+// only plain, the order's shape at a larger p (the three took 24 s there, loaded, 2026-11-27).
+// Its whole backwards and split ones in one step, the pairs' two chunks in turn, and each chunk's
+// B's and W's in microbatch order are what these cases cover.
 TEST(PipelineLayouts, DualPipeVGivesTheSingleStageRun) {
   const int pp = size_of_world();
   ASSERT_GE(pp, 2) << kOneRank;
+  expect_cases_match({{1, pp, ScheduleKind::dual_pipe_v, 2, false, 2 * pp, 2 * pp}}, kSteps, kBitwise);
+  if (pp == 8) return;
   Case bf16{1, pp, ScheduleKind::dual_pipe_v, 2, false, 2 * pp, 2 * pp};
   bf16.bf16 = true;
-  expect_cases_match({{1, pp, ScheduleKind::dual_pipe_v, 2, false, 2 * pp, 2 * pp},
-                      {1, pp, ScheduleKind::dual_pipe_v, 2, true, 2 * pp, 2 * pp}},
-                     kSteps, kBitwise);
+  expect_cases_match({{1, pp, ScheduleKind::dual_pipe_v, 2, true, 2 * pp, 2 * pp}}, kSteps, kBitwise);
   expect_cases_match({bf16}, kSteps, bf16_tolerance_of(1));
 }
