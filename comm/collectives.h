@@ -39,7 +39,8 @@ struct OwnedRange {
 // the replicas, as allreduce_data_parallel_gradients would make it; the other replicas' copies
 // keep their own share. One ncclReduce per range, rooted at its owner, in one NCCL group:
 // ncclReduceScatter gives every rank an equal part, and shards cut on region boundaries are not
-// equal. MPI reduces in the order its all-reduce does (docs/pipeline.md, "ZeRO-1").
+// equal. Bitwise the all-reduce's sum where both add in one order: the CPU build's NCCL always,
+// any NCCL at dp = 2 (docs/pipeline.md, "ZeRO-1").
 void reduce_gradients_to_owners(const CommGroups& groups, void* gradients, const std::vector<OwnedRange>& ranges,
                                 ncclDataType_t type, cudaStream_t stream);
 // ZeRO-1's all-gather: each range of parameters (in place) broadcast from its owner, one group.

@@ -20,8 +20,7 @@ size_t slot_of(const ParameterRegion& r, int num_layers) { return norm_slot(r.te
 
 // The regions as AdamW's one launch reads them: sorted by offset, each with its decay (GPT-2's:
 // the matrices and embeddings). The tied copy of wte on the last stage has wte's full_offset:
-// both copies round alike and stay equal.
-// Offsets from first, the shard's first element.
+// both copies round alike and stay equal. Offsets count from first, the shard's first element.
 std::vector<AdamWRegion> adamw_region_table(const std::vector<ParameterRegion>& regions, size_t first) {
   std::vector<AdamWRegion> table;
   for (const ParameterRegion& r : regions)
