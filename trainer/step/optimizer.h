@@ -52,7 +52,7 @@ struct Optimizer {
   float* v;               // (shard.capacity) second moments
   float* master;          // (shard.capacity) fp32 master weights of bf16 parameters; nullptr: none
   uint64_t rounding_seed;  // MixedPrecision's
-  float* norm_workspace;  // (global_norm_workspace_size(regions))
+  float* norm_workspace;  // (global_norm_workspace_size(the stage's regions))
   float* norm_partials;   // (norm_slot_count(L)) the squared sum of each slot
   float* squared_norm;    // (1)
   NormTensor* norm_table;  // (norm_tensors) the regions with a slot (not the tied copy) and their slots
@@ -75,8 +75,8 @@ OptimizerShard whole_stage(const ParameterLayout& layout);
 void destroy_optimizer(Optimizer& optimizer);
 
 // Queues the global gradient norm's square: this stage's slots (fp32 sums of squares, two
-// launches; with ZeRO-1 each replica its shard's, summed over the replicas), gathered over the pipeline and summed in slot order into optimizer.squared_norm
-// (queue_step_gate takes its root). Every stage of every replica gets the same value. Does not wait.
+// launches; with ZeRO-1 each replica its shard's, then summed over the replicas), gathered over
+// the pipeline and summed in slot order into optimizer.squared_norm (queue_step_gate takes its root). Every stage of every replica gets the same value. Does not wait.
 template <typename Element>
 void queue_gradient_norm(Optimizer& optimizer, const CommGroups& groups, const Element* gradients,
                          cudaStream_t stream);
