@@ -16,6 +16,56 @@ void allreduce_data_parallel_gradients(const CommGroups& groups, void* gradients
   });
 }
 
+namespace {
+
+// The bytes of one element of the types the trainer sums.
+size_t element_bytes(ncclDataType_t type) {
+  switch (type) {
+    case ncclFloat64: return 8;
+    case ncclFloat32: return 4;
+    case ncclBfloat16: return 2;
+    default: throw std::runtime_error("collectives: NCCL data type " + std::to_string(type) + " is not summed here");
+  }
+}
+
+}  // namespace
+
+void reduce_gradients_to_owners(const CommGroups& groups, void* gradients, const std::vector<OwnedRange>& ranges,
+                                ncclDataType_t type, cudaStream_t stream) {
+  if (groups.mesh.dp == 1 || ranges.empty()) return;
+  const size_t bytes = element_bytes(type);
+  issue_in_order(*groups.order, groups.data_parallel, stream, [&] {
+    NCCL_CHECK(ncclGroupStart());
+    for (const OwnedRange& r : ranges) {
+      void* range = static_cast<char*>(gradients) + r.offset * bytes;
+      NCCL_CHECK(ncclReduce(range, range, r.count, type, ncclSum, r.owner, groups.data_parallel, stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
+void broadcast_parameters_from_owners(const CommGroups& groups, void* parameters,
+                                      const std::vector<OwnedRange>& ranges, ncclDataType_t type,
+                                      cudaStream_t stream) {
+  if (groups.mesh.dp == 1 || ranges.empty()) return;
+  const size_t bytes = element_bytes(type);
+  issue_in_order(*groups.order, groups.data_parallel, stream, [&] {
+    NCCL_CHECK(ncclGroupStart());
+    for (const OwnedRange& r : ranges) {
+      void* range = static_cast<char*>(parameters) + r.offset * bytes;
+      NCCL_CHECK(ncclBroadcast(range, range, r.count, type, r.owner, groups.data_parallel, stream));
+    }
+    NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
+void sum_norm_partials_over_replicas(const CommGroups& groups, float* partials, size_t count, cudaStream_t stream) {
+  if (groups.mesh.dp == 1) return;
+  issue_in_order(*groups.order, groups.data_parallel, stream, [&] {
+    NCCL_CHECK(ncclAllReduce(partials, partials, count, ncclFloat, ncclSum, groups.data_parallel, stream));
+  });
+}
+
 void allreduce_tied_embedding_gradient(const CommGroups& groups, void* grad_wte, size_t count, ncclDataType_t type,
                                        cudaStream_t stream) {
   if (groups.embedding == nullptr) return;

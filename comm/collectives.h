@@ -8,6 +8,7 @@
 #include <nccl.h>
 
 #include <cstddef>
+#include <vector>
 
 #include "comm/groups.h"
 
@@ -27,6 +28,28 @@ void allreduce_data_parallel_gradients(const CommGroups& groups, void* gradients
 // middle stages, nor when pp == 1 (the one stage has summed both shares itself).
 void allreduce_tied_embedding_gradient(const CommGroups& groups, void* grad_wte, size_t count, ncclDataType_t type,
                                        cudaStream_t stream);
+
+// ZeRO-1 (model/optimizer_shards.h): a range of a stage's buffer and the data-parallel rank that owns it.
+struct OwnedRange {
+  size_t offset, count;  // elements
+  int owner;             // dp_rank
+};
+
+// ZeRO-1's reduce-scatter: each range of gradients (in place) becomes on its owner the sum over
+// the replicas, as allreduce_data_parallel_gradients would make it; the other replicas' copies
+// keep their own share. One ncclReduce per range, rooted at its owner, in one NCCL group:
+// ncclReduceScatter gives every rank an equal part, and shards cut on region boundaries are not
+// equal. Bitwise the all-reduce's sum where both add in one order: the CPU build's NCCL always,
+// any NCCL at dp = 2 (docs/pipeline.md, "ZeRO-1").
+void reduce_gradients_to_owners(const CommGroups& groups, void* gradients, const std::vector<OwnedRange>& ranges,
+                                ncclDataType_t type, cudaStream_t stream);
+// ZeRO-1's all-gather: each range of parameters (in place) broadcast from its owner, one group.
+void broadcast_parameters_from_owners(const CommGroups& groups, void* parameters,
+                                      const std::vector<OwnedRange>& ranges, ncclDataType_t type,
+                                      cudaStream_t stream);
+// partials (count) = their sum over the data-parallel group (in place), for squared-norm
+// partials that each replica computed for the slots it owns (zero elsewhere): x + 0 = x exactly.
+void sum_norm_partials_over_replicas(const CommGroups& groups, float* partials, size_t count, cudaStream_t stream);
 
 // values (count) = their sum over every rank of the mesh (in place), e.g. a count of the ranks
 // that found something. Nothing when the world is one rank.

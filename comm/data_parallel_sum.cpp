@@ -14,25 +14,41 @@
 
 namespace {
 
+// The parts of bucket that each replica owns (shard_bounds: dp + 1 cuts), in offset order.
+std::vector<OwnedRange> owned_ranges(const GradientBucket& bucket, const std::vector<size_t>& shard_bounds) {
+  std::vector<OwnedRange> ranges;
+  const size_t end = bucket.offset + bucket.count;
+  for (size_t r = 0; r + 1 < shard_bounds.size(); ++r) {
+    const size_t first = std::max(bucket.offset, shard_bounds[r]), last = std::min(end, shard_bounds[r + 1]);
+    if (first < last) ranges.push_back({first, last - first, int(r)});
+  }
+  return ranges;
+}
+
 template <typename Element>
 void queue_bucket(GradientBuckets& buckets, const CommGroups& groups, Element* gradients, int index,
                   cudaStream_t compute) {
   const GradientBucket& bucket = index < int(buckets.buckets.size()) ? buckets.buckets[index] : buckets.wte;
   CUDA_CHECK(cudaEventRecord(buckets.ready[index], compute));
   CUDA_CHECK(cudaStreamWaitEvent(buckets.stream, buckets.ready[index], 0));
-  allreduce_data_parallel_gradients(groups, gradients + bucket.offset, bucket.count, nccl_data_type<Element>(),
-                                    buckets.stream);
+  if (buckets.shard_bounds.empty())
+    allreduce_data_parallel_gradients(groups, gradients + bucket.offset, bucket.count, nccl_data_type<Element>(),
+                                      buckets.stream);
+  else
+    reduce_gradients_to_owners(groups, gradients, owned_ranges(bucket, buckets.shard_bounds),
+                               nccl_data_type<Element>(), buckets.stream);
   buckets.queued.push_back(index);
 }
 
 }  // namespace
 
 GradientBuckets create_gradient_buckets(std::vector<GradientBucket> layer_buckets, GradientBucket wte,
-                                        const CommGroups& groups) {
+                                        const CommGroups& groups, std::vector<size_t> shard_bounds) {
   GradientBuckets buckets;
   if (groups.mesh.dp == 1) return buckets;
   buckets.buckets = std::move(layer_buckets);
   buckets.wte = wte;
+  buckets.shard_bounds = std::move(shard_bounds);
   CUDA_CHECK(cudaStreamCreate(&buckets.stream));
   buckets.ready.resize(buckets.buckets.size() + 1);
   for (cudaEvent_t& event : buckets.ready) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
@@ -71,9 +87,22 @@ void finish_data_parallel_sum(GradientBuckets& buckets, const CommGroups& groups
   CUDA_CHECK(cudaStreamWaitEvent(compute, buckets.done, 0));
 }
 
+template <typename Element>
+void gather_updated_parameters(const GradientBuckets& buckets, const CommGroups& groups, Element* parameters,
+                               cudaStream_t compute) {
+  if (buckets.shard_bounds.empty()) return;
+  for (const GradientBucket& bucket : buckets.buckets)
+    broadcast_parameters_from_owners(groups, parameters, owned_ranges(bucket, buckets.shard_bounds),
+                                     nccl_data_type<Element>(), compute);
+  if (buckets.wte.count > 0)
+    broadcast_parameters_from_owners(groups, parameters, owned_ranges(buckets.wte, buckets.shard_bounds),
+                                     nccl_data_type<Element>(), compute);
+}
+
 #define INSTANTIATE_GRADIENT_BUCKETS(Element)                                                                      \
   template void queue_final_buckets<Element>(GradientBuckets&, const CommGroups&, Element*, int, int, cudaStream_t); \
-  template void finish_data_parallel_sum<Element>(GradientBuckets&, const CommGroups&, Element*, cudaStream_t);
+  template void finish_data_parallel_sum<Element>(GradientBuckets&, const CommGroups&, Element*, cudaStream_t); \
+  template void gather_updated_parameters<Element>(const GradientBuckets&, const CommGroups&, Element*, cudaStream_t);
 
 INSTANTIATE_GRADIENT_BUCKETS(float)
 INSTANTIATE_GRADIENT_BUCKETS(__nv_bfloat16)

@@ -7,6 +7,10 @@
 // queued after the tied-embedding sum (finish_data_parallel_sum); then the compute stream waits
 // for the reduction stream, so that the norm, AdamW and the next step's gradient memset come after
 // every sum. Only with replicas (dp > 1): with one there is nothing to sum.
+// With ZeRO-1 shards (model/optimizer_shards.h) a bucket's sum is a reduce-scatter instead: each
+// part of it lands on the replica that owns it (comm/collectives.h's reduce_gradients_to_owners),
+// and after the update gather_updated_parameters sends each owner's parameters to the others,
+// bucket by bucket, on the compute stream at the end of the step.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -27,13 +31,14 @@ struct GradientBuckets {
   cudaStream_t stream = nullptr;        // the reduction stream (nullptr: dp = 1, no buckets)
   std::vector<cudaEvent_t> ready;       // per bucket, then wte: its gradients final on the compute stream
   cudaEvent_t done = nullptr;           // the reduction stream's last sum
+  std::vector<size_t> shard_bounds;  // ZeRO-1: OptimizerShards::bounds (dp + 1); empty: all-reduce every bucket
   std::vector<int> queued;  // the step's buckets in the order queued (indices, wte's = buckets.size()); the caller
                             // clears it before the step
 };
 
-// With dp = 1, no stream and no buckets: there is nothing to sum.
+// With dp = 1, no stream and no buckets: there is nothing to sum. shard_bounds: ZeRO-1's, or empty.
 GradientBuckets create_gradient_buckets(std::vector<GradientBucket> layer_buckets, GradientBucket wte,
-                                        const CommGroups& groups);
+                                        const CommGroups& groups, std::vector<size_t> shard_bounds = {});
 void destroy_gradient_buckets(GradientBuckets& buckets);
 
 // The executor's report: (chunk, layer) final on compute; queues the buckets it completes.
@@ -45,3 +50,8 @@ void queue_final_buckets(GradientBuckets& buckets, const CommGroups& groups, Ele
 template <typename Element>
 void finish_data_parallel_sum(GradientBuckets& buckets, const CommGroups& groups, Element* gradients,
                               cudaStream_t compute);
+// ZeRO-1, after the update (queued on compute): every bucket's parameters, then wte's, from their
+// owners to the other replicas. Nothing without shards.
+template <typename Element>
+void gather_updated_parameters(const GradientBuckets& buckets, const CommGroups& groups, Element* parameters,
+                               cudaStream_t compute);

@@ -12,6 +12,7 @@
 #include "kernels/adamw.cuh"
 #include "kernels/global_norm.cuh"
 #include "model/norm_slots.h"
+#include "model/optimizer_shards.h"
 #include "model/parameter_layout.h"
 #include "pipeline/execute.h"
 
@@ -103,9 +104,11 @@ StageMemoryPlan plan_stage(const MemoryPlanInput& in, int stage) {
     b.device("head's wte gradient", 1, uint64_t(config.padded_vocab_size) * config.channels * sizeof(Element));
   b.device("cuBLAS workspace", 1, in.cublas_workspace_bytes);
   plan_executor_memory<Element>(in, stage, chunks, b);
-  // The optimizer (create_optimizer): fp32 moments, master weights, the norm's and AdamW's tables.
-  b.device("AdamW moments", 2, multiply(n, sizeof(float)));
-  if (in.bf16 && in.master_weights) b.device("master weights", 1, multiply(n, sizeof(float)));
+  // The optimizer (create_optimizer): fp32 moments, master weights (of the shard with ZeRO-1), the
+  // norm's and AdamW's tables.
+  const uint64_t state = in.zero ? optimizer_shards(layout, in.dp).largest : n;
+  b.device("AdamW moments", 2, multiply(state, sizeof(float)));
+  if (in.bf16 && in.master_weights) b.device("master weights", 1, multiply(state, sizeof(float)));
   uint64_t norm_tensors = 0;
   for (const ParameterRegion& r : layout.regions) norm_tensors += r.tied_copy ? 0 : 1;
   b.device("norm workspace", 1, global_norm_workspace_size(int(layout.regions.size())) * sizeof(float));

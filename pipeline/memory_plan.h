@@ -55,6 +55,7 @@ struct MemoryPlanInput {
   bool master_weights;  // bf16 only: fp32 master weights
   uint64_t step_figures_bytes;  // the trainer's pinned record of a step's figures
   uint64_t cublas_workspace_bytes;  // the GEMMs' workspace (kernels/gemm.cuh): the device's
+  bool zero = false;  // ZeRO-1 over dp > 1: the optimizer state of the stage's largest shard (model/optimizer_shards.h)
 };
 
 // One plan per stage (index = stage); every replica of a stage holds the same. Throws

@@ -420,6 +420,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--virtual-stages N", "(default: 1)"},
       {"--microbatch-group N", "(default: 0)"},
       {"--recompute", "(default: off)"},
+      {"--zero N", "(default: 0)"},
       {"--layers-per-stage N,N,...", "(default: none)"},
       {"--pipeline-layout STRING", "(default: none)"},
       {"--print-schedule", "(default: off)"},

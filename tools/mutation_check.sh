@@ -182,7 +182,7 @@ fault warmup-one-step-ahead trainer/step/lr_schedule.cpp \
 # element's index in llm.c's layout (every layout must round alike), rounding to nearest instead,
 # and a resumed run that keeps the rounded parameters instead of its saved master weights.
 fault bf16-rounding-by-the-stage-offset trainer/step/optimizer.cpp \
-  's/table.push_back({r.offset, r.count, r.full_offset,/table.push_back({r.offset, r.count, r.offset,/' \
+  's/table.push_back({r.offset - first, r.count, r.full_offset,/table.push_back({r.offset - first, r.count, r.offset,/' \
   'mpi4 PipelineLayouts.Bf16GivesTheSingleStageBf16Run'
 fault bf16-rounding-to-nearest kernels/adamw.cu \
   's/return round_stochastically(p, rounding_bits(rounding.key, rounding.first_index + i));/return __float2bfloat16(p);/' \
@@ -453,7 +453,7 @@ fault plan-layouts-accepts-world-zero trainer/command_line/options.cpp \
 # with its own key (bf16 parameters one ulp apart, inside the loss tolerance), and the loss summed
 # in float (each association rounds differently, inside the loss tolerance).
 fault replicas-round-with-their-own-seed trainer/step/trainer.cpp \
-  's/master_weights, precision.rounding_seed);/master_weights, precision.rounding_seed + mesh.dp_rank);/' \
+  's/master_weights, precision.rounding_seed, shard);/master_weights, precision.rounding_seed + mesh.dp_rank, shard);/' \
   'mpi4 PipelineLayouts.Bf16GivesTheSingleStageBf16Run'
 fault loss-summed-in-float kernels/classifier.cu \
   's/if (threadIdx.x == 0) \*loss_sum += sum \/ double(BT);/if (threadIdx.x == 0) *loss_sum = float(*loss_sum + sum \/ double(BT));/' \
@@ -658,6 +658,39 @@ fault dualpipev-split-on-the-wrong-stages pipeline/dual_pipe_v.cpp \
 fault dualpipev-takes-fewer-microbatches pipeline/dual_pipe_v.cpp \
   's/  if (m < 2 \* p)/  if (m < p)/' \
   'unit DualPipeV.*'
+# h32a: issue 32 items 1-3, 5 (--zero 1, ZeRO-1 over the dp replicas): each guard of the
+# sharded step, the rank-order sums of the CPU NCCL, the plan of the shard, the option.
+# Item 1: each part of a bucket is reduced to its owner.
+fault zero-reduce-to-replica-0 comm/data_parallel_sum.cpp \
+  's/if (first < last) ranges.push_back({first, last - first, int(r)});/if (first < last) ranges.push_back({first, last - first, 0});/' \
+  'mpi4 ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoStages 120'
+# Item 1: the updated parameters are sent from their owners.
+fault zero-no-parameter-gather comm/data_parallel_sum.cpp \
+  's/if (buckets.shard_bounds.empty()) return;/return;/' \
+  'mpi4 ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoStages 120'
+# Item 1: AdamW updates the shard's own elements.
+fault zero-adamw-from-stage-start trainer/step/optimizer.cpp \
+  's/adamw_update_regions<Element>(parameters + first, optimizer.master, gradients + first,/adamw_update_regions<Element>(parameters, optimizer.master, gradients,/' \
+  'mpi4 ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoStages 120'
+# Item 2b: the norm's slots are summed over the replicas.
+fault zero-norm-of-own-shard-only trainer/step/optimizer.cpp \
+  's/if (optimizer.shard.of_replicas) sum_norm_partials_over_replicas/if (false) sum_norm_partials_over_replicas/' \
+  'mpi4 ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoStages 120'
+# Item 2a: ncclReduce adds in rank order as ncclAllReduce does (MPI's reduce does not, at 4 ranks).
+fault cpu-nccl-reduce-in-mpi-order cpu/nccl/nccl_operations.cpp \
+  's/if (op == ncclSum) {  \/\/ every rank.s buffer to the root/if (false) {  \/\/ to the root/' \
+  'mpi4 ZeroOne.BitwiseZeroZeroOnFourReplicas 120'
+# Item 3: the plan counts the largest shard's moments.
+fault zero-plan-of-whole-stage pipeline/memory_plan.cpp \
+  's/const uint64_t state = in.zero ? optimizer_shards(layout, in.dp).largest : n;/const uint64_t state = n;/' \
+  'mpi4 ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoStages 120'
+# Item 1: --zero takes 0 or 1 only; with replicas, no checkpoints yet.
+fault zero-any-value trainer/command_line/options.cpp \
+  's/int_option("zero", \&O::zero, kZeroOrOne,/int_option("zero", \&O::zero, kAtLeastZero,/' \
+  'unit ZeroOption.*'
+fault zero-saves-shards trainer/command_line/options.cpp \
+  's/if (options.zero == 1 \&\& options.dp > 1 \&\& (!options.save.empty() || !options.resume.empty()))/if (false)/' \
+  'unit ZeroOption.*'
 
 # ---- running ----
 

@@ -7,7 +7,7 @@
 // device and pinned ones of each step in turn (each synchronises the device on a GPU; the
 // trainer makes them all before step 1). The model and pipeline come from ./train's flags
 // (--layers, --heads, --dim, --seq-len, --vocab, --batch, --microbatches, --dp, --pp, --schedule,
-// --virtual-stages, --recompute, --layers-per-stage, --dtype); the tokens are random. It runs
+// --virtual-stages, --recompute, --layers-per-stage, --dtype, --zero); the tokens are random. It runs
 // --steps steps (default 2).
 // Usage: mpirun -np 4 build/cpu/tools/step_counts [flags] (make bench).
 #include <mpi.h>
@@ -36,8 +36,9 @@ namespace {
 template <typename Element>
 std::vector<double> count_last_step(const TrainOptions& options, const GPTConfig& config, const CommGroups& groups,
                                     int steps) {
-  const PipelineLayout layout{parse_schedule_kind(options.schedule), options.microbatches, options.virtual_stages,
-                              options.recompute, options.layers_per_stage};
+  PipelineLayout layout{parse_schedule_kind(options.schedule), options.microbatches, options.virtual_stages,
+                        options.recompute, options.layers_per_stage};
+  layout.zero = options.zero == 1;
   Trainer<Element> trainer = create_trainer<Element>(config, options.batch, options.seq_len, layout, groups, {});
   std::vector<float> parameters;
   init_gpt2_parameters(parameters, config, options.seed);

@@ -70,11 +70,16 @@ void wait_until_idle(ncclComm_t comm);
 // host threads may not: so MPI gets host buffers. in() copies a buffer MPI reads; out() gives
 // one MPI writes, copied back by finish() once the group completes (initial: copied in first,
 // for in-place forms). A buffer named twice gets one copy, so in-place calls stay in place.
+// scratch() is host memory of the group's alone, and then() work on the host copies once the
+// group completes, before finish() copies back (the sums in rank order, nccl_operations.cpp).
 class Staging {
  public:
   const void* in(const void* device, size_t bytes) { return copy(const_cast<void*>(device), bytes, true, false); }
   void* out(void* device, size_t bytes, bool initial = false) { return copy(device, bytes, initial, true); }
+  void* scratch(size_t bytes) { return scratch_.emplace_back(bytes).data(); }  // a moved vector keeps its data
+  void then(std::function<void()> work) { after_.push_back(std::move(work)); }
   void finish() {
+    for (const std::function<void()>& work : after_) work();
     for (Buffer& b : buffers_)
       if (b.written) std::memcpy(b.device, b.host.data(), b.host.size());
   }
@@ -96,6 +101,8 @@ class Staging {
     return b.host.data();
   }
   std::vector<Buffer> buffers_;
+  std::vector<std::vector<char>> scratch_;
+  std::vector<std::function<void()>> after_;
 };
 
 // A collected call: posts its nonblocking MPI call on the group's staging when the group runs

@@ -36,30 +36,52 @@ Element element(ncclDataType_t type, const char* function) {
                        .c_str());
 }
 
-// bf16 reductions work in fp32 and round each partial result to bf16, as NCCL does;
-// the order of the partial results is MPI's.
-void bf16_sum(void* in, void* inout, int* length, MPI_Datatype*) {
-  const __nv_bfloat16* a = static_cast<const __nv_bfloat16*>(in);
-  __nv_bfloat16* b = static_cast<__nv_bfloat16*>(inout);
-  for (int i = 0; i < *length; ++i) b[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
-}
+// bf16 maxima work in fp32 (sums: sum_in_rank_order).
 void bf16_max(void* in, void* inout, int* length, MPI_Datatype*) {
   const __nv_bfloat16* a = static_cast<const __nv_bfloat16*>(in);
   __nv_bfloat16* b = static_cast<__nv_bfloat16*>(inout);
   for (int i = 0; i < *length; ++i) b[i] = __float2bfloat16(std::max(__bfloat162float(a[i]), __bfloat162float(b[i])));
 }
 
-MPI_Op reduction(ncclRedOp_t op, ncclDataType_t type, const char* function) {
-  if (type == ncclBfloat16 && (op == ncclSum || op == ncclMax)) {
-    // Created on first use: MPI_Op_create needs MPI_Init, which the program calls.
-    static MPI_Op sum = MPI_OP_NULL, max = MPI_OP_NULL;
-    if (sum == MPI_OP_NULL) {
-      MPI_Op_create(bf16_sum, /*commute=*/1, &sum);
-      MPI_Op_create(bf16_max, /*commute=*/1, &max);
-    }
-    return op == ncclSum ? sum : max;
+// out (count) = the rows (size, count) added in rank order, ((row 0 + row 1) + row 2) + ..., each
+// partial sum of bf16 rounded to bf16 as NCCL's are. Every sum of this NCCL (all-reduce, reduce,
+// reduce-scatter) adds in this one order, whatever the count and whatever part of a buffer a call
+// covers: so a ZeRO-1 reduce of part of a bucket gives bitwise what the bucket's all-reduce gives
+// (docs/pipeline.md, "ZeRO-1"). MPI's own order depends on its algorithm, chosen by message size.
+template <typename T>
+void add_rows(T* out, const T* rows, size_t count, int size) {
+  for (size_t i = 0; i < count; ++i) {
+    T sum = rows[i];
+    for (int r = 1; r < size; ++r) sum = sum + rows[size_t(r) * count + i];
+    out[i] = sum;
   }
-  if (op == ncclSum) return MPI_SUM;
+}
+void add_rows(__nv_bfloat16* out, const __nv_bfloat16* rows, size_t count, int size) {
+  for (size_t i = 0; i < count; ++i) {
+    __nv_bfloat16 sum = rows[i];
+    for (int r = 1; r < size; ++r) sum = __float2bfloat16(__bfloat162float(sum) + __bfloat162float(rows[r * count + i]));
+    out[i] = sum;
+  }
+}
+void sum_in_rank_order(void* out, const void* rows, size_t count, int size, ncclDataType_t type) {
+  switch (type) {
+    case ncclFloat32: return add_rows(static_cast<float*>(out), static_cast<const float*>(rows), count, size);
+    case ncclFloat64: return add_rows(static_cast<double*>(out), static_cast<const double*>(rows), count, size);
+    case ncclBfloat16:
+      return add_rows(static_cast<__nv_bfloat16*>(out), static_cast<const __nv_bfloat16*>(rows), count, size);
+    case ncclInt32: return add_rows(static_cast<int32_t*>(out), static_cast<const int32_t*>(rows), count, size);
+    default: return add_rows(static_cast<uint8_t*>(out), static_cast<const uint8_t*>(rows), count, size);
+  }
+}
+
+MPI_Op reduction(ncclRedOp_t op, ncclDataType_t type, const char* function) {
+  if (op == ncclSum) return MPI_SUM;  // not given to MPI: sums add in rank order (sum_in_rank_order)
+  if (type == ncclBfloat16 && op == ncclMax) {
+    // Created on first use: MPI_Op_create needs MPI_Init, which the program calls.
+    static MPI_Op max = MPI_OP_NULL;
+    if (max == MPI_OP_NULL) MPI_Op_create(bf16_max, /*commute=*/1, &max);
+    return max;
+  }
   if (op == ncclMax) return MPI_MAX;
   cpu::unsupported((std::string(function) + " with op " + std::to_string(op) + " (supported: ncclSum, ncclMax)").c_str());
 }
@@ -113,8 +135,16 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::all_reduce, datatype, count, op);
   return submit(comm, stream, "ncclAllReduce", signature, [=](Staging& staging) {
     const size_t bytes = count * e.bytes;
-    const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, bytes);
     MPI_Request request;
+    if (op == ncclSum) {  // every rank's buffer to every rank, added in rank order (sum_in_rank_order)
+      const void* mine = staging.in(sendbuff, bytes);
+      void* out = staging.out(recvbuff, bytes, in_place);
+      void* rows = staging.scratch(comm_size(comm) * bytes);
+      MPI_Iallgather(mine, n, e.mpi, rows, n, e.mpi, comm->mpi, &request);
+      staging.then([=] { sum_in_rank_order(out, rows, count, comm_size(comm), datatype); });
+      return request;
+    }
+    const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, bytes);
     MPI_Iallreduce(in, staging.out(recvbuff, bytes, in_place), n, e.mpi, mpi_op, comm->mpi, &request);
     return request;
   });
@@ -138,6 +168,13 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::reduce_scatter, datatype, recvcount, op);
   return submit(comm, stream, "ncclReduceScatter", signature, [=](Staging& staging) {
     MPI_Request request;
+    if (op == ncclSum) {  // row r of every rank to rank r, added in rank order (sum_in_rank_order)
+      void* out = staging.out(recvbuff, recvcount * e.bytes);
+      void* rows = staging.scratch(send_bytes);
+      MPI_Ialltoall(staging.in(sendbuff, send_bytes), n, e.mpi, rows, n, e.mpi, comm->mpi, &request);
+      staging.then([=] { sum_in_rank_order(out, rows, recvcount, comm_size(comm), datatype); });
+      return request;
+    }
     MPI_Ireduce_scatter_block(staging.in(sendbuff, send_bytes), staging.out(recvbuff, recvcount * e.bytes), n, e.mpi,
                               mpi_op, comm->mpi, &request);
     return request;
@@ -210,9 +247,17 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::reduce, datatype, count, op, root);
   return submit(comm, stream, "ncclReduce", signature, [=](Staging& staging) {
     const size_t bytes = count * e.bytes;
+    MPI_Request request;
+    if (op == ncclSum) {  // every rank's buffer to the root, added in rank order (sum_in_rank_order)
+      const void* mine = staging.in(sendbuff, bytes);
+      void* out = is_root ? staging.out(recvbuff, bytes, in_place) : nullptr;
+      void* rows = is_root ? staging.scratch(comm_size(comm) * bytes) : nullptr;
+      MPI_Igather(mine, n, e.mpi, rows, n, e.mpi, root, comm->mpi, &request);
+      if (is_root) staging.then([=] { sum_in_rank_order(out, rows, count, comm_size(comm), datatype); });
+      return request;
+    }
     const void* in = in_place ? MPI_IN_PLACE : staging.in(sendbuff, bytes);
     void* out = is_root ? staging.out(recvbuff, bytes, in_place) : nullptr;  // only the root's is used
-    MPI_Request request;
     MPI_Ireduce(in, out, n, e.mpi, mpi_op, root, comm->mpi, &request);
     return request;
   });

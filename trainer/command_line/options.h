@@ -60,6 +60,7 @@ struct TrainOptions {
   int virtual_stages = 1;         // model chunks per rank (interleaved; zb-v runs 2)
   int microbatch_group = 0;       // interleaved: microbatches each chunk runs in a row (N); 0: pp
   bool recompute = false;
+  int zero = 0;  // 1: ZeRO-1, the optimizer state sharded over the dp replicas (docs/pipeline.md)
   std::vector<int> layers_per_stage;  // empty: an even split
   std::string pipeline_layout;        // "Et*3|t*3L" (pipeline/layout_string.h); empty: --layers-per-stage's split
   bool print_schedule = false;

@@ -36,7 +36,8 @@ std::string options_text(const PlannedRun& run) {
          " x pp=" + std::to_string(run.mesh.pp) + ", " +
          (o.schedule_file.empty() ? o.schedule : "--schedule-file " + o.schedule_file) +
          " v=" + std::to_string(placement.v) + (o.recompute ? ", recompute" : "") + ", " + o.dtype +
-         (is_bf16(o) && o.master_weights ? " with fp32 master weights" : "");
+         (is_bf16(o) && o.master_weights ? " with fp32 master weights" : "") +
+         (o.zero == 1 && run.mesh.dp > 1 ? ", zero 1" : "");
 }
 
 // A change to the run's options, named as the user would type it. Of the changes of one family

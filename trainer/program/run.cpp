@@ -418,6 +418,9 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandl
   const Placement placement = layout_schedule(setup.layout, mesh.pp).placement;
   say(out, "pipeline: dp=%d x pp=%d, %s, v=%d, recompute %s\n", mesh.dp, mesh.pp, schedule_title(setup).c_str(),
       placement.v, options.recompute ? "on" : "off");
+  if (options.zero == 1)
+    say(out, mesh.dp > 1 ? "zero 1: each of the %d replicas keeps its shard of the optimizer state\n"
+                         : "note: --zero 1 with dp=%d has nothing to shard: runs as --zero 0\n", mesh.dp);
   for (int vs = 0; vs < placement.virtual_stages(); ++vs)
     say(out, "  stage %d chunk %d: %s\n", placement.stage_of(vs), placement.chunk_of(vs),
         layers_text(setup.virtual_stages[vs]).c_str());

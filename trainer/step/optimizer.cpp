@@ -20,31 +20,38 @@ size_t slot_of(const ParameterRegion& r, int num_layers) { return norm_slot(r.te
 
 // The regions as AdamW's one launch reads them: sorted by offset, each with its decay (GPT-2's:
 // the matrices and embeddings). The tied copy of wte on the last stage has wte's full_offset:
-// both copies round alike and stay equal.
-std::vector<AdamWRegion> adamw_region_table(const std::vector<ParameterRegion>& regions) {
+// both copies round alike and stay equal. Offsets count from first, the shard's first element.
+std::vector<AdamWRegion> adamw_region_table(const std::vector<ParameterRegion>& regions, size_t first) {
   std::vector<AdamWRegion> table;
   for (const ParameterRegion& r : regions)
-    table.push_back({r.offset, r.count, r.full_offset, parameter_tensor_has_weight_decay(r.tensor) ? 1 : 0});
+    table.push_back({r.offset - first, r.count, r.full_offset, parameter_tensor_has_weight_decay(r.tensor) ? 1 : 0});
   std::sort(table.begin(), table.end(), [](const AdamWRegion& a, const AdamWRegion& b) { return a.offset < b.offset; });
   return table;
 }
 
 }  // namespace
 
+OptimizerShard whole_stage(const ParameterLayout& layout) { return {0, layout.size, layout.size, false}; }
+
 Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layout, bool with_master_weights,
-                           uint64_t rounding_seed) {
-  const size_t n = layout.size;
+                           uint64_t rounding_seed, const OptimizerShard& shard) {
+  const size_t n = shard.capacity;
   Optimizer optimizer{};
   optimizer.config = config;
-  optimizer.regions = layout.regions;
+  optimizer.shard = shard;
+  for (const ParameterRegion& r : layout.regions)
+    if (r.offset >= shard.begin && r.offset + r.count <= shard.end) optimizer.regions.push_back(r);
   optimizer.rounding_seed = rounding_seed;
   optimizer.m = device_alloc<float>(n);
   optimizer.v = device_alloc<float>(n);
   if (with_master_weights) optimizer.master = device_alloc<float>(n);
-  optimizer.norm_workspace = device_alloc<float>(global_norm_workspace_size(int(optimizer.regions.size())));
+  // The tables are allocated for the whole stage's regions, alike on every replica (the memory plan's).
+  optimizer.norm_workspace = device_alloc<float>(global_norm_workspace_size(int(layout.regions.size())));
   optimizer.norm_partials = device_alloc<float>(norm_slot_count(config.num_layers));
   optimizer.squared_norm = device_alloc<float>(1);
   // The tied copy of wte has no slot: the first stage's counts it.
+  size_t stage_norm_tensors = 0;
+  for (const ParameterRegion& r : layout.regions) stage_norm_tensors += r.tied_copy ? 0 : 1;
   std::vector<size_t> offsets, counts, slots;
   for (const ParameterRegion& r : optimizer.regions) {
     if (r.tied_copy) continue;
@@ -54,14 +61,14 @@ Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layou
   }
   const std::vector<NormTensor> norm_table = norm_tensor_table(offsets, counts, slots, optimizer.norm_blocks);
   optimizer.norm_tensors = int(norm_table.size());
-  optimizer.norm_table = device_alloc<NormTensor>(norm_table.size());
+  optimizer.norm_table = device_alloc<NormTensor>(stage_norm_tensors);
   CUDA_CHECK(cudaMemcpy(optimizer.norm_table, norm_table.data(), norm_table.size() * sizeof(NormTensor),
                         cudaMemcpyHostToDevice));
   optimizer.nonfinite_ranks = device_alloc<double>(1);
   optimizer.norm = device_alloc<double>(1);
   optimizer.gate = device_alloc<AdamWGate>(1);
-  const std::vector<AdamWRegion> table = adamw_region_table(optimizer.regions);
-  optimizer.adamw_regions = device_alloc<AdamWRegion>(table.size());
+  const std::vector<AdamWRegion> table = adamw_region_table(optimizer.regions, shard.begin);
+  optimizer.adamw_regions = device_alloc<AdamWRegion>(layout.regions.size());
   CUDA_CHECK(cudaMemcpy(optimizer.adamw_regions, table.data(), table.size() * sizeof(AdamWRegion),
                         cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemset(optimizer.m, 0, n * sizeof(float)));
@@ -92,6 +99,7 @@ void queue_gradient_norm(Optimizer& optimizer, const CommGroups& groups, const E
   // Every region's squared sum straight into its slot, in two launches.
   global_norm_squared_of_table<Element>(optimizer.norm_partials, optimizer.norm_workspace, gradients,
                                         optimizer.norm_table, optimizer.norm_tensors, optimizer.norm_blocks, stream);
+  if (optimizer.shard.of_replicas) sum_norm_partials_over_replicas(groups, optimizer.norm_partials, num_slots, stream);
   gather_layer_norm_partials<float>(groups, optimizer.norm_partials, num_slots, {0, num_slots},
                                     optimizer.squared_norm, stream);
 }
@@ -116,7 +124,8 @@ void queue_adamw_update(Optimizer& optimizer, Element* parameters, const Element
                         const AdamWSettings& settings, double learning_rate, int t, cudaStream_t stream) {
   size_t n = 0;
   for (const ParameterRegion& r : optimizer.regions) n += r.count;
-  adamw_update_regions<Element>(parameters, optimizer.master, gradients, optimizer.m, optimizer.v, n,
+  const size_t first = optimizer.shard.begin;
+  adamw_update_regions<Element>(parameters + first, optimizer.master, gradients + first, optimizer.m, optimizer.v, n,
                                 optimizer.adamw_regions, int(optimizer.regions.size()), learning_rate, settings.beta1,
                                 settings.beta2, settings.eps, settings.weight_decay, optimizer.gate, t,
                                 rounding_key(optimizer.rounding_seed, uint64_t(t)), stream);

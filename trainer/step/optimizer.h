@@ -34,16 +34,25 @@ struct MixedPrecision {
   uint64_t rounding_seed = 0;  // stochastic rounding's bits are a hash of (this, t, element index)
 };
 
+// The elements of the stage whose optimizer state this rank keeps: all of them, or with ZeRO-1
+// its shard (model/optimizer_shards.h), [begin, end) of the stage's allocation, in buffers of
+// capacity elements (the stage's largest shard, so that every replica allocates alike).
+struct OptimizerShard {
+  size_t begin, end, capacity;
+  bool of_replicas;  // ZeRO-1: the other replicas own the rest, and the norm's slots are summed over them
+};
+
 // The optimizer's device state, allocated once. The moments and the master weights have the
-// layout of the stage's parameters (model/parameter_layout.h).
+// layout of the shard of the stage's parameters (model/parameter_layout.h), from shard.begin.
 struct Optimizer {
   GPTConfig config;
-  std::vector<ParameterRegion> regions;  // the stage's
-  float* m;               // (stage size) first moments
-  float* v;               // (stage size) second moments
-  float* master;          // (stage size) fp32 master weights of bf16 parameters; nullptr: none
+  std::vector<ParameterRegion> regions;  // the stage's within the shard
+  OptimizerShard shard;
+  float* m;               // (shard.capacity) first moments
+  float* v;               // (shard.capacity) second moments
+  float* master;          // (shard.capacity) fp32 master weights of bf16 parameters; nullptr: none
   uint64_t rounding_seed;  // MixedPrecision's
-  float* norm_workspace;  // (global_norm_workspace_size(regions))
+  float* norm_workspace;  // (global_norm_workspace_size(the stage's regions))
   float* norm_partials;   // (norm_slot_count(L)) the squared sum of each slot
   float* squared_norm;    // (1)
   NormTensor* norm_table;  // (norm_tensors) the regions with a slot (not the tied copy) and their slots
@@ -60,12 +69,14 @@ struct Optimizer {
 // Moments start at zero; the master weights (with_master_weights) are allocated, uninitialised:
 // the caller writes them with the parameters.
 Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layout, bool with_master_weights,
-                           uint64_t rounding_seed);
+                           uint64_t rounding_seed, const OptimizerShard& shard);
+// The whole stage: no shards.
+OptimizerShard whole_stage(const ParameterLayout& layout);
 void destroy_optimizer(Optimizer& optimizer);
 
 // Queues the global gradient norm's square: this stage's slots (fp32 sums of squares, two
-// launches), gathered over the pipeline and summed in slot order into optimizer.squared_norm
-// (queue_step_gate takes its root). Every stage of every replica gets the same value. Does not wait.
+// launches; with ZeRO-1 each replica its shard's, then summed over the replicas), gathered over
+// the pipeline and summed in slot order into optimizer.squared_norm (queue_step_gate takes its root). Every stage of every replica gets the same value. Does not wait.
 template <typename Element>
 void queue_gradient_norm(Optimizer& optimizer, const CommGroups& groups, const Element* gradients,
                          cudaStream_t stream);
@@ -81,7 +92,7 @@ void queue_step_gate(Optimizer& optimizer, const CommGroups& groups, const doubl
 // host. Waits for stream.
 std::vector<float> download_norm_partials(const Optimizer& optimizer, cudaStream_t stream);
 
-// Queues AdamW step t (1, 2, ...) of the stage's regions, in one launch, with the given learning
+// Queues AdamW step t (1, 2, ...) of the shard's regions, in one launch, with the given learning
 // rate, gated by optimizer.gate (the clipping factor, and nothing at all on a skipped step).
 // parameters and gradients are the stage's allocations. bf16 parameters: the update reads and
 // writes the master weights when there are any, else reads the parameters, and writes the

@@ -19,6 +19,7 @@
 #include "kernels/device_memory.cuh"
 #include "kernels/gemm.cuh"
 #include "model/gradient_buckets.h"
+#include "model/optimizer_shards.h"
 #include "pipeline/layer_split.h"
 #include "pipeline/layout_string.h"
 #include "pipeline/pytorch_csv.h"
@@ -56,21 +57,27 @@ Element* wte_of(const Trainer<Element>& trainer, Element* memory) {
 }
 
 // A stage allocation of T (float or bf16, device) in llm.c's layout on the host, widened to
-// float (exact), zeros outside the stage's regions.
+// float (exact), zeros outside the stage's regions. With `shard` (the optimizer's state), memory
+// holds only the stage's elements [shard.begin, shard.end), and the rest is zeros too.
 template <typename Element, typename T>
-std::vector<float> download_full_layout(const Trainer<Element>& trainer, const T* memory) {
-  std::vector<T> stage(trainer.parameter_layout.size);
-  CUDA_CHECK(cudaMemcpy(stage.data(), memory, stage.size() * sizeof(T), cudaMemcpyDeviceToHost));
+std::vector<float> download_full_layout(const Trainer<Element>& trainer, const T* memory,
+                                        const OptimizerShard* shard = nullptr) {
+  std::vector<T> stage(trainer.parameter_layout.size, from_compute<T>(0.0f));
+  const size_t first = shard ? shard->begin : 0, end = shard ? shard->end : stage.size();
+  CUDA_CHECK(cudaMemcpy(stage.data() + first, memory, (end - first) * sizeof(T), cudaMemcpyDeviceToHost));
   return to_full_layout(trainer.parameter_layout, std::vector<float>(stage.begin(), stage.end()));
 }
 
 // The stage's regions of a whole model (llm.c's layout, host) into a stage allocation of T
-// (device), rounded to nearest for bf16.
+// (device), rounded to nearest for bf16; with `shard`, only its elements, from memory's start.
 template <typename Element, typename T>
-void upload_full_layout(const Trainer<Element>& trainer, T* memory, const std::vector<float>& full) {
+void upload_full_layout(const Trainer<Element>& trainer, T* memory, const std::vector<float>& full,
+                        const OptimizerShard* shard = nullptr) {
   const std::vector<float> values = to_stage_layout(trainer.parameter_layout, full);
-  std::vector<T> stage(values.size());
-  std::transform(values.begin(), values.end(), stage.begin(), [](float x) { return from_compute<T>(x); });
+  const size_t first = shard ? shard->begin : 0, end = shard ? shard->end : values.size();
+  std::vector<T> stage(end - first);
+  std::transform(values.begin() + first, values.begin() + end, stage.begin(),
+                 [](float x) { return from_compute<T>(x); });
   CUDA_CHECK(cudaMemcpy(memory, stage.data(), stage.size() * sizeof(T), cudaMemcpyHostToDevice));
 }
 
@@ -120,6 +127,7 @@ PipelineLayout layout_from_options(const TrainOptions& options) {
   if (!options.schedule_file.empty()) layout.schedule_file = read_schedule_file(options.schedule_file);
   layout.microbatch_group = options.microbatch_group;
   layout.pipeline_layout = options.pipeline_layout;
+  layout.zero = options.zero == 1;
   return layout;
 }
 
@@ -142,7 +150,8 @@ MemoryPlanInput memory_plan_input(const GPTConfig& config, int B, int T, const P
                          bf16,
                          bf16 && precision.master_weights,
                          sizeof(StepFigures),
-                         cublas_workspace_bytes()};
+                         cublas_workspace_bytes(),
+                         layout.zero && mesh.dp > 1};
 }
 
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout) {
@@ -195,10 +204,14 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   trainer.executor =
       create_executor<Element>(config, B, T, schedule.stages[mesh.pp_rank], trainer.chunks, trainer.placement,
                                mesh.pp_rank, layout.recompute, trainer.groups, trainer.cublas, trainer.stream);
+  const OptimizerShards shards = optimizer_shards(trainer.parameter_layout, planned.zero ? mesh.dp : 1);
   trainer.buckets = create_gradient_buckets(gradient_buckets(trainer.parameter_layout), wte_bucket(trainer.parameter_layout),
-                                            trainer.groups);
+                                            trainer.groups, planned.zero ? shards.bounds : std::vector<size_t>{});
   const bool master_weights = bf16 && precision.master_weights;
-  trainer.optimizer = create_optimizer(config, trainer.parameter_layout, master_weights, precision.rounding_seed);
+  const OptimizerShard shard = planned.zero ? OptimizerShard{shards.bounds[mesh.dp_rank],
+                                                             shards.bounds[mesh.dp_rank + 1], shards.largest, true}
+                                            : whole_stage(trainer.parameter_layout);
+  trainer.optimizer = create_optimizer(config, trainer.parameter_layout, master_weights, precision.rounding_seed, shard);
   CUDA_CHECK(cudaMallocHost(&trainer.figures, sizeof(StepFigures)));
   const size_t microbatch_bytes = size_t(B) * T * sizeof(int);
   CUDA_CHECK(cudaMallocHost(&trainer.host_tokens, layout.microbatches * microbatch_bytes));
@@ -244,19 +257,20 @@ template <typename Element>
 void upload_parameters(Trainer<Element>& trainer, const std::vector<float>& parameters) {
   upload_full_layout(trainer, trainer.parameter_memory, parameters);
   if (trainer.optimizer.master != nullptr)
-    upload_full_layout(trainer, trainer.optimizer.master, download_full_layout(trainer, trainer.parameter_memory));
+    upload_full_layout(trainer, trainer.optimizer.master, download_full_layout(trainer, trainer.parameter_memory),
+                       &trainer.optimizer.shard);
 }
 
 template <typename Element>
 void upload_moments(Trainer<Element>& trainer, const std::vector<float>& m, const std::vector<float>& v) {
-  upload_full_layout(trainer, trainer.optimizer.m, m);
-  upload_full_layout(trainer, trainer.optimizer.v, v);
+  upload_full_layout(trainer, trainer.optimizer.m, m, &trainer.optimizer.shard);
+  upload_full_layout(trainer, trainer.optimizer.v, v, &trainer.optimizer.shard);
 }
 
 template <typename Element>
 void upload_master_weights(Trainer<Element>& trainer, const std::vector<float>& master) {
   if (trainer.optimizer.master == nullptr) throw std::runtime_error("upload_master_weights: the trainer has none");
-  upload_full_layout(trainer, trainer.optimizer.master, master);
+  upload_full_layout(trainer, trainer.optimizer.master, master, &trainer.optimizer.shard);
 }
 
 template <typename Element>
@@ -266,14 +280,14 @@ std::vector<float> download_parameters(const Trainer<Element>& trainer) {
 
 template <typename Element>
 void download_moments(const Trainer<Element>& trainer, std::vector<float>& m, std::vector<float>& v) {
-  m = download_full_layout(trainer, trainer.optimizer.m);
-  v = download_full_layout(trainer, trainer.optimizer.v);
+  m = download_full_layout(trainer, trainer.optimizer.m, &trainer.optimizer.shard);
+  v = download_full_layout(trainer, trainer.optimizer.v, &trainer.optimizer.shard);
 }
 
 template <typename Element>
 std::vector<float> download_master_weights(const Trainer<Element>& trainer) {
   if (trainer.optimizer.master == nullptr) return {};
-  return download_full_layout(trainer, trainer.optimizer.master);
+  return download_full_layout(trainer, trainer.optimizer.master, &trainer.optimizer.shard);
 }
 
 template <typename Element>
@@ -337,6 +351,7 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
   queue_step_gate(trainer.optimizer, trainer.groups, trainer.executor.loss_sum, settings.grad_clip, trainer.stream);
   queue_adamw_update(trainer.optimizer, trainer.parameter_memory, trainer.gradient_memory, settings, learning_rate, t,
                      trainer.stream);
+  gather_updated_parameters(buckets, trainer.groups, trainer.parameter_memory, trainer.stream);
   StepFigures& figures = *trainer.figures;
   CUDA_CHECK(cudaMemcpyAsync(&figures.loss_sum, trainer.executor.loss_sum, sizeof(double), cudaMemcpyDeviceToHost,
                              trainer.stream));

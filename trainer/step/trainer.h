@@ -41,10 +41,11 @@ struct PipelineLayout {
   std::optional<ScheduleGrid> schedule_file = {};  // --schedule-file's grid, run instead of `schedule`
   int microbatch_group = 0;  // interleaved's N, microbatches each chunk runs in a row (pipeline/interleaved.h); 0: pp
   std::string pipeline_layout = {};  // --pipeline-layout (pipeline/layout_string.h); empty: layers_per_stage
+  bool zero = false;  // --zero 1: with dp > 1, ZeRO-1's optimizer-state shards (model/optimizer_shards.h)
 };
 
 // The layout the options ask for (--schedule, --microbatches, --virtual-stages, --recompute,
-// --layers-per-stage, --schedule-file's grid, read and checked, --microbatch-group, --pipeline-layout).
+// --layers-per-stage, --schedule-file's grid, read and checked, --microbatch-group, --pipeline-layout, --zero).
 PipelineLayout layout_from_options(const TrainOptions& options);
 
 // The layout's schedule on pp stages: the built-in one, or the file's grid checked and lowered
@@ -121,7 +122,7 @@ void destroy_trainer(Trainer<Element>& trainer);
 // the rounded values, widened.
 template <typename Element>
 void upload_parameters(Trainer<Element>& trainer, const std::vector<float>& parameters);
-// The same for the AdamW moments (a resumed run's).
+// The same for the AdamW moments (a resumed run's); with ZeRO-1 each replica keeps its shard's.
 template <typename Element>
 void upload_moments(Trainer<Element>& trainer, const std::vector<float>& m, const std::vector<float>& v);
 // The same for the master weights (a resumed bf16 run's), after upload_parameters.
@@ -131,7 +132,7 @@ void upload_master_weights(Trainer<Element>& trainer, const std::vector<float>& 
 // outside the stage's regions (trainer/checkpoints/gather_model.h brings the stages together).
 template <typename Element>
 std::vector<float> download_parameters(const Trainer<Element>& trainer);
-// The same for the AdamW moments.
+// The same for the AdamW moments (with ZeRO-1 the replica's shard's, zeros elsewhere).
 template <typename Element>
 void download_moments(const Trainer<Element>& trainer, std::vector<float>& m, std::vector<float>& v);
 // The same for the master weights; empty when the trainer has none.
