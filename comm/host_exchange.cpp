@@ -95,25 +95,45 @@ void wait_for_world(const World& world) {
   if (world.size > 1) MPI_Barrier(MPI_COMM_WORLD);
 }
 
-void gather_spans_to_first_stage(const Mesh& mesh, std::vector<float>& values,
-                                 const std::vector<std::vector<HostSpan>>& spans_of_stage) {
-  if (mesh.pp == 1 || mesh.dp_rank != 0) return;
-  if (mesh.pp_rank > 0) {
+namespace {
+
+// Member `self` of a group of `members` ranks (world rank rank_of(i) for member i): members
+// i > 0 send their values at spans[i], which member 0 writes into its own values at the same places.
+template <typename RankOf>
+void gather_spans_to_member_0(int self, int members, RankOf rank_of, std::vector<float>& values,
+                              const std::vector<std::vector<HostSpan>>& spans) {
+  if (self > 0) {
     std::vector<float> packed;
-    for (const HostSpan& s : spans_of_stage[mesh.pp_rank])
+    for (const HostSpan& s : spans[self])
       packed.insert(packed.end(), values.begin() + s.offset, values.begin() + s.offset + s.count);
-    send_floats(packed.data(), packed.size(), world_rank_of(mesh, 0, 0));
+    send_floats(packed.data(), packed.size(), rank_of(0));
     return;
   }
-  for (int stage = 1; stage < mesh.pp; ++stage) {
+  for (int member = 1; member < members; ++member) {
     size_t total = 0;
-    for (const HostSpan& s : spans_of_stage[stage]) total += s.count;
+    for (const HostSpan& s : spans[member]) total += s.count;
     std::vector<float> packed(total);
-    receive_floats(packed.data(), total, world_rank_of(mesh, 0, stage));
+    receive_floats(packed.data(), total, rank_of(member));
     size_t at = 0;
-    for (const HostSpan& s : spans_of_stage[stage]) {
+    for (const HostSpan& s : spans[member]) {
       std::copy(packed.begin() + at, packed.begin() + at + s.count, values.begin() + s.offset);
       at += s.count;
     }
   }
+}
+
+}  // namespace
+
+void gather_spans_to_first_stage(const Mesh& mesh, std::vector<float>& values,
+                                 const std::vector<std::vector<HostSpan>>& spans_of_stage) {
+  if (mesh.pp == 1 || mesh.dp_rank != 0) return;
+  gather_spans_to_member_0(mesh.pp_rank, mesh.pp, [&](int stage) { return world_rank_of(mesh, 0, stage); }, values,
+                           spans_of_stage);
+}
+
+void gather_spans_to_first_replica(const Mesh& mesh, std::vector<float>& values,
+                                   const std::vector<std::vector<HostSpan>>& spans_of_replica) {
+  if (mesh.dp == 1) return;
+  gather_spans_to_member_0(mesh.dp_rank, mesh.dp, [&](int replica) { return world_rank_of(mesh, replica, mesh.pp_rank); },
+                           values, spans_of_replica);
 }

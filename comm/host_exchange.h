@@ -48,3 +48,10 @@ struct HostSpan {
 // with its own spans filled.
 void gather_spans_to_first_stage(const Mesh& mesh, std::vector<float>& values,
                                  const std::vector<std::vector<HostSpan>>& spans_of_stage);
+
+// Brings a stage's replicas together on its replica 0: each replica r > 0 sends its values at
+// spans_of_replica[r], which the stage's replica 0 writes into its own values at the same places.
+// Collective over the stage's replicas (blocking); a mesh of one replica returns at once. Used
+// for checkpoints under ZeRO-1, where each replica holds its shard of the optimizer state.
+void gather_spans_to_first_replica(const Mesh& mesh, std::vector<float>& values,
+                                   const std::vector<std::vector<HostSpan>>& spans_of_replica);

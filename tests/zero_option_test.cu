@@ -1,5 +1,4 @@
-// --zero (trainer/command_line/options.h): 0 or 1, and with replicas not yet with checkpoints
-// (issue 32 item 4: the state file would hold one replica's shard only).
+// --zero (trainer/command_line/options.h): 0 or 1; with one replica it runs as 0, and saves.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -26,14 +25,7 @@ TEST(ZeroOption, IsZeroOrOne) {
   EXPECT_EQ(error_of({"--zero", "1", "--dp", "2"}), "(no error)");
   EXPECT_EQ(error_of({"--zero", "2"}), "--zero 2 is out of range (must be 0 or 1)");
   EXPECT_EQ(error_of({"--zero", "-1"}), "--zero -1 is out of range (must be 0 or 1)");
-}
-
-TEST(ZeroOption, WithReplicasRefusesCheckpoints) {
-  const std::string refusal = "--zero 1 does not save or resume checkpoints yet (issue 32 item 4): use --zero 0";
-  EXPECT_EQ(error_of({"--zero", "1", "--dp", "2", "--save", "model.bin"}), refusal);
-  EXPECT_EQ(error_of({"--zero", "1", "--dp", "4", "--resume", "model.bin"}), refusal);
-  // One replica has nothing to shard: it runs as --zero 0 and may save.
-  EXPECT_EQ(error_of({"--zero", "1", "--save", "model.bin"}), "(no error)");
+  EXPECT_EQ(error_of({"--zero", "1", "--dp", "2", "--save", "model.bin"}), "(no error)");
 }
 
 }  // namespace

@@ -684,13 +684,16 @@ fault cpu-nccl-reduce-in-mpi-order cpu/nccl/nccl_operations.cpp \
 fault zero-plan-of-whole-stage pipeline/memory_plan.cpp \
   's/const uint64_t state = in.zero ? optimizer_shards(layout, in.dp).largest : n;/const uint64_t state = n;/' \
   'mpi4 ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoStages 120'
-# Item 1: --zero takes 0 or 1 only; with replicas, no checkpoints yet.
+# Item 1: --zero takes 0 or 1 only.
 fault zero-any-value trainer/command_line/options.cpp \
   's/int_option("zero", \&O::zero, kZeroOrOne,/int_option("zero", \&O::zero, kAtLeastZero,/' \
   'unit ZeroOption.*'
-fault zero-saves-shards trainer/command_line/options.cpp \
-  's/if (options.zero == 1 \&\& options.dp > 1 \&\& (!options.save.empty() || !options.resume.empty()))/if (false)/' \
-  'unit ZeroOption.*'
+
+# Issue 32 item 4: checkpoints under ZeRO-1 gather the replicas' shards first; without that the
+# state file holds replica 0's shard and zeros.
+fault zero-checkpoint-without-the-replicas-shards trainer/checkpoints/gather_model.cpp \
+  's/^  gather_spans_to_first_replica(mesh, values, spans_of_replica);/  (void)spans_of_replica;/' \
+  'mpi4 ResumeLayouts.ZeroOne*'
 
 # ---- running ----
 

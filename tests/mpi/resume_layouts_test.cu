@@ -48,6 +48,7 @@ struct Layout {
   int dp, pp;
   const char* schedule;
   int virtual_stages;
+  int zero = 0;  // --zero 1: the optimizer state in shards over the replicas
 };
 
 // 4 layers, so that every layout below has a whole number of layers per chunk. The global batch
@@ -65,6 +66,7 @@ TrainOptions options_at(const std::string& dir, const Layout& layout, const std:
   options.pp = layout.pp;
   options.schedule = layout.schedule;
   options.virtual_stages = layout.virtual_stages;
+  options.zero = layout.zero;
   options.microbatches = 4 / layout.dp;
   options.dtype = dtype;
   options.warmup = 1;
@@ -90,24 +92,27 @@ void load_and_save(const TrainOptions& options, const std::string& path) {
   destroy_comm_groups(groups);
 }
 
-// A state saved at dp 2 x pp 2 after 2 steps, loaded at each other layout of 4 ranks and saved
-// back: the model file and the state file are the source's, byte for byte.
-void expect_every_layout_saves_the_state_back(const std::string& dtype) {
-  ASSERT_EQ(size_of_world(), 4) << "the resume matrix is for mpirun -np 4";
-  SharedDirectory dir;
-  TrainOptions source = options_at(dir.path, {2, 2, "1f1b", 1}, dtype);
-  source.steps = 2;
-  source.save = dir.path + "source.bin";
-  run_training(source, nullptr);
-  const std::vector<char> model = read_bytes(source.save), state = read_bytes(training_state_path(source.save));
-  for (const Layout& layout : {Layout{1, 4, "1f1b", 1}, Layout{4, 1, "1f1b", 1}, Layout{2, 2, "interleaved", 2},
-                               Layout{2, 2, "zb-v", 2}}) {
-    SCOPED_TRACE("dp " + std::to_string(layout.dp) + " pp " + std::to_string(layout.pp) + " " + layout.schedule);
-    TrainOptions options = options_at(dir.path, layout, dtype);
+// 2 steps at `layout`, saved to path.
+void train_and_save(const std::string& dir, const Layout& layout, const std::string& dtype, const std::string& path) {
+  TrainOptions options = options_at(dir, layout, dtype);
+  options.steps = 2;
+  options.save = path;
+  run_training(options, nullptr);
+}
+
+// The checkpoint at source loaded at each of the layouts and saved back: the model file and the
+// state file are the source's, byte for byte.
+void expect_saved_back_alike(const std::string& dir, const std::string& source, const std::vector<Layout>& layouts,
+                             const std::string& dtype) {
+  const std::vector<char> model = read_bytes(source), state = read_bytes(training_state_path(source));
+  for (const Layout& layout : layouts) {
+    SCOPED_TRACE("dp " + std::to_string(layout.dp) + " pp " + std::to_string(layout.pp) + " " + layout.schedule +
+                 " zero " + std::to_string(layout.zero));
+    TrainOptions options = options_at(dir, layout, dtype);
     options.steps = 4;
-    options.resume = source.save;
+    options.resume = source;
     options.seed = 4242;  // the state's rounding seed and sampler state must win over the flag's
-    const std::string again = dir.path + "again.bin";
+    const std::string again = dir + "again.bin";
     if (dtype == "bf16")
       load_and_save<__nv_bfloat16>(options, again);
     else
@@ -115,6 +120,16 @@ void expect_every_layout_saves_the_state_back(const std::string& dtype) {
     EXPECT_TRUE(read_bytes(again) == model) << "the model file saved back differs from the one loaded";
     EXPECT_TRUE(read_bytes(training_state_path(again)) == state) << "the state file saved back differs";
   }
+}
+
+// A state saved at dp 2 x pp 2 after 2 steps, loaded at each other layout of 4 ranks and saved back.
+void expect_every_layout_saves_the_state_back(const std::string& dtype) {
+  ASSERT_EQ(size_of_world(), 4) << "the resume matrix is for mpirun -np 4";
+  SharedDirectory dir;
+  const std::string source = dir.path + "source.bin";
+  train_and_save(dir.path, {2, 2, "1f1b", 1}, dtype, source);
+  expect_saved_back_alike(dir.path, source,
+                          {{1, 4, "1f1b", 1}, {4, 1, "1f1b", 1}, {2, 2, "interleaved", 2}, {2, 2, "zb-v", 2}}, dtype);
 }
 
 }  // namespace
@@ -126,6 +141,26 @@ TEST(ResumeLayouts, Fp32StateSavedAtOneLayoutSavesBackBitwiseFromEveryOther) {
 // bf16 parameters with fp32 master weights, and the rounding seed, which the state carries.
 TEST(ResumeLayouts, Bf16StateSavedAtOneLayoutSavesBackBitwiseFromEveryOther) {
   expect_every_layout_saves_the_state_back("bf16");
+}
+
+// ZeRO-1 (--zero 1): at 2 replicas of 2 stages, 2 steps save the files of --zero 0, byte for byte
+// (the two runs are bitwise alike, docs/pipeline.md "ZeRO-1", and the replicas' shards are
+// gathered before the save); loaded at --zero 1 on 4 replicas and on 2 replicas of 2 stages with
+// ZB-V, each replica taking its shard, they save back unchanged. In fp32, and in bf16 with master
+// weights (sharded too).
+TEST(ResumeLayouts, ZeroOneSavesTheFilesOfZeroZero) {
+  ASSERT_EQ(size_of_world(), 4) << "the resume matrix is for mpirun -np 4";
+  SharedDirectory dir;
+  for (const std::string dtype : {"fp32", "bf16"}) {
+    SCOPED_TRACE(dtype);
+    const std::string unsharded = dir.path + "zero0.bin", sharded = dir.path + "zero1.bin";
+    train_and_save(dir.path, {2, 2, "1f1b", 1, 0}, dtype, unsharded);
+    train_and_save(dir.path, {2, 2, "1f1b", 1, 1}, dtype, sharded);
+    EXPECT_TRUE(read_bytes(sharded) == read_bytes(unsharded)) << "the model files of --zero 1 and --zero 0 differ";
+    EXPECT_TRUE(read_bytes(training_state_path(sharded)) == read_bytes(training_state_path(unsharded)))
+        << "the state files of --zero 1 and --zero 0 differ";
+    expect_saved_back_alike(dir.path, sharded, {{4, 1, "1f1b", 1, 1}, {2, 2, "zb-v", 2, 1}}, dtype);
+  }
 }
 
 // Saved at dp 2 x pp 2 with 1F1B after 2 steps, resumed with the interleaved schedule on the same

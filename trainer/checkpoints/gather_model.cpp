@@ -3,7 +3,10 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 #include "comm/host_exchange.h"
+#include "model/optimizer_shards.h"
 
 namespace {
 
@@ -20,6 +23,23 @@ std::vector<float> gather_stages(const Trainer<Element>& trainer, std::vector<fl
   return values;
 }
 
+// values: this rank's download of its optimizer state in llm.c's layout; with ZeRO-1 (each
+// replica its shard's regions, zeros elsewhere) the stage's replica 0 gets the other replicas'
+// shards filled in, region by region, so that the state is the stage's whole again.
+template <typename Element>
+std::vector<float> gather_replicas(const Trainer<Element>& trainer, std::vector<float> values) {
+  if (!trainer.optimizer.shard.of_replicas) return values;
+  const Mesh& mesh = trainer.groups.mesh;
+  const std::vector<size_t> bounds = optimizer_shards(trainer.parameter_layout, mesh.dp).bounds;
+  std::vector<std::vector<HostSpan>> spans_of_replica(mesh.dp);
+  for (const ParameterRegion& r : trainer.parameter_layout.regions) {
+    const int owner = int(std::upper_bound(bounds.begin(), bounds.end(), r.offset) - bounds.begin()) - 1;
+    spans_of_replica[owner].push_back({r.full_offset, r.count});
+  }
+  gather_spans_to_first_replica(mesh, values, spans_of_replica);
+  return values;
+}
+
 }  // namespace
 
 template <typename Element>
@@ -30,14 +50,14 @@ std::vector<float> gather_parameters(const Trainer<Element>& trainer) {
 template <typename Element>
 void gather_moments(const Trainer<Element>& trainer, std::vector<float>& m, std::vector<float>& v) {
   download_moments(trainer, m, v);
-  m = gather_stages(trainer, std::move(m));
-  v = gather_stages(trainer, std::move(v));
+  m = gather_stages(trainer, gather_replicas(trainer, std::move(m)));
+  v = gather_stages(trainer, gather_replicas(trainer, std::move(v)));
 }
 
 template <typename Element>
 std::vector<float> gather_master_weights(const Trainer<Element>& trainer) {
   std::vector<float> master = download_master_weights(trainer);
-  return master.empty() ? master : gather_stages(trainer, std::move(master));
+  return master.empty() ? master : gather_stages(trainer, gather_replicas(trainer, std::move(master)));
 }
 
 #define INSTANTIATE_GATHER_MODEL(Element)                                                                   \

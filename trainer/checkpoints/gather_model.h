@@ -10,9 +10,10 @@
 // their own regions in llm.c's layout, zeros elsewhere). Collective over replica 0.
 template <typename Element>
 std::vector<float> gather_parameters(const Trainer<Element>& trainer);
-// The same for the AdamW moments.
+// The same for the AdamW moments. With ZeRO-1 (--zero 1) each stage's replicas first bring their
+// shards to the stage's replica 0: then collective over every rank.
 template <typename Element>
 void gather_moments(const Trainer<Element>& trainer, std::vector<float>& m, std::vector<float>& v);
-// The same for the master weights; empty when the trainer has none.
+// The same for the master weights (and as collective); empty when the trainer has none.
 template <typename Element>
 std::vector<float> gather_master_weights(const Trainer<Element>& trainer);

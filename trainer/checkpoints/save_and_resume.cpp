@@ -116,12 +116,13 @@ int sequence_length(const TrainOptions& options, const GPTConfig& config) {
 
 template <typename Element>
 void save_checkpoint(const std::string& path, const Trainer<Element>& trainer, const RunPosition& position) {
+  // Every rank: with ZeRO-1 the optimizer state is in shards over the replicas.
+  TrainingState state;
+  gather_moments(trainer, state.m, state.v);
+  state.master = gather_master_weights(trainer);
   if (trainer.groups.mesh.dp_rank == 0) {
     // bf16 parameters come widened to float, which the version 5 file rounds back exactly.
     const std::vector<float> parameters = gather_parameters(trainer);
-    TrainingState state;
-    gather_moments(trainer, state.m, state.v);
-    state.master = gather_master_weights(trainer);
     if (trainer.world.rank == 0) {
       constexpr bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
       write_model_file(path, trainer.config, parameters, bf16 ? CheckpointDtype::bf16 : CheckpointDtype::fp32);

@@ -320,8 +320,6 @@ void check_consistency(const TrainOptions& options) {
   if (options.dtype == "fp32" && options.master_weights == 0) {
     throw std::runtime_error("--master-weights 0 needs --dtype bf16 (fp32 parameters are their own master weights)");
   }
-  if (options.zero == 1 && options.dp > 1 && (!options.save.empty() || !options.resume.empty()))
-    throw std::runtime_error("--zero 1 does not save or resume checkpoints yet (issue 32 item 4): use --zero 0");
   if (options.dtype == "bf16" && options.no_tf32)
     throw std::runtime_error("--no-tf32 needs --dtype fp32 (bf16 GEMMs take bf16 inputs, never TF32)");
   const bool file = !options.schedule_file.empty();
