@@ -3,7 +3,8 @@
 //   stage S: launches L, host_waits H, nccl_calls N, bytes_sent B, allocations A1 A2 .., frees F1 F2 ..
 // launches: kernels and cuBLAS calls; host_waits: calls that block the host until device work
 // is done; nccl_calls: sends, receives and collectives; bytes_sent: what those calls hand to NCCL
-// (a send's bytes, an all-reduce's input), all four of the last step; allocations and frees:
+// (a send's bytes, an all-reduce's input), all four of the last step, and under each stage's line
+// its NCCL calls by kind, "  nccl: KIND N (B bytes), ..." (the kinds it made); allocations and frees:
 // device and pinned ones of each step in turn (each synchronises the device on a GPU; the
 // trainer makes them all before step 1). The model and pipeline come from ./train's flags
 // (--layers, --heads, --dim, --seq-len, --vocab, --batch, --microbatches, --dp, --pp, --schedule,
@@ -65,6 +66,10 @@ std::vector<double> count_last_step(const TrainOptions& options, const GPTConfig
                              double(after.nccl_calls - before.nccl_calls), double(after.nccl_bytes - before.nccl_bytes)};
   counts.insert(counts.end(), allocations.begin(), allocations.end());
   counts.insert(counts.end(), frees.begin(), frees.end());
+  for (int kind = 0; kind < int(cpu::NcclCall::kinds); ++kind) {
+    counts.push_back(double(after.nccl_calls_of[kind] - before.nccl_calls_of[kind]));
+    counts.push_back(double(after.nccl_bytes_of[kind] - before.nccl_bytes_of[kind]));
+  }
   return counts;
 }
 
@@ -84,7 +89,7 @@ int main(int argc, char** argv) {
         options.dtype == "bf16" ? count_last_step<__nv_bfloat16>(options, config, groups, steps)
                                 : count_last_step<float>(options, config, groups, steps);
     const Mesh mesh = groups.mesh;
-    const size_t per_rank = counts.size();  // 4 + 2 steps, alike on every rank
+    const size_t per_rank = counts.size();  // 4 + 2 steps + 2 kinds, alike on every rank
     std::vector<double> all(per_rank * size_t(world.size));
     MPI_Gather(counts.data(), int(per_rank), MPI_DOUBLE, all.data(), int(per_rank), MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (world.rank == 0)
@@ -95,6 +100,14 @@ int main(int argc, char** argv) {
           for (int t = 0; t < steps; ++t) per_step[kind] += " " + std::to_string(int64_t(c[4 + kind * steps + t]));
         std::printf("stage %d: launches %.0f, host_waits %.0f, nccl_calls %.0f, bytes_sent %.0f, allocations%s, frees%s\n",
                     stage, c[0], c[1], c[2], c[3], per_step[0].c_str(), per_step[1].c_str());
+        std::string kinds;
+        const double* by_kind = c + 4 + 2 * steps;
+        for (int kind = 0; kind < int(cpu::NcclCall::kinds); ++kind)
+          if (by_kind[2 * kind] > 0)
+            kinds += std::string(kinds.empty() ? "" : ", ") + cpu::nccl_call_name(cpu::NcclCall(kind)) + " " +
+                     std::to_string(int64_t(by_kind[2 * kind])) + " (" + std::to_string(int64_t(by_kind[2 * kind + 1])) +
+                     " bytes)";
+        std::printf("  nccl: %s\n", kinds.empty() ? "none" : kinds.c_str());
       }
     destroy_world_groups(groups);
   } catch (const std::exception& e) {

@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-namespace cpu {
+#include "cpu/runtime/call_counts.h"
 
-enum class NcclCall : int32_t { send, recv, all_reduce, reduce_scatter, all_gather, broadcast, reduce };
+namespace cpu {
 
 struct NcclSignature {
   int32_t call;      // NcclCall

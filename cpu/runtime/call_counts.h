@@ -8,6 +8,11 @@
 
 namespace cpu {
 
+// The NCCL calls, by kind, so that a step's messages and collectives can be told apart (and the
+// collective matching, cpu/nccl/nccl_call_matching.h, names a call by it).
+enum class NcclCall : int32_t { send, recv, all_reduce, reduce_scatter, all_gather, broadcast, reduce, kinds };
+const char* nccl_call_name(NcclCall kind);
+
 struct CallCounts {
   uint64_t host_waits = 0;
   uint64_t launches = 0;    // kernels, and cuBLAS calls (each at least one kernel on a GPU)
@@ -15,12 +20,14 @@ struct CallCounts {
   uint64_t nccl_bytes = 0;  // what those calls hand to NCCL: a send's bytes, a collective's input, 0 for a receive
   uint64_t allocations = 0;  // cudaMalloc and cudaMallocHost (pinned) calls
   uint64_t frees = 0;        // cudaFree and cudaFreeHost calls
+  uint64_t nccl_calls_of[int(NcclCall::kinds)] = {};  // nccl_calls and nccl_bytes by kind
+  uint64_t nccl_bytes_of[int(NcclCall::kinds)] = {};
 };
 CallCounts call_counts();
 
 void count_host_wait();
 void count_launch();
-void count_nccl_call(uint64_t bytes);
+void count_nccl_call(NcclCall kind, uint64_t bytes);
 void count_allocation();
 void count_free();
 

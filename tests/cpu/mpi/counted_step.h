@@ -12,21 +12,27 @@ namespace counted_step {
 
 // after - before, field by field.
 inline cpu::CallCounts difference(const cpu::CallCounts& after, const cpu::CallCounts& before) {
-  return {after.host_waits - before.host_waits, after.launches - before.launches,
-          after.nccl_calls - before.nccl_calls, after.nccl_bytes - before.nccl_bytes,
-          after.allocations - before.allocations, after.frees - before.frees};
+  cpu::CallCounts counts{after.host_waits - before.host_waits, after.launches - before.launches,
+                         after.nccl_calls - before.nccl_calls, after.nccl_bytes - before.nccl_bytes,
+                         after.allocations - before.allocations, after.frees - before.frees};
+  for (int kind = 0; kind < int(cpu::NcclCall::kinds); ++kind) {
+    counts.nccl_calls_of[kind] = after.nccl_calls_of[kind] - before.nccl_calls_of[kind];
+    counts.nccl_bytes_of[kind] = after.nccl_bytes_of[kind] - before.nccl_bytes_of[kind];
+  }
+  return counts;
 }
 
 // The case's trainer (bf16 with fp32 master weights) of B sequences per microbatch at the
-// harness's initial parameters.
+// harness's initial parameters;
+// zero: ZeRO-1's optimizer-state shards over the replicas (--zero 1).
 template <typename Element>
 Trainer<Element> trainer_of(const pipeline_harness::Case& c, const CommGroups& groups,
-                            int B = pipeline_harness::kB) {
+                            int B = pipeline_harness::kB, bool zero = false) {
   using namespace pipeline_harness;
   const GPTConfig config = config_of(c.layers);
-  Trainer<Element> trainer = create_trainer<Element>(
-      config, B, kT, PipelineLayout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage}, groups,
-      {true, kRoundingSeed});
+  PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
+  layout.zero = zero;
+  Trainer<Element> trainer = create_trainer<Element>(config, B, kT, layout, groups, {true, kRoundingSeed});
   upload_parameters(trainer, initial_parameters(config));
   return trainer;
 }

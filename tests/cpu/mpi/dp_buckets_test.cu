@@ -2,7 +2,8 @@
 // model (tests/mpi/pipeline_harness.h) with --dp 2 --pp 2 under mpirun -np 4: the NCCL calls of a
 // training step, counted by the CPU build (cpu/runtime/call_counts.h), are the stage's buckets plus the
 // fixed others; and each bucket is queued while its chunk's last backward is being queued, not
-// before it nor after. CPU build only (build/cpu/tests/cpu_mpi_tests): the counts are the CPU runtime's.
+// before it nor after. With ZeRO-1 (--zero 1) the buckets' sums become reduces to their owners and
+// broadcasts back, each of the stage's gradient elements once. CPU build only (build/cpu/tests/cpu_mpi_tests): the counts are the CPU runtime's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -161,5 +162,46 @@ TEST(DataParallelBuckets, BucketsAreQueuedDuringTheBackward) {
           << describe(c) << ", rank " << rank_in_world();
     }
     destroy_trainer(trainer);
+  }
+}
+
+// --zero 1: each bucket's all-reduce becomes reduces of its parts to their owners, and the step
+// ends with broadcasts of the updated parameters from them (comm/data_parallel_sum.h): a step's
+// reduces and broadcasts each carry exactly the stage's bucketed gradient elements (every layer
+// bucket and wte's), once, and no all-reduce carries a bucket any more (only the tied-embedding
+// sum, the norm's and the non-finite count remain, and the replicas' norm slot table).
+TEST(DataParallelBuckets, ZeroOneReducesAndBroadcastsEachGradientElementOnce) {
+  for (const Case& c : cases()) {
+    WorldGroups world(c.dp, c.pp);
+    const size_t element = c.bf16 ? 2 : 4;
+    auto step_of = [&](bool zero) {
+      if (c.bf16) {
+        Trainer<__nv_bfloat16> trainer = counted_step::trainer_of<__nv_bfloat16>(c, world.groups, kB, zero);
+        size_t bucketed = trainer.buckets.wte.count;
+        for (const GradientBucket& b : trainer.buckets.buckets) bucketed += b.count;
+        const cpu::CallCounts calls = counted_step::second_step_calls(trainer);
+        destroy_trainer(trainer);
+        return std::pair{calls, bucketed};
+      }
+      Trainer<float> trainer = counted_step::trainer_of<float>(c, world.groups, kB, zero);
+      size_t bucketed = trainer.buckets.wte.count;
+      for (const GradientBucket& b : trainer.buckets.buckets) bucketed += b.count;
+      const cpu::CallCounts calls = counted_step::second_step_calls(trainer);
+      destroy_trainer(trainer);
+      return std::pair{calls, bucketed};
+    };
+    const auto [unsharded, bucketed] = step_of(false);
+    const auto [sharded, bucketed_too] = step_of(true);
+    const int reduce = int(cpu::NcclCall::reduce), broadcast = int(cpu::NcclCall::broadcast),
+              all_reduce = int(cpu::NcclCall::all_reduce);
+    EXPECT_EQ(bucketed_too, bucketed) << describe(c);
+    EXPECT_EQ(sharded.nccl_bytes_of[reduce], bucketed * element) << describe(c) << ", rank " << rank_in_world();
+    EXPECT_EQ(sharded.nccl_bytes_of[broadcast], bucketed * element) << describe(c) << ", rank " << rank_in_world();
+    EXPECT_EQ(unsharded.nccl_calls_of[reduce] + unsharded.nccl_calls_of[broadcast], 0u) << describe(c);
+    // Without shards the buckets' all-reduces carry them; with shards all-reduces carry less than
+    // the buckets (the slot table of the norm, a few floats, is all that is new).
+    EXPECT_GE(unsharded.nccl_bytes_of[all_reduce], bucketed * element) << describe(c);
+    EXPECT_LT(sharded.nccl_bytes_of[all_reduce], unsharded.nccl_bytes_of[all_reduce] - bucketed * element / 2)
+        << describe(c) << ", rank " << rank_in_world();
   }
 }
