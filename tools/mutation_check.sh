@@ -667,7 +667,7 @@ fault zero-reduce-to-replica-0 comm/data_parallel_sum.cpp \
 # Item 1: the updated parameters are sent from their owners.
 fault zero-no-parameter-gather comm/data_parallel_sum.cpp \
   's/if (buckets.shard_bounds.empty()) return;/return;/' \
-  'mpi4 ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoStages 120'
+  'mpi4 ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoStages 120; cpumpi4 DataParallelBuckets.ZeroOne*'
 # Item 1: AdamW updates the shard's own elements.
 fault zero-adamw-from-stage-start trainer/step/optimizer.cpp \
   's/adamw_update_regions<Element>(parameters + first, optimizer.master, gradients + first,/adamw_update_regions<Element>(parameters, optimizer.master, gradients,/' \
