@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "cpu/runtime/call_counts.h"
@@ -109,6 +110,18 @@ Queued queue_step(Trainer<Element>& trainer) {
   return queued;
 }
 
+// Step 2's calls of the case's trainer (zero: with ZeRO-1's shards), and the elements of the
+// stage's gradient buckets (every layer's and wte's).
+template <typename Element>
+std::pair<cpu::CallCounts, size_t> bucketed_step(const Case& c, const CommGroups& groups, bool zero) {
+  Trainer<Element> trainer = counted_step::trainer_of<Element>(c, groups, kB, zero);
+  size_t bucketed = trainer.buckets.wte.count;
+  for (const GradientBucket& b : trainer.buckets.buckets) bucketed += b.count;
+  const cpu::CallCounts calls = counted_step::second_step_calls(trainer);
+  destroy_trainer(trainer);
+  return {calls, bucketed};
+}
+
 }  // namespace
 
 // NCCL calls per step per stage = messages + buckets (one per layer, and wte's) + the tied sum
@@ -175,20 +188,7 @@ TEST(DataParallelBuckets, ZeroOneReducesAndBroadcastsEachGradientElementOnce) {
     WorldGroups world(c.dp, c.pp);
     const size_t element = c.bf16 ? 2 : 4;
     auto step_of = [&](bool zero) {
-      if (c.bf16) {
-        Trainer<__nv_bfloat16> trainer = counted_step::trainer_of<__nv_bfloat16>(c, world.groups, kB, zero);
-        size_t bucketed = trainer.buckets.wte.count;
-        for (const GradientBucket& b : trainer.buckets.buckets) bucketed += b.count;
-        const cpu::CallCounts calls = counted_step::second_step_calls(trainer);
-        destroy_trainer(trainer);
-        return std::pair{calls, bucketed};
-      }
-      Trainer<float> trainer = counted_step::trainer_of<float>(c, world.groups, kB, zero);
-      size_t bucketed = trainer.buckets.wte.count;
-      for (const GradientBucket& b : trainer.buckets.buckets) bucketed += b.count;
-      const cpu::CallCounts calls = counted_step::second_step_calls(trainer);
-      destroy_trainer(trainer);
-      return std::pair{calls, bucketed};
+      return c.bf16 ? bucketed_step<__nv_bfloat16>(c, world.groups, zero) : bucketed_step<float>(c, world.groups, zero);
     };
     const auto [unsharded, bucketed] = step_of(false);
     const auto [sharded, bucketed_too] = step_of(true);
