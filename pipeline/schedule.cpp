@@ -174,6 +174,13 @@ PipelineSchedule make_pipeline_schedule(ScheduleKind kind, int p, int m, int v, 
   return {placement_of(kind, p, v), make_all_schedules(kind, p, m, v, group)};
 }
 
+bool has_overlapped_pairs(const PipelineSchedule& schedule) {
+  for (const StageSchedule& steps : schedule.stages)
+    for (const Step& step : steps)
+      if (step.front().overlapped) return true;
+  return false;
+}
+
 std::vector<Action> compute_actions(const StageSchedule& steps) {
   std::vector<Action> compute;
   for (const Step& step : steps)

@@ -91,6 +91,9 @@ struct PipelineSchedule {
 };
 PipelineSchedule make_pipeline_schedule(ScheduleKind kind, int p, int m, int v, int group = 0);
 
+// Whether a stage runs an overlapped pair (pipeline/action.h: DualPipeV's "F7&B3.1").
+bool has_overlapped_pairs(const PipelineSchedule& schedule);
+
 // The compute actions of a list, in order.
 std::vector<Action> compute_actions(const StageSchedule& steps);
 
