@@ -1,6 +1,7 @@
 // DualPipeV (pipeline/dual_pipe_v.h): its order is DeepSeek's and PyTorch's, action for action,
 // its overlapped pairs marked where theirs overlap, kept adjacent by the lowering and carried by the
-// grid text, malformed pairs refused in one line, its m >= 2p error, its place in the schedule list.
+// grid text, malformed pairs refused in one line, drawn on a second compute track of the predicted
+// trace; its m >= 2p error, its place in the schedule list.
 // Host code only; runs in both builds.
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include "pipeline/schedule.h"
 #include "pipeline/schedule_file.h"
 #include "pipeline/simulate.h"
+#include "pipeline/timeline.h"
 #include "tests/error_message.h"
 
 namespace {
@@ -94,4 +96,26 @@ TEST(DualPipeV, IsAVScheduleCalledDualpipev) {
   EXPECT_EQ(placement_of(ScheduleKind::dual_pipe_v, 4, 1).kind, PlacementKind::v_shape);
   EXPECT_EQ(chunks_per_stage(ScheduleKind::dual_pipe_v, 1), 2);
   EXPECT_FALSE(splits_backward(ScheduleKind::dual_pipe_v));  // only some backwards
+}
+
+// The predicted trace (--print-schedule --trace) draws a pair's backward on its stage's second
+// compute track (tid p + stage), at the same time as its forward on the first.
+TEST(DualPipeV, APairsBackwardIsOnTheSecondComputeTrack) {
+  const PipelineSchedule schedule = make_pipeline_schedule(ScheduleKind::dual_pipe_v, 2, 4, 2);
+  const Timeline timeline =
+      predicted_timeline(schedule, simulate(schedule.stages, {1, 1, 1, 0}, PlacementKind::v_shape), 1e3);
+  int pairs = 0;
+  for (size_t k = 1; k < timeline.events.size(); k++) {
+    const TimelineEvent& e = timeline.events[k];
+    EXPECT_EQ(e.stream, e.name[0] == '&' ? 1 : 0) << e.name;
+    if (e.stream == 1) {
+      pairs++;
+      EXPECT_EQ(e.start_us, timeline.events[k - 1].start_us) << e.name;
+    }
+  }
+  EXPECT_EQ(pairs, 3 + 3);  // 3 on stage 0, and 4 on stage 1 less its first F B, not overlapped
+  const std::string json = chrome_trace_json(timeline);
+  EXPECT_NE(json.find("\"name\": \"&B1.1\", \"cat\": \"backward\", \"ph\": \"X\", \"ts\": 7000.000, \"dur\": 3000.000, "
+                      "\"pid\": 0, \"tid\": 2}"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"tid\": 3, \"args\": {\"name\": \"stage 1, second compute stream\"}"), std::string::npos);
 }

@@ -688,6 +688,9 @@ fault transfer-stream-runs-pairs-one-after-the-other pipeline/simulate_transfer_
 fault dataflow-runs-pairs-one-after-the-other pipeline/simulate_dataflow.cpp \
   's/order\[state.next + 1\].overlapped ? 2 : 1;/order[state.next + 1].overlapped ? 1 : 1;/' \
   'unit DualPipeV.PairsStayAdjacentAndRoundTripThroughTheGridText'
+fault predicted-trace-draws-pairs-on-one-track pipeline/timeline.cpp \
+  's/"", step.front().overlapped ? 1 : 0});/"", 0});/' \
+  'unit DualPipeV.APairsBackwardIsOnTheSecondComputeTrack'
 
 # ---- running ----
 
