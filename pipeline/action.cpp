@@ -82,7 +82,21 @@ bool computes_input_gradient(ActionKind kind) {
   return kind == ActionKind::backward || kind == ActionKind::backward_input;
 }
 
+std::string pair_problem(const Action& first, const Action& second, PlacementKind placement) {
+  const std::string pair = to_text(Action{first.kind, first.microbatch, first.chunk}) + to_text(second);
+  if (placement != PlacementKind::v_shape)
+    return "'" + pair + "' pairs two computes, but only a v placement overlaps them (placement v, DualPipeV)";
+  if (!is_compute(first) || !is_compute(second) || first.overlapped)
+    return "'" + pair + "': a pair is two computes, and only two";
+  if (first.kind != ActionKind::forward || !computes_input_gradient(second.kind))
+    return "'" + pair + "' is not a forward then a B or I (F3&B1.1)";
+  if (first.chunk == second.chunk)
+    return "'" + pair + "' runs chunk " + std::to_string(first.chunk) + " twice: a pair is one chunk's forward with the other's backward";
+  return "";
+}
+
 std::string to_text(const Action& a) {
+  if (a.overlapped) return "&" + to_text(Action{a.kind, a.microbatch, a.chunk});
   switch (a.kind) {
     case ActionKind::forward: return name('F', a.microbatch, a.chunk);
     case ActionKind::backward: return name('B', a.microbatch, a.chunk);
@@ -104,11 +118,17 @@ std::string to_text(const Step& step) {
 
 std::string to_text(const StageSchedule& steps) {
   std::string text;
-  for (const Step& step : steps) text += (text.empty() ? "" : " ") + to_text(step);
+  for (const Step& step : steps) text += (text.empty() || step.front().overlapped ? "" : " ") + to_text(step);
   return text;
 }
 
 Action parse_action(const std::string& text) {
+  if (text.size() > 1 && text[0] == '&') {
+    Action overlapped = parse_action(text.substr(1));
+    if (!is_compute(overlapped)) throw std::runtime_error("'" + text + "': only a compute (F, B, I, W) overlaps");
+    overlapped.overlapped = true;
+    return overlapped;
+  }
   char prefix, kind;
   int microbatch, chunk;
   if (!parse_simple(text, prefix, kind, microbatch, chunk))
@@ -129,7 +149,7 @@ Step parse_step(const std::string& text) {
     const std::string part = text.substr(begin, plus == std::string::npos ? plus : plus - begin);
     char prefix, kind;
     int microbatch, chunk;
-    if (!parse_simple(part, prefix, kind, microbatch, chunk))
+    if (!parse_simple(part.substr(part.size() > 1 && part[0] == '&'), prefix, kind, microbatch, chunk))
       throw std::runtime_error("'" + text + "' is not a schedule step (e.g. F3, B3.1, I3, W3, rF3, sF3+rB1)");
     step.push_back(parse_action(part));
     if (plus == std::string::npos) break;
@@ -142,7 +162,12 @@ Step parse_step(const std::string& text) {
 StageSchedule parse_schedule(const std::string& text) {
   std::istringstream tokens(text);
   StageSchedule steps;
-  for (std::string token; tokens >> token;) steps.push_back(parse_step(token));
+  for (std::string token; tokens >> token;)
+    for (size_t begin = 0, amp;; begin = amp) {  // "F7&B3.1": the pair's steps, the second overlapped
+      amp = token.find('&', begin + 1);
+      steps.push_back(parse_step(token.substr(begin, amp == std::string::npos ? amp : amp - begin)));
+      if (amp == std::string::npos) break;
+    }
   return steps;
 }
 

@@ -10,7 +10,10 @@
 //   sF3.1  send F3.1's output to the next virtual stage               (send_forward)
 //   rB3.1  receive the output gradient of B3.1 or I3.1 from the next  (recv_backward)
 //   sB3.1  send the input gradient of B3.1 or I3.1 to the previous    (send_backward)
-// A group step joins its actions with '+' ("sF3+rB1"); a list joins its steps with spaces.
+//   &B3.1  B3.1 run at the same time as the compute step before it: an overlapped pair
+// A group step joins its actions with '+' ("sF3+rB1"); a list joins its steps with spaces, and a
+// pair's two computes with '&' ("F7&B3.1": DualPipeV's forward of one chunk with a backward of the
+// other, which run on two compute streams at once).
 #pragma once
 
 #include <string>
@@ -31,6 +34,8 @@ struct Action {
   ActionKind kind;
   int microbatch;
   int chunk;
+  // Runs at the same time as the compute step before it (the pair's second compute; computes only).
+  bool overlapped = false;
   bool operator==(const Action&) const = default;
 };
 
@@ -66,11 +71,16 @@ bool is_send(const Action& action);  // sF or sB
 // B or I: consumes the output gradient and produces the input gradient.
 bool computes_input_gradient(ActionKind kind);
 
+// Why the compute `second`, marked overlapped, cannot pair with the compute `first` before it
+// under placement ("" when it can): a pair is a forward then a B or I on the other chunk of a v
+// placement (DualPipeV's, and PyTorch's OVERLAP_F_B), so its first compute is not overlapped.
+std::string pair_problem(const Action& first, const Action& second, PlacementKind placement);
+
 std::string to_text(const Action& action);
 std::string to_text(const Step& step);
 std::string to_text(const StageSchedule& steps);
 // Throw std::runtime_error naming the text that is not an action or step (a compute action
-// must be a step of its own).
+// must be a step of its own; parse_schedule reads "F7&B3.1" as two steps, the second overlapped).
 Action parse_action(const std::string& text);
 Step parse_step(const std::string& text);
 StageSchedule parse_schedule(const std::string& text);

@@ -27,10 +27,12 @@ struct OrderBuilder {
     order.push_back(waiting_weights.front());
     waiting_weights.pop_front();
   }
-  // A forward on one chunk with a whole backward on the other (theirs overlaps the two).
-  void pair(int forward_chunk) {
+  // A forward on one chunk with a whole backward on the other, overlapped (run at the same time)
+  // unless told otherwise.
+  void pair(int forward_chunk, bool overlapped = true) {
     forward(forward_chunk);
     backward(1 - forward_chunk, false);
+    order.back().overlapped = overlapped;
   }
 };
 
@@ -54,7 +56,7 @@ std::vector<Action> dual_pipe_v_order(int p, int m, int stage) {
     b.forward(1);
   }
   for (int i = 0; i < m - 2 * p + s + 1; i++) {
-    b.pair(0);  // on the last stage, the first time, not overlapped: the same two computes
+    b.pair(0, !(s == p - 1 && i == 0));  // on the last stage, the first time, not overlapped (theirs)
     b.pair(1);
   }
   for (int i = 0; i < p - s - 1; i++) {

@@ -16,8 +16,8 @@
 //   8. the s + 1 W's left, oldest first.
 // The W's run first in first out, so each chunk's B's and W's (the computes that add its
 // parameter gradients) run in microbatch order, as every schedule adds them (pipeline/schedule_file.h):
-// theirs does the same, nothing is reordered. Here each pair is its two computes one after the
-// other, the forward first (as PyTorch's CSV writes "(0F7;7B3)OVERLAP_F_B").
+// theirs does the same, nothing is reordered. Each pair is the forward then the backward marked
+// overlapped (Action::overlapped: "F7&B3.1", as PyTorch's CSV writes "(0F7;7B3)OVERLAP_F_B").
 #pragma once
 
 #include <vector>

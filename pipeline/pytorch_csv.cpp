@@ -35,6 +35,7 @@ struct CsvAction {
   int microbatch;
   int row, column;  // 1-based, for the errors
   std::string text;
+  bool overlapped = false;  // the second action of a pair
 };
 
 [[noreturn]] void fail_at(int row, int column, const std::string& problem) {
@@ -71,8 +72,8 @@ CsvAction parse_action_text(const std::string& text, int row, int column) {
   return {stage, found->second, microbatch, row, column, text};
 }
 
-// A cell's actions: none (empty, PyTorch's None), one, or an overlapped pair's, in the order
-// written (pipeline/pytorch_csv.h says why they run one after the other).
+// A cell's actions: none (empty, PyTorch's None), one, or an overlapped pair's two, the second
+// marked overlapped.
 std::vector<CsvAction> parse_cell(std::string cell, int row, int column) {
   cell = trimmed(cell);
   if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"') cell = trimmed(cell.substr(1, cell.size() - 2));
@@ -85,7 +86,8 @@ std::vector<CsvAction> parse_cell(std::string cell, int row, int column) {
   std::istringstream parts(cell.substr(1, close - 1));
   for (std::string part; std::getline(parts, part, ';');)
     actions.push_back(parse_action_text(trimmed(part), row, column));
-  if (actions.empty()) fail_at(row, column, "'" + cell + "' pairs no actions");
+  if (actions.size() != 2) fail_at(row, column, "'" + cell + "' is not a pair of two actions (aFx;bBy)OVERLAP_F_B");
+  actions[1].overlapped = true;
   return actions;
 }
 
@@ -95,7 +97,8 @@ bool places(PlacementKind kind, int virtual_stage, int r, int p) {
   return virtual_stage == r || virtual_stage == 2 * p - 1 - r;
 }
 
-// The first placement that puts every action's stage on its row's rank (the ring before the v).
+// The first placement that puts every action's stage on its row's rank (the ring before the v,
+// the v first when a row holds an overlapped pair, which only the v runs: they coincide at p = 1).
 PlacementKind placement_of_rows(const std::vector<std::vector<CsvAction>>& rows) {
   const int p = int(rows.size());
   std::vector<PlacementKind> fitting = {PlacementKind::ring, PlacementKind::v_shape};
@@ -110,7 +113,10 @@ PlacementKind placement_of_rows(const std::vector<std::vector<CsvAction>>& rows)
                     ", ... on rank " + std::to_string(r) + ", the v stages " + std::to_string(r) + " and " +
                     std::to_string(2 * p - 1 - r));
     }
-  return fitting.front();
+  const bool pairs = std::any_of(rows.begin(), rows.end(), [](const std::vector<CsvAction>& row) {
+    return std::any_of(row.begin(), row.end(), [](const CsvAction& a) { return a.overlapped; });
+  });
+  return pairs && fitting.back() == PlacementKind::v_shape ? fitting.back() : fitting.front();
 }
 
 // Every stage below the highest the file runs must be run somewhere: else the highest ones are out
@@ -163,7 +169,10 @@ ScheduleGrid parse_pytorch_csv(const std::string& text) {
   for (int r = 0; r < p; r++)
     for (const CsvAction& a : rows[r]) {
       const int chunk = placement == PlacementKind::ring ? a.virtual_stage / p : (a.virtual_stage == r ? 0 : 1);
-      grid.stages[r].push_back({a.kind, a.microbatch, chunk});
+      const Action action{a.kind, a.microbatch, chunk, a.overlapped};
+      const std::string problem = a.overlapped ? pair_problem(grid.stages[r].back(), action, placement) : "";
+      if (!problem.empty()) fail_at(a.row, a.column, problem);
+      grid.stages[r].push_back(action);
     }
   return grid;
 }
@@ -175,8 +184,14 @@ std::string pytorch_csv_text(const PipelineSchedule& schedule) {
     for (const Action& a : compute_actions(schedule.stages[s])) {
       const auto* type = std::find_if(std::begin(kComputeTypes), std::end(kComputeTypes),
                                       [&](const auto& entry) { return a.kind == entry.second; });
-      row += (row.empty() ? "" : ",") + std::to_string(schedule.placement.virtual_stage(s, a.chunk)) + type->first +
-             std::to_string(a.microbatch);
+      const std::string text = std::to_string(schedule.placement.virtual_stage(s, a.chunk)) + type->first +
+                               std::to_string(a.microbatch);
+      if (a.overlapped) {  // the pair's first action is the row's last cell: "(0F7;7B3)OVERLAP_F_B"
+        row.insert(row.rfind(',') == std::string::npos ? 0 : row.rfind(',') + 1, "(");
+        row += ";" + text + ")OVERLAP_F_B";
+      } else {
+        row += (row.empty() ? "" : ",") + text;
+      }
     }
     text += row + "\r\n";
   }

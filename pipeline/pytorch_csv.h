@@ -10,10 +10,10 @@
 // The communication types (SEND_F, RECV_F, SEND_B, RECV_B, UNSHARD, RESHARD, REDUCE_GRAD) belong
 // to PyTorch's compute_comms form and are refused: our lowering adds the transfers.
 //
-// Overlapped pairs: "(0F7;7B3)OVERLAP_F_B" asks for a forward and a backward run together
-// (DualPipeV). Our executor runs one compute at a time, so the pair is read as its actions one
-// after the other, in the order written, which is what PyTorch's own runtime does with it. Our
-// grid marks no pairs, so the writer never writes one.
+// Overlapped pairs: "(0F7;7B3)OVERLAP_F_B" runs a forward and a backward together (DualPipeV):
+// read as our pair "F7&B3.1" (pipeline/action.h; the second action overlapped), and each of our
+// pairs written so. A pair that is not one forward and one B or I on two chunks of a v placement
+// is refused with its row and column.
 //
 // The placement is found from where the virtual stages sit: rank r holding stages r, r + p,
 // r + 2p, ... is the ring (chunk c is stage c p + r), rank r holding stages r and 2p - 1 - r is

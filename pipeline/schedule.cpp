@@ -174,6 +174,13 @@ PipelineSchedule make_pipeline_schedule(ScheduleKind kind, int p, int m, int v, 
   return {placement_of(kind, p, v), make_all_schedules(kind, p, m, v, group)};
 }
 
+bool has_overlapped_pairs(const PipelineSchedule& schedule) {
+  for (const StageSchedule& steps : schedule.stages)
+    for (const Step& step : steps)
+      if (step.front().overlapped) return true;
+  return false;
+}
+
 std::vector<Action> compute_actions(const StageSchedule& steps) {
   std::vector<Action> compute;
   for (const Step& step : steps)
@@ -190,19 +197,24 @@ std::string format_grid(const std::vector<StageSchedule>& stages) {
 
 std::string format_grid_with_communication(const std::vector<StageSchedule>& stages,
                                            const std::vector<int>& marked_steps) {
-  auto cell = [&](size_t stage, size_t step) {
-    const std::string text = to_text(stages[stage][step]);
-    const bool marked = stage < marked_steps.size() && marked_steps[stage] == static_cast<int>(step);
-    return marked ? ">" + text + "<" : text;
-  };
+  // One cell per step, an overlapped pair's two computes in one ("F7&B3.1").
+  std::vector<std::vector<std::string>> cells(stages.size());
   size_t width = 0;
   for (size_t s = 0; s < stages.size(); s++)
-    for (size_t i = 0; i < stages[s].size(); i++) width = std::max(width, cell(s, i).size());
+    for (size_t i = 0; i < stages[s].size(); i++) {
+      const std::string text = to_text(stages[s][i]);
+      const bool marked = s < marked_steps.size() && marked_steps[s] == static_cast<int>(i);
+      if (stages[s][i].front().overlapped && !cells[s].empty())
+        cells[s].back() += marked ? ">" + text + "<" : text;
+      else
+        cells[s].push_back(marked ? ">" + text + "<" : text);
+      width = std::max(width, cells[s].back().size());
+    }
   const std::string label_width = "stage " + std::to_string(stages.empty() ? 0 : stages.size() - 1);
   std::string grid;
   for (size_t s = 0; s < stages.size(); s++) {
     std::string row = pad("stage " + std::to_string(s), label_width.size()) + " |";
-    for (size_t i = 0; i < stages[s].size(); i++) row += " " + pad(cell(s, i), width);
+    for (const std::string& cell : cells[s]) row += " " + pad(cell, width);
     while (!row.empty() && row.back() == ' ') row.pop_back();
     grid += row + "\n";
   }

@@ -91,12 +91,16 @@ struct PipelineSchedule {
 };
 PipelineSchedule make_pipeline_schedule(ScheduleKind kind, int p, int m, int v, int group = 0);
 
+// Whether a stage runs an overlapped pair (pipeline/action.h: DualPipeV's "F7&B3.1").
+bool has_overlapped_pairs(const PipelineSchedule& schedule);
+
 // The compute actions of a list, in order.
 std::vector<Action> compute_actions(const StageSchedule& steps);
 
 // One row per stage ("stage 0 | F0 F1 B0 ..."), steps in columns of equal width.
 // format_grid shows the compute actions only; format_grid_with_communication shows every
-// step and brackets marked_steps[s] on row s (">rB0<"; -1 or a missing entry marks nothing).
+// step and brackets marked_steps[s] on row s (">rB0<"; -1 or a missing entry marks nothing). An overlapped
+// pair's two computes share one cell ("F7&B3.1").
 std::string format_grid(const std::vector<StageSchedule>& stages);
 std::string format_grid_with_communication(const std::vector<StageSchedule>& stages,
                                            const std::vector<int>& marked_steps = {});

@@ -96,6 +96,20 @@ void check_stage_order(const ScheduleGrid& grid, int s, int m, int v) {
   }
 }
 
+// One token of a stage line: an action, or an overlapped pair "F7&B3.1" (its second overlapped).
+std::vector<Action> parse_token(const std::string& token, const std::string& where) {
+  std::vector<Action> actions;
+  try {
+    for (size_t begin = 0, amp;; begin = amp) {
+      amp = token.find('&', begin + 1);
+      actions.push_back(parse_action(token.substr(begin, amp == std::string::npos ? amp : amp - begin)));
+      if (amp == std::string::npos) return actions;
+    }
+  } catch (const std::runtime_error& error) {
+    throw std::runtime_error(where + error.what());
+  }
+}
+
 }  // namespace
 
 ScheduleGrid parse_schedule_grid(const std::string& text) {
@@ -126,18 +140,17 @@ ScheduleGrid parse_schedule_grid(const std::string& text) {
       throw std::runtime_error(where + "'" + content + "' is not '" + label + " | <computes>' (stages in order)");
     std::vector<Action> order;
     std::istringstream tokens(content.substr(bar + 1));
-    for (std::string token; tokens >> token;) {
-      Action a;
-      try {
-        a = parse_action(token);
-      } catch (const std::runtime_error& error) {
-        throw std::runtime_error(where + error.what());
+    for (std::string token; tokens >> token;)
+      for (const Action& a : parse_token(token, where)) {
+        if (!is_compute(a))
+          throw std::runtime_error(where + "'" + token +
+                                   "' is a transfer: the file lists computes only (F, B, I, W), transfers are added");
+        const std::string problem = !a.overlapped ? ""
+                                    : order.empty() ? "'" + token + "' overlaps no compute before it"
+                                                    : pair_problem(order.back(), a, grid.placement);
+        if (!problem.empty()) throw std::runtime_error(where + problem);
+        order.push_back(a);
       }
-      if (!is_compute(a))
-        throw std::runtime_error(where + "'" + token +
-                                 "' is a transfer: the file lists computes only (F, B, I, W), transfers are added");
-      order.push_back(a);
-    }
     grid.stages.push_back(order);
   }
   if (grid.stages.empty()) throw std::runtime_error("the schedule has no 'stage 0 | ...' line");

@@ -6,14 +6,14 @@
 //   stage 1 | F0 I0 F1 ...
 //
 // one line per stage, in order, computes only (F, B, I, W; ".c" for chunk c); blank lines and
-// everything after '#' are ignored. Before anything runs the grid is checked (every microbatch's
+// everything after '#' are ignored. "F7&B3.1" is an overlapped pair, one token: the two computes
+// run at the same time (DualPipeV's; a forward with a B or I on the other chunk, placement v only). Before anything runs the grid is checked (every microbatch's
 // F, then B or I then W, exactly once per chunk, in microbatch order; the dependencies across
 // stages; the simulator's deadlock check) and then lowered to transfers like the built-in
 // zero-bubble schedules (pipeline/schedule.h's add_communication_in_time_order).
 // A file may also hold PyTorch's compute-only schedule CSV (pipeline/pytorch_csv.h, told apart by
-// its content), read into the same grid and checked and lowered the same way; an overlapped pair
-// "(0F7;7B3)OVERLAP_F_B" becomes its two actions one after the other (our executor runs one
-// compute at a time, as PyTorch's runtime runs the pair).
+// its content), read into the same grid and checked and lowered the same way; its overlapped pair
+// "(0F7;7B3)OVERLAP_F_B" is our "F7&B3.1".
 #pragma once
 #include <string>
 #include <vector>

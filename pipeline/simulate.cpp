@@ -112,11 +112,17 @@ class Simulator {
     if (state.step == stages_[s].size()) return false;
     const Step& step = stages_[s][state.step];
     if (step.empty()) fail(s, "is an empty step");
-    if (is_compute(step)) {
-      (*start_time_)[s][state.step] = state.clock;
-      compute(s, step[0]);
-      (*end_time_)[s][state.step] = state.clock;
-      state.step++;
+    if (is_compute(step)) {  // a compute, or an overlapped pair's two in one slot (pipeline/simulate.h)
+      const size_t count = state.step + 1 < stages_[s].size() && stages_[s][state.step + 1][0].overlapped ? 2 : 1;
+      const double start = state.clock;
+      double slot = compute(s, step[0]);
+      if (count == 2) slot = pair_time(costs_, slot, compute(s, stages_[s][state.step + 1][0]));
+      state.clock += slot;
+      state.busy += slot;
+      for (size_t k = 0; k < count; k++, state.step++) {
+        (*start_time_)[s][state.step] = start;
+        (*end_time_)[s][state.step] = state.clock;
+      }
       return true;
     }
     if (state.posted.empty()) {
@@ -150,7 +156,8 @@ class Simulator {
     return true;
   }
 
-  void compute(int s, const Action& a) {
+  // Checks and counts compute a on stage s; returns its time.
+  double compute(int s, const Action& a) {
     StageState& state = state_[s];
     const std::pair<int, int> key{a.microbatch, a.chunk};
     const int vs = layout_.virtual_stage(s, a.chunk);
@@ -189,8 +196,7 @@ class Simulator {
         state.chunk_peak_pending[a.chunk] = std::max(state.chunk_peak_pending[a.chunk], ++pending);
       }
     }
-    state.clock += cost;
-    state.busy += cost;
+    return cost;
   }
 
   // A microbatch's slot on a chunk is taken when its input arrives (as the executor takes it): the
@@ -302,6 +308,19 @@ class Simulator {
 
 }  // namespace
 
+double compute_time(const StepCosts& costs, const Action& a) {
+  switch (a.kind) {
+    case ActionKind::forward: return costs.forward;
+    case ActionKind::backward: return costs.backward_input + costs.backward_weight;
+    case ActionKind::backward_input: return costs.backward_input;
+    default: return costs.backward_weight;
+  }
+}
+
+double pair_time(const StepCosts& costs, double first, double second) {
+  return costs.pair == PairCost::sum ? first + second : std::max(first, second);
+}
+
 Simulation simulate(const std::vector<StageSchedule>& stages, const StepCosts& costs, PlacementKind placement) {
   return Simulator(stages, costs, placement).run();
 }
@@ -313,6 +332,10 @@ std::string format_timeline(const std::vector<StageSchedule>& stages, const Simu
   size_t width = 2;
   for (const StageSchedule& steps : stages)
     for (const Action& a : compute_actions(steps)) width = std::max(width, to_text(a).size());
+  if (costs.pair == PairCost::max)  // a pair's slot may be one column, which its two share ("F7&B3.1")
+    for (const StageSchedule& steps : stages)
+      for (size_t i = 1; i < steps.size(); i++)
+        if (steps[i][0].overlapped) width = std::max(width, to_text(steps[i - 1]).size() + to_text(steps[i]).size());
   const std::string last_label = "stage " + std::to_string(stages.size() - 1);
   std::string timeline;
   for (size_t s = 0; s < stages.size(); s++) {
@@ -322,12 +345,17 @@ std::string format_timeline(const std::vector<StageSchedule>& stages, const Simu
       const Action& a = stages[s][i][0];
       const size_t first = columns(simulation.start_time[s][i]);
       const size_t span = columns(simulation.end_time[s][i] - simulation.start_time[s][i]);
+      if (a.overlapped && first < cells.size()) {  // the pair's second compute, in its first's slot
+        if (span > 1 && first + 1 < cells.size()) cells[first + 1] = to_text(a);
+        else cells[first] += to_text(a);
+        continue;
+      }
       for (size_t c = first; c < first + span && c < cells.size(); c++)
         cells[c] = c == first ? to_text(a) : std::string(width, '-');
     }
     std::string label = "stage " + std::to_string(s);
     std::string row = label + std::string(last_label.size() - label.size(), ' ') + " |";
-    for (const std::string& cell : cells) row += " " + cell + std::string(width - cell.size(), ' ');
+    for (const std::string& cell : cells) row += " " + cell + std::string(width - std::min(width, cell.size()), ' ');
     while (row.back() == ' ') row.pop_back();
     timeline += row + "\n";
   }

@@ -3,7 +3,10 @@
 // activation memory, and to find deadlocks before any rank hangs on one.
 //
 // The model: a stage runs its steps in order. F, I and W take costs.forward, backward_input and
-// backward_weight (per chunk); a fused B takes backward_input + backward_weight. Messages are
+// backward_weight (per chunk); a fused B takes backward_input + backward_weight. An overlapped pair
+// (pipeline/action.h) is one slot of two concurrent computes: both start when the stage reaches
+// the pair and end together, pair_time later (costs.pair); its two computes' slots are held at
+// once, so the peaks count the forward's before the backward gives its back. Messages are
 // rendezvous, as NCCL's point-to-point calls are for large tensors: a send and its matching
 // receive both complete at latency after the later of the two is posted, and a group step
 // completes when all of its sends and receives have. As in NCCL, which has no tags, the k-th send
@@ -18,12 +21,23 @@
 
 #include "pipeline/schedule.h"
 
+// How long an overlapped pair (pipeline/action.h) takes: sum, the two costs added, as on one GPU
+// whose SMs the two streams share (DeepSeek's gain is the communication hidden under the other
+// compute, not two computes for the price of one); max, the longer one, as if each stream had a
+// GPU of its own (an upper bound on what overlapping can give).
+enum class PairCost { sum, max };
+
 struct StepCosts {
   double forward;          // t_f: one chunk's forward of one microbatch
   double backward_input;   // t_i: its I
   double backward_weight;  // t_w: its W; a fused B takes t_i + t_w
   double latency;          // one message, from the later of send and receive being posted
+  PairCost pair = PairCost::sum;
 };
+
+// The time of one compute (F, B, I or W), and of a pair's slot from its two computes' times.
+double compute_time(const StepCosts& costs, const Action& compute);
+double pair_time(const StepCosts& costs, double first, double second);
 
 struct StageSimulation {
   double busy;         // time in F, B, I and W

@@ -81,37 +81,45 @@ class DataflowSimulator {
     return found->second + (layout_.stage_of(from.second) == s ? 0 : costs_.latency);
   }
 
+  // The next compute, or overlapped pair (pipeline/action.h), of stage s, if its inputs are there.
+  // A pair is one slot: both computes start when both inputs are there and end together, after
+  // pair_time of their costs; the forward's slot is counted before the backward gives one back.
   bool advance(int s, Simulation& result) {
     StageState& state = state_[s];
-    if (state.next == compute_[s].size()) return false;
-    const Action& a = compute_[s][state.next];
-    const double ready = ready_time(s, a);
-    if (ready < 0) return false;
-    const int vs = layout_.virtual_stage(s, a.chunk);
-    const Key own{a.microbatch, vs};
-    const double start = std::max(state.clock, ready);
-    double cost = costs_.forward;
-    if (a.kind == ActionKind::forward) {
-      state.peak_in_flight = std::max(state.peak_in_flight, ++state.in_flight);
-    } else if (a.kind == ActionKind::backward_weight) {
-      cost = costs_.backward_weight;
-      state.weighted.insert(own);
-      state.pending--;
-    } else {
-      const bool split = a.kind == ActionKind::backward_input;
-      cost = costs_.backward_input + (split ? 0 : costs_.backward_weight);
-      state.in_flight--;
-      if (split) {
-        state.split.insert(own);
-        state.peak_pending = std::max(state.peak_pending, ++state.pending);
-      }
+    const std::vector<Action>& order = compute_[s];
+    if (state.next == order.size()) return false;
+    const size_t count = state.next + 1 < order.size() && order[state.next + 1].overlapped ? 2 : 1;
+    double start = state.clock, slot = 0;
+    for (size_t k = 0; k < count; k++) {
+      const double ready = ready_time(s, order[state.next + k]);
+      if (ready < 0) return false;
+      start = std::max(start, ready);
+      const double cost = compute_time(costs_, order[state.next + k]);
+      slot = k == 0 ? cost : pair_time(costs_, slot, cost);
     }
-    state.clock = start + cost;
-    state.busy += cost;
-    if (a.kind != ActionKind::backward_weight) (a.kind == ActionKind::forward ? forward_end_ : backward_end_)[own] = state.clock;
-    result.start_time[s][state.next] = start;
-    result.end_time[s][state.next] = state.clock;
-    state.next++;
+    for (size_t k = 0; k < count; k++)
+      if (order[state.next + k].kind == ActionKind::forward)
+        state.peak_in_flight = std::max(state.peak_in_flight, ++state.in_flight);
+    state.clock = start + slot;
+    state.busy += slot;
+    for (size_t k = 0; k < count; k++) {
+      const Action& a = order[state.next];
+      const Key own{a.microbatch, layout_.virtual_stage(s, a.chunk)};
+      if (a.kind == ActionKind::backward_weight) {
+        state.weighted.insert(own);
+        state.pending--;
+      } else if (a.kind != ActionKind::forward) {
+        state.in_flight--;
+        if (a.kind == ActionKind::backward_input) {
+          state.split.insert(own);
+          state.peak_pending = std::max(state.peak_pending, ++state.pending);
+        }
+      }
+      if (a.kind != ActionKind::backward_weight) (a.kind == ActionKind::forward ? forward_end_ : backward_end_)[own] = state.clock;
+      result.start_time[s][state.next] = start;
+      result.end_time[s][state.next] = state.clock;
+      state.next++;
+    }
     return true;
   }
 

@@ -15,15 +15,6 @@ using ActionKey = std::tuple<ActionKind, int, int>;  // (kind, microbatch, chunk
 
 ActionKey key(ActionKind kind, const Action& a) { return {kind, a.microbatch, a.chunk}; }
 
-double cost_of(const Action& a, const StepCosts& costs) {
-  switch (a.kind) {
-    case ActionKind::forward: return costs.forward;
-    case ActionKind::backward: return costs.backward_input + costs.backward_weight;
-    case ActionKind::backward_input: return costs.backward_input;
-    default: return costs.backward_weight;
-  }
-}
-
 // Per step of one stage, the steps of the same stage it waits for: a compute, for the group
 // holding its input's receive (none for a local input); a group, for the computes producing its
 // sends.
@@ -84,10 +75,21 @@ Simulation simulate_transfer_stream(const std::vector<StageSchedule>& stages, co
     const StageSchedule& steps = stages[s];
     size_t& c = next_compute[s];
     while (c < steps.size() && !is_compute(steps[c])) c++;
-    if (const double input = c < steps.size() ? ended(s, waits[s][c]) : -1; input >= 0) {
-      start[s][c] = std::max(compute_free[s], input);
-      end[s][c] = compute_free[s] = start[s][c] + cost_of(steps[c][0], costs);
-      c++;
+    // A compute, or an overlapped pair's two (pipeline/simulate.h): one slot once both inputs are there.
+    const size_t count = c + 1 < steps.size() && steps[c + 1][0].overlapped ? 2 : 1;
+    double input = c < steps.size() ? ended(s, waits[s][c]) : -1;
+    if (count == 2 && input >= 0) {
+      const double second = ended(s, waits[s][c + 1]);
+      input = second < 0 ? -1 : std::max(input, second);
+    }
+    if (input >= 0) {
+      const double first = compute_time(costs, steps[c][0]);
+      const double slot = count == 2 ? pair_time(costs, first, compute_time(costs, steps[c + 1][0])) : first;
+      for (size_t k = 0; k < count; k++, c++) {
+        start[s][c] = std::max(compute_free[s], input);
+        end[s][c] = start[s][c] + slot;
+      }
+      compute_free[s] = end[s][c - 1];
       return true;
     }
     size_t& g = next_group[s];

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <set>
+#include <tuple>
 
 namespace {
 
@@ -30,8 +31,9 @@ std::string number(double value) {
   return text;
 }
 
-std::string track(int replica, int stage) {
-  return "\"pid\": " + std::to_string(replica) + ", \"tid\": " + std::to_string(stage);
+// A stage's compute track, or with stream 1 its second compute track (after every stage's first).
+std::string track(int replica, int stage, int stream = 0, int stages = 0) {
+  return "\"pid\": " + std::to_string(replica) + ", \"tid\": " + std::to_string(stream * stages + stage);
 }
 
 }  // namespace
@@ -64,7 +66,7 @@ Timeline predicted_timeline(const PipelineSchedule& schedule, const Simulation& 
       const Step& step = schedule.stages[s][i];
       const double start = simulation.start_time[s][i], end = simulation.end_time[s][i];
       timeline.events.push_back({0, int(s), to_text(step), step_category(step), start * unit_us,
-                                 (end - start) * unit_us, ""});
+                                 (end - start) * unit_us, "", step.front().overlapped ? 1 : 0});
     }
   }
   timeline.flows = timeline_flows(simulation, {first});
@@ -83,21 +85,26 @@ void set_flow_ends(Timeline& timeline) {
 
 std::string chrome_trace_json(const Timeline& timeline) {
   std::string json = "{\"traceEvents\": [\n";
-  std::set<std::pair<int, int>> tracks;
-  for (const TimelineEvent& e : timeline.events) tracks.insert({e.replica, e.stage});
+  std::set<std::tuple<int, int, int>> tracks;
+  int stages = 0;
+  for (const TimelineEvent& e : timeline.events) {
+    tracks.insert({e.replica, e.stage, e.stream});
+    stages = std::max(stages, e.stage + 1);
+  }
   std::set<int> replicas;
-  for (const auto& [replica, stage] : tracks) {
+  for (const auto& [replica, stage, stream] : tracks) {
     if (replicas.insert(replica).second)
       json += "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + std::to_string(replica) +
               ", \"args\": {\"name\": \"replica " + std::to_string(replica) + "\"}},\n";
-    json += "{\"name\": \"thread_name\", \"ph\": \"M\", " + track(replica, stage) + ", \"args\": {\"name\": \"stage " +
-            std::to_string(stage) + "\"}},\n";
-    json += "{\"name\": \"thread_sort_index\", \"ph\": \"M\", " + track(replica, stage) +
-            ", \"args\": {\"sort_index\": " + std::to_string(stage) + "}},\n";
+    json += "{\"name\": \"thread_name\", \"ph\": \"M\", " + track(replica, stage, stream, stages) +
+            ", \"args\": {\"name\": \"stage " + std::to_string(stage) + (stream ? ", second compute stream" : "") +
+            "\"}},\n";
+    json += "{\"name\": \"thread_sort_index\", \"ph\": \"M\", " + track(replica, stage, stream, stages) +
+            ", \"args\": {\"sort_index\": " + std::to_string(stream ? stages + stage : stage) + "}},\n";
   }
   for (const TimelineEvent& e : timeline.events) {
     json += "{\"name\": " + quoted(e.name) + ", \"cat\": " + quoted(e.category) + ", \"ph\": \"X\", \"ts\": " +
-            number(e.start_us) + ", \"dur\": " + number(e.duration_us) + ", " + track(e.replica, e.stage);
+            number(e.start_us) + ", \"dur\": " + number(e.duration_us) + ", " + track(e.replica, e.stage, e.stream, stages);
     if (!e.details.empty()) json += ", \"args\": {\"used\": " + quoted(e.details) + "}";
     json += "},\n";
   }

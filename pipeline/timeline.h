@@ -19,6 +19,9 @@ struct TimelineEvent {
   std::string category;   // "forward", "backward", "input gradient", "weight gradient" or "transfer"
   double start_us, duration_us;
   std::string details;    // shown with the event: what the executor used ("slot 1"), or ""
+  // 1 for an overlapped pair's second compute (pipeline/action.h), drawn on the stage's second
+  // compute track (tid p + stage, after the p stages' tracks), else 0.
+  int stream = 0;
 };
 
 // A message: the events of its send and of its receive (indices into Timeline::events), and where

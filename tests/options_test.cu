@@ -425,6 +425,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--pipeline-layout STRING", "(default: none)"},
       {"--print-schedule", "(default: off)"},
       {"--schedule-costs TF,TI,TW[,LAT]", "(default: 1,1,1,0)"},
+      {"--pair-cost sum|max", "(default: sum)"},
       {"--format grid|pytorch-csv", "(default: grid)"},
       {"--print-memory", "(default: off)"},
       {"--memory-limit BYTES", "(default: none)"},

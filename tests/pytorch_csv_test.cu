@@ -80,7 +80,7 @@ TEST(PytorchCsv, WritesPyTorchsText) {
 }
 
 // As PyTorch writes an interleaved (ring, v = 2) schedule: an empty cell for an idle slot, rows of
-// different lengths, "\r\n"; and a V with an overlapped pair, read as its two actions in order.
+// different lengths, "\r\n"; and a V with an overlapped pair, read as our pair (F1&B0.1).
 TEST(PytorchCsv, ReadsIdleCellsAndOverlappedPairsAsOurGrid) {
   const ScheduleGrid ring = parse_pytorch_csv("0F0,0F1,2F0,2F1,2B0,2B1,0B0,0B1\r\n,1F0,1F1,3F0,3F1,3B0,3B1,1B0,1B1\r\n");
   const ScheduleGrid ours = parse_schedule_grid("stage 0 | F0 F1 F0.1 F1.1 B0.1 B1.1 B0 B1\n"
@@ -92,11 +92,20 @@ TEST(PytorchCsv, ReadsIdleCellsAndOverlappedPairsAsOurGrid) {
   const ScheduleGrid pair = parse_pytorch_csv("0F0,3F0,(0F1;3B0)OVERLAP_F_B,3F1,3B1,0B0,0B1\n"
                                               "1F0,2F0,1F1,2B0,2F1,2B1,1B0,1B1\n");
   const ScheduleGrid pair_ours = parse_schedule_grid("placement v\n"
-                                                     "stage 0 | F0 F0.1 F1 B0.1 F1.1 B1.1 B0 B1\n"
+                                                     "stage 0 | F0 F0.1 F1&B0.1 F1.1 B1.1 B0 B1\n"
                                                      "stage 1 | F0 F0.1 F1 B0.1 F1.1 B1.1 B0 B1\n");
   EXPECT_EQ(pair.placement, PlacementKind::v_shape);
   EXPECT_EQ(pair.stages, pair_ours.stages);
   EXPECT_EQ(schedule_from_grid(pair, 2, 2).placement.kind, PlacementKind::v_shape);
+  EXPECT_TRUE(pair.stages[0][3].overlapped);
+}
+
+// Our pairs are written as PyTorch's, the forward first, and read back (the round trip on every
+// built-in schedule above includes dualpipev's pairs).
+TEST(PytorchCsv, WritesOverlappedPairs) {
+  const std::string csv = pytorch_csv_text(make_pipeline_schedule(ScheduleKind::dual_pipe_v, 2, 4, 2));
+  EXPECT_EQ(csv.substr(0, csv.find('\r')), "0F0,0F1,0F2,3F0,3I0,3W0,3F1,(0F3;3B1)OVERLAP_F_B,(3F2;0B0)OVERLAP_F_B,3B2,"
+                                           "(3F3;0B1)OVERLAP_F_B,3B3,0I2,0W2,0I3,0W3");
 }
 
 // Our grid's first line (after blanks and comments) is "placement" or "stage"; anything else is
@@ -133,4 +142,13 @@ TEST(PytorchCsv, MalformedFilesNameTheRowAndColumn) {
             "row 1 column 1: no action: each row lists one rank's compute actions, one row per rank in rank order");
   EXPECT_EQ(csv_error("0F0,(0F1;0B0)OVERLAP\n"),
             "row 1 column 2: '(0F1;0B0)OVERLAP' is not an overlapped pair (aFx;bBy)OVERLAP_F_B");
+  // Malformed pairs: two forwards, the same chunk twice, three actions, a pair on the ring.
+  EXPECT_EQ(csv_error("0F0,3F0,(0F1;3F1)OVERLAP_F_B\n1F0,2F0\n"),
+            "row 1 column 3: 'F1&F1.1' is not a forward then a B or I (F3&B1.1)");
+  EXPECT_EQ(csv_error("0F0,3F0,(3F1;3B0)OVERLAP_F_B\n1F0,2F0\n"),
+            "row 1 column 3: 'F1.1&B0.1' runs chunk 1 twice: a pair is one chunk's forward with the other's backward");
+  EXPECT_EQ(csv_error("0F0,(0F1;1B0;0B0)OVERLAP_F_B\n"),
+            "row 1 column 2: '(0F1;1B0;0B0)OVERLAP_F_B' is not a pair of two actions (aFx;bBy)OVERLAP_F_B");
+  EXPECT_EQ(csv_error("0F0,0F1,(2F0;0B0)OVERLAP_F_B\n1F0,3F0\n"),
+            "row 1 column 3: 'F0.1&B0' pairs two computes, but only a v placement overlaps them (placement v, DualPipeV)");
 }

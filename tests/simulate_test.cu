@@ -4,7 +4,8 @@
 // (6m + p - 1) t at equal costs, and the peaks of slots and weight buffers; rendezvous sends,
 // latency, deadlocks reported with the grid, and schedule errors. Every schedule the library
 // makes must run without deadlock, whatever the costs. The transfer-stream model (the executor's
-// two streams) by hand, and between the data flow and one step at a time. Host code only; runs in
+// two streams) by hand, and between the data flow and one step at a time. An overlapped pair's
+// slot (sum or max of its two costs) and peak in the three simulators, and its timeline. Host code only; runs in
 // both builds.
 #include <gtest/gtest.h>
 
@@ -373,4 +374,34 @@ TEST(Simulator, TimelinePlacesComputeAtItsSimulatedTime) {
   EXPECT_EQ(format_timeline(stages, simulate(stages, costs), costs),
             "stage 0 | F0 F1 .  .  B0 -- .  B1 --\n"
             "stage 1 | .  F0 B0 -- F1 B1 -- .  .\n");
+}
+
+// One stage of a V (p = 1: the turn is local, no messages) with one pair, F1 with B0.1. At t_f = 1
+// and a B of 2 the pair's slot is 3 (sum) or 2 (max); both computes start at 2 and end together.
+// The peak counts both computes' slots at once: F1 takes chunk 0's and hands chunk 1's over (4
+// held) before B0.1 gives one back; in the data flow, which counts from each forward, F0, F0.1 and
+// F1 (3).
+TEST(Simulator, AnOverlappedPairIsOneSlotOfTwoComputes) {
+  const std::vector<StageSchedule> stages = parse_stages({"F0 F0.1 F1&B0.1 F1.1 B1.1 B0 B1"});
+  const std::vector<std::vector<Action>> compute = {compute_actions(stages[0])};
+  ASSERT_TRUE(stages[0][3][0].overlapped);
+  for (PairCost pair : {PairCost::sum, PairCost::max}) {
+    const StepCosts costs{1, 1, 1, 0, pair};
+    const double slot = pair == PairCost::sum ? 3 : 2;
+    for (const Simulation& run : {simulate(stages, costs, PlacementKind::v_shape),
+                                  simulate_transfer_stream(stages, costs, PlacementKind::v_shape),
+                                  simulate_dataflow(compute, costs, PlacementKind::v_shape)}) {
+      EXPECT_NEAR(run.start_time[0][2], 2, kExact);
+      EXPECT_NEAR(run.start_time[0][3], 2, kExact);
+      EXPECT_NEAR(run.end_time[0][2], 2 + slot, kExact);
+      EXPECT_NEAR(run.end_time[0][3], 2 + slot, kExact);
+      EXPECT_NEAR(run.makespan, 9 + slot, kExact);
+      EXPECT_NEAR(run.stages[0].busy, 9 + slot, kExact);
+    }
+  }
+  EXPECT_EQ(simulate(stages, {1, 1, 1, 0}, PlacementKind::v_shape).stages[0].peak_in_flight, 4);
+  EXPECT_EQ(simulate_dataflow(compute, {1, 1, 1, 0}, PlacementKind::v_shape).stages[0].peak_in_flight, 3);
+  const StepCosts costs{1, 1, 1, 0};
+  EXPECT_EQ(format_timeline(stages, simulate(stages, costs, PlacementKind::v_shape), costs),
+            "stage 0 | F0    F0.1  F1    &B0.1 ----- F1.1  B1.1  ----- B0    ----- B1    -----\n");
 }

@@ -695,6 +695,39 @@ fault zero-checkpoint-without-the-replicas-shards trainer/checkpoints/gather_mod
   's/^  gather_spans_to_first_replica(mesh, values, spans_of_replica);/  (void)spans_of_replica;/' \
   'mpi4 ResumeLayouts.ZeroOne*'
 
+# Issue 31 items 1 and 6 (DualPipeV's overlapped pairs): the pairs marked, refused when malformed,
+# written as PyTorch's, and one slot of both computes in each of the three simulators.
+fault dualpipev-pairs-not-marked pipeline/dual_pipe_v.cpp \
+  's/    order.back().overlapped = overlapped;/    order.back().overlapped = false;/' \
+  'unit DualPipeV.*'
+fault pair-of-two-forwards-accepted pipeline/action.cpp \
+  's/  if (first.kind != ActionKind::forward || !computes_input_gradient(second.kind))/  if (first.kind != ActionKind::forward)/' \
+  'unit DualPipeV.MalformedPairsInTheGridAreOneLine'
+fault pair-on-one-chunk-accepted pipeline/action.cpp \
+  's/  if (first.chunk == second.chunk)/  if (false)/' \
+  'unit PytorchCsv.MalformedFilesNameTheRowAndColumn'
+fault pair-on-the-ring-accepted pipeline/action.cpp \
+  's/  if (placement != PlacementKind::v_shape)/  if (false)/' \
+  'unit DualPipeV.MalformedPairsInTheGridAreOneLine'
+fault pytorch-csv-writes-pairs-as-two-cells pipeline/pytorch_csv.cpp \
+  's/      if (a.overlapped) {  \/\/ the pair/      if (false) {  \/\/ the pair/' \
+  'unit PytorchCsv.*'
+fault pair-cost-always-the-sum pipeline/simulate.cpp \
+  's/  return costs.pair == PairCost::sum ? first + second : std::max(first, second);/  return first + second;/' \
+  'unit Simulator.AnOverlappedPairIsOneSlotOfTwoComputes'
+fault simulate-runs-pairs-one-after-the-other pipeline/simulate.cpp \
+  's/stages_\[s\]\[state.step + 1\]\[0\].overlapped ? 2 : 1;/stages_[s][state.step + 1][0].overlapped ? 1 : 1;/' \
+  'unit Simulator.AnOverlappedPairIsOneSlotOfTwoComputes'
+fault transfer-stream-runs-pairs-one-after-the-other pipeline/simulate_transfer_stream.cpp \
+  's/steps\[c + 1\]\[0\].overlapped ? 2 : 1;/steps[c + 1][0].overlapped ? 1 : 1;/' \
+  'unit Simulator.AnOverlappedPairIsOneSlotOfTwoComputes'
+fault dataflow-runs-pairs-one-after-the-other pipeline/simulate_dataflow.cpp \
+  's/order\[state.next + 1\].overlapped ? 2 : 1;/order[state.next + 1].overlapped ? 1 : 1;/' \
+  'unit DualPipeV.PairsStayAdjacentAndRoundTripThroughTheGridText'
+fault predicted-trace-draws-pairs-on-one-track pipeline/timeline.cpp \
+  's/"", step.front().overlapped ? 1 : 0});/"", 0});/' \
+  'unit DualPipeV.APairsBackwardIsOnTheSecondComputeTrack'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

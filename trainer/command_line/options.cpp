@@ -282,6 +282,9 @@ const std::vector<OptionSpec>& option_table() {
                     "E, t and L of each virtual stage, '|' between, X*N repeats (docs/pipeline.md)"),
       switch_option("print-schedule", &O::print_schedule, "print the schedule's grid, bubble and memory, then exit"),
       schedule_costs_option(),
+      choice_option("pair-cost", &O::pair_cost, {"sum", "max"},
+                    "--print-schedule's time of an overlapped pair (dualpipev): the two costs' sum (one GPU's SMs "
+                    "shared) or the longer one"),
       choice_option("format", &O::schedule_format, {"grid", "pytorch-csv"},
                     "with --print-schedule: the grid, timeline and memory, or only PyTorch's compute-only CSV"),
       switch_option("print-memory", &O::print_memory,

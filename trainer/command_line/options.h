@@ -65,6 +65,7 @@ struct TrainOptions {
   std::string pipeline_layout;        // "Et*3|t*3L" (pipeline/layout_string.h); empty: --layers-per-stage's split
   bool print_schedule = false;
   std::vector<double> schedule_costs = {1, 1, 1, 0};  // --print-schedule's t_f, t_i, t_w and message latency
+  std::string pair_cost = "sum";  // --print-schedule's time of an overlapped pair: sum | max (pipeline/simulate.h)
   std::string schedule_format = "grid";  // --print-schedule's output: grid | pytorch-csv (pipeline/pytorch_csv.h)
   bool print_memory = false;  // the memory plan's table (pipeline/memory_plan.h), then exit
   uint64_t memory_limit = 0;  // bytes each rank may plan for; 0: the device's free memory less a margin

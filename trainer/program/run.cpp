@@ -332,14 +332,15 @@ std::string schedule_report(const RunSetup& setup) {
   if (setup.options.schedule_format == "pytorch-csv") return pytorch_csv_text(schedule);
   const int p = schedule.placement.p, v = schedule.placement.v, m = layout.microbatches;
   const std::vector<double>& c = setup.options.schedule_costs;
-  const StepCosts costs{c[0], c[1], c[2], c[3]};
+  const StepCosts costs{c[0], c[1], c[2], c[3], setup.options.pair_cost == "max" ? PairCost::max : PairCost::sum};
   const Simulation simulation = simulate(schedule.stages, costs, schedule.placement.kind);
   std::vector<std::vector<Action>> orders;
   for (const StageSchedule& steps : schedule.stages) orders.push_back(compute_actions(steps));
   const Simulation dataflow = simulate_dataflow(orders, costs, schedule.placement.kind);
   char line[512];
-  std::snprintf(line, sizeof(line), "timeline (a column per t_f; t_f, t_i, t_w = %g, %g, %g, B = I + W, latency %g):\n",
-                costs.forward, costs.backward_input, costs.backward_weight, costs.latency);
+  std::snprintf(line, sizeof(line), "timeline (a column per t_f; t_f, t_i, t_w = %g, %g, %g, B = I + W, latency %g%s):\n",
+                costs.forward, costs.backward_input, costs.backward_weight, costs.latency,
+                !has_overlapped_pairs(schedule) ? "" : costs.pair == PairCost::sum ? "; a pair F&B: F + B" : "; a pair F&B: max(F, B)");
   std::string report = schedule_title(setup) + ", p = " + std::to_string(p) + ", m = " + std::to_string(m) +
                        ", v = " + std::to_string(v) + (layout.recompute ? ", recompute" : "") +
                        (layout.pipeline_layout.empty() ? "" : ", layout " + layout.pipeline_layout) + "\n\n" +
@@ -387,8 +388,9 @@ std::string schedule_report(const RunSetup& setup) {
 std::string predicted_timeline_json(const RunSetup& setup) {
   const PipelineSchedule schedule = layout_schedule(setup.layout, setup.mesh.pp);
   const std::vector<double>& c = setup.options.schedule_costs;
+  const PairCost pair_cost = setup.options.pair_cost == "max" ? PairCost::max : PairCost::sum;
   Timeline timeline =
-      predicted_timeline(schedule, simulate(schedule.stages, {c[0], c[1], c[2], c[3]}, schedule.placement.kind), 1e3);
+      predicted_timeline(schedule, simulate(schedule.stages, {c[0], c[1], c[2], c[3], pair_cost}, schedule.placement.kind), 1e3);
   timeline.about = trace_about(setup, "the simulator's predicted timeline; one unit of --schedule-costs = 1 ms");
   return chrome_trace_json(timeline);
 }
