@@ -95,11 +95,9 @@ std::string schedule_title(const RunSetup& setup) {
 
 // The trace's description of the run, written as its "otherData".
 std::vector<std::pair<std::string, std::string>> trace_about(const RunSetup& setup, const std::string& what) {
-  return {{"what", what},
-          {"schedule", schedule_title(setup)},
+  return {{"what", what}, {"schedule", schedule_title(setup)},
           {"layout", "dp " + std::to_string(setup.mesh.dp) + " x pp " + std::to_string(setup.mesh.pp)},
-          {"microbatches", std::to_string(setup.layout.microbatches)},
-          {"recompute", setup.layout.recompute ? "on" : "off"}};
+          {"microbatches", std::to_string(setup.layout.microbatches)}, {"recompute", setup.layout.recompute ? "on" : "off"}};
 }
 
 std::string layers_text(const LayerRange& range) {
@@ -297,6 +295,12 @@ RunResult train_with(const RunSetup& setup, const CommGroups& groups, RunFiles& 
   return result;
 }
 
+// --schedule-costs and --pair-cost, for the simulators.
+StepCosts step_costs(const TrainOptions& options) {
+  const std::vector<double>& c = options.schedule_costs;
+  return {c[0], c[1], c[2], c[3], options.pair_cost == "max" ? PairCost::max : PairCost::sum};
+}
+
 }  // namespace
 
 RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
@@ -331,8 +335,7 @@ std::string schedule_report(const RunSetup& setup) {
   const PipelineSchedule schedule = layout_schedule(layout, setup.mesh.pp);
   if (setup.options.schedule_format == "pytorch-csv") return pytorch_csv_text(schedule);
   const int p = schedule.placement.p, v = schedule.placement.v, m = layout.microbatches;
-  const std::vector<double>& c = setup.options.schedule_costs;
-  const StepCosts costs{c[0], c[1], c[2], c[3], setup.options.pair_cost == "max" ? PairCost::max : PairCost::sum};
+  const StepCosts costs = step_costs(setup.options);
   const Simulation simulation = simulate(schedule.stages, costs, schedule.placement.kind);
   std::vector<std::vector<Action>> orders;
   for (const StageSchedule& steps : schedule.stages) orders.push_back(compute_actions(steps));
@@ -387,10 +390,7 @@ std::string schedule_report(const RunSetup& setup) {
 
 std::string predicted_timeline_json(const RunSetup& setup) {
   const PipelineSchedule schedule = layout_schedule(setup.layout, setup.mesh.pp);
-  const std::vector<double>& c = setup.options.schedule_costs;
-  const PairCost pair_cost = setup.options.pair_cost == "max" ? PairCost::max : PairCost::sum;
-  Timeline timeline =
-      predicted_timeline(schedule, simulate(schedule.stages, {c[0], c[1], c[2], c[3], pair_cost}, schedule.placement.kind), 1e3);
+  Timeline timeline = predicted_timeline(schedule, simulate(schedule.stages, step_costs(setup.options), schedule.placement.kind), 1e3);
   timeline.about = trace_about(setup, "the simulator's predicted timeline; one unit of --schedule-costs = 1 ms");
   return chrome_trace_json(timeline);
 }
@@ -418,11 +418,10 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandl
   say(out, "batch: %d microbatches x B=%d x T=%d x dp=%d = %zu tokens per step, %d steps\n", options.microbatches,
       setup.B, setup.T, mesh.dp, size_t(options.microbatches) * setup.B * setup.T * mesh.dp, options.steps);
   const Placement placement = layout_schedule(setup.layout, mesh.pp).placement;
-  say(out, "pipeline: dp=%d x pp=%d, %s, v=%d, recompute %s\n", mesh.dp, mesh.pp, schedule_title(setup).c_str(),
-      placement.v, options.recompute ? "on" : "off");
-  if (options.zero == 1)
-    say(out, mesh.dp > 1 ? "zero 1: each of the %d replicas keeps its shard of the optimizer state\n"
-                         : "note: --zero 1 with dp=%d has nothing to shard: runs as --zero 0\n", mesh.dp);
+  const char* zero = options.zero == 0 ? "" : mesh.dp > 1 ? ", zero 1 (each replica keeps its shard of the optimizer "
+                    "state)" : "; note: --zero 1 with dp=1 has nothing to shard: runs as --zero 0";
+  say(out, "pipeline: dp=%d x pp=%d, %s, v=%d, recompute %s%s\n", mesh.dp, mesh.pp, schedule_title(setup).c_str(),
+      placement.v, options.recompute ? "on" : "off", zero);
   for (int vs = 0; vs < placement.virtual_stages(); ++vs)
     say(out, "  stage %d chunk %d: %s\n", placement.stage_of(vs), placement.chunk_of(vs),
         layers_text(setup.virtual_stages[vs]).c_str());
