@@ -31,24 +31,26 @@ void queue_bucket(GradientBuckets& buckets, const CommGroups& groups, Element* g
   const GradientBucket& bucket = index < int(buckets.buckets.size()) ? buckets.buckets[index] : buckets.wte;
   CUDA_CHECK(cudaEventRecord(buckets.ready[index], compute));
   CUDA_CHECK(cudaStreamWaitEvent(buckets.stream, buckets.ready[index], 0));
-  if (buckets.shard_bounds.empty())
+  if (buckets.owned.empty())
     allreduce_data_parallel_gradients(groups, gradients + bucket.offset, bucket.count, nccl_data_type<Element>(),
                                       buckets.stream);
   else
-    reduce_gradients_to_owners(groups, gradients, owned_ranges(bucket, buckets.shard_bounds),
-                               nccl_data_type<Element>(), buckets.stream);
+    reduce_gradients_to_owners(groups, gradients, buckets.owned[index], nccl_data_type<Element>(), buckets.stream);
   buckets.queued.push_back(index);
 }
 
 }  // namespace
 
 GradientBuckets create_gradient_buckets(std::vector<GradientBucket> layer_buckets, GradientBucket wte,
-                                        const CommGroups& groups, std::vector<size_t> shard_bounds) {
+                                        const CommGroups& groups, const std::vector<size_t>& shard_bounds) {
   GradientBuckets buckets;
   if (groups.mesh.dp == 1) return buckets;
   buckets.buckets = std::move(layer_buckets);
   buckets.wte = wte;
-  buckets.shard_bounds = std::move(shard_bounds);
+  if (!shard_bounds.empty()) {
+    for (const GradientBucket& bucket : buckets.buckets) buckets.owned.push_back(owned_ranges(bucket, shard_bounds));
+    buckets.owned.push_back(owned_ranges(buckets.wte, shard_bounds));
+  }
   CUDA_CHECK(cudaStreamCreate(&buckets.stream));
   buckets.ready.resize(buckets.buckets.size() + 1);
   for (cudaEvent_t& event : buckets.ready) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
@@ -90,13 +92,9 @@ void finish_data_parallel_sum(GradientBuckets& buckets, const CommGroups& groups
 template <typename Element>
 void gather_updated_parameters(const GradientBuckets& buckets, const CommGroups& groups, Element* parameters,
                                cudaStream_t compute) {
-  if (buckets.shard_bounds.empty()) return;
-  for (const GradientBucket& bucket : buckets.buckets)
-    broadcast_parameters_from_owners(groups, parameters, owned_ranges(bucket, buckets.shard_bounds),
-                                     nccl_data_type<Element>(), compute);
-  if (buckets.wte.count > 0)
-    broadcast_parameters_from_owners(groups, parameters, owned_ranges(buckets.wte, buckets.shard_bounds),
-                                     nccl_data_type<Element>(), compute);
+  if (buckets.owned.empty()) return;
+  for (const std::vector<OwnedRange>& ranges : buckets.owned)  // wte's last; none when the stage has no wte
+    broadcast_parameters_from_owners(groups, parameters, ranges, nccl_data_type<Element>(), compute);
 }
 
 #define INSTANTIATE_GRADIENT_BUCKETS(Element)                                                                      \

@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "comm/collectives.h"
 #include "comm/groups.h"
 
 struct GradientBucket {
@@ -31,14 +32,16 @@ struct GradientBuckets {
   cudaStream_t stream = nullptr;        // the reduction stream (nullptr: dp = 1, no buckets)
   std::vector<cudaEvent_t> ready;       // per bucket, then wte: its gradients final on the compute stream
   cudaEvent_t done = nullptr;           // the reduction stream's last sum
-  std::vector<size_t> shard_bounds;  // ZeRO-1: OptimizerShards::bounds (dp + 1); empty: all-reduce every bucket
+  // ZeRO-1: per bucket, then wte, its parts and their owners, cut once at set-up by the shards'
+  // bounds (OptimizerShards::bounds); empty: all-reduce every bucket.
+  std::vector<std::vector<OwnedRange>> owned;
   std::vector<int> queued;  // the step's buckets in the order queued (indices, wte's = buckets.size()); the caller
                             // clears it before the step
 };
 
 // With dp = 1, no stream and no buckets: there is nothing to sum. shard_bounds: ZeRO-1's, or empty.
 GradientBuckets create_gradient_buckets(std::vector<GradientBucket> layer_buckets, GradientBucket wte,
-                                        const CommGroups& groups, std::vector<size_t> shard_bounds = {});
+                                        const CommGroups& groups, const std::vector<size_t>& shard_bounds = {});
 void destroy_gradient_buckets(GradientBuckets& buckets);
 
 // The executor's report: (chunk, layer) final on compute; queues the buckets it completes.

@@ -666,7 +666,7 @@ fault zero-reduce-to-replica-0 comm/data_parallel_sum.cpp \
   'mpi4 ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoStages 120'
 # Item 1: the updated parameters are sent from their owners.
 fault zero-no-parameter-gather comm/data_parallel_sum.cpp \
-  's/if (buckets.shard_bounds.empty()) return;/return;/' \
+  's/if (buckets.owned.empty()) return;/return;/' \
   'mpi4 ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoStages 120; cpumpi4 DataParallelBuckets.ZeroOne*'
 # Item 1: AdamW updates the shard's own elements.
 fault zero-adamw-from-stage-start trainer/step/optimizer.cpp \
