@@ -355,6 +355,11 @@ fault trace-step-one-late trainer/program/run.cpp \
 fault watchdog-ignores-the-position-in-a-step trainer/safety/watchdog.cpp \
   's/^           position\.step == o\.position\.step;$/           true;/' \
   'unit Watchdog.*'
+# Issue 29 item 5: the watchdog firing a timeout late, which the Fires* tests' bound (two polls and
+# the oversleep their own sleeps measured) catches and their old 5 s bound let through.
+fault watchdog-fires-a-timeout-late trainer/safety/watchdog.cpp \
+  's/kFirstStepAllowance \* timeout_s : timeout_s;/kFirstStepAllowance * timeout_s : 2 * timeout_s;/' \
+  'unit Watchdog.Fires*'
 # Issue 29 item 5 (tests rewritten not to depend on the machine's load): they still catch what they
 # guard: a waiting rank that spins, transfers that wait for the computes.
 fault waiting-rank-spins cpu/nccl/nccl_groups.cpp \
