@@ -203,15 +203,19 @@ const std::string kSmallRun = " --layers 4 --heads 2 --dim 32 --seq-len 16 --bat
 
 // The whole program in bf16, from the options to the step line: mpirun -np 4 ./train --dtype bf16
 // (4 stages, 1F1B, bf16 messages) gives bitwise the losses, validation losses and norms of
-// ./train --dtype bf16, and says it runs in bf16, with the stages' line.
+// ./train --dtype bf16, and says it runs in bf16, with the stages' line. Both with --zero 1, which
+// with one replica has nothing to shard: a note on the pipeline line, and the same losses.
 TEST(TrainLayout, Bf16FourStagesGiveTheSingleProcessLosses) {
   if (!std::filesystem::exists("./train")) GTEST_SKIP() << "./train is not built (make train)";
-  const BothRuns runs = single_and_four_stages(" --dtype bf16" + kSmallRun);
+  const BothRuns runs = single_and_four_stages(" --dtype bf16 --zero 1" + kSmallRun);
   ASSERT_EQ(runs.single.size(), 4u);
   EXPECT_NE(runs.single[1].find("val_loss"), std::string::npos);
   EXPECT_EQ(runs.four, runs.single);
   EXPECT_NE(runs.four_out.find("precision: bf16 parameters"), std::string::npos) << runs.four_out;
   EXPECT_NE(runs.four_out.find("stages | 0: idle"), std::string::npos) << runs.four_out;
+  EXPECT_NE(runs.four_out.find("recompute off; note: --zero 1 with dp=1 has nothing to shard: runs as --zero 0\n"),
+            std::string::npos)
+      << runs.four_out;
 }
 
 // fp32 as ./train runs it by default, its GEMMs in TF32 (kernels/gemm.cuh): the layout does not
