@@ -6,7 +6,8 @@
 #include "comm/nccl_check.cuh"
 
 CommGroups create_comm_groups(const Mesh& mesh) {
-  CommGroups groups{mesh, nullptr, nullptr, nullptr, nullptr, nullptr, std::make_shared<NcclOrder>(create_nccl_order())};
+  CommGroups groups{mesh,    nullptr, nullptr, nullptr,
+                    nullptr, nullptr, std::make_shared<NcclOrder>(create_nccl_order())};
   ncclUniqueId id;
   if (mesh.world_rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD);

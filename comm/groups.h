@@ -34,7 +34,8 @@ struct CommGroups {
 // are ncclCommSplit's of the world (pipeline: color (dp_rank, tp_rank), key pp_rank;
 // data-parallel: color (pp_rank, tp_rank), key dp_rank; embedding: color (dp_rank, tp_rank), key
 // pp_rank, no color on the middle stages; tensor-parallel: color (dp_rank, pp_rank), key tp_rank).
-// With tp = 1 the colors are those of the dp x pp mesh. In the GPU build the caller has selected this rank's device first.
+// With tp = 1 the colors are those of the dp x pp mesh. In the GPU build the caller has selected
+// this rank's device first.
 CommGroups create_comm_groups(const Mesh& mesh);
 
 // Destroys every communicator of groups and nulls them; every rank calls it, as for creation.
