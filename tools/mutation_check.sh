@@ -157,7 +157,7 @@ fault tied-embedding-allreduce-skipped comm/collectives.cpp \
   's/if (groups.embedding == nullptr) return;/if (groups.embedding == nullptr || groups.mesh.pp > 1) return;/' \
   'mpi4 Collectives.*:Pipeline.*'
 fault mesh-ranks-in-the-other-order comm/mesh.cpp \
-  's@mesh.dp_rank = world_rank / pp;@mesh.dp_rank = world_rank % dp;@; s@mesh.pp_rank = world_rank % pp;@mesh.pp_rank = world_rank / dp;@' \
+  's@mesh.pp_rank = world_rank / tp % pp;@mesh.pp_rank = world_rank / (tp * dp);@; s@mesh.dp_rank = world_rank / (tp \* pp);@mesh.dp_rank = world_rank / tp % dp;@' \
   'mpi4 Mesh.*'
 
 # trainer/. The optimizer's faults change the single-stage reference as much as the pipeline,
