@@ -21,6 +21,7 @@ void connect_communicators(const CommGroups& groups, cudaStream_t stream) {
   std::vector<ncclComm_t> used{groups.world};
   if (mesh.pp > 1) used.push_back(groups.pipeline);
   if (mesh.dp > 1) used.push_back(groups.data_parallel);
+  if (mesh.tp > 1) used.push_back(groups.tensor_parallel);
   if (groups.embedding != nullptr) used.push_back(groups.embedding);
   float* one = device_alloc<float>(1);
   CUDA_CHECK(cudaMemsetAsync(one, 0, sizeof(float), stream));

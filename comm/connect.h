@@ -5,8 +5,9 @@
 // while the step's other operations wait on peers, and a broken link would fail inside the
 // step. So set-up runs one small operation on each communicator a step uses: an all-reduce of
 // one float on the world, the pipeline (its norm gather), the data-parallel replicas when
-// dp > 1 and the tied embedding's two stages, every rank in that order, then the pipeline's
-// sends and receives with each neighbour (warm_up_neighbours, comm/p2p.h).
+// dp > 1, the tensor-parallel ranks when tp > 1 and the tied embedding's two stages, every rank
+// in that order, then the pipeline's sends and receives with each neighbour (warm_up_neighbours,
+// comm/p2p.h).
 #pragma once
 #include <cuda_runtime.h>
 

@@ -1,6 +1,8 @@
-// The NCCL communicators of a dp x pp mesh (comm/mesh.h): the world, this rank's pipeline,
-// this stage's data-parallel replicas, and the tied embedding's {first stage, last stage}
-// of this rank's pipeline. All are split from one world communicator bootstrapped over MPI.
+// The NCCL communicators of a dp x tp x pp mesh (comm/mesh.h): the world, this rank's pipeline,
+// this stage's data-parallel replicas, the tied embedding's {first stage, last stage} of this
+// rank's pipeline, and this stage's tensor-parallel ranks. All are split from one world
+// communicator bootstrapped over MPI. A tp rank's pipeline, replicas and embedding pair are the
+// ranks of its own tp_rank: each tensor-parallel shard travels and sums only with its kind.
 #pragma once
 #include <nccl.h>
 
@@ -19,6 +21,9 @@ struct CommGroups {
   // stage, rank 1 = the last. nullptr on the middle stages, and on every rank when pp == 1,
   // where the one stage holds both uses and needs no communication for them.
   ncclComm_t embedding;
+  // The tp ranks of this stage and replica (consecutive world ranks); rank = tp_rank. nullptr
+  // when tp == 1, where a rank holds its stage's whole tensors and no collective is needed.
+  ncclComm_t tensor_parallel;
   // Every NCCL operation of this rank, on any of them, in the order issued (comm/nccl_order.h);
   // shared by the copies of the groups that the trainer and the executor hold.
   std::shared_ptr<NcclOrder> order;
@@ -26,9 +31,11 @@ struct CommGroups {
 
 // Collective over MPI_COMM_WORLD: every rank calls it, with the mesh of the same layout.
 // World rank 0 makes the world's unique id and broadcasts it with MPI_Bcast; the groups
-// are ncclCommSplit's of the world (pipeline: color dp_rank, key pp_rank; data-parallel:
-// color pp_rank, key dp_rank; embedding: color dp_rank, key pp_rank, no color on the
-// middle stages). In the GPU build the caller has selected this rank's device first.
+// are ncclCommSplit's of the world (pipeline: color (dp_rank, tp_rank), key pp_rank;
+// data-parallel: color (pp_rank, tp_rank), key dp_rank; embedding: color (dp_rank, tp_rank), key
+// pp_rank, no color on the middle stages; tensor-parallel: color (dp_rank, pp_rank), key tp_rank).
+// With tp = 1 the colors are those of the dp x pp mesh. In the GPU build the caller has selected
+// this rank's device first.
 CommGroups create_comm_groups(const Mesh& mesh);
 
 // Destroys every communicator of groups and nulls them; every rank calls it, as for creation.

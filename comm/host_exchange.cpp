@@ -42,7 +42,7 @@ World this_world() {
 
 CommGroups create_world_groups(const Mesh& mesh) {
   if (mesh.world_size > 1) return create_comm_groups(mesh);
-  return CommGroups{mesh, nullptr, nullptr, nullptr, nullptr, nullptr};
+  return CommGroups{mesh, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
 }
 
 void destroy_world_groups(CommGroups& groups) {

@@ -13,6 +13,7 @@
 // longest serial chain is kEmbeddingSegment + n / kEmbeddingSegment additions.
 #include "kernels/embedding.cuh"
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -125,13 +126,20 @@ __device__ inline size_t partial_row(int slot, bool first_segment) {
   return 2 * size_t(slot / kEmbeddingSegment) + first_segment;
 }
 
+// The rows of wte whose gradient a backward writes: tokens [first, first + count); dwte points
+// at row first. Other tokens' positions add nothing (a tensor-parallel rank's slice of wte).
+struct TokenRows {
+  int first, count;
+  __device__ bool holds(int token) const { return unsigned(token - first) < unsigned(count); }
+};
+
 // Block (x, y) sums, for channel y kChannelThreads + threadIdx.x, the segments that start
 // in slots [x kWindow, (x + 1) kWindow) of the sorted keys: each from 0, in position
 // order. A run of one segment adds its sum to dwte; a longer run's segments go to
 // partials. Every thread of a block reads the same keys, so the walk is uniform.
 template <typename Element>
 __global__ void segment_sums_kernel(Element* dwte, Compute<Element>* partials, const Key* sorted,
-                                    const Element* dout, int count, int C) {
+                                    const Element* dout, int count, int C, TokenRows rows) {
   using Real = Compute<Element>;
   const int c = blockIdx.y * kChannelThreads + threadIdx.x;
   if (c >= C) return;
@@ -141,6 +149,7 @@ __global__ void segment_sums_kernel(Element* dwte, Compute<Element>* partials, c
     const int token = token_of(sorted[slot]);
     if (token_of(sorted[run_start]) != token) run_start = slot;
     if ((slot - run_start) % kEmbeddingSegment != 0) continue;  // inside a segment
+    if (!rows.holds(token)) continue;
     int segment_end = slot + 1;
     while (segment_end < count && segment_end - slot < kEmbeddingSegment && token_of(sorted[segment_end]) == token)
       ++segment_end;
@@ -148,7 +157,7 @@ __global__ void segment_sums_kernel(Element* dwte, Compute<Element>* partials, c
     for (int s = slot; s < segment_end; ++s) sum += to_compute(dout[size_t(position_of(sorted[s])) * C + c]);
     const bool whole_run = slot == run_start && (segment_end == count || token_of(sorted[segment_end]) != token);
     if (whole_run) {
-      Element* gradient = dwte + size_t(token) * C + c;
+      Element* gradient = dwte + size_t(token - rows.first) * C + c;
       *gradient = from_compute<Element>(to_compute(*gradient) + sum);
     } else {
       partials[partial_row(slot, slot == run_start) * C + c] = sum;
@@ -161,7 +170,7 @@ __global__ void segment_sums_kernel(Element* dwte, Compute<Element>* partials, c
 // order and that total to dwte.
 template <typename Element>
 __global__ void long_run_totals_kernel(Element* dwte, const Compute<Element>* partials, const Key* sorted, int count,
-                                       int C) {
+                                       int C, TokenRows rows) {
   using Real = Compute<Element>;
   const int c = blockIdx.y * kChannelThreads + threadIdx.x;
   if (c >= C) return;
@@ -170,11 +179,11 @@ __global__ void long_run_totals_kernel(Element* dwte, const Compute<Element>* pa
     const int token = token_of(sorted[slot]);
     const bool starts_run = slot == 0 || token_of(sorted[slot - 1]) != token;
     const bool long_run = slot + kEmbeddingSegment < count && token_of(sorted[slot + kEmbeddingSegment]) == token;
-    if (!starts_run || !long_run) continue;
+    if (!starts_run || !long_run || !rows.holds(token)) continue;
     Real total = partials[partial_row(slot, true) * C + c];
     for (int s = slot + kEmbeddingSegment; s < count && token_of(sorted[s]) == token; s += kEmbeddingSegment)
       total += partials[partial_row(s, false) * C + c];
-    Element* gradient = dwte + size_t(token) * C + c;
+    Element* gradient = dwte + size_t(token - rows.first) * C + c;
     *gradient = from_compute<Element>(to_compute(*gradient) + total);
   }
 }
@@ -221,6 +230,13 @@ size_t embedding_backward_workspace_size(int B, int T, int C) {
 template <typename Element>
 void embedding_backward(Element* dwte, Element* dwpe, int* workspace, const Element* dout, const int* tokens, int B,
                         int T, int C, cudaStream_t stream) {
+  embedding_backward_rows(dwte, 0, INT_MAX, dwpe, workspace, dout, tokens, B, T, C, stream);
+}
+
+template <typename Element>
+void embedding_backward_rows(Element* dwte_rows, int first_token, int rows, Element* dwpe, int* workspace,
+                             const Element* dout, const int* tokens, int B, int T, int C, cudaStream_t stream) {
+  const TokenRows held{first_token, rows};
   const int count = B * T;
   Key* keys = reinterpret_cast<Key*>(workspace);
   Key* sorted = keys;          // (B T)
@@ -233,11 +249,11 @@ void embedding_backward(Element* dwte, Element* dwpe, int* workspace, const Elem
     std::swap(sorted, spare);
   }
   const dim3 windows(blocks_for(count, kWindow), blocks_for(C, kChannelThreads));
-  launch(segment_sums_kernel<Element>, windows, dim3(kChannelThreads), 0, stream, dwte, partials, sorted, dout, count,
-         C);
+  launch(segment_sums_kernel<Element>, windows, dim3(kChannelThreads), 0, stream, dwte_rows, partials, sorted, dout,
+         count, C, held);
   if (count > kEmbeddingSegment)  // else no run is longer than a segment
-    launch(long_run_totals_kernel<Element>, windows, dim3(kChannelThreads), 0, stream, dwte, partials, sorted, count,
-           C);
+    launch(long_run_totals_kernel<Element>, windows, dim3(kChannelThreads), 0, stream, dwte_rows, partials, sorted,
+           count, C, held);
   launch(position_gradient_kernel<Element>, dim3(blocks_for(size_t(T) * C, kElementThreads)), dim3(kElementThreads),
          0, stream, dwpe, dout, B, T, C);
 }
@@ -246,7 +262,9 @@ void embedding_backward(Element* dwte, Element* dwpe, int* workspace, const Elem
   template void embedding_forward<Element>(Element*, const int*, const Element*, const Element*, int, int, int, \
                                            cudaStream_t);                                                       \
   template void embedding_backward<Element>(Element*, Element*, int*, const Element*, const int*, int, int, int, \
-                                            cudaStream_t);
+                                            cudaStream_t);                                                       \
+  template void embedding_backward_rows<Element>(Element*, int, int, Element*, int*, const Element*, const int*, \
+                                                 int, int, int, cudaStream_t);
 INSTANTIATE_EMBEDDING(double)
 INSTANTIATE_EMBEDDING(float)
 INSTANTIATE_EMBEDDING(__nv_bfloat16)

@@ -35,3 +35,11 @@ size_t embedding_backward_workspace_size(int B, int T, int C);
 template <typename Element>
 void embedding_backward(Element* dwte, Element* dwpe, int* workspace, const Element* dout, const int* tokens, int B,
                         int T, int C, cudaStream_t stream);
+
+// embedding_backward for the rows [first_token, first_token + rows) of wte alone, a
+// tensor-parallel rank's slice: dwte_rows (rows, C) is the gradient of row first_token onward,
+// and positions whose token lies outside add nothing to it. Each row held gets bitwise what
+// embedding_backward adds to it (the same sort and sums); dwpe as embedding_backward.
+template <typename Element>
+void embedding_backward_rows(Element* dwte_rows, int first_token, int rows, Element* dwpe, int* workspace,
+                             const Element* dout, const int* tokens, int B, int T, int C, cudaStream_t stream);
