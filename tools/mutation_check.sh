@@ -744,51 +744,51 @@ fault predicted-trace-draws-pairs-on-one-track pipeline/timeline.cpp \
 
 # h33a: issue 33 items 1 and 3 (the mesh's tp axis; the vocabulary-parallel embedding and loss).
 # Item 1: tp innermost, then pp: a stage's tp ranks are consecutive.
-fault h33a-mesh-tp-not-innermost comm/mesh.cpp \
+fault mesh-tp-not-innermost comm/mesh.cpp \
   's/  mesh.pp_rank = world_rank \/ tp % pp;/  mesh.pp_rank = world_rank % pp;/' \
   'mpi4 TensorParallelMesh.*'
 # Item 1: the tp communicator holds one stage's ranks, not every stage's of the replica.
-fault h33a-tp-group-across-stages comm/groups.cpp \
+fault tp-group-across-stages comm/groups.cpp \
   's/ncclCommSplit(groups.world, mesh.dp_rank \* mesh.pp + mesh.pp_rank, mesh.tp_rank,/ncclCommSplit(groups.world, mesh.dp_rank, mesh.tp_rank,/' \
   'mpi4 TensorParallelMesh.*'
 # Item 1: a pipeline joins the stages of one tp rank only.
-fault h33a-pipeline-mixes-tp-ranks comm/groups.cpp \
+fault pipeline-mixes-tp-ranks comm/groups.cpp \
   's/const int pipeline_color = mesh.dp_rank \* mesh.tp + mesh.tp_rank;/const int pipeline_color = mesh.dp_rank;/' \
   'mpi4 TensorParallelMesh.*'
 # Item 1: tp must divide 4 C.
-fault h33a-tp-any-hidden-size comm/mesh.cpp \
+fault tp-any-hidden-size comm/mesh.cpp \
   's/  if (4 \* channels % tp != 0)/  if (false)/' \
   'mpi4 TensorParallelMesh.TpMustDivide*'
 # Item 3: the sums over the tp ranks happen.
-fault h33a-tp-allreduce-skipped comm/tensor_parallel.cpp \
+fault tp-allreduce-skipped comm/tensor_parallel.cpp \
   's/  if (groups.mesh.tp == 1) return;/  return;/' \
   'mpi4 TensorParallelCollectives.*:VocabParallel*'
 # Item 3: each rank holds its own slice of the vocabulary.
-fault h33a-every-rank-holds-the-first-slice model/vocab_parallel.cu \
+fault every-rank-holds-the-first-slice model/vocab_parallel.cu \
   's/  return {mesh.tp_rank \* columns, columns};/  return {0, columns};/' \
   'mpi4 VocabParallel*'
 # Item 3: the positions are added on one tp rank, so once in the sum.
-fault h33a-wpe-on-every-tp-rank model/vocab_parallel.cu \
+fault wpe-on-every-tp-rank model/vocab_parallel.cu \
   's/groups.mesh.tp_rank == 0 ? wpe : nullptr/wpe/' \
   'mpi4 VocabParallelEmbedding.*'
 # Item 3: the backward adds to the slice's rows only the gradients of the tokens it holds.
-fault h33a-embedding-backward-every-token kernels/embedding.cu \
+fault embedding-backward-every-token kernels/embedding.cu \
   's/    if (!rows.holds(token)) continue;/    if (false) continue;/' \
   'mpi4 VocabParallelEmbedding.*'
 # Item 3: the loss's first reduction, the rows' maximum over the slices.
-fault h33a-loss-without-max-reduction model/vocab_parallel.cu \
+fault loss-without-max-reduction model/vocab_parallel.cu \
   's/  allreduce_tensor_parallel(groups, row_max, BT, type, ncclMax, stream);/  (void)0;/' \
   'mpi4 VocabParallelLoss.*'
 # Item 3: the third reduction, the target's logit, summed with the exponentials.
-fault h33a-loss-target-logit-not-summed model/vocab_parallel.cu \
+fault loss-target-logit-not-summed model/vocab_parallel.cu \
   's/row_exp_sum, 2 \* BT, type, ncclSum/row_exp_sum, BT, type, ncclSum/' \
   'mpi4 VocabParallelLoss.*'
 # Item 3: the padding columns of a slice never count.
-fault h33a-loss-reads-padding kernels/vocab_parallel_cross_entropy.cu \
+fault loss-reads-padding kernels/vocab_parallel_cross_entropy.cu \
   's/  return in_vocabulary < 0 ? 0 : (in_vocabulary < slice.columns ? in_vocabulary : slice.columns);/  return slice.columns;/' \
   'mpi4 VocabParallelLoss.*'
 # Item 3: the one-hot of the gradient is at the target's column of the whole vocabulary.
-fault h33a-loss-one-hot-in-slice-columns kernels/vocab_parallel_cross_entropy.cu \
+fault loss-one-hot-in-slice-columns kernels/vocab_parallel_cross_entropy.cu \
   's/C(slice.first + i == target ? 1 : 0)/C(i == target ? 1 : 0)/' \
   'mpi4 VocabParallelLoss.*'
 
