@@ -745,6 +745,10 @@ fault h31h-transfer-waits-for-one-compute-stream pipeline/execute_steps.cu \
 fault h31h-plan-without-the-second-workspace pipeline/memory_plan.cpp \
   '/second compute stream.s cuBLAS workspace", 1, in.cublas_workspace_bytes/d' \
   'mpi4 PipelineLayouts.DualPipeVGivesTheSingleStageRun'
+# issue 31 item 1: the measured --trace draws a pair's backward on the stage's first track
+fault h31h-measured-trace-on-one-track trainer/program/measured_timeline.cpp \
+  's/details, std::stoi(stream)});/details, 0});/' \
+  'py:trace_test Trace.DualPipeVPairsBackwardsAreOnTheSecondComputeTrack'
 
 # ---- running ----
 
