@@ -11,8 +11,10 @@
 
 #include "comm/nccl_types.h"
 #include "comm/p2p.h"
+#include "kernels/cublas_check.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
+#include "kernels/gemm.cuh"
 #include "pipeline/execute_steps.h"
 
 namespace {
@@ -47,15 +49,17 @@ void update_accounting(Executor<Element>& e) {
   a.step_start_ms.assign(e.origin_marked ? e.schedule.size() : 0, 0.0f);
   a.step_end_ms.assign(a.step_start_ms.size(), 0.0f);
   a.busy_ms = 0;
-  // The steps run on two streams: the span runs from the earliest start to the latest end, both
+  a.pairs_overlapped = 0;
+  // The steps run on several streams: the span runs from the earliest start to the latest end, both
   // measured from the first step's start.
-  float first_start = 0, last_end = 0;
+  float first_start = 0, last_end = 0, start = 0, end = 0;
   for (size_t i = 0; i < e.schedule.size(); ++i) {
-    float start = 0, end = 0;
+    const float previous_start = start, previous_end = end;
     CUDA_CHECK(cudaEventElapsedTime(&start, e.step_start.front(), e.step_start[i]));
     CUDA_CHECK(cudaEventElapsedTime(&end, e.step_start.front(), e.step_end[i]));
     first_start = std::min(first_start, start);
     last_end = std::max(last_end, end);
+    if (e.schedule[i][0].overlapped && start < previous_end && previous_start < end) a.pairs_overlapped += 1;
     CUDA_CHECK(cudaEventElapsedTime(&a.step_ms[i], e.step_start[i], e.step_end[i]));
     if (e.origin_marked) {
       CUDA_CHECK(cudaEventElapsedTime(&a.step_start_ms[i], e.origin, e.step_start[i]));
@@ -85,16 +89,25 @@ void forget_transfer_steps(Executor<Element>& e) {
   for (ChunkState<Element>& state : e.chunks) forget_steps(state.inputs);
 }
 
-// Before a compute whose buffers are `uses`: the compute stream waits for the last
-// transfer group that used one of them.
+// Before a compute whose buffers are `uses`: its compute stream waits for the last transfer
+// group that used one of them.
 template <typename Element>
-void wait_for_transfers(Executor<Element>& e, const BufferUses& uses) {
+void wait_for_transfers(Executor<Element>& e, const BufferUses& uses, cudaStream_t compute) {
   int after = -1;
   for (int k = 0; k < uses.count; ++k) {
     const BufferUse& use = uses.uses[k];
     if (size_t(use.index) < use.pool->transfer_step.size()) after = std::max(after, use.pool->transfer_step[use.index]);
   }
-  if (after >= 0 && e.transfer_stream != e.stream) CUDA_CHECK(cudaStreamWaitEvent(e.stream, e.step_end[after], 0));
+  if (after >= 0 && e.transfer_stream != e.stream) CUDA_CHECK(cudaStreamWaitEvent(compute, e.step_end[after], 0));
+}
+
+// Whether schedule step i is an overlapped pair's backward that runs on the second compute stream:
+// not the chunk's last B, whose layer reports (gradients_final) mark its gradients final on the
+// caller's stream, so that one runs there, after its forward.
+template <typename Element>
+bool on_second_stream(const Executor<Element>& e, size_t i) {
+  return e.pair_backwards.stream != nullptr && i < e.schedule.size() && is_compute(e.schedule[i]) &&
+         e.schedule[i][0].overlapped && e.last_gradient_step[e.schedule[i][0].chunk] != int(i);
 }
 
 }  // namespace
@@ -174,10 +187,20 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
   e.loss_sum = device_alloc<double>(1);
   e.progress = std::make_shared<ExecutorProgress>();
   e.last_gradient_step.assign(e.v, -1);
+  bool pairs = false;
   for (size_t i = 0; i < schedule.size(); ++i)
-    for (const Action& a : schedule[i])
+    for (const Action& a : schedule[i]) {
       if (a.kind == ActionKind::backward || a.kind == ActionKind::backward_weight)
         e.last_gradient_step[a.chunk] = int(i);
+      pairs = pairs || a.overlapped;
+    }
+  if (pairs) {
+    CUDA_CHECK(cudaStreamCreate(&e.pair_backwards.stream));
+    CUBLAS_CHECK(cublasCreate(&e.pair_backwards.cublas));
+    e.pair_workspace = device_alloc_bytes(cublas_workspace_bytes());
+    bind_cublas(e.pair_backwards.cublas, e.pair_backwards.stream, e.pair_workspace, cublas_workspace_bytes());
+    CUDA_CHECK(cudaEventCreateWithFlags(&e.pair_start, cudaEventDisableTiming));
+  }
   e.trace.resize(schedule.size());
   e.step_start.resize(schedule.size());
   e.step_end.resize(schedule.size());
@@ -211,6 +234,12 @@ void destroy_executor(Executor<Element>& e) {
   CUDA_CHECK(cudaEventDestroy(e.compute_ready));
   CUDA_CHECK(cudaEventDestroy(e.transfers_done));
   if (e.transfer_stream != e.stream) CUDA_CHECK(cudaStreamDestroy(e.transfer_stream));
+  if (e.pair_backwards.stream != nullptr) {
+    CUBLAS_CHECK(cublasDestroy(e.pair_backwards.cublas));
+    device_free(e.pair_workspace);
+    CUDA_CHECK(cudaEventDestroy(e.pair_start));
+    CUDA_CHECK(cudaStreamDestroy(e.pair_backwards.stream));
+  }
   e = Executor<Element>{};
 }
 
@@ -231,33 +260,46 @@ void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
   }
   forget_transfer_steps(e);
   order_after(e.transfer_stream, e.stream, e.compute_ready);
+  if (e.pair_backwards.stream != nullptr) {  // the caller may have changed its handle's mode (TF32 or not)
+    cublasMath_t mode;
+    CUBLAS_CHECK(cublasGetMathMode(e.cublas, &mode));
+    CUBLAS_CHECK(cublasSetMathMode(e.pair_backwards.cublas, mode));
+  }
   for (size_t i = 0; i < e.schedule.size(); ++i) {
     const Step& step = e.schedule[i];
     const std::string name = to_text(step);
     nvtxRangePushA(name.c_str());
     const bool compute = is_compute(step);
+    const ComputeStream on = on_second_stream(e, i) ? e.pair_backwards : ComputeStream{e.stream, e.cublas};
     if (!compute) {
       transfer_step(e, i, step, e.trace[i]);  // records its start on the transfer stream
     } else {
+      // An overlapped pair: its backward starts on the second stream from where the caller's stood
+      // before the forward (every compute it depends on is before the pair), beside the forward;
+      // the two touch different chunks' slots, working sets and scratch, and the forward no gradient.
+      if (on_second_stream(e, i + 1)) record_step_event(e, e.pair_start, e.stream);
+      if (on.stream != e.stream) CUDA_CHECK(cudaStreamWaitEvent(on.stream, e.pair_start, 0));
       // The compute's start is recorded after its waits: its time is its own, not the transfers'.
       const BufferUses uses = compute_uses(e, step[0]);
-      wait_for_transfers(e, uses);
-      record_step_event(e, e.step_start[i], e.stream);
+      wait_for_transfers(e, uses, on.stream);
+      record_step_event(e, e.step_start[i], on.stream);
       if (step[0].kind == ActionKind::forward) {
         forward_step(e, params, step[0].microbatch, step[0].chunk, host_tokens, host_targets, loss_scale,
                      e.trace[i]);
       } else if (step[0].kind == ActionKind::backward_weight) {
         weight_step(e, grads, grad_wte_head, step[0], e.trace[i]);
       } else {
-        backward_step(e, params, grads, grad_wte_head, step[0], host_targets, loss_scale, e.trace[i]);
+        backward_step(e, on, params, grads, grad_wte_head, step[0], host_targets, loss_scale, e.trace[i]);
       }
       for (int k = 0; k < uses.count; ++k) uses.uses[k].pool->compute_step[uses.uses[k].index] = int(i);
     }
     {
       std::lock_guard<std::mutex> lock(progress.mutex);
-      CUDA_CHECK(cudaEventRecord(e.step_end[i], compute ? e.stream : e.transfer_stream));
+      CUDA_CHECK(cudaEventRecord(e.step_end[i], compute ? on.stream : e.transfer_stream));
       progress.queued = int(i) + 1;
     }
+    // After the pair, the caller's stream waits for its backward: what follows may read what it wrote.
+    if (on.stream != e.stream) CUDA_CHECK(cudaStreamWaitEvent(e.stream, e.step_end[i], 0));
     nvtxRangePop();
   }
   order_after(e.stream, e.transfer_stream, e.transfers_done);
@@ -310,7 +352,7 @@ ForwardResult<Element> execute_forward(Executor<Element>& e, const std::vector<P
       slot = take_slot(e, chunk, key - chunk);
       transfer(false, state.inputs.buffers[slot], vs - 1);
     }
-    forward_chunk(e, params, chunk, slot, host_targets, 1.0, B, T);
+    forward_chunk(e, {e.stream, e.cublas}, params, chunk, slot, host_targets, 1.0, B, T);
     const Activations<Element>& acts = activations_of(e, chunk, slot);
     const int next = local_next_chunk(e, chunk);
     if (state.range.has_head) {

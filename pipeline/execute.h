@@ -39,6 +39,13 @@
 // compute waits for no group it does not read from or write over. The walk begins with the
 // transfer stream waiting for the compute stream (what came before the step) and ends with the
 // compute stream waiting for the transfer stream, so a caller's one wait on its stream covers both.
+// An overlapped pair (pipeline/action.h, DualPipeV's F7&B3.1) runs its backward on a second compute
+// stream, created only for a schedule with pairs, with its own cuBLAS handle and workspace (a
+// handle is bound to one stream, and a workspace must not serve two streams at once): the backward
+// waits for the caller's stream as it stood before the pair's forward and for its own transfers,
+// runs beside the forward, and the caller's stream waits for it before the next step, so the
+// caller's one wait still covers every stream. The forward stays on the caller's stream, and so
+// does the backward that is its chunk's last B (its layer reports mark gradients final there).
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

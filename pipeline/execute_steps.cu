@@ -33,6 +33,7 @@ void record_compute(ExecutedStep& record, ActionKind kind, int microbatch, int c
   record.output_buffer = -1;
   record.weight_inputs = -1;
   record.recomputed = false;
+  record.stream = 0;
   record.messages.clear();  // keeps its capacity: no allocation after the first step
 }
 
@@ -177,20 +178,20 @@ Activations<Element>& activations_of(Executor<Element>& e, int chunk, int slot) 
 }
 
 template <typename Element>
-void forward_chunk(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int chunk, int slot,
-                   const int* host_targets, double loss_scale, int B, int T) {
+void forward_chunk(Executor<Element>& e, const ComputeStream& on, const std::vector<ParameterTensors<Element>>& params,
+                   int chunk, int slot, const int* host_targets, double loss_scale, int B, int T) {
   ChunkState<Element>& state = e.chunks[chunk];
   const void* input = state.inputs.buffers[slot];
   const int* targets = nullptr;
   if (state.range.has_head && host_targets != nullptr) {
     CUDA_CHECK(cudaMemcpyAsync(e.targets, host_targets, size_t(B) * T * sizeof(int), cudaMemcpyHostToDevice,
-                               e.stream));
+                               on.stream));
     targets = e.targets;
   }
   const bool tokens = state.range.has_embedding;
   gpt_forward(e.config, state.range, params[chunk], activations_of(e, chunk, slot),
               tokens ? static_cast<const int*>(input) : nullptr,
-              tokens ? nullptr : static_cast<const Element*>(input), targets, loss_scale, B, T, e.cublas, e.stream);
+              tokens ? nullptr : static_cast<const Element*>(input), targets, loss_scale, B, T, on.cublas, on.stream);
 }
 
 // F(microbatch, chunk): the forward, then the output's hand-over: into the next chunk's slot
@@ -208,7 +209,8 @@ void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
   if (state.range.has_embedding)
     CUDA_CHECK(cudaMemcpyAsync(state.inputs.buffers[slot], microbatch_of(host_tokens, microbatch, BT), BT * sizeof(int),
                                cudaMemcpyHostToDevice, e.stream));
-  forward_chunk(e, params, chunk, slot, microbatch_of(host_targets, microbatch, BT), loss_scale, e.B, e.T);
+  forward_chunk(e, {e.stream, e.cublas}, params, chunk, slot, microbatch_of(host_targets, microbatch, BT), loss_scale,
+                e.B, e.T);
   record_compute(record, ActionKind::forward, microbatch, chunk, slot);
   record.output_buffer = buffers.output_buffer;
   if (e.recompute) state.working_microbatch = microbatch;
@@ -230,7 +232,7 @@ void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
 // the slot and the output gradient go back. The input gradient goes to a send buffer, or on a
 // local hand-over straight into the previous chunk's output gradient.
 template <typename Element>
-void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,
+void backward_step(Executor<Element>& e, const ComputeStream& on, const std::vector<ParameterTensors<Element>>& params,
                    const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head, const Action& action,
                    const int* host_targets, double loss_scale, ExecutedStep& record) {
   const int microbatch = action.microbatch, chunk = action.chunk;
@@ -239,8 +241,9 @@ void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Elem
   const int slot = buffers.slot;
   const size_t BT = size_t(e.B) * e.T;
   record_compute(record, action.kind, microbatch, chunk, slot);
+  record.stream = on.stream == e.stream ? 0 : 1;
   if (e.recompute && state.working_microbatch != microbatch) {
-    forward_chunk(e, params, chunk, slot, microbatch_of(host_targets, microbatch, BT), loss_scale, e.B, e.T);
+    forward_chunk(e, on, params, chunk, slot, microbatch_of(host_targets, microbatch, BT), loss_scale, e.B, e.T);
     state.working_microbatch = microbatch;
     record.recomputed = true;
   }
@@ -259,13 +262,13 @@ void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Elem
     const LayerGradientsQueued reports = final_gradient_reports(e, action);
     gpt_backward(e.config, state.range, params[chunk], grads[chunk], state.range.has_head ? grad_wte_head : nullptr,
                  activations_of(e, chunk, slot), state.scratch, tokens, input_activation, grad_output, grad_input, e.B,
-                 e.T, e.cublas, e.stream, reports);
+                 e.T, on.cublas, on.stream, reports);
     if (reports) reports(-1);
   } else {
     record.weight_inputs = buffers.weight_inputs;
     gpt_backward_input(e.config, state.range, params[chunk], activations_of(e, chunk, slot), state.scratch, tokens,
                        input_activation, grad_output, grad_input, state.weight_inputs[record.weight_inputs], e.B, e.T,
-                       e.cublas, e.stream);
+                       on.cublas, on.stream);
   }
   give_back_backward_buffers(e, action);
 }
@@ -297,9 +300,13 @@ void transfer_step(Executor<Element>& e, size_t index, const Step& step, Execute
   const size_t count = btc_elements(e);
   record.compute = false;
   record.messages.clear();
-  int after_compute = -1;
+  // Per compute stream (ExecutedStep::stream): the last compute there that used one of the group's
+  // buffers. An overlapped pair's forward and backward end on two streams, and the later of the two
+  // in the schedule says nothing of the other's end.
+  int after_compute[2] = {-1, -1};
   const auto use = [&](BufferPool& pool, int buffer) {
-    after_compute = std::max(after_compute, pool.compute_step[buffer]);
+    const int step = pool.compute_step[buffer];
+    if (step >= 0) after_compute[e.trace[step].stream] = std::max(after_compute[e.trace[step].stream], step);
     pool.transfer_step[buffer] = int(index);
   };
   for (const Action& a : step) {
@@ -336,8 +343,9 @@ void transfer_step(Executor<Element>& e, size_t index, const Step& step, Execute
     transfers.back().with_next = peer == (e.stage + 1) % e.p;
     record.messages.push_back({a.kind, a.microbatch, a.chunk, -1, buffer});
   }
-  if (after_compute >= 0 && e.transfer_stream != e.stream)
-    CUDA_CHECK(cudaStreamWaitEvent(e.transfer_stream, e.step_end[after_compute], 0));
+  for (const int after : after_compute)
+    if (after >= 0 && e.transfer_stream != e.stream)
+      CUDA_CHECK(cudaStreamWaitEvent(e.transfer_stream, e.step_end[after], 0));
   record_step_event(e, e.step_start[index], e.transfer_stream);
   exchange_group(e.groups, transfers.data(), transfers.size(), nccl_data_type<Element>(), e.transfer_stream);
   for (size_t k = 0; k < transfers.size(); ++k) record.messages[k].peer = transfers[k].peer;  // the transport's
@@ -381,11 +389,13 @@ void record_step_event(Executor<Element>& e, cudaEvent_t event, cudaStream_t str
   template int take_slot<Element>(Executor<Element>&, int, int);                                                    \
   template void plan_pools<Element>(Executor<Element>&);                                                            \
   template Activations<Element>& activations_of<Element>(Executor<Element>&, int, int);                             \
-  template void forward_chunk<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, int, int, \
-                                       const int*, double, int, int);                                               \
+  template void forward_chunk<Element>(Executor<Element>&, const ComputeStream&,                                    \
+                                       const std::vector<ParameterTensors<Element>>&, int, int, const int*, double, \
+                                       int, int);                                                                   \
   template void forward_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, int,       \
                                       int, const int*, const int*, double, ExecutedStep&);                          \
-  template void backward_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&,            \
+  template void backward_step<Element>(Executor<Element>&, const ComputeStream&,                                    \
+                                       const std::vector<ParameterTensors<Element>>&,                               \
                                        const std::vector<ParameterTensors<Element>>&, Element*, const Action&,      \
                                        const int*, double, ExecutedStep&);                                          \
   template void weight_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, Element*,   \

@@ -30,10 +30,10 @@ template <typename Element>
 void plan_pools(Executor<Element>& e);
 template <typename Element>
 Activations<Element>& activations_of(Executor<Element>& e, int chunk, int slot);
-// The chunk's forward of a microbatch from its slot's input; the head gets the targets.
+// The chunk's forward of a microbatch from its slot's input, on `on`; the head gets the targets.
 template <typename Element>
-void forward_chunk(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int chunk, int slot,
-                   const int* host_targets, double loss_scale, int B, int T);
+void forward_chunk(Executor<Element>& e, const ComputeStream& on, const std::vector<ParameterTensors<Element>>& params,
+                   int chunk, int slot, const int* host_targets, double loss_scale, int B, int T);
 
 // F: on the chunk with the head, adds the microbatch's mean loss to e.loss_sum (device). host_tokens
 // and host_targets are the step's (m, B, T).
@@ -41,9 +41,10 @@ template <typename Element>
 void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int microbatch,
                   int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
                   ExecutedStep& record);
-// B, or with split I: the input gradient (and for B the parameter gradients).
+// B, or with split I: the input gradient (and for B the parameter gradients), on `on`: the caller's
+// stream, or the second compute stream for an overlapped pair's backward (stream 1 in the record).
 template <typename Element>
-void backward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,
+void backward_step(Executor<Element>& e, const ComputeStream& on, const std::vector<ParameterTensors<Element>>& params,
                    const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head, const Action& action,
                    const int* host_targets, double loss_scale, ExecutedStep& record);
 // W.

@@ -49,11 +49,19 @@ struct ExecutedStep {
                           // (a local hand-over) or a send buffer (recompute), else -1
   int weight_inputs;      // I: the weight-gradient-input buffer it filled; W: the one it read; else -1
   bool recomputed;        // B and I: ran its forward again first
+  int stream;             // compute: 0 the caller's stream, 1 the second compute stream (a pair's backward)
   std::vector<ExecutedMessage> messages;  // transfer: in the order posted
 };
 // "F3@c0 slot 1", "F3@c0 slot 1 output 0" (its output_buffer), "B3@c0 slot 1 (recomputed)",
 // "I3@c0 slot 1 w 0", "W3@c0 w 0", "sF3@c0->2 buffer 1 + rB1@c0<-2 buffer 0" (to stage 2, from stage 2).
 std::string to_text(const ExecutedStep& step);
+
+// A stream that runs computes and the cuBLAS handle bound to it (kernels/gemm.cuh's bind_cublas):
+// a handle runs its GEMMs on one stream, and its workspace may serve one stream only.
+struct ComputeStream {
+  cudaStream_t stream;
+  cublasHandle_t cublas;
+};
 
 // What the executor measured and allocated.
 struct ExecutorAccounting {
@@ -67,12 +75,14 @@ struct ExecutorAccounting {
   size_t transfer_bytes;            // the gradient and send buffers
   std::vector<float> step_ms;       // the last step: each schedule step's time
   // The last step, when mark_timeline_origin preceded it: each schedule step's start and end after
-  // the origin, a compute's on the compute stream (after its waits), a group's on the transfer
-  // stream (from its posting, after its waits, to its completion). Computes never overlap one
-  // another, nor groups; a group may overlap the computes after it. Else empty.
+  // the origin, a compute's on its compute stream (after its waits), a group's on the transfer
+  // stream (from its posting, after its waits, to its completion). Computes overlap one another
+  // only in an overlapped pair, groups never; a group may overlap the computes after it. Else empty.
   std::vector<float> step_start_ms, step_end_ms;
   double busy_ms;                   // the last step: time in F, B, I and W
   double span_ms;                   // the last step: from its earliest step's start to its latest's end
+  int pairs_overlapped;             // the last step: overlapped pairs whose two computes were measured in
+                                    // flight at once (each started before the other ended)
 };
 
 // Where the executor is, for a watchdog on another thread (what watches a run belongs to the
@@ -101,6 +111,12 @@ struct Executor {
   cublasHandle_t cublas;
   cudaStream_t stream;           // the compute stream (the caller's)
   cudaStream_t transfer_stream;  // the executor's own, or stream itself (see create_executor)
+  // The second compute stream, where an overlapped pair's backward (pipeline/action.h) runs beside
+  // its forward, with a cuBLAS handle and workspace of its own (pair_workspace, cublas_workspace_bytes,
+  // counted by the memory plan); created only when the stage's schedule has a pair, else {nullptr, nullptr}.
+  ComputeStream pair_backwards;
+  void* pair_workspace;
+  cudaEvent_t pair_start;  // the caller's stream before a pair's forward, for its backward to start from
   std::vector<ChunkState<Element>> chunks;  // index = chunk c, virtual stage placement.virtual_stage(stage, c)
   BufferPool sends;                // recompute: forward outputs waiting for their send
   BufferPool grad_outputs;         // gradients of chunk outputs, received or handed over locally

@@ -88,6 +88,13 @@ void plan_executor_memory(const MemoryPlanInput& in, int stage, const std::vecto
   b.device("input gradients", e.grad_inputs.buffers.size(), e.grad_inputs.bytes);
   b.device("targets", 1, uint64_t(in.B) * in.T * sizeof(int));
   b.device("loss sum", 1, sizeof(double));
+  // The second compute stream's cuBLAS handle has a workspace of its own (an overlapped pair's
+  // backward runs its GEMMs beside the forward's); its backward uses its chunk's scratch above.
+  for (const Step& step : in.schedule.stages[stage])
+    if (step.front().overlapped) {
+      b.device("second compute stream's cuBLAS workspace", 1, in.cublas_workspace_bytes);
+      break;
+    }
 }
 
 template <typename Element>

@@ -10,7 +10,8 @@ what the executor ran), one track's events never overlap, no compute is drawn el
 measured, every send has one flow to the receive of the same message on the neighbouring stage,
 inside both groups' measured times; against the world: every flow ends after it starts (the
 ranks' clocks aligned by the barrier, also with one rank's device slowed), and --trace-step's step
-has the loss --log gives that step; and tools/trace_svg.py draws every event and sums them up. Run by tools/run_tests.sh with Debian's /usr/bin/python3:
+has the loss --log gives that step; dualpipev's pairs' backwards on each stage's second compute
+track, as predicted; and tools/trace_svg.py draws every event and sums them up. Run by tools/run_tests.sh with Debian's /usr/bin/python3:
     /usr/bin/python3 tests/trace_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun). One line per
 check, then "tests: N passed, M failed".
@@ -244,6 +245,32 @@ def bad_trace_fails_in_one_line():
     return ok, "status %d, said %r" % (done.returncode, said)
 
 
+# DualPipeV's overlapped pairs (docs/pipeline.md): 4 stages, m = 8 (its least), one layer per chunk.
+DUAL_PIPE_V = ("--schedule", "dualpipev", "--layers", "8", "--microbatches", "8")
+
+
+def dualpipev_pairs_on_the_second_track():
+    """Each stage's overlapped pairs' backwards, which ran on the executor's second compute stream, are
+    drawn on its second compute track (tid 4 + stage, named so), as the predicted trace draws them: each
+    of the 8 tracks exactly the predicted one's steps in order, and no two events of one track overlap."""
+    measured, predicted = tracks(trace("measured", 1, DUAL_PIPE_V)[1]), tracks(trace("predicted", 1, DUAL_PIPE_V)[1])
+    if set(measured) != {(0, tid) for tid in range(8)} or set(predicted) != set(measured):
+        return False, "tracks %s, predicted %s" % (sorted(measured), sorted(predicted))
+    names = {e["tid"]: e["args"]["name"] for e in trace("measured", 1, DUAL_PIPE_V)[1]["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    if any(names[4 + stage] != "stage %d, second compute stream" % stage for stage in range(4)):
+        return False, "the tracks' names: %s" % names
+    for key, events in measured.items():
+        ran, planned = [e["name"] for e in events], [e["name"] for e in predicted[key]]
+        if ran != planned:
+            return False, "track %d ran %s, the predicted one holds %s" % (key[1], ran, planned)
+        overlap = max([before["ts"] + before["dur"] - after["ts"] for before, after in zip(events, events[1:])] + [0])
+        if overlap > ROUNDING_US:
+            return False, "track %d: two events overlap by %.3f us" % (key[1], overlap)
+    pairs = sum(len(measured[(0, 4 + stage)]) for stage in range(4))
+    return True, "%d pairs' backwards on the 4 second compute tracks, every track its predicted steps" % pairs
+
+
 CHECKS = {
     "Trace.EveryTrackHoldsExactlyItsSchedulesSteps": exactly_the_schedules_steps,
     "Trace.EventsOfATrackNeverOverlap": events_never_overlap,
@@ -251,6 +278,7 @@ CHECKS = {
     "Trace.FlowsEndAfterTheyStart": flows_end_after_they_start,
     "Trace.FlowsEndAfterTheyStartWithARankLate": flows_end_after_they_start_with_a_rank_late,
     "Trace.ComputesAreDrawnAsMeasured": computes_drawn_as_measured,
+    "Trace.DualPipeVPairsBackwardsAreOnTheSecondComputeTrack": dualpipev_pairs_on_the_second_track,
     "Trace.TraceStepChoosesTheStepAndTheFileSaysWhatItIs": trace_step_and_about,
     "TraceSvg.DrawsEveryEventOfEveryTrack": svg_draws_every_event,
     "TraceSvg.SummaryGivesIdleSharesAndMeanCosts": summary_names_idle_and_costs,

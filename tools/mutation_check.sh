@@ -321,10 +321,10 @@ fault transfers-in-the-compute-stream-by-default pipeline/execute.cu \
   's/if (serial != nullptr \&\& std::string(serial) == "1") e.transfer_stream = stream;/if (serial == nullptr || std::string(serial) == "1") e.transfer_stream = stream;/' \
   'cpumpi4 TransferStream.*'
 fault compute-does-not-wait-for-its-transfers pipeline/execute.cu \
-  '/^  if (after >= 0 \&\& e.transfer_stream != e.stream) CUDA_CHECK(cudaStreamWaitEvent(e.stream, e.step_end\[after\], 0));$/d' \
+  '/^  if (after >= 0 \&\& e.transfer_stream != e.stream) CUDA_CHECK(cudaStreamWaitEvent(compute, e.step_end\[after\], 0));$/d' \
   'cpumpi4 TransferStream.*'
 fault send-does-not-wait-for-its-compute pipeline/execute_steps.cu \
-  '/^  if (after_compute >= 0 \&\& e.transfer_stream != e.stream)$/,/^    CUDA_CHECK(cudaStreamWaitEvent(e.transfer_stream, e.step_end\[after_compute\], 0));$/d' \
+  '/^  for (const int after : after_compute)$/,/^      CUDA_CHECK(cudaStreamWaitEvent(e.transfer_stream, e.step_end\[after\], 0));$/d' \
   'cpumpi4 TransferStream.*'
 fault step-figures-in-pageable-memory trainer/step/trainer.cpp \
   's/CUDA_CHECK(cudaMallocHost(\&trainer.figures, sizeof(StepFigures)));/trainer.figures = new StepFigures();/; s/CUDA_CHECK(cudaFreeHost(trainer.figures));/delete trainer.figures;/' \
@@ -791,6 +791,27 @@ fault loss-reads-padding kernels/vocab_parallel_cross_entropy.cu \
 fault loss-one-hot-in-slice-columns kernels/vocab_parallel_cross_entropy.cu \
   's/C(slice.first + i == target ? 1 : 0)/C(i == target ? 1 : 0)/' \
   'mpi4 VocabParallelLoss.*'
+# h31h: DualPipeV's overlapped pairs in the executor (issue 31 item 1).
+# issue 31 item 1: the pair's backward waits for its forward's end (the second stream for the first): no overlap
+fault pair-backward-waits-for-its-forward pipeline/execute.cu \
+  's/cudaStreamWaitEvent(on.stream, e.pair_start, 0)/cudaStreamWaitEvent(on.stream, e.step_end[i - 1], 0)/' \
+  'mpi4 Pipeline.ExecutedTraceFollowsTheSchedule'
+# issue 31 item 1: the caller's stream does not wait for the pair's backward before what follows
+fault no-join-after-the-pair pipeline/execute.cu \
+  '/^    if (on.stream != e.stream) CUDA_CHECK(cudaStreamWaitEvent(e.stream, e.step_end\[i\], 0));$/d' \
+  'CUDA_CPU_STREAM_DELAY_US=200 mpi4 PipelineLayouts.DualPipeVGivesTheSingleStageRun'
+# issue 31 item 1: a transfer group waits for the later of its buffers' computes only, whichever stream ran it
+fault transfer-waits-for-one-compute-stream pipeline/execute_steps.cu \
+  's/after_compute\[e.trace\[step\].stream\] = std::max(after_compute\[e.trace\[step\].stream\], step)/after_compute[0] = std::max(after_compute[0], step)/' \
+  'CUDA_CPU_STREAM_DELAY_US=200 mpi4 PipelineLayouts.DualPipeVGivesTheSingleStageRun'
+# issue 31 item 1: the memory plan without the second compute stream's cuBLAS workspace
+fault plan-without-the-second-workspace pipeline/memory_plan.cpp \
+  '/second compute stream.s cuBLAS workspace", 1, in.cublas_workspace_bytes/d' \
+  'mpi4 PipelineLayouts.DualPipeVGivesTheSingleStageRun'
+# issue 31 item 1: the measured --trace draws a pair's backward on the stage's first track
+fault measured-trace-on-one-track trainer/program/measured_timeline.cpp \
+  's/details, std::stoi(stream)});/details, 0});/' \
+  'py:trace_test Trace.DualPipeVPairsBackwardsAreOnTheSecondComputeTrack'
 
 # ---- running ----
 

@@ -52,10 +52,11 @@ fi
 # the weight pool, two chunks a rank), the uneven split (1F1B, and on 2 stages with 2 replicas the
 # interleaved schedule: both directions in flight, two chunks a rank) and the layout string (stages
 # without layers); strict memory also bf16 (its master weights and rounding are host code of their
-# own). The interleaved schedule's every layout left the stream delay: 91 of its 264 s, where the
+# own), and DualPipeV (its overlapped pairs: two compute streams at once). The interleaved
+# schedule's every layout left the stream delay: 91 of its 264 s, where the
 # uneven split's interleaved case and Pipeline.* (the interleaved schedule on 4 stages) run it
 # (2026-11-27). The others (ZB-H1 and ZB-H2, issue 31's
-# v-half, v-min, microbatch groups, looped BFS, zb-interleaved, dualpipev) are other orders of the same
+# v-half, v-min, microbatch groups, looped BFS, zb-interleaved) are other orders of the same
 # actions through the same executor and memory; they took 23 s of the natural mode's 130 s of
 # layouts and about twice that in each of these modes (2026-11-27); Pipeline.* executes AFAB,
 # 1F1B, the interleaved and the three zero-bubble schedules on 4 stages under both.
@@ -73,8 +74,8 @@ shuffle seed 1      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=1             
 shuffle seed 2      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=2                             | *                             |                                                         |
 reverse             | CUDA_CPU_THREAD_ORDER=reverse                                             | *                             |                                                         |
 1 block thread      | CUDA_CPU_BLOCK_THREADS=1                                                  | *                             |                                                         |
-strict memory       | CUDA_CPU_STRICT_MEMORY=1 CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1     | Trainer.*:GPT.*:TrainLayout.* | Pipeline.*:TrainLayout.*:Trainer.*:PipelineLayouts.OneFOneB*:PipelineLayouts.ZeroBubbleV*:PipelineLayouts.Uneven*:PipelineLayouts.LayoutString*:PipelineLayouts.Bf16*:ZeroOne.*-ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages | 4
-stream delay 200 us | CUDA_CPU_STREAM_DELAY_US=200 CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1 | Trainer.*:GPT.*:TrainLayout.* | Pipeline.*:TrainLayout.*:Trainer.*:PipelineLayouts.OneFOneB*:PipelineLayouts.ZeroBubbleV*:PipelineLayouts.Uneven*:PipelineLayouts.LayoutString*:ZeroOne.*-ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages | 4
+strict memory       | CUDA_CPU_STRICT_MEMORY=1 CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1     | Trainer.*:GPT.*:TrainLayout.* | Pipeline.*:TrainLayout.*:Trainer.*:PipelineLayouts.OneFOneB*:PipelineLayouts.ZeroBubbleV*:PipelineLayouts.Uneven*:PipelineLayouts.LayoutString*:PipelineLayouts.DualPipeV*:PipelineLayouts.Bf16*:ZeroOne.*-ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages | 4
+stream delay 200 us | CUDA_CPU_STREAM_DELAY_US=200 CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1 | Trainer.*:GPT.*:TrainLayout.* | Pipeline.*:TrainLayout.*:Trainer.*:PipelineLayouts.OneFOneB*:PipelineLayouts.ZeroBubbleV*:PipelineLayouts.Uneven*:PipelineLayouts.LayoutString*:PipelineLayouts.DualPipeV*:ZeroOne.*-ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages | 4
 TABLE
 }
 

@@ -301,8 +301,8 @@ TEST(PipelineLayouts, Bf16GivesTheSingleStageBf16Run) {
 // DualPipeV (pipeline/dual_pipe_v.h) on all ranks as stages, one replica (bitwise), m = 2 pp (its
 // least), one layer per chunk: once plain, once with recompute, once in bf16; on 8 stages (-np 8)
 // only plain, the order's shape at a larger p (the three took 24 s there, loaded, 2026-11-27).
-// Its whole backwards and split ones in one step, the pairs' two chunks in turn, and each chunk's
-// B's and W's in microbatch order are what these cases cover.
+// Its whole backwards and split ones in one step, the pairs' two chunks at once on two compute
+// streams, and each chunk's B's and W's in microbatch order are what these cases cover.
 TEST(PipelineLayouts, DualPipeVGivesTheSingleStageRun) {
   const int pp = size_of_world();
   ASSERT_GE(pp, 2) << kOneRank;

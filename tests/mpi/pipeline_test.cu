@@ -246,7 +246,10 @@ TEST(Pipeline, EachStageAllocatesOnlyItsOwnTensors) {
 // I's buffer, as many slots and buffers as allocated, and a forward run again exactly before a B
 // or I whose microbatch the working set does not hold. For every schedule on 4 stages, with and
 // without recompute; with recompute in 1F1B only the last stage, whose backwards follow their
-// forwards, recomputes nothing.
+// forwards, recomputes nothing. DualPipeV's overlapped pairs really overlap: each pair's backward
+// ran on the second compute stream (the stage's last B of a chunk is never in a pair there), and
+// at least one pair's two computes were in flight at once, each measured starting before the other
+// ended (a pair's computes take milliseconds in the CPU build, its streams' workers run together).
 TEST(Pipeline, ExecutedTraceFollowsTheSchedule) {
   WorldGroups world(1, 4);
   const int stage = rank_in_world();
@@ -255,7 +258,8 @@ TEST(Pipeline, ExecutedTraceFollowsTheSchedule) {
                                   {1, 4, ScheduleKind::interleaved, 2, false, 4, 8},
                                   {1, 4, ScheduleKind::zb_h1, 1, false, 5, 4},
                                   {1, 4, ScheduleKind::zb_h2, 1, false, 5, 4},
-                                  {1, 4, ScheduleKind::zb_v, 2, false, 5, 8}}) {
+                                  {1, 4, ScheduleKind::zb_v, 2, false, 5, 8},
+                                  {1, 4, ScheduleKind::dual_pipe_v, 2, false, 8, 8}}) {
     for (const bool recompute : {false, true}) {
       c.recompute = recompute;
       SCOPED_TRACE(describe(c));
@@ -268,6 +272,17 @@ TEST(Pipeline, ExecutedTraceFollowsTheSchedule) {
         recomputed += step.recomputed;
       }
       EXPECT_GT(messages, 0);
+      int pairs = 0, on_second_stream = 0;
+      for (size_t i = 0; i < outcome.trace.size(); ++i) {
+        pairs += outcome.schedule[i][0].overlapped;
+        on_second_stream += outcome.trace[i].stream;
+        EXPECT_EQ(outcome.trace[i].stream, outcome.schedule[i][0].overlapped ? 1 : 0) << to_text(outcome.trace[i]);
+      }
+      EXPECT_EQ(pairs > 0, c.schedule == ScheduleKind::dual_pipe_v);
+      EXPECT_EQ(on_second_stream, pairs);
+      int overlapped = outcome.accounting.pairs_overlapped;  // on any stage: a pair whose inputs came late does not
+      MPI_Allreduce(MPI_IN_PLACE, &overlapped, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+      if (pairs > 0) EXPECT_GT(overlapped, 0) << "of the stages' pairs, this stage's " << pairs;
       if (recompute && c.schedule == ScheduleKind::one_f_one_b) {
         EXPECT_EQ(recomputed == 0, stage == 3) << recomputed << " recomputed";
       }

@@ -13,9 +13,10 @@
 
 namespace {
 
-// The action text of what an executed step ran: "F3.1", or a group's "sF3+rB1".
+// The action text of what an executed step ran: "F3.1", a pair's backward run on the second
+// compute stream "&B3" (as the schedule names it), or a group's "sF3+rB1".
 std::string executed_name(const ExecutedStep& step) {
-  if (step.compute) return to_text(Action{step.kind, step.microbatch, step.chunk});
+  if (step.compute) return to_text(Action{step.kind, step.microbatch, step.chunk, step.stream == 1});
   Step group;
   for (const ExecutedMessage& m : step.messages) group.push_back({m.kind, m.microbatch, m.chunk});
   return to_text(group);
@@ -30,8 +31,8 @@ std::string executed_category(const ExecutedStep& step) {
 // flows bound to it (pipeline/timeline.cpp, 0.01 us inside their events) stay inside it.
 constexpr double kShortestEventMs = 2e-5;
 
-// This rank's steps as measured, one line each: name, category, start (ms), end (ms), details,
-// tab-separated, after a first line "barrier\t<ms>": how long before its origin this rank entered
+// This rank's steps as measured, one line each: name, category, start (ms), end (ms), the compute
+// stream (TimelineEvent::stream: 1 for an overlapped pair's backward), details, tab-separated, after a first line "barrier\t<ms>": how long before its origin this rank entered
 // the barrier.
 template <typename Element>
 std::string own_events(const Trainer<Element>& trainer, const TimelineStart& start) {
@@ -44,7 +45,7 @@ std::string own_events(const Trainer<Element>& trainer, const TimelineStart& sta
   text << "barrier\t" << start.barrier_ms << '\n';
   for (size_t i = 0; i < e.trace.size(); ++i)
     text << executed_name(e.trace[i]) << '\t' << executed_category(e.trace[i]) << '\t' << a.step_start_ms[i] << '\t'
-         << a.step_end_ms[i] << '\t' << to_text(e.trace[i]) << '\n';
+         << a.step_end_ms[i] << '\t' << e.trace[i].stream << '\t' << to_text(e.trace[i]) << '\n';
   return text.str();
 }
 
@@ -85,17 +86,19 @@ std::string align_clocks(Timeline& timeline, const std::vector<int>& rank_of_eve
   return text.str();
 }
 
-// Draws one track (the events [first, end) of one stage, in schedule order) without overlaps,
+// Draws one stage's first track (its events [first, end), in schedule order) without overlaps,
 // while a transfer group runs on its own stream beside the computes: a compute as measured (the
-// computes of a stage run on one stream and never overlap), a group between the previous step's
-// drawn end and the next step's measured start (at least kShortestEventMs), its details then
-// saying its measured times ("measured 1.250-3.500 ms", after the clock correction). The flows
+// computes on a stage's first stream never overlap; an overlapped pair's backward ran on the
+// second compute stream, and is drawn as measured on the stage's second track, not here), a group
+// between the previous step's drawn end and the next step's measured start (at least
+// kShortestEventMs), its details then saying its measured times ("measured 1.250-3.500 ms", after the clock correction). The flows
 // keep their measured ends: an arrow starts when its send was posted, during whatever the track
 // then drew, not at a group drawn later than it ran.
 void draw_track(std::vector<TimelineEvent>& events, size_t first, size_t end) {
   double drawn_end_us = -1e300;
   for (size_t i = first; i < end; ++i) {
     TimelineEvent& e = events[i];
+    if (e.stream != 0) continue;
     const double start_us = e.start_us, end_us = e.start_us + e.duration_us;
     if (e.category == "transfer") {
       const double next_start_us = i + 1 < end ? events[i + 1].start_us : 1e300;
@@ -155,14 +158,16 @@ void write_measured_timeline(const Trainer<Element>& trainer, const TimelineStar
     barrier_ms[rank] = std::stod(line.substr(line.find('\t') + 1));
     while (std::getline(lines, line)) {
       std::istringstream fields(line);
-      std::string name, category, start, end, details;
+      std::string name, category, start, end, stream, details;
       std::getline(fields, name, '\t');
       std::getline(fields, category, '\t');
       std::getline(fields, start, '\t');
       std::getline(fields, end, '\t');
+      std::getline(fields, stream, '\t');
       std::getline(fields, details);
       const double start_us = std::stod(start) * 1e3;
-      timeline.events.push_back({replica, stage, name, category, start_us, std::stod(end) * 1e3 - start_us, details});
+      timeline.events.push_back(
+          {replica, stage, name, category, start_us, std::stod(end) * 1e3 - start_us, details, std::stoi(stream)});
       rank_of_event.push_back(rank);
     }
   }

@@ -3,7 +3,9 @@
 // step an event with the start and duration the executor's CUDA events measured. A transfer
 // group runs on its own stream and may overlap the computes beside it: the track then draws it
 // between them and gives its measured times in its details, while its messages' arrows keep the
-// measured times (measured_timeline.cpp says how). A compute is always drawn as measured.
+// measured times (measured_timeline.cpp says how). A compute is always drawn as measured; an
+// overlapped pair's backward (DualPipeV), which ran on the executor's second compute stream, on
+// the stage's second compute track, as the predicted trace draws it.
 //
 // The ranks' clocks: each rank's times are measured on its own device from one event, its
 // timeline origin, recorded on its idle stream right after all ranks met at an MPI barrier (the
