@@ -1,5 +1,5 @@
-// Fully connected layer (see kernels/matmul.cuh): the bias broadcast and the bias gradient's
-// two-pass fixed-order reduction over rows, then the launchers, which hand the products to cuBLAS.
+// Fully connected layer (see kernels/matmul.cuh): the bias broadcast, the bias add and the bias
+// gradient's two-pass fixed-order reduction over rows, then the launchers, which hand the products to cuBLAS.
 #include "kernels/matmul.cuh"
 
 #include "kernels/element.cuh"
@@ -33,6 +33,19 @@ __global__ void broadcast_bias_kernel(T* out, const T* bias, int N, int OC) {  /
   const int end = N - first < kBroadcastRows ? N : first + kBroadcastRows;
   for (int n = first; n < end; ++n)
     for (int oc = threadIdx.x; oc < OC; oc += kBroadcastThreads) out[size_t(n) * OC + oc] = bias[oc];
+}
+
+// out[n, oc] += bias[oc], with the broadcast's blocks and threads: for an output whose product
+// is complete before the bias comes (the row-parallel layer's, after its sum over the tp ranks).
+template <typename T>
+__global__ void add_bias_kernel(T* out, const T* bias, int N, int OC) {  // out (N, OC), bias (OC)
+  const int first = blockIdx.x * kBroadcastRows;
+  const int end = N - first < kBroadcastRows ? N : first + kBroadcastRows;
+  for (int n = first; n < end; ++n)
+    for (int oc = threadIdx.x; oc < OC; oc += kBroadcastThreads) {
+      T& element = out[size_t(n) * OC + oc];
+      element = from_compute<T>(to_compute(element) + to_compute(bias[oc]));
+    }
 }
 
 // First pass: block (chunk, tile) sums, over the rows of chunk, the 32 columns of tile into
@@ -86,6 +99,12 @@ void matmul_forward(cublasHandle_t cublas, T* out, const T* inp, const T* weight
 }
 
 template <typename T>
+void matmul_add_bias(T* out, const T* bias, int N, int OC, cudaStream_t stream) {
+  const unsigned blocks = unsigned((N + kBroadcastRows - 1) / kBroadcastRows);
+  if (blocks > 0) launch(add_bias_kernel<T>, dim3(blocks), dim3(kBroadcastThreads), 0, stream, out, bias, N, OC);
+}
+
+template <typename T>
 void matmul_backward_input(cublasHandle_t cublas, T* dinp, const T* dout, const T* weight, int N, int C, int OC,
                            cudaStream_t stream) {
   gemm_batched<T>(cublas, false, false, N, C, OC, 1, dout, 0, weight, 0, 0, dinp, 0, 1, stream);
@@ -109,6 +128,7 @@ void matmul_backward_weight(cublasHandle_t cublas, T* dweight, T* dbias, Compute
 
 #define INSTANTIATE_MATMUL(T)                                                                                   \
   template void matmul_forward<T>(cublasHandle_t, T*, const T*, const T*, const T*, int, int, int, cudaStream_t); \
+  template void matmul_add_bias<T>(T*, const T*, int, int, cudaStream_t);                                         \
   template void matmul_backward_input<T>(cublasHandle_t, T*, const T*, const T*, int, int, int, cudaStream_t);    \
   template void matmul_backward_weight<T>(cublasHandle_t, T*, T*, Compute<T>*, const T*, const T*, int, int, int,  \
                                            cudaStream_t);

@@ -17,6 +17,11 @@ template <typename T>
 void matmul_forward(cublasHandle_t cublas, T* out, const T* inp, const T* weight, const T* bias, int N, int C,
                     int OC, cudaStream_t stream);
 
+// out (N, OC) += bias (OC) on every row, rounded once: the bias of a product completed elsewhere
+// first (the row-parallel layer adds it after the sum over the tp ranks, model/tensor_parallel_linear.h).
+template <typename T>
+void matmul_add_bias(T* out, const T* bias, int N, int OC, cudaStream_t stream);
+
 // dinp (N, C) = dout (N, OC) weight (OC, C). Written (=).
 template <typename T>
 void matmul_backward_input(cublasHandle_t cublas, T* dinp, const T* dout, const T* weight, int N, int C, int OC,

@@ -1,6 +1,6 @@
 // Checks of the fully connected layer (kernels/matmul.cuh): the forward against a
-// double loop, both backward functions against finite differences of the forward,
-// float and bf16 against double, the accumulation of the parameter gradients, the bias
+// double loop, the bias added after the product, both backward functions against finite
+// differences of the forward, float and bf16 against double, the accumulation of the parameter gradients, the bias
 // gradient's sum over several chunks of rows, and the bf16 bias gradient over 1024 rows
 // against the bound of its fp32 accumulation.
 #include <gtest/gtest.h>
@@ -99,6 +99,20 @@ TEST(Matmul, ForwardMatchesDoubleLoop) {
     EXPECT_LE(max_relative_error(forward<double>(cublas, s, p.inp, p.weight, nullptr), reference_forward(p, false)),
               1e-12)
         << describe(s) << ", no bias";
+  }
+}
+
+// The bias added to a finished product (the row-parallel layer's, after its sum over the tp ranks)
+// gives the forward with the bias: in double the two differ only in where the bias enters the
+// rounded sum, far below 1e-12. Every row gets it: OC = 300 spans the add's 128 threads a row.
+TEST(Matmul, BiasAddedAfterTheProductGivesTheForwardWithBias) {
+  CublasHandle cublas;
+  for (const Shape& s : kShapes) {
+    const Problem p = random_problem(s, 15);
+    DeviceBuffer<double> product(forward<double>(cublas, s, p.inp, p.weight, nullptr)), bias(p.bias);
+    matmul_add_bias(product.data(), bias.data(), s.N, s.OC, nullptr);
+    EXPECT_LE(max_relative_error(product.to_host(), forward<double>(cublas, s, p.inp, p.weight, &p.bias)), 1e-12)
+        << describe(s);
   }
 }
 

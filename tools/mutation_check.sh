@@ -813,6 +813,48 @@ fault measured-trace-on-one-track trainer/program/measured_timeline.cpp \
   's/details, std::stoi(stream)});/details, 0});/' \
   'py:trace_test Trace.DualPipeVPairsBackwardsAreOnTheSecondComputeTrack'
 
+# h33b: issue 33 item 2 (the column- and row-parallel linear layers, model/tensor_parallel_linear).
+# QKV's slice is the rank's heads' rows of each of q, k and v, not one contiguous range of rows.
+fault qkv-slice-by-contiguous-rows model/tensor_parallel_linear.cu \
+  's/return column_parallel_slice(tp, tp_rank, channels, 3 \* channels, 3);/return column_parallel_slice(tp, tp_rank, channels, 3 * channels, 1);/' \
+  'mpi4 TensorParallelLinear.QkvSliceHoldsItsOwnHeadsRowsOfQAndKAndV; mpi4 TensorParallelLinear.FloatBlocksMatchOneProcess'
+# A row-parallel slice holds its own input columns.
+fault row-slice-from-the-first-columns model/tensor_parallel_linear.cu \
+  's/return s.column_parallel ? 0 : size_t(s.tp_rank) \* s.local_in();/return 0;/' \
+  'mpi4 TensorParallelLinear.RowSliceHoldsItsInputColumnsAndTheWholeBias; mpi4 TensorParallelLinear.EveryRanksSlicePlacedGivesBackTheFullLayer; mpi4 TensorParallelLinear.DoubleBlocksMatchOneProcess'
+# The row-parallel bias is added once, after the sum, not by every rank before it.
+fault row-parallel-bias-before-the-sum model/tensor_parallel_linear.cu \
+  's/static_cast<const Element\*>(nullptr), N, C, OC, stream);/bias, N, C, OC, stream);/; /if (bias != nullptr) matmul_add_bias(out, bias, N, OC, stream);/d' \
+  'mpi4 TensorParallelLinear.MlpGradientsMatchFiniteDifferencesOnTwoRanks; mpi4 TensorParallelLinear.DoubleBlocksMatchOneProcess'
+# The row-parallel forward sums its partial products over tp.
+fault row-parallel-sum-skipped model/tensor_parallel_linear.cu \
+  '/allreduce_tensor_parallel(groups, out, size_t(N) \* OC, /d' \
+  'mpi4 TensorParallelLinear.ReplicatedResultsAreBitwiseEqualOnEveryTpRank; mpi4 TensorParallelLinear.FloatBlocksMatchOneProcess'
+# The column-parallel input gradient is summed over tp.
+fault column-parallel-input-gradient-not-summed model/tensor_parallel_linear.cu \
+  '/allreduce_tensor_parallel(groups, dinp, size_t(N) \* C, /d' \
+  'mpi4 TensorParallelLinear.MlpGradientsMatchFiniteDifferencesOnTwoRanks; mpi4 TensorParallelLinear.DoubleBlocksMatchOneProcess'
+# The overlap's two waits: the compute stream reads the input gradient after its sum, and the sum
+# starts after the GEMM that writes it (the stream delay makes either race lose).
+fault input-gradient-read-before-its-sum model/tensor_parallel_linear.cu \
+  '/cudaStreamWaitEvent(stream, overlap.input_gradient_summed, 0)/d' \
+  'CUDA_CPU_STREAM_DELAY_US=200 mpi4 TensorParallelLinear.FloatBlocksMatchOneProcess'
+fault input-gradient-summed-before-its-gemm model/tensor_parallel_linear.cu \
+  '/cudaStreamWaitEvent(overlap.stream, overlap.input_gradient_ready, 0)/d' \
+  'CUDA_CPU_STREAM_DELAY_US=200 mpi4 TensorParallelLinear.FloatBlocksMatchOneProcess'
+# A tp that would split a head is refused in one line.
+fault qkv-slice-may-split-a-head model/tensor_parallel_linear.cu \
+  '/check_split("the attention heads NH", heads, tp);/d' \
+  'mpi4 TensorParallelLinear.BadSizesThrowOneLine'
+# Every tp rank adds the replicated bias's gradient, so the replicas stay equal.
+fault row-parallel-bias-gradient-on-the-first-rank-only model/tensor_parallel_linear.cu \
+  's/matmul_backward_weight(cublas, dweight_slice, dbias, bias_workspace/matmul_backward_weight(cublas, dweight_slice, slice.tp_rank == 0 ? dbias : nullptr, bias_workspace/' \
+  'mpi4 TensorParallelLinear.ReplicatedResultsAreBitwiseEqualOnEveryTpRank'
+# The bias added after the product adds to it.
+fault bias-add-overwrites-the-product kernels/matmul.cu \
+  's/element = from_compute<T>(to_compute(element) + to_compute(bias\[oc\]));/element = bias[oc];/' \
+  'unit Matmul.BiasAddedAfterTheProductGivesTheForwardWithBias; mpi4 TensorParallelLinear.DoubleBlocksMatchOneProcess'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
