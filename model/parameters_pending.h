@@ -11,19 +11,13 @@
 
 #include <vector>
 
-#include "comm/data_parallel_sum.h"
-#include "model/parameter_layout.h"
-
 struct ParametersPending {
   // index layer + 1: 0 the embedding (wte, wpe), 1 .. L the layers, L + 1 the head (lnfw, lnfb,
   // wte); nullptr: nothing of the stage to wait for.
   std::vector<cudaEvent_t> before;
 };
 
-// Each layer's event: of the buckets that hold its regions, the one broadcast last
-// (buckets.gather_order). Nothing to wait for without ZeRO-1's all-gather (no buckets.gathered).
-ParametersPending parameters_pending(const ParameterLayout& layout, const GradientBuckets& buckets, int num_layers);
-
+// Which events: model/gradient_buckets.h's parameters_pending.
 // stream waits for the parameters of layer (-1: the embedding, num_layers: the head), when pending
 // (may be nullptr) has an event for it.
 void wait_for_parameters(const ParametersPending* pending, int layer, cudaStream_t stream);

@@ -738,7 +738,7 @@ fault zero-embedding-skips-its-wait model/gpt.cu \
   's/^    wait_for_parameters(params.pending, -1, stream);$//' \
   'mpi4 ZeroOne.ForwardWaits* 120'
 # Item 2: a layer waits for its own bucket, not for the last broadcast (no overlap).
-fault zero-every-forward-waits-for-every-broadcast model/parameters_pending.cpp \
+fault zero-every-forward-waits-for-every-broadcast model/gradient_buckets.cpp \
   's/latest\[slot\] = std::max(latest\[slot\], int(position));/latest[slot] = int(buckets.gather_order.size()) - 1;/' \
   'mpi4 ZeroOne.FirstLayerReady* 120'
 
