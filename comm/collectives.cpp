@@ -28,34 +28,34 @@ size_t element_bytes(ncclDataType_t type) {
   }
 }
 
-}  // namespace
-
-void reduce_gradients_to_owners(const CommGroups& groups, void* gradients, const std::vector<OwnedRange>& ranges,
-                                ncclDataType_t type, cudaStream_t stream) {
+// One NCCL group over the data-parallel group of `call` (ncclReduce or ncclBroadcast) on each
+// range of buffer (in place), rooted at the range's owner.
+template <typename Call>
+void for_each_owned_range(const CommGroups& groups, void* buffer, const std::vector<OwnedRange>& ranges,
+                          ncclDataType_t type, cudaStream_t stream, const Call& call) {
   if (groups.mesh.dp == 1 || ranges.empty()) return;
   const size_t bytes = element_bytes(type);
   issue_in_order(*groups.order, groups.data_parallel, stream, [&] {
     NCCL_CHECK(ncclGroupStart());
-    for (const OwnedRange& r : ranges) {
-      void* range = static_cast<char*>(gradients) + r.offset * bytes;
-      NCCL_CHECK(ncclReduce(range, range, r.count, type, ncclSum, r.owner, groups.data_parallel, stream));
-    }
+    for (const OwnedRange& r : ranges) NCCL_CHECK(call(static_cast<char*>(buffer) + r.offset * bytes, r));
     NCCL_CHECK(ncclGroupEnd());
+  });
+}
+
+}  // namespace
+
+void reduce_gradients_to_owners(const CommGroups& groups, void* gradients, const std::vector<OwnedRange>& ranges,
+                                ncclDataType_t type, cudaStream_t stream) {
+  for_each_owned_range(groups, gradients, ranges, type, stream, [&](void* range, const OwnedRange& r) {
+    return ncclReduce(range, range, r.count, type, ncclSum, r.owner, groups.data_parallel, stream);
   });
 }
 
 void broadcast_parameters_from_owners(const CommGroups& groups, void* parameters,
                                       const std::vector<OwnedRange>& ranges, ncclDataType_t type,
                                       cudaStream_t stream) {
-  if (groups.mesh.dp == 1 || ranges.empty()) return;
-  const size_t bytes = element_bytes(type);
-  issue_in_order(*groups.order, groups.data_parallel, stream, [&] {
-    NCCL_CHECK(ncclGroupStart());
-    for (const OwnedRange& r : ranges) {
-      void* range = static_cast<char*>(parameters) + r.offset * bytes;
-      NCCL_CHECK(ncclBroadcast(range, range, r.count, type, r.owner, groups.data_parallel, stream));
-    }
-    NCCL_CHECK(ncclGroupEnd());
+  for_each_owned_range(groups, parameters, ranges, type, stream, [&](void* range, const OwnedRange& r) {
+    return ncclBroadcast(range, range, r.count, type, r.owner, groups.data_parallel, stream);
   });
 }
 

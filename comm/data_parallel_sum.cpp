@@ -42,7 +42,8 @@ void queue_bucket(GradientBuckets& buckets, const CommGroups& groups, Element* g
 }  // namespace
 
 GradientBuckets create_gradient_buckets(std::vector<GradientBucket> layer_buckets, GradientBucket wte,
-                                        const CommGroups& groups, const std::vector<size_t>& shard_bounds) {
+                                        const CommGroups& groups, const std::vector<size_t>& shard_bounds,
+                                        bool wte_first) {
   GradientBuckets buckets;
   if (groups.mesh.dp == 1) return buckets;
   buckets.buckets = std::move(layer_buckets);
@@ -50,18 +51,28 @@ GradientBuckets create_gradient_buckets(std::vector<GradientBucket> layer_bucket
   if (!shard_bounds.empty()) {
     for (const GradientBucket& bucket : buckets.buckets) buckets.owned.push_back(owned_ranges(bucket, shard_bounds));
     buckets.owned.push_back(owned_ranges(buckets.wte, shard_bounds));
+    const int n = int(buckets.buckets.size());
+    if (wte_first && wte.count > 0) buckets.gather_order.push_back(n);
+    for (int i = 0; i < n; ++i) buckets.gather_order.push_back(i);
+    if (!wte_first && wte.count > 0) buckets.gather_order.push_back(n);
+    buckets.gathered.resize(n + 1);
   }
   CUDA_CHECK(cudaStreamCreate(&buckets.stream));
   buckets.ready.resize(buckets.buckets.size() + 1);
   for (cudaEvent_t& event : buckets.ready) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  for (cudaEvent_t& event : buckets.gathered) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&buckets.done, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&buckets.updated, cudaEventDisableTiming));
   return buckets;
 }
 
 void destroy_gradient_buckets(GradientBuckets& buckets) {
   if (buckets.stream == nullptr) return;
+  CUDA_CHECK(cudaStreamSynchronize(buckets.stream));
   for (cudaEvent_t event : buckets.ready) CUDA_CHECK(cudaEventDestroy(event));
+  for (cudaEvent_t event : buckets.gathered) CUDA_CHECK(cudaEventDestroy(event));
   CUDA_CHECK(cudaEventDestroy(buckets.done));
+  CUDA_CHECK(cudaEventDestroy(buckets.updated));
   CUDA_CHECK(cudaStreamDestroy(buckets.stream));
   buckets = GradientBuckets{};
 }
@@ -93,8 +104,13 @@ template <typename Element>
 void gather_updated_parameters(const GradientBuckets& buckets, const CommGroups& groups, Element* parameters,
                                cudaStream_t compute) {
   if (buckets.owned.empty()) return;
-  for (const std::vector<OwnedRange>& ranges : buckets.owned)  // wte's last; none when the stage has no wte
-    broadcast_parameters_from_owners(groups, parameters, ranges, nccl_data_type<Element>(), compute);
+  CUDA_CHECK(cudaEventRecord(buckets.updated, compute));
+  CUDA_CHECK(cudaStreamWaitEvent(buckets.stream, buckets.updated, 0));
+  for (const int index : buckets.gather_order) {
+    broadcast_parameters_from_owners(groups, parameters, buckets.owned[index], nccl_data_type<Element>(),
+                                     buckets.stream);
+    CUDA_CHECK(cudaEventRecord(buckets.gathered[index], buckets.stream));
+  }
 }
 
 #define INSTANTIATE_GRADIENT_BUCKETS(Element)                                                                      \

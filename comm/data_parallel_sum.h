@@ -10,7 +10,9 @@
 // With ZeRO-1 shards (model/optimizer_shards.h) a bucket's sum is a reduce-scatter instead: each
 // part of it lands on the replica that owns it (comm/collectives.h's reduce_gradients_to_owners),
 // and after the update gather_updated_parameters sends each owner's parameters to the others,
-// bucket by bucket, on the compute stream at the end of the step.
+// bucket by bucket in the order the next forward reads them, on the reduction stream (which waits
+// for the update): each bucket records `gathered`, which the next forward of its layers waits for
+// (model/parameters_pending.h), so the later layers' broadcasts run under the earlier layers' forward.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -35,13 +37,22 @@ struct GradientBuckets {
   // ZeRO-1: per bucket, then wte, its parts and their owners, cut once at set-up by the shards'
   // bounds (OptimizerShards::bounds); empty: all-reduce every bucket.
   std::vector<std::vector<OwnedRange>> owned;
+  // ZeRO-1's all-gather: the buckets in the order the next forward reads them (indices, wte's =
+  // buckets.size(): first on a stage with the embedding, last on one with the head only), and per
+  // bucket, then wte, the event its broadcast records on the reduction stream.
+  std::vector<int> gather_order;
+  std::vector<cudaEvent_t> gathered;
+  cudaEvent_t updated = nullptr;  // the update, on the compute stream: the broadcasts wait for it
   std::vector<int> queued;  // the step's buckets in the order queued (indices, wte's = buckets.size()); the caller
                             // clears it before the step
 };
 
 // With dp = 1, no stream and no buckets: there is nothing to sum. shard_bounds: ZeRO-1's, or empty.
+// wte_first: the stage's forward reads wte first (it has the embedding).
 GradientBuckets create_gradient_buckets(std::vector<GradientBucket> layer_buckets, GradientBucket wte,
-                                        const CommGroups& groups, const std::vector<size_t>& shard_bounds = {});
+                                        const CommGroups& groups, const std::vector<size_t>& shard_bounds = {},
+                                        bool wte_first = false);
+// Waits for the reduction stream first: its broadcasts may still be writing the parameters.
 void destroy_gradient_buckets(GradientBuckets& buckets);
 
 // The executor's report: (chunk, layer) final on compute; queues the buckets it completes.
@@ -53,8 +64,11 @@ void queue_final_buckets(GradientBuckets& buckets, const CommGroups& groups, Ele
 template <typename Element>
 void finish_data_parallel_sum(GradientBuckets& buckets, const CommGroups& groups, Element* gradients,
                               cudaStream_t compute);
-// ZeRO-1, after the update (queued on compute): every bucket's parameters, then wte's, from their
-// owners to the other replicas. Nothing without shards.
+// ZeRO-1, after the update (queued on compute): every bucket's parameters from their owners to the
+// other replicas, in gather_order, on the reduction stream, each recording its `gathered` event.
+// The compute stream does not wait: the next forward waits per layer, and the next step's update
+// after every sum (finish_data_parallel_sum), which the reduction stream runs after these. Nothing
+// without shards.
 template <typename Element>
 void gather_updated_parameters(const GradientBuckets& buckets, const CommGroups& groups, Element* parameters,
                                cudaStream_t compute);

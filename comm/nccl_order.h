@@ -1,8 +1,8 @@
 // One order for all of a rank's NCCL operations, whatever stream and communicator each is on.
 //
 // A rank issues NCCL work on three streams and four communicators: transfer groups on the
-// executor's transfer stream (pipeline), gradient buckets on the reduction stream (data
-// parallel), the tied embedding's sum and the step's norm and loss sums on the compute stream
+// executor's transfer stream (pipeline), gradient buckets and ZeRO-1's parameter broadcasts on
+// the reduction stream (data parallel), the tied embedding's sum and the step's norm and loss sums on the compute stream
 // (embedding, pipeline, world). NCCL's guide ("Using multiple NCCL communicators concurrently")
 // says operations on different communicators must not be relied on to run at the same time, and
 // that every rank should submit them in the same order: an NCCL kernel spins until its peers

@@ -16,6 +16,7 @@
 #include "kernels/residual.cuh"
 #include "model/gpt.cuh"
 #include "model/gpt_internal.cuh"
+#include "model/parameters_pending.h"
 
 using namespace gpt_internal;
 
@@ -159,8 +160,12 @@ void gpt_forward(const GPTConfig& config, const LayerRange& range, const Paramet
                  double loss_scale, int B, int T, cublasHandle_t cublas, cudaStream_t stream) {
   check_call(config, range, params, acts, tokens, input, B, T, "gpt_forward");
   const int C = config.channels, NH = config.num_heads, BT = B * T;
-  if (range.has_embedding) embedding_forward(acts.encoded, tokens, params.wte, params.wpe, B, T, C, stream);
+  if (range.has_embedding) {
+    wait_for_parameters(params.pending, -1, stream);
+    embedding_forward(acts.encoded, tokens, params.wte, params.wpe, B, T, C, stream);
+  }
   for (int l = range.first_layer; l < range.end_layer; ++l) {
+    wait_for_parameters(params.pending, l, stream);
     const LayerParameters<Element> p = layer_views(params, config, l);
     const BlockActivations<Element>& a = acts.blocks[l - range.first_layer];
     const Element* x = block_input(acts, input, l);  // (B, T, C)
@@ -177,6 +182,7 @@ void gpt_forward(const GPTConfig& config, const LayerRange& range, const Paramet
   }
   if (!range.has_head) return;
   const int V = config.vocab_size, Vp = config.padded_vocab_size;
+  wait_for_parameters(params.pending, config.num_layers, stream);
   layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, head_input(acts, input), params.lnfw, params.lnfb, BT, C,
                     stream);
   matmul_forward(cublas, acts.logits, acts.lnf, params.wte, static_cast<const Element*>(nullptr), BT, C, Vp, stream);

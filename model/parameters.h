@@ -47,6 +47,8 @@ bool parameter_tensor_is_per_layer(int tensor);
 // not the biases or LayerNorm parameters.
 bool parameter_tensor_has_weight_decay(int tensor);
 
+struct ParametersPending;  // model/parameters_pending.h
+
 // Named views of the 16 tensors (host or device): into one allocation of num_parameters
 // elements in llm.c's layout (point_views), or of one pipeline chunk's tensors, whose per-layer
 // tensors hold only the chunk's layers from first_layer on, layer by layer (layer_stride;
@@ -74,6 +76,9 @@ struct ParameterTensors {
   // of every per-layer tensor is layer_stride elements after layer l's (one layer's 12 slices
   // together, as a pipeline stage allocates them).
   size_t layer_stride = 0;
+  // Events a forward waits for before it reads a layer's tensors, which another stream may still be
+  // writing (ZeRO-1's all-gather: model/parameters_pending.h); nullptr: none. Not owned.
+  const ParametersPending* pending = nullptr;
 };
 
 // One transformer block's slices of the per-layer tensors.

@@ -854,6 +854,19 @@ fault row-parallel-bias-gradient-on-the-first-rank-only model/tensor_parallel_li
 fault bias-add-overwrites-the-product kernels/matmul.cu \
   's/element = from_compute<T>(to_compute(element) + to_compute(bias\[oc\]));/element = bias[oc];/' \
   'unit Matmul.BiasAddedAfterTheProductGivesTheForwardWithBias; mpi4 TensorParallelLinear.DoubleBlocksMatchOneProcess'
+# h32b: issue 32 item 1's all-gather overlapped with the next forward (model/parameters_pending.h).
+# Item 1: each layer's forward waits for its bucket's broadcast.
+fault zero-forward-skips-layer-waits model/gpt.cu \
+  's/^    wait_for_parameters(params.pending, l, stream);$//' \
+  'mpi4 ZeroOne.ForwardWaits*:ZeroOne.BitwiseZeroZeroOnFourReplicas 120'
+# Item 1: the embedding waits for wte's and wpe's broadcasts.
+fault zero-embedding-skips-its-wait model/gpt.cu \
+  's/^    wait_for_parameters(params.pending, -1, stream);$//' \
+  'mpi4 ZeroOne.ForwardWaits* 120'
+# Item 2: a layer waits for its own bucket, not for the last broadcast (no overlap).
+fault zero-every-forward-waits-for-every-broadcast model/gradient_buckets.cpp \
+  's/latest\[slot\] = std::max(latest\[slot\], int(position));/latest[slot] = int(buckets.gather_order.size()) - 1;/' \
+  'mpi4 ZeroOne.FirstLayerReady* 120'
 
 # ---- running ----
 

@@ -60,6 +60,7 @@ struct Case {
   std::vector<int> layers_per_stage = {};  // --layers-per-stage; empty: the even split
   bool bf16 = false;                       // bf16 parameters, with fp32 master weights
   int microbatch_group = 0;                // interleaved's --microbatch-group; 0: pp
+  bool zero = false;                       // --zero 1: ZeRO-1's optimizer-state shards over the replicas
 };
 
 inline std::string layers_per_stage_text(const std::vector<int>& counts) {
@@ -72,7 +73,7 @@ inline std::string describe(const Case& c) {
   return "dp " + std::to_string(c.dp) + " pp " + std::to_string(c.pp) + " " + schedule_name(c.schedule) + " v " +
          std::to_string(c.v) + (c.recompute ? " recompute" : "") + " m " + std::to_string(c.m) + " L " +
          std::to_string(c.layers) + layers_per_stage_text(c.layers_per_stage) + (c.bf16 ? " bf16" : "") +
-         (c.microbatch_group ? " group " + std::to_string(c.microbatch_group) : "");
+         (c.microbatch_group ? " group " + std::to_string(c.microbatch_group) : "") + (c.zero ? " zero 1" : "");
 }
 
 inline int rank_in_world() {
@@ -117,6 +118,11 @@ struct Outcome {
   ExecutorAccounting accounting;             // after the last step
   ExecutorAccounting first_accounting;       // after step 1 (the slots the trace used)
   std::vector<float> replica_state;          // with replicas, after the last step: replica_state()'s
+  std::vector<float> parameters;             // after the last step, llm.c's layout (zeros outside the stage)
+  std::vector<float> m, v, master;           // the same; with ZeRO-1's shards, zeros outside the replica's
+  std::vector<ParameterRegion> owned;        // the regions whose optimizer state the rank keeps
+  uint64_t stage_size = 0;                   // elements of the rank's stage
+  uint64_t planned_peak = 0;                 // device bytes, the rank's memory plan's (the measured peak is it)
 };
 
 // What the replicas of a stage must hold bitwise alike after a step, back to back, each in
@@ -145,6 +151,7 @@ Outcome run_in(const Case& c, const CommGroups& groups, int steps, const Schedul
   PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
   if (schedule_file != nullptr) layout.schedule_file = *schedule_file;
   layout.microbatch_group = c.microbatch_group;
+  layout.zero = c.zero;
   const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
   const MixedPrecision precision{true, kRoundingSeed};
   const StageMemoryPlan plan =
@@ -169,6 +176,12 @@ Outcome run_in(const Case& c, const CommGroups& groups, int steps, const Schedul
   EXPECT_EQ(device_memory_counts().peak_bytes - bytes_before, plan.peak_bytes)
       << describe(c) << ": stage " << groups.mesh.pp_rank << "'s measured peak against its memory plan";
   if (groups.mesh.dp > 1) outcome.replica_state = replica_state(trainer);
+  outcome.parameters = download_parameters(trainer);
+  download_moments(trainer, outcome.m, outcome.v);
+  outcome.master = download_master_weights(trainer);
+  outcome.owned = trainer.optimizer.regions;
+  outcome.stage_size = trainer.parameter_layout.size;
+  outcome.planned_peak = plan.peak_bytes;
   outcome.regions = trainer.parameter_layout.regions;
   for (const LayerRange& range : trainer.chunks) outcome.layers.push_back({range.first_layer, range.end_layer});
   outcome.schedule = trainer.executor.schedule;

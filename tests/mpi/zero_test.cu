@@ -5,7 +5,8 @@
 // cover it exactly once; every run's measured device peak is its memory plan's to the byte, and
 // the sharded plan is smaller by the state the other replicas keep. Why the numbers agree:
 // docs/pipeline.md, "ZeRO-1". At -np 4: dp 2 x pp 2 (1F1B fp32 and bf16, interleaved fp32 and
-// zb-v bf16 with recompute) and dp 4 x pp 1 (fp32, bf16); at -np 8: dp 4 x pp 2 (1F1B, bf16).
+// zb-v bf16 with recompute) and dp 4 x pp 1 (fp32, bf16); at -np 8: dp 4 x pp 2 (1F1B bf16,
+// interleaved fp32 and zb-v bf16 with recompute).
 // Other world sizes skip. Seconds per case are printed (CPU build, 2 shared cores: docs/pipeline.md).
 #include <gtest/gtest.h>
 
@@ -22,48 +23,11 @@ using namespace pipeline_harness;
 
 constexpr int kSteps = 3;
 
-struct ZeroOutcome {
-  std::vector<double> losses, grad_norms;  // per step
-  std::vector<float> parameters;           // after the last step, llm.c's layout (zeros outside the stage)
-  std::vector<float> m, v, master;         // the same; with shards, zeros outside the replica's
-  std::vector<ParameterRegion> owned;      // the regions whose optimizer state the rank keeps
-  uint64_t stage_size;                     // elements of the rank's stage
-  uint64_t planned_peak, measured_peak;    // device bytes
-};
-
-template <typename Element>
-ZeroOutcome run_zero(const Case& c, bool zero, const CommGroups& groups) {
-  const GPTConfig config = config_of(c.layers);
-  PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
-  layout.zero = zero;
-  const MixedPrecision precision{true, kRoundingSeed};
-  const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
-  const StageMemoryPlan plan =
-      plan_memory(memory_plan_input(config, kB, kT, layout, groups.mesh, bf16, precision))[groups.mesh.pp_rank];
-  reset_device_memory_peak();
-  const uint64_t bytes_before = device_memory_counts().bytes_in_use;
-  Trainer<Element> trainer = create_trainer<Element>(config, kB, kT, layout, groups, precision);
-  upload_parameters(trainer, initial_parameters(config));
-  BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
-  ZeroOutcome outcome;
-  for (int t = 1; t <= kSteps; ++t) {
-    const StepResult step = train_step(trainer, reader, kSettings, kLearningRate, t);
-    outcome.losses.push_back(step.loss);
-    outcome.grad_norms.push_back(step.grad_norm);
-  }
-  outcome.planned_peak = plan.peak_bytes;
-  outcome.measured_peak = device_memory_counts().peak_bytes - bytes_before;
-  outcome.parameters = download_parameters(trainer);
-  download_moments(trainer, outcome.m, outcome.v);
-  outcome.master = download_master_weights(trainer);
-  outcome.owned = trainer.optimizer.regions;
-  outcome.stage_size = trainer.parameter_layout.size;
-  destroy_trainer(trainer);
-  return outcome;
-}
-
-ZeroOutcome run_zero(const Case& c, bool zero, const CommGroups& groups) {
-  return c.bf16 ? run_zero<__nv_bfloat16>(c, zero, groups) : run_zero<float>(c, zero, groups);
+// The case at zero 0 or 1, kSteps steps (the harness checks the measured peak against the plan).
+Outcome run_zero(const Case& c, bool zero, const CommGroups& groups) {
+  Case at = c;
+  at.zero = zero;
+  return run(at, groups, kSteps);
 }
 
 bool same_bits(double a, double b) { return std::bit_cast<uint64_t>(a) == std::bit_cast<uint64_t>(b); }
@@ -85,8 +49,8 @@ uint64_t world_sum(uint64_t value) {
 void expect_zero_one_matches_zero_zero(const Case& c) {
   WorldGroups world(c.dp, c.pp);
   const auto start = std::chrono::steady_clock::now();
-  const ZeroOutcome whole = run_zero(c, false, world.groups);
-  const ZeroOutcome sharded = run_zero(c, true, world.groups);
+  const Outcome whole = run_zero(c, false, world.groups);
+  const Outcome sharded = run_zero(c, true, world.groups);
   const std::string what = describe(c) + ", stage " + std::to_string(world.groups.mesh.pp_rank) + " replica " +
                            std::to_string(world.groups.mesh.dp_rank);
   for (int t = 0; t < kSteps; ++t) {
@@ -104,8 +68,6 @@ void expect_zero_one_matches_zero_zero(const Case& c) {
   }
   // Each stage's replicas own it once between them: over the world, the stages' sizes once.
   EXPECT_EQ(world_sum(owned) * c.dp, world_sum(whole.stage_size)) << what << ": the shards do not tile the stages";
-  EXPECT_EQ(sharded.measured_peak, sharded.planned_peak) << what << ": zero 1's measured peak against its plan";
-  EXPECT_EQ(whole.measured_peak, whole.planned_peak) << what << ": zero 0's measured peak against its plan";
   EXPECT_LT(sharded.planned_peak, whole.planned_peak) << what << ": sharding saves nothing";
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (world.groups.mesh.world_rank == 0) std::printf("[ zero 1 ] %s: %.1f s\n", describe(c).c_str(), seconds);
@@ -137,10 +99,13 @@ TEST(ZeroOne, BitwiseZeroZeroOnFourReplicas) {
   run_cases(4, {{4, 1, k1F1B, 1, false, 2, 4}, bf16});
 }
 
+// The issue's -np 8 checks (1F1B, interleaved and zb-v, recompute, fp32 and bf16: each at least
+// once, 1F1B fp32 being -np 4's), run by make test's np 8 mode only (tools/run_tests.sh selects
+// this name).
 TEST(ZeroOne, BitwiseZeroZeroOnFourReplicasOfTwoStages) {
-  Case bf16{4, 2, k1F1B, 1, false, 3, 4};
-  bf16.bf16 = true;
-  run_cases(8, {bf16});
+  Case bf16{4, 2, k1F1B, 1, false, 3, 4}, zb_v{4, 2, ScheduleKind::zb_v, 2, true, 3, 4};
+  bf16.bf16 = zb_v.bf16 = true;
+  run_cases(8, {bf16, {4, 2, ScheduleKind::interleaved, 2, true, 4, 4}, zb_v});
 }
 
 }  // namespace

@@ -206,7 +206,11 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
                                mesh.pp_rank, layout.recompute, trainer.groups, trainer.cublas, trainer.stream);
   const OptimizerShards shards = optimizer_shards(trainer.parameter_layout, planned.zero ? mesh.dp : 1);
   trainer.buckets = create_gradient_buckets(gradient_buckets(trainer.parameter_layout), wte_bucket(trainer.parameter_layout),
-                                            trainer.groups, planned.zero ? shards.bounds : std::vector<size_t>{});
+                                            trainer.groups, planned.zero ? shards.bounds : std::vector<size_t>{},
+                                            has_embedding(trainer.chunks));
+  trainer.pending = std::make_shared<ParametersPending>(
+      parameters_pending(trainer.parameter_layout, trainer.buckets, config.num_layers));
+  for (ParameterTensors<Element>& views : trainer.params) views.pending = trainer.pending.get();
   const bool master_weights = bf16 && precision.master_weights;
   const OptimizerShard shard = planned.zero ? OptimizerShard{shards.bounds[mesh.dp_rank],
                                                              shards.bounds[mesh.dp_rank + 1], shards.largest, true}
@@ -239,11 +243,11 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, int micro
 
 template <typename Element>
 void destroy_trainer(Trainer<Element>& trainer) {
+  destroy_gradient_buckets(trainer.buckets);  // first: its broadcasts may be writing the parameters
   device_free(trainer.parameter_memory);
   device_free(trainer.gradient_memory);
   device_free(trainer.grad_wte_head);
   destroy_executor(trainer.executor);
-  destroy_gradient_buckets(trainer.buckets);
   destroy_optimizer(trainer.optimizer);
   CUDA_CHECK(cudaFreeHost(trainer.figures));
   CUDA_CHECK(cudaFreeHost(trainer.host_tokens));

@@ -11,6 +11,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "model/gpt.cuh"
 #include "model/parameter_layout.h"
 #include "model/parameters.h"
+#include "model/parameters_pending.h"
 #include "pipeline/execute.h"
 #include "pipeline/memory_plan.h"
 #include "pipeline/schedule.h"
@@ -81,6 +83,7 @@ struct Trainer {
   std::vector<ParameterTensors<Element>> grads;   // and of gradient_memory
   Executor<Element> executor;
   GradientBuckets buckets;  // the data-parallel sum (dp > 1), started while the backward goes on
+  std::shared_ptr<ParametersPending> pending;  // what the forwards wait for (ZeRO-1's all-gather); params point to it
   Optimizer optimizer;  // fp32 moments; with bf16 parameters the master weights and the rounding seed
   StepFigures* figures;  // (1) pinned host memory: what a step copies back at its end
   // Pinned host memory (cudaMallocHost), which a copy reads in stream order without the host
