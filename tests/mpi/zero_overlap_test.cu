@@ -79,6 +79,9 @@ double second_step_loss(bool hold) {
   std::atomic<bool> open{!hold};
   if (hold) {
     const OptimizerShard& owned = trainer.optimizer.shard;
+    // Step 1's broadcasts, on the reduction stream, write these parameters too: they end first
+    // (the race detector saw the NaN written beside them otherwise).
+    CUDA_CHECK(cudaStreamSynchronize(trainer.buckets.stream));
     CUDA_CHECK(cudaMemsetAsync(trainer.parameter_memory, 0xff, owned.begin * sizeof(float), trainer.stream));
     CUDA_CHECK(cudaMemsetAsync(trainer.parameter_memory + owned.end, 0xff,
                                (trainer.parameter_layout.size - owned.end) * sizeof(float), trainer.stream));
