@@ -22,6 +22,7 @@
 #include "trainer/program/layout_advisor.h"
 #include "trainer/program/memory_report.h"
 #include "trainer/program/run.h"
+#include "trainer/program/schedule_report.h"
 
 namespace {
 

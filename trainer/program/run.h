@@ -1,6 +1,7 @@
 // One training run as the train program performs it, on one rank of a dp x pp mesh (a single
-// process is the mesh of one): the setup each rank checks alone, the --print-schedule report,
-// and the step loop with validation, samples, checkpoints and logging.
+// process is the mesh of one): the setup each rank checks alone, and the step loop with
+// validation, samples, checkpoints and logging (the --print-schedule report:
+// trainer/program/schedule_report.h).
 #pragma once
 #include <cstdio>
 #include <functional>
@@ -38,17 +39,6 @@ struct RunSetup {
 RunSetup prepare_run(const TrainOptions& options, std::FILE* out = nullptr);
 // The run's memory plan's inputs (trainer/program/memory_report.h).
 PlannedRun planned_run(const RunSetup& setup);
-
-// The chosen schedule's grid for every stage, its timeline and the simulator's predicted idle
-// share and activation memory per stage (each chunk's peak slots x its slot bytes, plus with split
-// backwards its peak weight-gradient-input buffers x their bytes: what the executor allocates), at --schedule-costs (by default t_f =
-// t_i = t_w, so B = 2 t_f, no latency); and, where it differs, the prediction with transfers that
-// do not hold the compute stream (pipeline/simulate.h's simulate_dataflow). With --format
-// pytorch-csv: only the schedule as PyTorch's compute-only CSV (pipeline/pytorch_csv.h).
-std::string schedule_report(const RunSetup& setup);
-// The simulator's timeline of the schedule at --schedule-costs as Chrome trace JSON
-// (--print-schedule --trace FILE; pipeline/timeline.h), one unit of cost = 1 ms.
-std::string predicted_timeline_json(const RunSetup& setup);
 
 struct RunResult {
   std::vector<StepRecord> steps;     // the steps this run did (after the resumed step, if any)
