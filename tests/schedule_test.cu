@@ -103,7 +103,9 @@ TEST(Schedule, EveryForwardAndBackwardOnceBackwardAfterForward) {
       const size_t inputs = std::count_if(compute.begin(), compute.end(),
                                           [](const Action& a) { return a.kind == ActionKind::backward_input; });
       EXPECT_EQ(compute.size(), 2u * l.m * l.v + inputs);
-      if (splits_backward(l.kind)) EXPECT_EQ(inputs, size_t(l.m) * l.v);
+      if (splits_backward(l.kind)) {
+        EXPECT_EQ(inputs, size_t(l.m) * l.v);
+      }
       for (int microbatch = 0; microbatch < l.m; microbatch++)
         for (int chunk = 0; chunk < l.v; chunk++) {
           const auto at = [&](ActionKind kind) { return position.find({kind, microbatch, chunk}); };
