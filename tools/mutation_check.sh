@@ -541,7 +541,7 @@ fault csv-rows-end-in-newline-only pipeline/pytorch_csv.cpp \
 fault schedule-file-never-csv trainer/step/trainer.cpp \
   's/return is_pytorch_csv(text.str()) ?/return false ?/' \
   'py:train_pytorch_csv_test TrainPytorchCsv.*'
-fault print-schedule-ignores-format trainer/program/run.cpp \
+fault print-schedule-ignores-format trainer/program/schedule_report.cpp \
   's/  if (setup.options.schedule_format == "pytorch-csv") return pytorch_csv_text(schedule);//' \
   'py:train_pytorch_csv_test TrainPytorchCsv.PrintedCsv*'
 fault format-without-print-schedule trainer/command_line/options.cpp \
