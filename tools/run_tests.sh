@@ -48,14 +48,18 @@ fi
 # same events as 1F1B's, with the forwards' messages all before the backwards' (no step where
 # both directions are in flight, which 1F1B and the interleaved schedule have and run under the
 # delay), and Pipeline.* runs AFAB's executed trace under it; it took 67 of the mode's 280 s
-# (2026-11-26). Of PipelineLayouts, both modes run 1F1B (the default), ZB-V (the split backward,
+# (2026-11-26). Of PipelineLayouts, both modes run ZB-V (the split backward,
 # the weight pool, two chunks a rank), the uneven split (1F1B, and on 2 stages with 2 replicas the
 # interleaved schedule: both directions in flight, two chunks a rank) and the layout string (stages
-# without layers); strict memory also bf16 (its master weights and rounding are host code of their
-# own), and DualPipeV (its overlapped pairs: two compute streams at once). The interleaved
+# without layers); strict memory also 1F1B's every layout, bf16 (its master weights and rounding are
+# host code of their own), and both modes DualPipeV (its overlapped pairs: two compute streams at once). The interleaved
 # schedule's every layout left the stream delay: 91 of its 264 s, where the
 # uneven split's interleaved case and Pipeline.* (the interleaved schedule on 4 stages) run it
-# (2026-11-27). The others (ZB-H1 and ZB-H2, issue 31's
+# (2026-11-27). So did 1F1B's every layout (m = 1, 3 and 8, recompute off and on, on dp 4, dp 2 x
+# pp 2 and pp 4): 50 of the mode's 148 s (2026-11-27, load 7); 1F1B runs under the delay in the
+# uneven split (dp 2 x pp 2, pp 4), the layout string (pp 4), ZeRO-1's dp 2 x pp 2 and Pipeline.*
+# (4 stages, recompute off and on), where the streams order the same events.
+# The others (ZB-H1 and ZB-H2, issue 31's
 # v-half, v-min, microbatch groups, looped BFS, zb-interleaved) are other orders of the same
 # actions through the same executor and memory; they took 23 s of the natural mode's 130 s of
 # layouts and about twice that in each of these modes (2026-11-27); Pipeline.* executes AFAB,
@@ -75,7 +79,7 @@ shuffle seed 2      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=2             
 reverse             | CUDA_CPU_THREAD_ORDER=reverse                                             | *                             |                                                         |
 1 block thread      | CUDA_CPU_BLOCK_THREADS=1                                                  | *                             |                                                         |
 strict memory       | CUDA_CPU_STRICT_MEMORY=1 CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1     | Trainer.*:GPT.*:TrainLayout.* | Pipeline.*:TrainLayout.*:Trainer.*:PipelineLayouts.OneFOneB*:PipelineLayouts.ZeroBubbleV*:PipelineLayouts.Uneven*:PipelineLayouts.LayoutString*:PipelineLayouts.DualPipeV*:PipelineLayouts.Bf16*:ZeroOne.*-ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages | 4
-stream delay 200 us | CUDA_CPU_STREAM_DELAY_US=200 CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1 | Trainer.*:GPT.*:TrainLayout.* | Pipeline.*:TrainLayout.*:Trainer.*:PipelineLayouts.OneFOneB*:PipelineLayouts.ZeroBubbleV*:PipelineLayouts.Uneven*:PipelineLayouts.LayoutString*:PipelineLayouts.DualPipeV*:ZeroOne.*-ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages | 4
+stream delay 200 us | CUDA_CPU_STREAM_DELAY_US=200 CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1 | Trainer.*:GPT.*:TrainLayout.* | Pipeline.*:TrainLayout.*:Trainer.*:PipelineLayouts.ZeroBubbleV*:PipelineLayouts.Uneven*:PipelineLayouts.LayoutString*:PipelineLayouts.DualPipeV*:ZeroOne.*-ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages | 4
 TABLE
 }
 
