@@ -15,22 +15,10 @@
 #include "trainer/data/data.h"
 #include "trainer/program/log.h"
 #include "trainer/program/memory_report.h"
+#include "trainer/program/run_setup.h"
 #include "trainer/command_line/options.h"
 #include "trainer/data/tokenizer.h"
 #include "trainer/step/trainer.h"
-
-// What a run is, decided and checked by each rank alone, before any communication, so that a
-// bad layout fails on every rank at once with the same one-line message and nobody waits.
-struct RunSetup {
-  TrainOptions options;
-  StartingPoint start;
-  int B, T;
-  TrainValSplit data;
-  Mesh mesh;
-  PipelineLayout layout;
-  std::vector<LayerRange> virtual_stages;  // split_layers
-  std::optional<Tokenizer> tokenizer;      // the samples' (trainer/safety/preflight.h), when samples are asked for
-};
 
 // Throws std::runtime_error with one line: bad data or checkpoint, dp pp != the world size,
 // fewer layers than stages x chunks, a --layers-per-stage that does not fit, a schedule that

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/gpt.cuh"
-#include "trainer/program/run.h"
+#include "trainer/program/run_setup.h"
 
 // "1f1b schedule", "interleaved schedule, microbatch group 2", "the schedule of FILE".
 std::string schedule_title(const RunSetup& setup);
