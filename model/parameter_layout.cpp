@@ -76,35 +76,45 @@ ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<Laye
   return layout;
 }
 
-std::vector<float> to_stage_layout(const ParameterLayout& layout, const std::vector<float>& full) {
+template <typename Value>
+std::vector<Value> to_stage_layout(const ParameterLayout& layout, const std::vector<Value>& full) {
   if (full.size() != layout.full_size)
     throw std::runtime_error("to_stage_layout: " + std::to_string(full.size()) + " values for a model of " +
                              std::to_string(layout.full_size));
-  std::vector<float> stage(layout.size);
+  std::vector<Value> stage(layout.size);
   for (const ParameterRegion& r : layout.regions) {
     if (r.cut)
-      cut_linear_slice<float>(*r.cut, stage.data() + r.offset, nullptr, full.data() + r.full_offset, nullptr);
+      cut_linear_slice<Value>(*r.cut, stage.data() + r.offset, nullptr, full.data() + r.full_offset, nullptr);
     else
       std::copy(full.begin() + r.full_offset, full.begin() + r.full_offset + r.count, stage.begin() + r.offset);
   }
   return stage;
 }
 
-void place_in_full_layout(const ParameterLayout& layout, const std::vector<float>& stage, std::vector<float>& full) {
+template <typename Value>
+void place_in_full_layout(const ParameterLayout& layout, const std::vector<Value>& stage, std::vector<Value>& full) {
   if (stage.size() != layout.size || full.size() != layout.full_size)
     throw std::runtime_error("place_in_full_layout: " + std::to_string(stage.size()) + " values for a stage of " +
                              std::to_string(layout.size) + ", " + std::to_string(full.size()) +
                              " for a model of " + std::to_string(layout.full_size));
   for (const ParameterRegion& r : layout.regions) {
     if (r.cut)
-      place_linear_slice<float>(*r.cut, full.data() + r.full_offset, nullptr, stage.data() + r.offset, nullptr);
+      place_linear_slice<Value>(*r.cut, full.data() + r.full_offset, nullptr, stage.data() + r.offset, nullptr);
     else
       std::copy(stage.begin() + r.offset, stage.begin() + r.offset + r.count, full.begin() + r.full_offset);
   }
 }
 
-std::vector<float> to_full_layout(const ParameterLayout& layout, const std::vector<float>& stage) {
-  std::vector<float> full(layout.full_size, 0.0f);
+template <typename Value>
+std::vector<Value> to_full_layout(const ParameterLayout& layout, const std::vector<Value>& stage) {
+  std::vector<Value> full(layout.full_size, Value(0));
   place_in_full_layout(layout, stage, full);
   return full;
 }
+
+#define INSTANTIATE_LAYOUT_COPIES(Value)                                                                        \
+  template std::vector<Value> to_stage_layout<Value>(const ParameterLayout&, const std::vector<Value>&);       \
+  template void place_in_full_layout<Value>(const ParameterLayout&, const std::vector<Value>&, std::vector<Value>&); \
+  template std::vector<Value> to_full_layout<Value>(const ParameterLayout&, const std::vector<Value>&);
+INSTANTIATE_LAYOUT_COPIES(float)
+INSTANTIATE_LAYOUT_COPIES(double)

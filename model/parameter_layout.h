@@ -83,12 +83,16 @@ std::vector<ParameterTensors<T>> stage_views(T* memory, const ParameterLayout& l
   return views;
 }
 
+// Host copies between the two layouts, for float (the checkpoints' values) and double (checks).
 // The stage allocation's values (layout.size) taken from a whole model in llm.c's layout (a tp
 // rank's: its slices cut from the full layers, cut_linear_slice).
-std::vector<float> to_stage_layout(const ParameterLayout& layout, const std::vector<float>& full);
+template <typename Value>
+std::vector<Value> to_stage_layout(const ParameterLayout& layout, const std::vector<Value>& full);
 // The stage's values (layout.size) written into their places in full (layout.full_size, llm.c's
 // layout), the rest left as it is: every tp rank's stage placed in turn gives the whole stage.
-void place_in_full_layout(const ParameterLayout& layout, const std::vector<float>& stage, std::vector<float>& full);
+template <typename Value>
+void place_in_full_layout(const ParameterLayout& layout, const std::vector<Value>& stage, std::vector<Value>& full);
 // A whole model in llm.c's layout (layout.full_size) holding the stage's values (layout.size)
 // in its regions and zeros elsewhere.
-std::vector<float> to_full_layout(const ParameterLayout& layout, const std::vector<float>& stage);
+template <typename Value>
+std::vector<Value> to_full_layout(const ParameterLayout& layout, const std::vector<Value>& stage);
