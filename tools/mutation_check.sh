@@ -872,12 +872,13 @@ fault gpt-attention-projection-not-summed model/gpt.cu \
 fault gpt-row-parallel-bias-before-the-sum model/tensor_parallel_linear.cu \
   's/static_cast<const Element\*>(nullptr), N, C, OC, stream);/bias, N, C, OC, stream);/; /if (bias != nullptr) matmul_add_bias(out, bias, N, OC, stream);/d' \
   'mpi4 TensorParallelGpt.FloatLossAndEveryGradientMatchOneProcess'
-# With tp > 1 the embedding and the loss are the vocabulary-parallel ones, on the rank's slice.
+# With tp > 1 the embedding is the vocabulary-parallel one, on the rank's slice.
 fault gpt-whole-vocabulary-embedding-on-a-slice model/gpt.cu \
   's/^    if (tp.tp() > 1)$/    if (tp.tp() > 8)/' \
   'mpi4 TensorParallelGpt.DoubleLossAndEveryGradientMatchOneProcess'
-fault gpt-whole-vocabulary-loss-on-a-slice model/gpt.cu \
-  's/^  if (tp.tp() > 1)$/  if (tp.tp() > 8)/' \
+# Every tp rank's logits get the whole loss's gradient, not 1/tp of it.
+fault gpt-loss-gradient-scaled-per-rank model/gpt.cu \
+  's/^                                 Compute<Element>(loss_scale), acts.bad_target_row, BT, V, Vp, stream);/                                 Compute<Element>(loss_scale \/ tp.tp()), acts.bad_target_row, BT, V, Vp, stream);/' \
   'mpi4 TensorParallelGpt.DoubleLossAndEveryGradientMatchOneProcess'
 # The head's input gradient is summed over the vocabulary slices (column-parallel backward).
 fault gpt-head-input-gradient-not-summed model/gpt.cu \
