@@ -61,8 +61,9 @@ struct GptResult {
 // groups (nullptr: one process, no groups). Collective over groups' tp ranks.
 template <typename T>
 GptResult run_gpt(const CommGroups* groups, const std::vector<double>& model) {
-  TensorParallelRun tp{groups};
-  if (groups && tp.tp() > 1) tp.overlap = create_tensor_parallel_overlap();
+  TensorParallelRun tp;
+  tp.groups = groups;
+  if (tp.tp() > 1) tp.overlap = create_tensor_parallel_overlap();
   const LayerRange range = whole_model(kConfig);
   GptResult result{0.0, {}, {}, parameter_layout(kConfig, {range}, {tp.tp(), tp.rank()})};
   const ParameterLayout& layout = result.layout;
@@ -152,12 +153,13 @@ TEST(TensorParallelGpt, LossAndReplicatedGradientsAreBitwiseEqualOnEveryTpRank) 
     allreduce_tensor_parallel(g.groups, largest.data(), largest.size(), ncclFloat64, ncclMax, kStream);
     EXPECT_EQ(largest_loss.to_host()[0], result.loss) << "tp " << tp;
     const std::vector<double> most = largest.to_host();
-    for (const ParameterRegion& r : result.layout.regions)
-      if (is_replicated(r))
-        EXPECT_EQ(std::vector<double>(most.begin() + r.offset, most.begin() + r.offset + r.count),
-                  std::vector<double>(result.stage_grads.begin() + r.offset,
-                                      result.stage_grads.begin() + r.offset + r.count))
-            << "tp " << tp << ": " << parameter_tensor_name(r.tensor) << " layer " << r.layer;
+    for (const ParameterRegion& r : result.layout.regions) {
+      if (!is_replicated(r)) continue;
+      EXPECT_EQ(std::vector<double>(most.begin() + r.offset, most.begin() + r.offset + r.count),
+                std::vector<double>(result.stage_grads.begin() + r.offset,
+                                    result.stage_grads.begin() + r.offset + r.count))
+          << "tp " << tp << ": " << parameter_tensor_name(r.tensor) << " layer " << r.layer;
+    }
   }
 }
 
