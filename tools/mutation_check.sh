@@ -880,6 +880,11 @@ fault gpt-whole-vocabulary-embedding-on-a-slice model/gpt.cu \
 fault gpt-loss-gradient-scaled-per-rank model/gpt.cu \
   's/^                                 Compute<Element>(loss_scale), acts.bad_target_row, BT, V, Vp, stream);/                                 Compute<Element>(loss_scale \/ tp.tp()), acts.bad_target_row, BT, V, Vp, stream);/' \
   'mpi4 TensorParallelGpt.DoubleLossAndEveryGradientMatchOneProcess'
+# A range without the head starts its backward from the next range's input gradient (at tp 2 and
+# 4: the model cut into two ranges).
+fault gpt-range-output-gradient-dropped model/gpt.cu \
+  's/CUDA_CHECK(cudaMemcpyAsync(dresidual, grad_output, btc_bytes, cudaMemcpyDeviceToDevice, stream));/CUDA_CHECK(cudaMemsetAsync(dresidual, 0, btc_bytes, stream));/' \
+  'mpi4 TensorParallelGpt.TwoRangesGiveBitwiseTheWholeRangeAtTheSameTp'
 # The head's input gradient is summed over the vocabulary slices (column-parallel backward).
 fault gpt-head-input-gradient-not-summed model/gpt.cu \
   's/column_parallel_backward(groups, cublas, head_slice(config, tp), /column_parallel_backward(layer_groups({}), cublas, column_parallel_slice(1, 0, C, config.padded_vocab_size \/ tp.tp()), /' \

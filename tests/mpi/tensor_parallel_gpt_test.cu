@@ -2,7 +2,8 @@
 // on one stage, run at tp 1, 2 and 4 against the same model on one process. Its loss and every
 // parameter's gradient (each rank's slices placed back into llm.c's layout) match one process's
 // within the sum orders' tolerance, bitwise at tp 1; the loss and the replicated parameters'
-// gradients are bitwise equal on every tp rank; the split backward refuses tp > 1 in one line.
+// gradients are bitwise equal on every tp rank; the model cut into two ranges gives bitwise the
+// whole range's step at the same tp; the split backward refuses tp > 1 in one line.
 // Runs under mpirun -np 4 as dp 4 x tp 1, dp 2 x tp 2 and tp 4: every replica checks its own tp group.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -51,52 +52,114 @@ std::vector<int> random_tokens(uint64_t seed) {
 bool is_replicated(const ParameterRegion& r) { return !r.cut && r.tensor != kWte; }
 
 struct GptResult {
-  double loss;                     // the mean over the B T tokens
-  std::vector<double> stage_grads;  // the rank's gradients in its stage layout
+  double loss;                      // the mean over the B T tokens
+  std::vector<double> stage_grads;  // the rank's gradients in its (first) range's stage layout
   std::vector<double> grads;        // every rank's gradients placed in llm.c's layout
-  ParameterLayout layout;
+  ParameterLayout layout;           // the (first) range's
 };
+
+// A range's parameters cut from the model for the run's tp rank, zero gradients, activations and
+// scratch.
+template <typename T>
+struct Stage {
+  Stage(const LayerRange& range, const TensorParallelRun& tp, const std::vector<double>& model)
+      : range(range),
+        layout(parameter_layout(kConfig, {range}, {tp.tp(), tp.rank()})),
+        params(convert<T>(to_stage_layout(layout, model))),
+        grads(convert<T>(std::vector<double>(layout.size, 0.0))),
+        acts(create_activations<T>(kConfig, kB, kT, range, tp.tp())),
+        scratch(create_backward_scratch<T>(kConfig, kB, kT, range, tp.tp())) {}
+  ~Stage() {
+    destroy_backward_scratch(scratch);
+    destroy_activations(acts);
+  }
+  ParameterTensors<T> p() { return chunk_views(params.data(), layout, 0); }
+  ParameterTensors<T> g() { return chunk_views(grads.data(), layout, 0); }
+  std::vector<double> stage_grads() const {
+    std::vector<double> values;
+    for (const T value : grads.to_host()) values.push_back(double(value));
+    return values;
+  }
+
+  LayerRange range;
+  ParameterLayout layout;
+  DeviceBuffer<T> params, grads;
+  Activations<T> acts;
+  BackwardScratch<T> scratch;
+};
+
+// The stage's gradients in llm.c's layout with every tp rank's slices: each rank's slices and (from
+// tp rank 0 alone) the replicated tensors, zeros elsewhere, summed over the tp ranks in double
+// (x + 0 = x, so the sum is the gradients themselves). Collective over the tp ranks.
+std::vector<double> gathered(const TensorParallelRun& tp, const ParameterLayout& layout,
+                             std::vector<double> stage_grads) {
+  for (const ParameterRegion& r : layout.regions)
+    if (is_replicated(r) && tp.rank() != 0)
+      std::fill(stage_grads.begin() + r.offset, stage_grads.begin() + r.offset + r.count, 0.0);
+  DeviceBuffer<double> full(to_full_layout(layout, stage_grads));
+  if (tp.groups) allreduce_tensor_parallel(*tp.groups, full.data(), full.size(), ncclFloat64, ncclSum, kStream);
+  return full.to_host();
+}
+
+TensorParallelRun run_on(const CommGroups* groups) {
+  TensorParallelRun tp;
+  tp.groups = groups;
+  if (tp.tp() > 1) tp.overlap = create_tensor_parallel_overlap();
+  return tp;
+}
 
 // One forward with targets and one backward of the whole model from zero gradients, at the tp of
 // groups (nullptr: one process, no groups). Collective over groups' tp ranks.
 template <typename T>
 GptResult run_gpt(const CommGroups* groups, const std::vector<double>& model) {
-  TensorParallelRun tp;
-  tp.groups = groups;
-  if (tp.tp() > 1) tp.overlap = create_tensor_parallel_overlap();
-  const LayerRange range = whole_model(kConfig);
-  GptResult result{0.0, {}, {}, parameter_layout(kConfig, {range}, {tp.tp(), tp.rank()})};
-  const ParameterLayout& layout = result.layout;
-  DeviceBuffer<T> params(convert<T>(to_stage_layout(layout, model)));
-  DeviceBuffer<T> grads(convert<T>(std::vector<double>(layout.size, 0.0)));
+  TensorParallelRun tp = run_on(groups);
+  Stage<T> whole(whole_model(kConfig), tp, model);
   DeviceBuffer<T> grad_wte_head(convert<T>(std::vector<double>(size_t(kConfig.padded_vocab_size) / tp.tp() *
                                                                kConfig.channels, 0.0)));
   DeviceBuffer<int> tokens(random_tokens(1)), targets(random_tokens(2));
-  const ParameterTensors<T> p = chunk_views(params.data(), layout, 0), g = chunk_views(grads.data(), layout, 0);
-  Activations<T> acts = create_activations<T>(kConfig, kB, kT, range, tp.tp());
-  BackwardScratch<T> scratch = create_backward_scratch<T>(kConfig, kB, kT, range, tp.tp());
   CublasHandle cublas;
-  gpt_forward<T>(kConfig, range, p, acts, tokens.data(), nullptr, targets.data(), 1.0 / (kB * kT), kB, kT, cublas,
-                 kStream, tp);
-  result.loss = mean_loss(acts, kB, kT, kStream);
-  gpt_backward<T>(kConfig, range, p, g, grad_wte_head.data(), acts, scratch, tokens.data(), nullptr, nullptr, nullptr,
-                  kB, kT, cublas, kStream, {}, tp);
-  sum_tied_embedding_gradient<T>(kConfig, g.wte, grad_wte_head.data(), kStream, tp.tp());
+  gpt_forward<T>(kConfig, whole.range, whole.p(), whole.acts, tokens.data(), nullptr, targets.data(), 1.0 / (kB * kT),
+                 kB, kT, cublas, kStream, tp);
+  const double loss = mean_loss(whole.acts, kB, kT, kStream);
+  gpt_backward<T>(kConfig, whole.range, whole.p(), whole.g(), grad_wte_head.data(), whole.acts, whole.scratch,
+                  tokens.data(), nullptr, nullptr, nullptr, kB, kT, cublas, kStream, {}, tp);
+  sum_tied_embedding_gradient<T>(kConfig, whole.g().wte, grad_wte_head.data(), kStream, tp.tp());
   CUDA_CHECK(cudaStreamSynchronize(kStream));
-  destroy_backward_scratch(scratch);
-  destroy_activations(acts);
   destroy_tensor_parallel_overlap(tp.overlap);
+  const std::vector<double> stage_grads = whole.stage_grads();
+  return {loss, stage_grads, gathered(tp, whole.layout, stage_grads), whole.layout};
+}
 
-  for (const T value : grads.to_host()) result.stage_grads.push_back(double(value));
-  // Each rank's slices and (from tp rank 0 alone) the replicated tensors, zeros elsewhere, summed
-  // over the tp ranks in double: x + 0 = x, so the sum is the gradients themselves.
-  std::vector<double> own = result.stage_grads;
-  for (const ParameterRegion& r : layout.regions)
-    if (is_replicated(r) && tp.rank() != 0) std::fill(own.begin() + r.offset, own.begin() + r.offset + r.count, 0.0);
-  DeviceBuffer<double> full(to_full_layout(layout, own));
-  if (groups) allreduce_tensor_parallel(*groups, full.data(), full.size(), ncclFloat64, ncclSum, kStream);
-  result.grads = full.to_host();
-  return result;
+// The same step cut into two ranges, as two pipeline stages would run it on one rank: layer 0 with
+// the embedding, then layer 1 with the head, the second's input gradient the first's output
+// gradient, the head's share of wte's gradient added to the first's.
+template <typename T>
+GptResult run_two_ranges(const CommGroups* groups, const std::vector<double>& model) {
+  TensorParallelRun tp = run_on(groups);
+  Stage<T> first({0, 1, true, false}, tp, model), last({1, 2, false, true}, tp, model);
+  DeviceBuffer<T> grad_wte_head(convert<T>(std::vector<double>(size_t(kConfig.padded_vocab_size) / tp.tp() *
+                                                               kConfig.channels, 0.0)));
+  DeviceBuffer<T> grad_between(size_t(kB) * kT * kConfig.channels);
+  DeviceBuffer<int> tokens(random_tokens(1)), targets(random_tokens(2));
+  CublasHandle cublas;
+  gpt_forward<T>(kConfig, first.range, first.p(), first.acts, tokens.data(), nullptr, nullptr, 0.0, kB, kT, cublas,
+                 kStream, tp);
+  gpt_forward<T>(kConfig, last.range, last.p(), last.acts, nullptr, range_output(first.acts), targets.data(),
+                 1.0 / (kB * kT), kB, kT, cublas, kStream, tp);
+  const double loss = mean_loss(last.acts, kB, kT, kStream);
+  gpt_backward<T>(kConfig, last.range, last.p(), last.g(), grad_wte_head.data(), last.acts, last.scratch, nullptr,
+                  range_output(first.acts), nullptr, grad_between.data(), kB, kT, cublas, kStream, {}, tp);
+  gpt_backward<T>(kConfig, first.range, first.p(), first.g(), nullptr, first.acts, first.scratch, tokens.data(),
+                  nullptr, grad_between.data(), nullptr, kB, kT, cublas, kStream, {}, tp);
+  sum_tied_embedding_gradient<T>(kConfig, first.g().wte, grad_wte_head.data(), kStream, tp.tp());
+  CUDA_CHECK(cudaStreamSynchronize(kStream));
+  destroy_tensor_parallel_overlap(tp.overlap);
+  // The last range's wte is the head's tied copy, whose gradient stays zero: the sum of the two
+  // ranges' gradients is each one's own.
+  std::vector<double> grads = gathered(tp, first.layout, first.stage_grads());
+  const std::vector<double> of_last = gathered(tp, last.layout, last.stage_grads());
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] += of_last[i];
+  return {loss, first.stage_grads(), grads, first.layout};
 }
 
 // Tensor `tensor`'s elements of a whole model in llm.c's layout.
@@ -160,6 +223,18 @@ TEST(TensorParallelGpt, LossAndReplicatedGradientsAreBitwiseEqualOnEveryTpRank) 
                                     result.stage_grads.begin() + r.offset + r.count))
           << "tp " << tp << ": " << parameter_tensor_name(r.tensor) << " layer " << r.layer;
     }
+  }
+}
+
+// A block computes the same operations whether the next is in its range or the next range's, at
+// any tp: for a fixed tp, pipeline stages are bitwise free.
+TEST(TensorParallelGpt, TwoRangesGiveBitwiseTheWholeRangeAtTheSameTp) {
+  const std::vector<double> model = random_model();
+  for (const int tp : kTensorParallelSizes) {
+    TensorParallelGroups g(tp);
+    const GptResult whole = run_gpt<float>(&g.groups, model), split = run_two_ranges<float>(&g.groups, model);
+    EXPECT_EQ(split.loss, whole.loss) << "tp " << tp;
+    EXPECT_EQ(split.grads, whole.grads) << "tp " << tp;
   }
 }
 
