@@ -14,53 +14,71 @@
 #include "kernels/layernorm.cuh"
 #include "kernels/matmul.cuh"
 #include "kernels/residual.cuh"
+#include "comm/mesh.h"
 #include "model/gpt.cuh"
 #include "model/gpt_internal.cuh"
 #include "model/parameters_pending.h"
+#include "model/tensor_parallel_shard.h"
+#include "model/vocab_parallel.h"
 
 using namespace gpt_internal;
 
 namespace {
 
+// The sizes a tp rank's buffers are cut to: the attention on NH / tp heads of C / tp channels, the
+// MLP's hidden layer of 4C / tp, the logits' Vp / tp vocabulary columns.
+struct LocalSizes {
+  size_t C, NH, hidden, Vp;
+};
+LocalSizes local_sizes(const GPTConfig& config, int tp) {
+  check_tensor_parallel_sizes(tp, config.num_heads, config.channels, config.padded_vocab_size);
+  return {size_t(config.channels / tp), size_t(config.num_heads / tp), size_t(4 * config.channels / tp),
+          size_t(config.padded_vocab_size / tp)};
+}
+
 template <typename Element>
-Activations<Element> point_activations(void* memory, const GPTConfig& config, int B, int T, const LayerRange& range) {
+Activations<Element> point_activations(void* memory, const GPTConfig& config, int B, int T, const LayerRange& range,
+                                       int tp) {
   validate_layer_range(config, range);
   using Real = Compute<Element>;
   const size_t BT = size_t(B) * T, C = config.channels;
+  const LocalSizes local = local_sizes(config, tp);
   Carver carve(memory);
   Activations<Element> acts{};
   acts.memory = memory;
   acts.range = range;
   acts.B = B;
   acts.T = T;
+  acts.tp = tp;
   if (range.has_embedding) acts.encoded = carve.take<Element>(BT * C);
   for (int l = range.first_layer; l < range.end_layer; ++l) {
     BlockActivations<Element> block;
     block.ln1 = carve.take<Element>(BT * C);
     block.ln1_mean = carve.take<Real>(BT);
     block.ln1_rstd = carve.take<Real>(BT);
-    block.attention_saved = carve.take<Element>(attention_saved_size(B, T, C, config.num_heads));
-    block.attention_out = carve.take<Element>(BT * C);
+    block.attention_saved = carve.take<Element>(attention_saved_size(B, T, local.C, local.NH));
+    block.attention_out = carve.take<Element>(BT * local.C);
     block.residual2 = carve.take<Element>(BT * C);
     block.ln2 = carve.take<Element>(BT * C);
     block.ln2_mean = carve.take<Real>(BT);
     block.ln2_rstd = carve.take<Real>(BT);
-    block.fch = carve.take<Element>(BT * 4 * C);
-    block.fch_gelu = carve.take<Element>(BT * 4 * C);
+    block.fch = carve.take<Element>(BT * local.hidden);
+    block.fch_gelu = carve.take<Element>(BT * local.hidden);
     block.residual3 = carve.take<Element>(BT * C);
     acts.blocks.push_back(block);
   }
   if (range.end_layer > range.first_layer) {
-    acts.qkv = carve.take<Element>(BT * 3 * C);
-    acts.projection = carve.take<Element>(std::max(BT * C, attention_forward_scratch_size(B, T, C, config.num_heads)));
+    acts.qkv = carve.take<Element>(BT * 3 * local.C);
+    acts.projection = carve.take<Element>(std::max(BT * C, attention_forward_scratch_size(B, T, local.C, local.NH)));
   }
   if (range.has_head) {
     acts.lnf = carve.take<Element>(BT * C);
     acts.lnf_mean = carve.take<Real>(BT);
     acts.lnf_rstd = carve.take<Real>(BT);
-    acts.logits = carve.take<Element>(BT * config.padded_vocab_size);
+    acts.logits = carve.take<Element>(BT * local.Vp);
     acts.losses = carve.take<Real>(BT);
     acts.bad_target_row = carve.take<int>(1);
+    if (tp > 1) acts.row_stats = carve.take<Real>(3 * BT);
   }
   acts.bytes = carve.bytes();
   return acts;
@@ -68,22 +86,25 @@ Activations<Element> point_activations(void* memory, const GPTConfig& config, in
 
 template <typename Element>
 BackwardScratch<Element> point_backward_scratch(void* memory, const GPTConfig& config, int B, int T,
-                                                const LayerRange& range) {
+                                                const LayerRange& range, int tp) {
   validate_layer_range(config, range);
   const size_t BT = size_t(B) * T, C = config.channels;
+  const LocalSizes local = local_sizes(config, tp);
   Carver carve(memory);
   BackwardScratch<Element> scratch{};
   scratch.memory = memory;
   scratch.range = range;
   scratch.B = B;
   scratch.T = T;
+  scratch.tp = tp;
   scratch.dbtc = carve.take<Element>(BT * C);
   scratch.layernorm_weight = carve.take<Compute<Element>>(layernorm_backward_weight_workspace_size(BT, C));
   if (range.end_layer > range.first_layer) {
-    scratch.dqkv = carve.take<Element>(BT * 3 * C);
-    scratch.dfch = carve.take<Element>(BT * 4 * C);
+    scratch.dqkv = carve.take<Element>(BT * 3 * local.C);
+    scratch.dfch = carve.take<Element>(BT * local.hidden);
+    // 4C: at least any bias a rank holds (3C / tp, C, 4C / tp).
     scratch.bias_gradient = carve.take<Compute<Element>>(matmul_bias_gradient_workspace_size(BT, 4 * C));
-    scratch.attention = carve.take<Element>(attention_backward_scratch_size(B, T, C, config.num_heads));
+    scratch.attention = carve.take<Element>(attention_backward_scratch_size(B, T, local.C, local.NH));
   }
   if (range.has_embedding) {
     scratch.dresidual = carve.take<Element>(BT * C);
@@ -91,6 +112,29 @@ BackwardScratch<Element> point_backward_scratch(void* memory, const GPTConfig& c
   }
   scratch.bytes = carve.bytes();
   return scratch;
+}
+
+// The groups the tensor-parallel layers are given: the run's, or with tp = 1 a stand-in whose mesh
+// says tp 1, with which the layers are today's kernels and call no collective.
+const CommGroups& layer_groups(const TensorParallelRun& tp) {
+  static const CommGroups single = [] {
+    CommGroups groups{};
+    groups.mesh.tp = 1;
+    return groups;
+  }();
+  return tp.groups ? *tp.groups : single;
+}
+
+void check_tensor_parallelism(int made_for, const TensorParallelRun& tp, const std::string& where) {
+  if (made_for != tp.tp())
+    throw std::runtime_error(where + ": buffers made for tp " + std::to_string(made_for) + ", run at tp " +
+                             std::to_string(tp.tp()));
+}
+
+// The tied output projection, lnf (B T, C) -> the rank's logits (B T, Vp / tp): column-parallel
+// over the vocabulary, the rank's wte rows as its weight.
+LinearSlice head_slice(const GPTConfig& config, const TensorParallelRun& tp) {
+  return column_parallel_slice(tp.tp(), tp.rank(), config.channels, config.padded_vocab_size);
 }
 
 }  // namespace
@@ -106,8 +150,8 @@ void validate_layer_range(const GPTConfig& config, const LayerRange& range) {
 }
 
 template <typename Element>
-size_t activation_bytes(const GPTConfig& config, int B, int T, const LayerRange& range) {
-  return point_activations<Element>(nullptr, config, B, T, range).bytes;
+size_t activation_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp) {
+  return point_activations<Element>(nullptr, config, B, T, range, tp).bytes;
 }
 
 template <typename Element>
@@ -117,9 +161,9 @@ size_t stage_input_bytes(const GPTConfig& config, int B, int T, const LayerRange
 }
 
 template <typename Element>
-Activations<Element> create_activations(const GPTConfig& config, int B, int T, const LayerRange& range) {
-  return point_activations<Element>(device_alloc_bytes(activation_bytes<Element>(config, B, T, range)), config, B, T,
-                                    range);
+Activations<Element> create_activations(const GPTConfig& config, int B, int T, const LayerRange& range, int tp) {
+  return point_activations<Element>(device_alloc_bytes(activation_bytes<Element>(config, B, T, range, tp)), config, B,
+                                    T, range, tp);
 }
 
 template <typename Element>
@@ -129,14 +173,15 @@ void destroy_activations(Activations<Element>& acts) {
 }
 
 template <typename Element>
-size_t backward_scratch_bytes(const GPTConfig& config, int B, int T, const LayerRange& range) {
-  return point_backward_scratch<Element>(nullptr, config, B, T, range).bytes;
+size_t backward_scratch_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp) {
+  return point_backward_scratch<Element>(nullptr, config, B, T, range, tp).bytes;
 }
 
 template <typename Element>
-BackwardScratch<Element> create_backward_scratch(const GPTConfig& config, int B, int T, const LayerRange& range) {
-  return point_backward_scratch<Element>(device_alloc_bytes(backward_scratch_bytes<Element>(config, B, T, range)),
-                                        config, B, T, range);
+BackwardScratch<Element> create_backward_scratch(const GPTConfig& config, int B, int T, const LayerRange& range,
+                                                 int tp) {
+  return point_backward_scratch<Element>(device_alloc_bytes(backward_scratch_bytes<Element>(config, B, T, range, tp)),
+                                        config, B, T, range, tp);
 }
 
 template <typename Element>
@@ -154,15 +199,24 @@ const Element* range_output(const Activations<Element>& acts) {
 // -> residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))). The block's output residual3
 // is always stored unfused (not fused into the next LayerNorm), so that a block computes the
 // same operations whether the next block is on this stage or the next: splits are bitwise free.
+// With tp > 1 the embedding, the linear layers and the loss are their tensor-parallel forms; with
+// tp = 1 each of them is today's kernel call (model/tensor_parallel_linear.h).
 template <typename Element>
 void gpt_forward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
                  Activations<Element>& acts, const int* tokens, const Nullable<Element>* input, const int* targets,
-                 double loss_scale, int B, int T, cublasHandle_t cublas, cudaStream_t stream) {
+                 double loss_scale, int B, int T, cublasHandle_t cublas, cudaStream_t stream,
+                 const TensorParallelRun& tp) {
   check_call(config, range, params, acts, tokens, input, B, T, "gpt_forward");
-  const int C = config.channels, NH = config.num_heads, BT = B * T;
+  check_tensor_parallelism(acts.tp, tp, "gpt_forward: " + describe(range));
+  const int C = config.channels, NH = config.num_heads, BT = B * T, Vp = config.padded_vocab_size;
+  const BlockSlices s = block_slices(config, {tp.tp(), tp.rank()});
+  const CommGroups& groups = layer_groups(tp);
   if (range.has_embedding) {
     wait_for_parameters(params.pending, -1, stream);
-    embedding_forward(acts.encoded, tokens, params.wte, params.wpe, B, T, C, stream);
+    if (tp.tp() > 1)
+      vocab_parallel_embedding_forward(groups, acts.encoded, tokens, params.wte, params.wpe, B, T, C, Vp, stream);
+    else
+      embedding_forward(acts.encoded, tokens, params.wte, params.wpe, B, T, C, stream);
   }
   for (int l = range.first_layer; l < range.end_layer; ++l) {
     wait_for_parameters(params.pending, l, stream);
@@ -170,26 +224,33 @@ void gpt_forward(const GPTConfig& config, const LayerRange& range, const Paramet
     const BlockActivations<Element>& a = acts.blocks[l - range.first_layer];
     const Element* x = block_input(acts, input, l);  // (B, T, C)
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, BT, C, stream);
-    matmul_forward(cublas, acts.qkv, a.ln1, p.qkvw, p.qkvb, BT, C, 3 * C, stream);
-    attention_forward(cublas, a.attention_out, a.attention_saved, acts.projection, acts.qkv, B, T, C, NH, stream);
-    matmul_forward(cublas, acts.projection, a.attention_out, p.attprojw, p.attprojb, BT, C, C, stream);
+    column_parallel_forward(cublas, s.qkv, acts.qkv, a.ln1, p.qkvw, p.qkvb, BT, stream);
+    attention_forward(cublas, a.attention_out, a.attention_saved, acts.projection, acts.qkv, B, T, C / tp.tp(),
+                      NH / tp.tp(), stream);
+    row_parallel_forward(groups, cublas, s.attproj, acts.projection, a.attention_out, p.attprojw, p.attprojb, BT,
+                         stream);
     residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x, acts.projection, p.ln2w, p.ln2b, BT, C,
                                stream);
-    matmul_forward(cublas, a.fch, a.ln2, p.fcw, p.fcb, BT, C, 4 * C, stream);
-    gelu_forward(a.fch_gelu, a.fch, size_t(BT) * 4 * C, stream);
-    matmul_forward(cublas, acts.projection, a.fch_gelu, p.fcprojw, p.fcprojb, BT, 4 * C, C, stream);
+    column_parallel_forward(cublas, s.fc, a.fch, a.ln2, p.fcw, p.fcb, BT, stream);
+    gelu_forward(a.fch_gelu, a.fch, size_t(BT) * s.fc.local_out(), stream);
+    row_parallel_forward(groups, cublas, s.fcproj, acts.projection, a.fch_gelu, p.fcprojw, p.fcprojb, BT, stream);
     residual_forward(a.residual3, a.residual2, acts.projection, size_t(BT) * C, stream);
   }
   if (!range.has_head) return;
-  const int V = config.vocab_size, Vp = config.padded_vocab_size;
+  const int V = config.vocab_size;
   wait_for_parameters(params.pending, config.num_layers, stream);
   layernorm_forward(acts.lnf, acts.lnf_mean, acts.lnf_rstd, head_input(acts, input), params.lnfw, params.lnfb, BT, C,
                     stream);
-  matmul_forward(cublas, acts.logits, acts.lnf, params.wte, static_cast<const Element*>(nullptr), BT, C, Vp, stream);
+  column_parallel_forward(cublas, head_slice(config, tp), acts.logits, acts.lnf, params.wte,
+                          static_cast<const Element*>(nullptr), BT, stream);
   if (!targets) return;
   reset_bad_target_row(acts.bad_target_row, stream);
-  classifier_forward_backward(acts.logits, acts.losses, targets, Compute<Element>(loss_scale), acts.bad_target_row, BT,
-                              V, Vp, stream);
+  if (tp.tp() > 1)
+    vocab_parallel_cross_entropy(groups, acts.logits, acts.losses, acts.row_stats, targets,
+                                 Compute<Element>(loss_scale), acts.bad_target_row, BT, V, Vp, stream);
+  else
+    classifier_forward_backward(acts.logits, acts.losses, targets, Compute<Element>(loss_scale), acts.bad_target_row,
+                                BT, V, Vp, stream);
 }
 
 // The residual stream's gradient (dresidual) runs from the range's output to its input:
@@ -200,9 +261,12 @@ void gpt_backward(const GPTConfig& config, const LayerRange& range, const Parame
                   const ParameterTensors<Element>& grads, Nullable<Element>* grad_wte_head,
                   const Activations<Element>& acts, BackwardScratch<Element>& scratch, const int* tokens,
                   const Nullable<Element>* input, const Nullable<Element>* grad_output, Nullable<Element>* grad_input,
-                  int B, int T, cublasHandle_t cublas, cudaStream_t stream, const LayerGradientsQueued& layer_done) {
+                  int B, int T, cublasHandle_t cublas, cudaStream_t stream, const LayerGradientsQueued& layer_done,
+                  const TensorParallelRun& tp) {
   check_call(config, range, params, acts, tokens, input, B, T, "gpt_backward");
   const std::string where = "gpt_backward: " + describe(range);
+  check_tensor_parallelism(acts.tp, tp, where);
+  check_tensor_parallelism(scratch.tp, tp, where);
   if (!same_range(range, scratch.range) || B > scratch.B || T > scratch.T)
     throw std::runtime_error(where + ": the backward scratch was made for another range or a smaller (B, T)");
   if (!range.has_head && !grad_output) throw std::runtime_error(where + ": a range without the head needs grad_output");
@@ -211,15 +275,16 @@ void gpt_backward(const GPTConfig& config, const LayerRange& range, const Parame
     throw std::runtime_error(where + ": a range without the embedding needs grad_input");
   const int C = config.channels, NH = config.num_heads, BT = B * T;
   const size_t btc_bytes = size_t(BT) * C * sizeof(Element);
+  const BlockSlices s = block_slices(config, {tp.tp(), tp.rank()});
+  const CommGroups& groups = layer_groups(tp);
   Element* dresidual = range.has_embedding ? scratch.dresidual : grad_input;  // (B, T, C)
   Element* dbtc = scratch.dbtc;                                               // (B, T, C)
 
   if (range.has_head) {
-    const int Vp = config.padded_vocab_size;
     const Element* x = head_input(acts, input);
-    matmul_backward_input(cublas, dbtc, acts.logits, params.wte, BT, C, Vp, stream);
-    matmul_backward_weight(cublas, grad_wte_head, static_cast<Element*>(nullptr), nullptr, acts.logits, acts.lnf, BT,
-                           C, Vp, stream);
+    column_parallel_backward(groups, cublas, head_slice(config, tp), dbtc, grad_wte_head,
+                             static_cast<Element*>(nullptr), nullptr, acts.logits, acts.lnf, params.wte, BT,
+                             tp.overlap, stream);
     CUDA_CHECK(cudaMemsetAsync(dresidual, 0, btc_bytes, stream));
     layernorm_backward_input(dresidual, dbtc, x, params.lnfw, acts.lnf_mean, acts.lnf_rstd, BT, C, stream);
     layernorm_backward_weight(grads.lnfw, grads.lnfb, scratch.layernorm_weight, dbtc, x, acts.lnf_mean, acts.lnf_rstd,
@@ -233,37 +298,39 @@ void gpt_backward(const GPTConfig& config, const LayerRange& range, const Parame
     const LayerParameters<Element> g = layer_views(grads, config, l);
     const BlockActivations<Element>& a = acts.blocks[l - range.first_layer];
     const Element* x = block_input(acts, input, l);
-    const size_t hidden = size_t(BT) * 4 * C;
+    const size_t hidden = size_t(BT) * s.fc.local_out();
     // MLP: residual3 = residual2 + fcproj(...), so fcproj's output gradient is dresidual.
-    matmul_backward_input(cublas, scratch.dfch, dresidual, p.fcprojw, BT, 4 * C, C, stream);
-    matmul_backward_weight(cublas, g.fcprojw, g.fcprojb, scratch.bias_gradient, dresidual, a.fch_gelu, BT, 4 * C, C,
-                           stream);
+    row_parallel_backward(cublas, s.fcproj, scratch.dfch, g.fcprojw, g.fcprojb, scratch.bias_gradient, dresidual,
+                          a.fch_gelu, p.fcprojw, BT, stream);
     gelu_backward(scratch.dfch, a.fch, scratch.dfch, hidden, stream);
-    matmul_backward_input(cublas, dbtc, scratch.dfch, p.fcw, BT, C, 4 * C, stream);
-    matmul_backward_weight(cublas, g.fcw, g.fcb, scratch.bias_gradient, scratch.dfch, a.ln2, BT, C, 4 * C, stream);
+    column_parallel_backward(groups, cublas, s.fc, dbtc, g.fcw, g.fcb, scratch.bias_gradient, scratch.dfch, a.ln2,
+                             p.fcw, BT, tp.overlap, stream);
     layernorm_backward_input(dresidual, dbtc, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, BT, C, stream);
     layernorm_backward_weight(g.ln2w, g.ln2b, scratch.layernorm_weight, dbtc, a.residual2, a.ln2_mean, a.ln2_rstd, BT,
                               C, stream);
     // Attention: residual2 = x + attproj(...), so attproj's output gradient is dresidual.
-    matmul_backward_input(cublas, dbtc, dresidual, p.attprojw, BT, C, C, stream);
-    matmul_backward_weight(cublas, g.attprojw, g.attprojb, scratch.bias_gradient, dresidual, a.attention_out, BT, C,
-                           C, stream);
-    attention_backward(cublas, scratch.dqkv, scratch.attention, dbtc, a.attention_saved, B, T, C, NH, stream);
-    matmul_backward_input(cublas, dbtc, scratch.dqkv, p.qkvw, BT, C, 3 * C, stream);
-    matmul_backward_weight(cublas, g.qkvw, g.qkvb, scratch.bias_gradient, scratch.dqkv, a.ln1, BT, C, 3 * C, stream);
+    row_parallel_backward(cublas, s.attproj, dbtc, g.attprojw, g.attprojb, scratch.bias_gradient, dresidual,
+                          a.attention_out, p.attprojw, BT, stream);
+    attention_backward(cublas, scratch.dqkv, scratch.attention, dbtc, a.attention_saved, B, T, C / tp.tp(),
+                       NH / tp.tp(), stream);
+    column_parallel_backward(groups, cublas, s.qkv, dbtc, g.qkvw, g.qkvb, scratch.bias_gradient, scratch.dqkv, a.ln1,
+                             p.qkvw, BT, tp.overlap, stream);
     layernorm_backward_input(dresidual, dbtc, x, p.ln1w, a.ln1_mean, a.ln1_rstd, BT, C, stream);
     layernorm_backward_weight(g.ln1w, g.ln1b, scratch.layernorm_weight, dbtc, x, a.ln1_mean, a.ln1_rstd, BT, C, stream);
     if (layer_done) layer_done(l);
   }
 
-  if (range.has_embedding)
+  if (range.has_embedding && tp.tp() > 1)
+    vocab_parallel_embedding_backward(groups, grads.wte, grads.wpe, scratch.embedding, dresidual, tokens, B, T, C,
+                                      config.padded_vocab_size, stream);
+  else if (range.has_embedding)
     embedding_backward(grads.wte, grads.wpe, scratch.embedding, dresidual, tokens, B, T, C, stream);
 }
 
 template <typename Element>
 void sum_tied_embedding_gradient(const GPTConfig& config, Element* grad_wte, const Element* grad_wte_head,
-                                 cudaStream_t stream) {
-  residual_backward(grad_wte, grad_wte_head, size_t(config.padded_vocab_size) * config.channels, stream);
+                                 cudaStream_t stream, int tp) {
+  residual_backward(grad_wte, grad_wte_head, size_t(config.padded_vocab_size / tp) * config.channels, stream);
 }
 
 template <typename Element>
@@ -284,22 +351,24 @@ void add_mean_loss(const Activations<Element>& acts, int B, int T, double* loss_
 }
 
 #define INSTANTIATE_GPT(Element)                                                                                       \
-  template size_t activation_bytes<Element>(const GPTConfig&, int, int, const LayerRange&);                            \
+  template size_t activation_bytes<Element>(const GPTConfig&, int, int, const LayerRange&, int);                       \
   template size_t stage_input_bytes<Element>(const GPTConfig&, int, int, const LayerRange&);                           \
-  template Activations<Element> create_activations<Element>(const GPTConfig&, int, int, const LayerRange&);            \
+  template Activations<Element> create_activations<Element>(const GPTConfig&, int, int, const LayerRange&, int);       \
   template void destroy_activations<Element>(Activations<Element>&);                                                   \
-  template size_t backward_scratch_bytes<Element>(const GPTConfig&, int, int, const LayerRange&);                      \
-  template BackwardScratch<Element> create_backward_scratch<Element>(const GPTConfig&, int, int, const LayerRange&);   \
+  template size_t backward_scratch_bytes<Element>(const GPTConfig&, int, int, const LayerRange&, int);                 \
+  template BackwardScratch<Element> create_backward_scratch<Element>(const GPTConfig&, int, int, const LayerRange&,    \
+                                                                     int);                                             \
   template void destroy_backward_scratch<Element>(BackwardScratch<Element>&);                                          \
   template const Element* range_output<Element>(const Activations<Element>&);                                          \
   template void gpt_forward<Element>(const GPTConfig&, const LayerRange&, const ParameterTensors<Element>&,            \
                                      Activations<Element>&, const int*, const Element*, const int*, double, int, int,  \
-                                     cublasHandle_t, cudaStream_t);                                                    \
+                                     cublasHandle_t, cudaStream_t, const TensorParallelRun&);                          \
   template void gpt_backward<Element>(const GPTConfig&, const LayerRange&, const ParameterTensors<Element>&,           \
                                       const ParameterTensors<Element>&, Element*, const Activations<Element>&,         \
                                       BackwardScratch<Element>&, const int*, const Element*, const Element*, Element*, \
-                                      int, int, cublasHandle_t, cudaStream_t, const LayerGradientsQueued&);            \
-  template void sum_tied_embedding_gradient<Element>(const GPTConfig&, Element*, const Element*, cudaStream_t);        \
+                                      int, int, cublasHandle_t, cudaStream_t, const LayerGradientsQueued&,             \
+                                      const TensorParallelRun&);                                                       \
+  template void sum_tied_embedding_gradient<Element>(const GPTConfig&, Element*, const Element*, cudaStream_t, int);   \
   template double mean_loss<Element>(const Activations<Element>&, int, int, cudaStream_t);                             \
   template void add_mean_loss<Element>(const Activations<Element>&, int, int, double*, cudaStream_t);
 

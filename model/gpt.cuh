@@ -5,6 +5,12 @@
 // writes and its backward reads lives in one Activations allocation per microbatch slot,
 // the backward's working buffers in one BackwardScratch; nothing is allocated inside
 // forward or backward. Instantiated for double (checks), float and __nv_bfloat16.
+//
+// Tensor parallelism (issue 33, docs/pipeline.md): given a TensorParallelRun, a range runs on its
+// tp rank's shard (model/tensor_parallel_shard.h): each block's QKV and fc1 column-parallel, the
+// attention on the rank's NH / tp heads, the attention projection and fc2 row-parallel, the
+// LayerNorms and the residual stream replicated, the embedding and the loss vocabulary-parallel
+// (model/vocab_parallel.h). Its activations and scratch are made for the same tp.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -17,6 +23,7 @@
 #include "kernels/element.cuh"
 #include "model/config.h"
 #include "model/parameters.h"
+#include "model/tensor_parallel_linear.h"
 
 // A pointer parameter that callers may pass as a plain nullptr: Element is deduced from the
 // other arguments (std::type_identity_t keeps this one out of template argument deduction).
@@ -38,20 +45,32 @@ LayerRange whole_model(const GPTConfig& config);
 // end_layer < first_layer, or a range that computes nothing.
 void validate_layer_range(const GPTConfig& config, const LayerRange& range);
 
-// One transformer block's saved activations, for one microbatch of B sequences of T tokens.
+// The tensor parallelism a range runs with: its stage's tp group and the communication stream and
+// events of the column-parallel backward's overlap (create_tensor_parallel_overlap, made once by
+// the caller). The default, no groups, is tp = 1: the whole tensors, today's kernels, no collective.
+struct TensorParallelRun {
+  const CommGroups* groups = nullptr;
+  TensorParallelOverlap overlap;
+  int tp() const { return groups ? groups->mesh.tp : 1; }
+  int rank() const { return groups ? groups->mesh.tp_rank : 0; }
+};
+
+// One transformer block's saved activations, for one microbatch of B sequences of T tokens. With
+// tensor parallelism the attention and the MLP's hidden layer are the rank's: NH / tp heads, C / tp
+// of the attention's output channels, 4 C / tp hidden channels.
 template <typename Element>
 struct BlockActivations {
   Element* ln1;                // (B, T, C)   LayerNorm 1 of the block's input
   Compute<Element>* ln1_mean;  // (B, T)
   Compute<Element>* ln1_rstd;  // (B, T)
-  Element* attention_saved;    // (attention_saved_size) q, k, v per head and the probabilities
-  Element* attention_out;      // (B, T, C)   the heads' outputs, input of the attention projection
+  Element* attention_saved;    // (attention_saved_size at C / tp, NH / tp) q, k, v per head, the probabilities
+  Element* attention_out;      // (B, T, C / tp) the heads' outputs, input of the attention projection
   Element* residual2;          // (B, T, C)   block input + attention projection
   Element* ln2;                // (B, T, C)   LayerNorm 2 of residual2
   Compute<Element>* ln2_mean;  // (B, T)
   Compute<Element>* ln2_rstd;  // (B, T)
-  Element* fch;                // (B, T, 4C)  the MLP's hidden layer before GELU
-  Element* fch_gelu;           // (B, T, 4C)  after GELU
+  Element* fch;                // (B, T, 4C / tp) the MLP's hidden layer before GELU
+  Element* fch_gelu;           // (B, T, 4C / tp) after GELU
   Element* residual3;          // (B, T, C)   residual2 + MLP projection: the block's output
 };
 
@@ -65,30 +84,34 @@ struct Activations {
   size_t bytes;  // its size
   LayerRange range;
   int B, T;          // the largest microbatch the views hold
+  int tp;            // the tensor parallelism they are sized for
   Element* encoded;  // (B, T, C)   embedding output, the first block's input (has_embedding only)
   std::vector<BlockActivations<Element>> blocks;  // blocks[l - first_layer]
   // Forward-only buffers, dead once the block's forward is done (the backward reads none):
-  Element* qkv;         // (B, T, 3C)  the fused q, k, v projection
+  Element* qkv;         // (B, T, 3C / tp) the fused q, k, v projection of the rank's heads
   Element* projection;  // (B, T, C)   the attention forward's scratch, then each projection's output
   // The head (has_head only):
   Element* lnf;                // (B, T, C)   final LayerNorm
   Compute<Element>* lnf_mean;  // (B, T)
   Compute<Element>* lnf_rstd;  // (B, T)
-  Element* logits;             // (B, T, Vp)  logits; their gradient after a forward with targets
+  Element* logits;             // (B, T, Vp / tp) logits (the rank's vocabulary columns); their gradient after a forward with targets
   Compute<Element>* losses;    // (B, T)      per-token cross-entropy (forward with targets)
   int* bad_target_row;         // (1)         -1, or the largest row whose target was outside [0, V)
+  Compute<Element>* row_stats;  // (3 B T)    the vocabulary-parallel loss's row reductions (tp > 1 only)
 };
 
-// Bytes of one Activations allocation (what create_activations allocates, exactly).
+// Bytes of one Activations allocation (what create_activations allocates, exactly), for a rank of
+// tp tensor-parallel ranks (tp = 1: no tensor parallelism).
 template <typename Element>
-size_t activation_bytes(const GPTConfig& config, int B, int T, const LayerRange& range);
+size_t activation_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1);
 // Bytes of the range's input, which the caller keeps per microbatch: B T token ids for an
 // embedding range, else B T C elements.
 template <typename Element>
 size_t stage_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range);
 
+// Throws std::runtime_error (one line) when tp does not divide the heads, 4 C or Vp.
 template <typename Element>
-Activations<Element> create_activations(const GPTConfig& config, int B, int T, const LayerRange& range);
+Activations<Element> create_activations(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1);
 template <typename Element>
 void destroy_activations(Activations<Element>& acts);
 
@@ -99,20 +122,22 @@ struct BackwardScratch {
   size_t bytes;
   LayerRange range;
   int B, T;            // the largest microbatch the buffers hold
+  int tp;              // the tensor parallelism they are sized for
   Element* dresidual;  // (B, T, C)  the residual stream's gradient (embedding ranges; others use grad_input)
   Element* dbtc;       // (B, T, C)  a LayerNorm output's or attention output's gradient
-  Element* dqkv;       // (B, T, 3C)
-  Element* dfch;       // (B, T, 4C) the MLP hidden layer's gradient (before and after GELU)
-  Element* attention;  // (attention_backward_scratch_size)
+  Element* dqkv;       // (B, T, 3C / tp)
+  Element* dfch;       // (B, T, 4C / tp) the MLP hidden layer's gradient (before and after GELU)
+  Element* attention;  // (attention_backward_scratch_size at C / tp, NH / tp)
   Compute<Element>* layernorm_weight;  // (layernorm_backward_weight_workspace_size)
   Compute<Element>* bias_gradient;     // (matmul_bias_gradient_workspace_size at OC = 4C) ranges with layers only
   int* embedding;                      // (embedding_backward_workspace_size) has_embedding only
 };
 
 template <typename Element>
-size_t backward_scratch_bytes(const GPTConfig& config, int B, int T, const LayerRange& range);
+size_t backward_scratch_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1);
 template <typename Element>
-BackwardScratch<Element> create_backward_scratch(const GPTConfig& config, int B, int T, const LayerRange& range);
+BackwardScratch<Element> create_backward_scratch(const GPTConfig& config, int B, int T, const LayerRange& range,
+                                                 int tp = 1);
 template <typename Element>
 void destroy_backward_scratch(BackwardScratch<Element>& scratch);
 
@@ -125,10 +150,15 @@ void destroy_backward_scratch(BackwardScratch<Element>& scratch);
 // overwritten by d(loss_scale * sum of losses) / d logits (loss_scale e.g. 1 / (B T
 // microbatches) for the mean over a step), acts.bad_target_row is reset then set by the
 // classifier. Without has_head the output is range_output(acts).
+// With tp > 1 (acts made for the same tp): params are the rank's shard (parameter_layout with its
+// TensorParallelRank), acts.logits its vocabulary columns, and the range's output, the losses and
+// bad_target_row are the same on every tp rank (the losses bitwise: each rank computes them from
+// the same reduced values).
 template <typename Element>
 void gpt_forward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
                  Activations<Element>& acts, const int* tokens, const Nullable<Element>* input, const int* targets,
-                 double loss_scale, int B, int T, cublasHandle_t cublas, cudaStream_t stream);
+                 double loss_scale, int B, int T, cublasHandle_t cublas, cudaStream_t stream,
+                 const TensorParallelRun& tp = {});
 
 // The range's output (B, T, C): the last block's residual3, or the embedding output of a
 // range with no blocks. (With has_head the range's result is acts.losses and acts.logits.)
@@ -148,19 +178,24 @@ using LayerGradientsQueued = std::function<void(int layer)>;
 // the embedding, grad_input (B, T, C) = the gradient of input (=); grad_input may not
 // alias grad_output. tokens/input as given to the forward. layer_done: after each block's
 // parameter gradients (lnfw and lnfb come before the last block's, wte and wpe after the first's).
+// With tp > 1 (as the forward): grads and grad_wte_head (Vp / tp, C) are the rank's shard,
+// grad_input is the same on every tp rank, and the replicated parameters (LayerNorms, wpe, the
+// row-parallel biases, lnf) get bitwise the same gradient on every tp rank: each is computed from
+// replicated values (the residual stream's gradient, the summed input gradients of the
+// column-parallel layers) by the same kernels.
 template <typename Element>
 void gpt_backward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
                   const ParameterTensors<Element>& grads, Nullable<Element>* grad_wte_head,
                   const Activations<Element>& acts, BackwardScratch<Element>& scratch, const int* tokens,
                   const Nullable<Element>* input, const Nullable<Element>* grad_output, Nullable<Element>* grad_input,
                   int B, int T, cublasHandle_t cublas, cudaStream_t stream,
-                  const LayerGradientsQueued& layer_done = {});
+                  const LayerGradientsQueued& layer_done = {}, const TensorParallelRun& tp = {});
 
 // The backward split in two (the zero-bubble schedules, pipeline/zero_bubble.h): I, the input
 // gradient, which the previous stage waits for, and W, the parameter gradients, which nobody
 // waits for. gpt_backward_input then gpt_backward_weight computes bitwise what gpt_backward
 // does: the same kernels on the same values, each gradient tensor receiving the same additions in
-// the same order. Between the two a WeightGradientInputs holds everything W reads, copied or
+// the same order (tp = 1 only: activations made for tp > 1 are refused in one line). Between the two a WeightGradientInputs holds everything W reads, copied or
 // written by I, so that I may give the microbatch's activations back at once: each linear
 // layer's input and output gradient, each LayerNorm's input, saved statistics and output
 // gradient, the embedding's tokens and output gradient. Per block that is 20 C + 4 values a
@@ -237,10 +272,11 @@ void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const
                          const LayerGradientsQueued& layer_done = {});
 
 // grad_wte (Vp, C) += grad_wte_head (Vp, C): the tied embedding's two gradient shares,
-// added once per step in this fixed order, so every split of the model gives the same sum.
+// added once per step in this fixed order, so every split of the model gives the same sum. A rank
+// of tp tensor-parallel ranks adds its (Vp / tp, C) slices.
 template <typename Element>
 void sum_tied_embedding_gradient(const GPTConfig& config, Element* grad_wte, const Element* grad_wte_head,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, int tp = 1);
 
 // The mean of acts.losses over the B T tokens of the last forward with targets, summed on
 // the host in double in row order (deterministic). Waits for stream.

@@ -39,6 +39,13 @@ void check_scratch(const LayerRange& range, const BackwardScratch<Element>& scra
     throw std::runtime_error(where + ": the backward scratch was made for another range or a smaller (B, T)");
 }
 
+// The split backward runs the whole tensors only (issue 33: its tensor-parallel I and W are to come).
+void check_not_tensor_parallel(int tp, const std::string& where) {
+  if (tp != 1)
+    throw std::runtime_error(where + ": the split backward (zero-bubble I and W) does not run tensor-parallel yet " +
+                             "(buffers made for tp " + std::to_string(tp) + ")");
+}
+
 }  // namespace
 
 template <typename Element>
@@ -117,6 +124,7 @@ void gpt_backward_input(const GPTConfig& config, const LayerRange& range, const 
   check_call(config, range, params, acts, tokens, input, B, T, "gpt_backward_input");
   const std::string where = "gpt_backward_input: " + describe(range);
   check_scratch(range, scratch, B, T, where);
+  check_not_tensor_parallel(acts.tp, where);
   check_weight_inputs(range, w, B, T, where);
   if (!range.has_head && !grad_output) throw std::runtime_error(where + ": a range without the head needs grad_output");
   if (!range.has_embedding && !grad_input)
@@ -181,6 +189,7 @@ void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const
                          const LayerGradientsQueued& layer_done) {
   const std::string where = "gpt_backward_weight: " + describe(range);
   check_scratch(range, scratch, B, T, where);
+  check_not_tensor_parallel(scratch.tp, where);
   check_weight_inputs(range, w, B, T, where);
   if (grads.first_layer > range.first_layer)
     throw std::runtime_error(where + ": the gradient views start at layer " + std::to_string(grads.first_layer));

@@ -5,17 +5,25 @@
 #include <stdexcept>
 #include <string>
 
-ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<LayerRange>& chunks) {
-  const std::array<size_t, kNumParameterTensors> sizes = parameter_tensor_sizes(config);
-  const std::array<size_t, kNumParameterTensors> full = parameter_tensor_offsets(config);
+ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<LayerRange>& chunks,
+                                 TensorParallelRank shard) {
+  if (config.padded_vocab_size % shard.tp != 0)
+    throw std::invalid_argument("parameter layout: tp = " + std::to_string(shard.tp) +
+                                " does not divide the padded vocabulary of " +
+                                std::to_string(config.padded_vocab_size) + " rows");
+  const std::array<size_t, kNumParameterTensors> sizes = shard_tensor_sizes(config, shard);
+  const std::array<size_t, kNumParameterTensors> full_sizes = parameter_tensor_sizes(config);
+  std::array<size_t, kNumParameterTensors> full = parameter_tensor_offsets(config);
+  full[kWte] += shard.rank * sizes[kWte];  // the rank's rows, consecutive in (Vp, C)
   const int L = config.num_layers;
   bool has_embedding = false, has_head = false;
   for (const LayerRange& range : chunks) {
     has_embedding = has_embedding || range.has_embedding;
     has_head = has_head || range.has_head;
   }
-  const size_t per_layer = parameters_per_layer(config);
-  ParameterLayout layout{chunks, {}, {}, 0, num_parameters(config), per_layer};
+  size_t per_layer = 0;
+  for (int tensor = kLn1w; tensor <= kFcprojb; ++tensor) per_layer += sizes[tensor] / L;
+  ParameterLayout layout{chunks, {}, {}, 0, num_parameters(config), per_layer, shard};
   const auto place = [&](size_t count) {
     const size_t at = layout.size;
     layout.size += count;
@@ -53,9 +61,9 @@ ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<Laye
     }
     for (int layer = range.first_layer; layer < range.end_layer; ++layer)
       for (int tensor = kLn1w; tensor <= kFcprojb; ++tensor) {
-        const size_t slice = sizes[tensor] / L;
         layout.regions.push_back({tensor, layer, offsets[tensor] + (layer - range.first_layer) * per_layer,
-                                  full[tensor] + layer * slice, slice, false});
+                                  full[tensor] + layer * (full_sizes[tensor] / L), sizes[tensor] / L, false,
+                                  tensor_cut(config, shard, tensor)});
       }
     if (range.has_head) {
       offsets[kLnfw] = whole[kLnfw];
@@ -68,22 +76,45 @@ ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<Laye
   return layout;
 }
 
-std::vector<float> to_stage_layout(const ParameterLayout& layout, const std::vector<float>& full) {
+template <typename Value>
+std::vector<Value> to_stage_layout(const ParameterLayout& layout, const std::vector<Value>& full) {
   if (full.size() != layout.full_size)
     throw std::runtime_error("to_stage_layout: " + std::to_string(full.size()) + " values for a model of " +
                              std::to_string(layout.full_size));
-  std::vector<float> stage(layout.size);
-  for (const ParameterRegion& r : layout.regions)
-    std::copy(full.begin() + r.full_offset, full.begin() + r.full_offset + r.count, stage.begin() + r.offset);
+  std::vector<Value> stage(layout.size);
+  for (const ParameterRegion& r : layout.regions) {
+    if (r.cut)
+      cut_linear_slice<Value>(*r.cut, stage.data() + r.offset, nullptr, full.data() + r.full_offset, nullptr);
+    else
+      std::copy(full.begin() + r.full_offset, full.begin() + r.full_offset + r.count, stage.begin() + r.offset);
+  }
   return stage;
 }
 
-std::vector<float> to_full_layout(const ParameterLayout& layout, const std::vector<float>& stage) {
-  if (stage.size() != layout.size)
-    throw std::runtime_error("to_full_layout: " + std::to_string(stage.size()) + " values for a stage of " +
-                             std::to_string(layout.size));
-  std::vector<float> full(layout.full_size, 0.0f);
-  for (const ParameterRegion& r : layout.regions)
-    std::copy(stage.begin() + r.offset, stage.begin() + r.offset + r.count, full.begin() + r.full_offset);
+template <typename Value>
+void place_in_full_layout(const ParameterLayout& layout, const std::vector<Value>& stage, std::vector<Value>& full) {
+  if (stage.size() != layout.size || full.size() != layout.full_size)
+    throw std::runtime_error("place_in_full_layout: " + std::to_string(stage.size()) + " values for a stage of " +
+                             std::to_string(layout.size) + ", " + std::to_string(full.size()) +
+                             " for a model of " + std::to_string(layout.full_size));
+  for (const ParameterRegion& r : layout.regions) {
+    if (r.cut)
+      place_linear_slice<Value>(*r.cut, full.data() + r.full_offset, nullptr, stage.data() + r.offset, nullptr);
+    else
+      std::copy(stage.begin() + r.offset, stage.begin() + r.offset + r.count, full.begin() + r.full_offset);
+  }
+}
+
+template <typename Value>
+std::vector<Value> to_full_layout(const ParameterLayout& layout, const std::vector<Value>& stage) {
+  std::vector<Value> full(layout.full_size, Value(0));
+  place_in_full_layout(layout, stage, full);
   return full;
 }
+
+#define INSTANTIATE_LAYOUT_COPIES(Value)                                                                        \
+  template std::vector<Value> to_stage_layout<Value>(const ParameterLayout&, const std::vector<Value>&);       \
+  template void place_in_full_layout<Value>(const ParameterLayout&, const std::vector<Value>&, std::vector<Value>&); \
+  template std::vector<Value> to_full_layout<Value>(const ParameterLayout&, const std::vector<Value>&);
+INSTANTIATE_LAYOUT_COPIES(float)
+INSTANTIATE_LAYOUT_COPIES(double)

@@ -8,14 +8,21 @@
 // place in llm.c's layout of the whole model (tensor-major), for uploads, gathers, checkpoints,
 // the norm's slots and bf16's stochastic rounding; they are in increasing order of offset but for
 // the tied copy of wte (listed with the head, placed first).
+//
+// With tensor parallelism (model/tensor_parallel_shard.h) a tp rank's allocation has the same
+// order with only its shard of each tensor: its rows of wte, its slices of the column- and
+// row-parallel layers, the replicated tensors whole. A region of a sliced tensor is then not one
+// run of llm.c's layout: its cut says which part of the layer's matrix it is.
 #pragma once
 #include <array>
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "model/config.h"
 #include "model/gpt.cuh"
 #include "model/parameters.h"
+#include "model/tensor_parallel_shard.h"
 
 // A piece of a stage's parameters: one tensor outside the layers, or one layer's slice of a
 // per-layer tensor.
@@ -26,6 +33,9 @@ struct ParameterRegion {
   size_t full_offset;  // elements into the whole model in llm.c's layout
   size_t count;
   bool tied_copy;      // wte on a stage with the head but not the embedding: the first stage's copy
+  // None: count consecutive elements at full_offset. Else the tp rank's slice of the layer's
+  // matrix (OC, C) at full_offset (a bias: (OC, 1)), count = its local_out * local_in.
+  std::optional<LinearSlice> cut = std::nullopt;
 };
 
 struct ParameterLayout {
@@ -38,13 +48,17 @@ struct ParameterLayout {
   std::vector<ParameterRegion> regions;
   size_t size;       // elements of the stage allocation
   size_t full_size;  // num_parameters: elements of the whole model
-  size_t layer_stride;  // parameters_per_layer: from one layer's slice of a tensor to the next layer's
+  size_t layer_stride;  // the shard's parameters_per_layer: from one layer's slice of a tensor to the next layer's
+  TensorParallelRank shard;  // {1, 0}: the whole tensors
 };
 
 inline constexpr size_t kNotHeld = ~size_t(0);
 
-// The layout of the stage whose chunks are chunks (split_layers' ranges of one stage, in order).
-ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<LayerRange>& chunks);
+// The layout of the stage whose chunks are chunks (split_layers' ranges of one stage, in order),
+// for tp rank shard of the stage's tp ranks (default: the whole tensors, no tensor parallelism).
+// Throws std::invalid_argument (one line) when shard.tp does not divide the heads, 4 C or Vp.
+ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<LayerRange>& chunks,
+                                 TensorParallelRank shard = {});
 
 // Chunk c's views into a stage allocation (memory: layout.size elements): the model's
 // ParameterTensors with first_layer = the chunk's first layer and the stage's layer_stride,
@@ -69,8 +83,16 @@ std::vector<ParameterTensors<T>> stage_views(T* memory, const ParameterLayout& l
   return views;
 }
 
-// The stage allocation's values (layout.size) taken from a whole model in llm.c's layout.
-std::vector<float> to_stage_layout(const ParameterLayout& layout, const std::vector<float>& full);
+// Host copies between the two layouts, for float (the checkpoints' values) and double (checks).
+// The stage allocation's values (layout.size) taken from a whole model in llm.c's layout (a tp
+// rank's: its slices cut from the full layers, cut_linear_slice).
+template <typename Value>
+std::vector<Value> to_stage_layout(const ParameterLayout& layout, const std::vector<Value>& full);
+// The stage's values (layout.size) written into their places in full (layout.full_size, llm.c's
+// layout), the rest left as it is: every tp rank's stage placed in turn gives the whole stage.
+template <typename Value>
+void place_in_full_layout(const ParameterLayout& layout, const std::vector<Value>& stage, std::vector<Value>& full);
 // A whole model in llm.c's layout (layout.full_size) holding the stage's values (layout.size)
 // in its regions and zeros elsewhere.
-std::vector<float> to_full_layout(const ParameterLayout& layout, const std::vector<float>& stage);
+template <typename Value>
+std::vector<Value> to_full_layout(const ParameterLayout& layout, const std::vector<Value>& stage);

@@ -854,6 +854,41 @@ fault row-parallel-bias-gradient-on-the-first-rank-only model/tensor_parallel_li
 fault bias-add-overwrites-the-product kernels/matmul.cu \
   's/element = from_compute<T>(to_compute(element) + to_compute(bias\[oc\]));/element = bias[oc];/' \
   'unit Matmul.BiasAddedAfterTheProductGivesTheForwardWithBias; mpi4 TensorParallelLinear.DoubleBlocksMatchOneProcess'
+# h33c: issue 33 item 2 and 3 (the column- and row-parallel layers and the vocabulary-parallel
+# embedding and loss wired into the GPT, model/gpt.cu; a tp rank's layout, model/tensor_parallel_shard).
+# A rank's QKV rows are its heads' rows of q, k and v, in its layout and in its forward.
+fault gpt-qkv-slice-by-contiguous-rows model/tensor_parallel_shard.cpp \
+  's/return {attention_qkv_slice(tp, r, C, config.num_heads), /return {column_parallel_slice(tp, r, C, 3 * C), /' \
+  'unit TensorParallelShard.*; mpi4 TensorParallelGpt.FloatLossAndEveryGradientMatchOneProcess'
+# A rank's wte rows are its own vocabulary slice, not the first rows.
+fault gpt-wte-rows-of-rank-zero model/parameter_layout.cpp \
+  '/full\[kWte\] += shard.rank \* sizes\[kWte\];/d' \
+  'unit TensorParallelShard.*; mpi4 TensorParallelGpt.DoubleLossAndEveryGradientMatchOneProcess'
+# The attention projection sums its partial products over tp (a column-parallel call would not).
+fault gpt-attention-projection-not-summed model/gpt.cu \
+  's/row_parallel_forward(groups, cublas, s.attproj, /column_parallel_forward(cublas, s.attproj, /' \
+  'mpi4 TensorParallelGpt.LossAndReplicatedGradientsAreBitwiseEqualOnEveryTpRank; mpi4 TensorParallelGpt.FloatLossAndEveryGradientMatchOneProcess'
+# The row-parallel biases are added once, after the sum, in the GPT too.
+fault gpt-row-parallel-bias-before-the-sum model/tensor_parallel_linear.cu \
+  's/static_cast<const Element\*>(nullptr), N, C, OC, stream);/bias, N, C, OC, stream);/; /if (bias != nullptr) matmul_add_bias(out, bias, N, OC, stream);/d' \
+  'mpi4 TensorParallelGpt.FloatLossAndEveryGradientMatchOneProcess'
+# With tp > 1 the embedding is the vocabulary-parallel one, on the rank's slice.
+fault gpt-whole-vocabulary-embedding-on-a-slice model/gpt.cu \
+  's/^    if (tp.tp() > 1)$/    if (tp.tp() > 8)/' \
+  'mpi4 TensorParallelGpt.DoubleLossAndEveryGradientMatchOneProcess'
+# Every tp rank's logits get the whole loss's gradient, not 1/tp of it.
+fault gpt-loss-gradient-scaled-per-rank model/gpt.cu \
+  's/^                                 Compute<Element>(loss_scale), acts.bad_target_row, BT, V, Vp, stream);/                                 Compute<Element>(loss_scale \/ tp.tp()), acts.bad_target_row, BT, V, Vp, stream);/' \
+  'mpi4 TensorParallelGpt.DoubleLossAndEveryGradientMatchOneProcess'
+# A range without the head starts its backward from the next range's input gradient (at tp 2 and
+# 4: the model cut into two ranges).
+fault gpt-range-output-gradient-dropped model/gpt.cu \
+  's/CUDA_CHECK(cudaMemcpyAsync(dresidual, grad_output, btc_bytes, cudaMemcpyDeviceToDevice, stream));/CUDA_CHECK(cudaMemsetAsync(dresidual, 0, btc_bytes, stream));/' \
+  'mpi4 TensorParallelGpt.TwoRangesGiveBitwiseTheWholeRangeAtTheSameTp'
+# The head's input gradient is summed over the vocabulary slices (column-parallel backward).
+fault gpt-head-input-gradient-not-summed model/gpt.cu \
+  's/column_parallel_backward(groups, cublas, head_slice(config, tp), /column_parallel_backward(layer_groups({}), cublas, column_parallel_slice(1, 0, C, config.padded_vocab_size \/ tp.tp()), /' \
+  'mpi4 TensorParallelGpt.FloatLossAndEveryGradientMatchOneProcess'
 # h32b: issue 32 item 1's all-gather overlapped with the next forward (model/parameters_pending.h).
 # Item 1: each layer's forward waits for its bucket's broadcast.
 fault zero-forward-skips-layer-waits model/gpt.cu \

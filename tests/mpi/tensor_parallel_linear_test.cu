@@ -27,24 +27,12 @@
 #include "tests/cublas_handle.h"
 #include "tests/device_buffer.h"
 #include "tests/gradient_check.h"
+#include "tests/mpi/tensor_parallel_groups.h"
 #include "tests/scaled_error.h"
 
 namespace {
 
 constexpr int kTensorParallelSizes[] = {1, 2, 4};
-
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-// The groups of dp = 4 / tp replicas of one stage of tp ranks, for the length of a test.
-struct TensorParallelGroups {
-  explicit TensorParallelGroups(int tp) : groups(create_comm_groups(make_world_mesh(world_size() / tp, tp, 1))) {}
-  ~TensorParallelGroups() { destroy_comm_groups(groups); }
-  CommGroups groups;
-};
 
 // A full layer and the gradients its backward adds onto (+=).
 struct Layer {

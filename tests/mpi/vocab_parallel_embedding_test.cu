@@ -15,6 +15,7 @@
 #include "model/vocab_parallel.h"
 #include "tests/device_buffer.h"
 #include "tests/gradient_check.h"
+#include "tests/mpi/tensor_parallel_groups.h"
 
 namespace {
 
@@ -23,19 +24,6 @@ constexpr int kTensorParallelSizes[] = {1, 2, 4};
 
 struct Shape {
   int B, T, C, Vp, maxT;
-};
-
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-// The groups of dp = 4 / tp replicas of one stage of tp ranks, for the length of a test.
-struct TensorParallelGroups {
-  explicit TensorParallelGroups(int tp) : groups(create_comm_groups(make_world_mesh(world_size() / tp, tp, 1))) {}
-  ~TensorParallelGroups() { destroy_comm_groups(groups); }
-  CommGroups groups;
 };
 
 // Tokens in [0, Vp), with `heavy` on about `share` of the positions (a run longer than the

@@ -15,6 +15,7 @@
 #include "model/vocab_parallel.h"
 #include "tests/device_buffer.h"
 #include "tests/gradient_check.h"
+#include "tests/mpi/tensor_parallel_groups.h"
 
 namespace {
 
@@ -29,19 +30,6 @@ struct Shape {
 // Vp divides by 4. At tp 4: {5, 37, 40}'s last slice [30, 40) is part padding; {3, 29, 40}'s is
 // all padding (its maximum is -inf until the reduction); {4, 1000, 1024} has 64 threads a row.
 const Shape kShapes[] = {{5, 37, 40}, {3, 29, 40}, {4, 1000, 1024}};
-
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-// The groups of dp = 4 / tp replicas of one stage of tp ranks, for the length of a test.
-struct TensorParallelGroups {
-  explicit TensorParallelGroups(int tp) : groups(create_comm_groups(make_world_mesh(world_size() / tp, tp, 1))) {}
-  ~TensorParallelGroups() { destroy_comm_groups(groups); }
-  CommGroups groups;
-};
 
 // Logits in [-4, 4), the same on every rank; the padding columns hold large values that would
 // dominate the softmax if they were read.
