@@ -56,7 +56,9 @@ struct FusedLayer {
         lse(fused_attention_saved_size(s.B, s.T, s.NH)),
         scratch(fused_attention_backward_scratch_size(s.B, s.T, s.NH)),
         dinp(input_size(s)) {}
-  void forward() { fused_attention_forward(out.data(), lse.data(), inp.data(), shape.B, shape.T, shape.C, shape.NH, nullptr); }
+  void forward() {
+    fused_attention_forward(out.data(), lse.data(), inp.data(), shape.B, shape.T, shape.C, shape.NH, nullptr);
+  }
   void backward(const DeviceBuffer<E>& dout) {
     fused_attention_backward(dinp.data(), scratch.data(), dout.data(), inp.data(), out.data(), lse.data(), shape.B,
                              shape.T, shape.C, shape.NH, nullptr);
@@ -131,9 +133,8 @@ TEST(FusedAttention, BackwardMatchesTheMaterialisedKernelsInDouble) {
   CublasHandle cublas;
   for (const Shape& s : kLargeShapes) {
     const std::vector<double> qkv = random_qkv(s, 221), dout = random_values(output_size(s), 222);
-    EXPECT_LE(max_error_relative_to_scale(fused_backward<double>(s, qkv, dout), materialised_backward(cublas, s, qkv, dout)),
-              1e-12)
-        << describe(s);
+    const std::vector<double> reference = materialised_backward(cublas, s, qkv, dout);
+    EXPECT_LE(max_error_relative_to_scale(fused_backward<double>(s, qkv, dout), reference), 1e-12) << describe(s);
   }
 }
 
@@ -159,7 +160,8 @@ TEST(FusedAttention, SavesEachRowsLogSumExp) {
         }
         // |logits| stay below 2 * 2 * 64 / 8 = 32, so the unshifted exps neither overflow nor
         // lose the row: the two agree to double's rounding of a few dozen terms.
-        ASSERT_NEAR(lse[(size_t(b) * s.NH + h) * s.T + t], std::log(sum), 1e-12) << "b " << b << ", h " << h << ", t " << t;
+        ASSERT_NEAR(lse[(size_t(b) * s.NH + h) * s.T + t], std::log(sum), 1e-12)
+            << "b " << b << ", h " << h << ", t " << t;
       }
 }
 
@@ -229,7 +231,8 @@ TEST(FusedAttention, RefusesHeadSizesItCannotTake) {
   EXPECT_EQ(forward_of(288, 2),
             "fused attention: C = 288 channels in NH = 2 heads of HS = 144 channels: the head size must be a "
             "multiple of 16 up to 128");
-  EXPECT_EQ(forward_of(100, 3), "fused attention: C = 100 channels in NH = 3 heads do not split into heads of equal size");
+  EXPECT_EQ(forward_of(100, 3),
+            "fused attention: C = 100 channels in NH = 3 heads do not split into heads of equal size");
   const Shape s{1, 4, 72, 3};  // heads of 24
   const std::vector<double> zeros(input_size(s), 0.0);
   FusedLayer<float> layer(s, zeros);
