@@ -877,6 +877,11 @@ fault fused-attention-without-rescale kernels/fused_attention.cu \
 fault fused-attention-d-without-output kernels/fused_attention.cu \
   's/sum += to_compute(dout\[at + d\]) \* to_compute(out\[at + d\]);/sum += to_compute(dout[at + d]);/' \
   'unit FusedAttention.*'
+# Item 1: the forward's barrier between the scores and the row maximum taken out: a row's
+# threads read one another's scores before they are written (NaN in the reversed order).
+fault fused-attention-scores-without-barrier kernels/fused_attention.cu \
+  '/s_row\[j\] = scale \* dot(q + r \* stride, k + j \* stride, HS);$/{n;d}' \
+  'CUDA_CPU_THREAD_ORDER=reverse unit FusedAttention.*'
 
 # ---- running ----
 
