@@ -902,6 +902,21 @@ fault zero-embedding-skips-its-wait model/gpt.cu \
 fault zero-every-forward-waits-for-every-broadcast model/gradient_buckets.cpp \
   's/latest\[slot\] = std::max(latest\[slot\], int(position));/latest[slot] = int(buckets.gather_order.size()) - 1;/' \
   'mpi4 ZeroOne.FirstLayerReady* 120'
+# h35a: issue 35 items 1 and 3 (the fused attention kernels, kernels/fused_attention.cu).
+# Item 1: the online softmax without its rescale: the sums of earlier key tiles kept relative to
+# their old maximum.
+fault fused-attention-without-rescale kernels/fused_attention.cu \
+  's/const Real rescale = exponential(running_max - tile_max);/const Real rescale = 1;/' \
+  'unit FusedAttention.*'
+# Item 1: the backward's D = rowsum(dout * out) without out: the softmax's subtracted term wrong.
+fault fused-attention-d-without-output kernels/fused_attention.cu \
+  's/sum += to_compute(dout\[at + d\]) \* to_compute(out\[at + d\]);/sum += to_compute(dout[at + d]);/' \
+  'unit FusedAttention.*'
+# Item 1: the forward's barrier between the scores and the row maximum taken out: a row's
+# threads read one another's scores before they are written (NaN in the reversed order).
+fault fused-attention-scores-without-barrier kernels/fused_attention.cu \
+  '/s_row\[j\] = scale \* dot(q + r \* stride, k + j \* stride, HS);$/{n;d}' \
+  'CUDA_CPU_THREAD_ORDER=reverse unit FusedAttention.*'
 
 # ---- running ----
 

@@ -1,7 +1,7 @@
-// The parameter gradients that sum over positions (embedding, LayerNorm weight and bias)
-// are bitwise reproducible: the same bits whatever order the CPU build runs threads and
-// blocks in (shuffled with different seeds) and on one or two OS threads. CPU build only:
-// it steers the scheduler through cpu::settings().
+// The parameter gradients that sum over positions (embedding, LayerNorm weight and bias), and
+// the fused attention's forward and backward, are bitwise reproducible: the same bits whatever
+// order the CPU build runs threads and blocks in (shuffled with different seeds) and on one or
+// two OS threads. CPU build only: it steers the scheduler through cpu::settings().
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 
 #include "cpu/runtime/settings.h"
 #include "kernels/embedding.cuh"
+#include "kernels/fused_attention.cuh"
 #include "kernels/layernorm.cuh"
 #include "tests/device_buffer.h"
 #include "tests/gradient_check.h"
@@ -71,6 +72,24 @@ std::vector<float> layernorm_weight_gradients() {
   return result;
 }
 
+// B 2, T 67 (no multiple of a tile), NH 2, heads of 64, fp32: the output, the log-sum-exp and
+// the input gradient, whose sums over key and query tiles have no atomics.
+std::vector<float> fused_attention_results() {
+  const int B = 2, T = 67, C = 128, NH = 2;
+  const size_t bt = size_t(B) * T;
+  DeviceBuffer<float> inp(convert<float>(random_values(bt * 3 * C, 621, -2, 2)));
+  DeviceBuffer<float> dout(convert<float>(random_values(bt * C, 622))), out(bt * C), dinp(bt * 3 * C);
+  DeviceBuffer<float> lse(fused_attention_saved_size(B, T, NH));
+  DeviceBuffer<float> scratch(fused_attention_backward_scratch_size(B, T, NH));
+  fused_attention_forward(out.data(), lse.data(), inp.data(), B, T, C, NH, nullptr);
+  fused_attention_backward(dinp.data(), scratch.data(), dout.data(), inp.data(), out.data(), lse.data(), B, T, C, NH,
+                           nullptr);
+  std::vector<float> result = out.to_host(), lse_part = lse.to_host(), dinp_part = dinp.to_host();
+  result.insert(result.end(), lse_part.begin(), lse_part.end());
+  result.insert(result.end(), dinp_part.begin(), dinp_part.end());
+  return result;
+}
+
 TEST(Embedding, BackwardIsBitwiseReproducibleUnderShuffledThreadOrder) {
   const std::vector<uint32_t> first = shuffled(1, 1, embedding_gradients);
   EXPECT_EQ(shuffled(2, 1, embedding_gradients), first);
@@ -81,6 +100,12 @@ TEST(LayerNorm, BackwardWeightIsBitwiseReproducibleUnderShuffledThreadOrder) {
   const std::vector<uint32_t> first = shuffled(1, 1, layernorm_weight_gradients);
   EXPECT_EQ(shuffled(2, 1, layernorm_weight_gradients), first);
   EXPECT_EQ(shuffled(3, 2, layernorm_weight_gradients), first);
+}
+
+TEST(FusedAttention, IsBitwiseReproducibleUnderShuffledThreadOrder) {
+  const std::vector<uint32_t> first = shuffled(1, 1, fused_attention_results);
+  EXPECT_EQ(shuffled(2, 1, fused_attention_results), first);
+  EXPECT_EQ(shuffled(3, 2, fused_attention_results), first);
 }
 
 }  // namespace
