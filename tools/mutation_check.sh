@@ -213,9 +213,11 @@ fault nccl-operations-not-in-issue-order comm/nccl_order.cpp \
 fault communicators-aborted-in-a-fixed-order comm/groups.cpp \
   's/const ncclComm_t running = groups.order ? communicator_in_flight(\*groups.order) : nullptr;/const ncclComm_t running = nullptr;/' \
   'cpumpi4 NcclOrderGroups.* 120'
+# h29c: issue 29 item 1 (nccl-sum-is-max: the sums' own addition, add_rows, a maximum in every element
+# type: MPI's reduction no longer sees a sum, so faulting reduction()'s ncclSum changed nothing)
 fault nccl-sum-is-max cpu/nccl/nccl_operations.cpp \
-  's/if (op == ncclSum) return MPI_SUM;/if (op == ncclSum) return MPI_MAX;/' \
-  'mpi4 Nccl.*'
+  's/sum = sum + rows\[size_t(r) \* count + i\];/sum = std::max(sum, rows[size_t(r) * count + i]);/; s/sum = __float2bfloat16(__bfloat162float(sum) + __bfloat162float(rows\[r \* count + i\]));/sum = __float2bfloat16(std::max(__bfloat162float(sum), __bfloat162float(rows[r * count + i])));/' \
+  'mpi4 Nccl.*; cpumpi4 NcclOrder.*'
 fault syncthreads-does-not-wait cpu/launch/block_scheduler.cpp \
   's/void __syncthreads(const char\* file, unsigned line) { cpu::block_barrier(1, {file, line}); }/void __syncthreads(const char*, unsigned) {}/' \
   'unit BlockSync.*; cpu Scheduler.*'
