@@ -8,7 +8,8 @@
 // a second after the group could have begun: the other compute and the group before it on the
 // transfer stream both ended, so a group not waiting for the held compute needs only its transfer
 // stream's worker to record its start event, microseconds. A correct executor passes whenever the
-// hold opens; the second is how long a missing wait is given to show.
+// hold opens; the second is how long a missing wait is given to show (nothing on a stream tells a
+// group waiting for an event from one its worker has not reached yet, so no event can end it).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -25,7 +26,8 @@ namespace {
 
 using namespace pipeline_harness;
 
-// Not stage 0, whose chunk-0 forwards copy the step's tokens from the host.
+// Not stage 0: its chunk-0 forwards copy the step's tokens from pageable host memory, a copy that
+// may wait for the held stream, and the host with it, before the group is queued.
 constexpr int kHeldStage = 1;
 
 // A host function that holds its stream until *open (an std::atomic<bool>) is true.
