@@ -283,6 +283,7 @@ void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
       const BufferUses uses = compute_uses(e, step[0]);
       wait_for_transfers(e, uses, on.stream);
       record_step_event(e, e.step_start[i], on.stream);
+      if (e.before_compute) e.before_compute(int(i), on.stream);
       if (step[0].kind == ActionKind::forward) {
         forward_step(e, params, step[0].microbatch, step[0].chunk, host_tokens, host_targets, loss_scale,
                      e.trace[i]);

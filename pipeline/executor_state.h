@@ -133,6 +133,10 @@ struct Executor {
   // once that B or W is queued whole (wpe, lnfw, lnfb). Set by the owner; empty: not called.
   std::function<void(int chunk, int layer)> gradients_final;
   std::vector<int> last_gradient_step;  // per chunk: the schedule index of its last B or W; -1: none
+  // Called while execute_step queues compute step i, after its waits and its start event and before
+  // its kernels, with (i, the stream they go on). Set by a test that holds a stream there with a host
+  // function (tests/mpi/overlapped_pair_test.cu); empty: not called.
+  std::function<void(int step, cudaStream_t stream)> before_compute;
   ExecutorAccounting accounting;
   std::shared_ptr<ExecutorProgress> progress;  // shared with whoever watches
 };

@@ -213,9 +213,11 @@ fault nccl-operations-not-in-issue-order comm/nccl_order.cpp \
 fault communicators-aborted-in-a-fixed-order comm/groups.cpp \
   's/const ncclComm_t running = groups.order ? communicator_in_flight(\*groups.order) : nullptr;/const ncclComm_t running = nullptr;/' \
   'cpumpi4 NcclOrderGroups.* 120'
+# h29c: issue 29 item 1 (nccl-sum-is-max: the sums' own addition, add_rows, a maximum in every element
+# type: MPI's reduction no longer sees a sum, so faulting reduction()'s ncclSum changed nothing)
 fault nccl-sum-is-max cpu/nccl/nccl_operations.cpp \
-  's/if (op == ncclSum) return MPI_SUM;/if (op == ncclSum) return MPI_MAX;/' \
-  'mpi4 Nccl.*'
+  's/sum = sum + rows\[size_t(r) \* count + i\];/sum = std::max(sum, rows[size_t(r) * count + i]);/; s/sum = __float2bfloat16(__bfloat162float(sum) + __bfloat162float(rows\[r \* count + i\]));/sum = __float2bfloat16(std::max(__bfloat162float(sum), __bfloat162float(rows[r * count + i])));/' \
+  'mpi4 Nccl.*; cpumpi4 NcclOrder.*'
 fault syncthreads-does-not-wait cpu/launch/block_scheduler.cpp \
   's/void __syncthreads(const char\* file, unsigned line) { cpu::block_barrier(1, {file, line}); }/void __syncthreads(const char*, unsigned) {}/' \
   'unit BlockSync.*; cpu Scheduler.*'
@@ -800,10 +802,6 @@ fault pair-backward-waits-for-its-forward pipeline/execute.cu \
 fault no-join-after-the-pair pipeline/execute.cu \
   '/^    if (on.stream != e.stream) CUDA_CHECK(cudaStreamWaitEvent(e.stream, e.step_end\[i\], 0));$/d' \
   'CUDA_CPU_STREAM_DELAY_US=200 mpi4 PipelineLayouts.DualPipeVGivesTheSingleStageRun'
-# issue 31 item 1: a transfer group waits for the later of its buffers' computes only, whichever stream ran it
-fault transfer-waits-for-one-compute-stream pipeline/execute_steps.cu \
-  's/after_compute\[e.trace\[step\].stream\] = std::max(after_compute\[e.trace\[step\].stream\], step)/after_compute[0] = std::max(after_compute[0], step)/' \
-  'CUDA_CPU_STREAM_DELAY_US=200 mpi4 PipelineLayouts.DualPipeVGivesTheSingleStageRun'
 # issue 31 item 1: the memory plan without the second compute stream's cuBLAS workspace
 fault plan-without-the-second-workspace pipeline/memory_plan.cpp \
   '/second compute stream.s cuBLAS workspace", 1, in.cublas_workspace_bytes/d' \
@@ -812,6 +810,18 @@ fault plan-without-the-second-workspace pipeline/memory_plan.cpp \
 fault measured-trace-on-one-track trainer/program/measured_timeline.cpp \
   's/details, std::stoi(stream)});/details, 0});/' \
   'py:trace_test Trace.DualPipeVPairsBackwardsAreOnTheSecondComputeTrack'
+
+# h29c: issue 29 item 2 (a transfer group after an overlapped pair waits for both of its compute
+# streams; OverlappedPair.* holds one of the pair's computes and sees whether the group begins).
+# issue 31 item 1: the group waits for the later of its buffers' computes only, whichever stream ran
+# it (the pair's backward): the forward, held on the caller's stream, is not waited for
+fault transfer-waits-for-one-compute-stream pipeline/execute_steps.cu \
+  's/after_compute\[e.trace\[step\].stream\] = std::max(after_compute\[e.trace\[step\].stream\], step)/after_compute[0] = std::max(after_compute[0], step)/' \
+  'mpi4 OverlappedPair.* 120'
+# The group forgets the second compute stream: the pair's backward, held there, is not waited for.
+fault transfer-ignores-the-second-compute-stream pipeline/execute_steps.cu \
+  's/    if (step >= 0) after_compute\[e.trace\[step\].stream\]/    if (step >= 0 \&\& e.trace[step].stream == 0) after_compute[e.trace[step].stream]/' \
+  'mpi4 OverlappedPair.* 120'
 
 # h33b: issue 33 item 2 (the column- and row-parallel linear layers, model/tensor_parallel_linear).
 # QKV's slice is the rank's heads' rows of each of q, k and v, not one contiguous range of rows.

@@ -74,8 +74,10 @@ void sum_in_rank_order(void* out, const void* rows, size_t count, int size, nccl
   }
 }
 
+// The MPI operation of op, checked up front. A sum has none: every collective adds its sums in rank
+// order itself (sum_in_rank_order) and never gives one to MPI, so MPI_OP_NULL, which MPI refuses.
 MPI_Op reduction(ncclRedOp_t op, ncclDataType_t type, const char* function) {
-  if (op == ncclSum) return MPI_SUM;  // not given to MPI: sums add in rank order (sum_in_rank_order)
+  if (op == ncclSum) return MPI_OP_NULL;
   if (type == ncclBfloat16 && op == ncclMax) {
     // Created on first use: MPI_Op_create needs MPI_Init, which the program calls.
     static MPI_Op max = MPI_OP_NULL;
