@@ -10,6 +10,7 @@
 // stream's worker to record its start event, microseconds. A correct executor passes whenever the
 // hold opens; the second is how long a missing wait is given to show (nothing on a stream tells a
 // group waiting for an event from one its worker has not reached yet, so no event can end it).
+// And the pair's two computes are in flight at once (OverlappedPair.ItsTwoComputesAreInFlightAtOnce).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -153,4 +154,64 @@ TEST(OverlappedPair, GroupAfterThePairWaitsForBothComputeStreams) {
   }
 }
 
+// A pair's two computes meet before their kernels: a host function on each compute's stream, queued
+// by before_compute after the compute's start event, waits until the other's has come too (or, with
+// an executor that ran them one after the other, gives up after kMeetingSeconds). Met, each started
+// before the other ended, on any machine and load.
+constexpr int kMeetingSeconds = 10;
+
+struct Meeting {
+  std::atomic<int> arrived{0};
+  std::atomic<bool> gave_up{false};
+};
+
+void meet(void* meeting) {
+  Meeting& m = *static_cast<Meeting*>(meeting);
+  m.arrived += 1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kMeetingSeconds);
+  while (m.arrived.load() < 2) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      m.gave_up = true;
+      return;
+    }
+    std::this_thread::yield();
+  }
+}
+
 }  // namespace
+
+// The first pair of stage kHeldStage has its forward and its backward in flight at once: each
+// reached its kernels while the other had not ended (the meeting), and the executor measured the
+// pair as overlapped (its accounting, from the two computes' start and end events). One stage meets,
+// the others run as always: the pair's inputs come from computes outside it, so the meeting waits
+// only for them. A timing-free form of what Pipeline.ExecutedTraceFollowsTheSchedule once checked
+// by chance (two stream workers scheduled together by the OS).
+TEST(OverlappedPair, ItsTwoComputesAreInFlightAtOnce) {
+  if (size_of_world() != 4) GTEST_SKIP() << "needs mpirun -np 4";
+  const Case c{1, 4, ScheduleKind::dual_pipe_v, 2, false, 8, 8};
+  WorldGroups world(1, 4);
+  const PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
+  Trainer<float> trainer = create_trainer<float>(config_of(c.layers), kB, kT, layout, world.groups,
+                                                 MixedPrecision{true, kRoundingSeed});
+  upload_parameters(trainer, initial_parameters(config_of(c.layers)));
+  BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
+  Executor<float>& e = trainer.executor;
+  Meeting meeting;
+  const PairAndGroup at = first_pair_and_its_group(e.schedule);
+  const bool meets = world.groups.mesh.pp_rank == kHeldStage;
+  if (meets) {
+    ASSERT_GE(at.forward, 0) << "stage " << kHeldStage << " has no overlapped pair";
+    e.before_compute = [&meeting, at](int step, cudaStream_t stream) {
+      if (step == at.forward || step == at.backward) CUDA_CHECK(cudaLaunchHostFunc(stream, meet, &meeting));
+    };
+  }
+  train_step(trainer, reader, kSettings, kLearningRate, 1);
+  if (meets) {
+    const std::string pair = to_text(e.schedule[at.forward]) + to_text(e.schedule[at.backward]);
+    EXPECT_FALSE(meeting.gave_up) << "stage " << kHeldStage << "'s " << pair << ": one compute waited "
+                                  << kMeetingSeconds << " s for the other to start: they do not run at once";
+    EXPECT_GE(e.accounting.pairs_overlapped, 1) << "stage " << kHeldStage << "'s " << pair
+                                                << " met, but the executor did not measure it overlapped";
+  }
+  destroy_trainer(trainer);
+}

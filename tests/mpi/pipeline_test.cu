@@ -246,10 +246,11 @@ TEST(Pipeline, EachStageAllocatesOnlyItsOwnTensors) {
 // I's buffer, as many slots and buffers as allocated, and a forward run again exactly before a B
 // or I whose microbatch the working set does not hold. For every schedule on 4 stages, with and
 // without recompute; with recompute in 1F1B only the last stage, whose backwards follow their
-// forwards, recomputes nothing. DualPipeV's overlapped pairs really overlap: each pair's backward
-// ran on the second compute stream (the stage's last B of a chunk is never in a pair there), and
-// at least one pair's two computes were in flight at once, each measured starting before the other
-// ended (a pair's computes take milliseconds in the CPU build, its streams' workers run together).
+// forwards, recomputes nothing. DualPipeV's overlapped pairs: each pair's backward ran on the
+// second compute stream (the stage's last B of a chunk is never in a pair there); that a pair's two
+// computes are in flight at once is OverlappedPair.ItsTwoComputesAreInFlightAtOnce's (measured
+// here, it depended on the OS running two stream workers together: 8 runs of 10 with both cores
+// busy, 2026-11-27).
 TEST(Pipeline, ExecutedTraceFollowsTheSchedule) {
   WorldGroups world(1, 4);
   const int stage = rank_in_world();
@@ -280,9 +281,6 @@ TEST(Pipeline, ExecutedTraceFollowsTheSchedule) {
       }
       EXPECT_EQ(pairs > 0, c.schedule == ScheduleKind::dual_pipe_v);
       EXPECT_EQ(on_second_stream, pairs);
-      int overlapped = outcome.accounting.pairs_overlapped;  // on any stage: a pair whose inputs came late does not
-      MPI_Allreduce(MPI_IN_PLACE, &overlapped, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-      if (pairs > 0) EXPECT_GT(overlapped, 0) << "of the stages' pairs, this stage's " << pairs;
       if (recompute && c.schedule == ScheduleKind::one_f_one_b) {
         EXPECT_EQ(recomputed == 0, stage == 3) << recomputed << " recomputed";
       }
