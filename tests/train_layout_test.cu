@@ -244,7 +244,7 @@ std::vector<double> losses_of(const std::vector<std::string>& fields) {
 // (inputs rounded to 2^-11) and the fused kernel's dot products in full fp32: the scores differ by
 // 2^-11 of themselves, a few 1e-4 here at initialisation, which moves the loss of 5.5 by a few
 // 1e-7 (measured 2026-11-27: 2e-7, 5e-8, 3.8e-7, 4.6e-7 at steps 1 to 4); the bound is 20 times
-// that, and a wrong attention (a head's keys from the wrong layer) moves it by 1e-3 or more.
+// that. (The model-level faults are caught by GPTFusedAttention.*, not here.)
 TEST(TrainLayout, FusedAttentionFourStagesGiveTheSingleProcessLosses) {
   if (!std::filesystem::exists("./train")) GTEST_SKIP() << "./train is not built (make train)";
   const BothRuns fused = single_and_four_stages(" --attention fused --recompute" + kSmallRun);
