@@ -64,7 +64,7 @@ struct BlockActivations {
   Element* ln1;                // (B, T, C)   LayerNorm 1 of the block's input
   Compute<Element>* ln1_mean;  // (B, T)
   Compute<Element>* ln1_rstd;  // (B, T)
-  Element* attention_saved;    // materialized: (attention_saved_size at C / tp, NH / tp) q, k, v per head, the probabilities
+  Element* attention_saved;    // materialized: (attention_saved_size at C / tp, NH / tp) q, k, v, the probabilities
   Element* qkv;                // fused: (B, T, 3C / tp) the attention's input, which its backward reads
   Compute<Element>* lse;       // fused: (fused_attention_saved_size at NH / tp) a log-sum-exp per row
   Element* attention_out;      // (B, T, C / tp) the heads' outputs, input of the attention projection

@@ -37,7 +37,8 @@ void update_accounting(Executor<Element>& e) {
   a.activation_bytes = a.working_set_bytes;
   for (const ChunkState<Element>& state : e.chunks) {
     const size_t bytes =
-        state.inputs.bytes + (e.recompute ? 0 : activation_bytes<Element>(e.config, e.B, e.T, state.range, 1, e.attention));
+        state.inputs.bytes +
+        (e.recompute ? 0 : activation_bytes<Element>(e.config, e.B, e.T, state.range, 1, e.attention));
     a.slots.push_back(int(state.inputs.buffers.size()));
     a.slot_bytes.push_back(bytes);
     a.weight_buffers.push_back(int(state.weight_pool.buffers.size()));
@@ -160,7 +161,8 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
   // Every buffer a step takes, allocated now: an allocation inside a step would synchronise the
   // device while its NCCL operations wait on peers. The counts are the plan's (the memory plan,
   // pipeline/memory_plan.h, runs the same plan_executor).
-  Executor<Element> e = plan_executor<Element>(config, B, T, schedule, chunk_ranges, placement, stage, recompute, attention);
+  Executor<Element> e =
+      plan_executor<Element>(config, B, T, schedule, chunk_ranges, placement, stage, recompute, attention);
   e.groups = groups;
   e.cublas = cublas;
   e.stream = stream;

@@ -184,7 +184,8 @@ TEST(GPTFusedAttention, ActivationAndScratchBytesShrinkByTheProbabilities) {
   const size_t fused = activation_bytes<float>(config, B, T, whole, 1, AttentionKind::fused);
   const size_t probabilities = size_t(B) * NH * T * T, rows = size_t(B) * NH * T;
   EXPECT_EQ(materialized - fused, (L * (probabilities - rows) + 3 * BT * C) * f);
-  const size_t scratch_materialized = backward_scratch_bytes<float>(config, B, T, whole, 1, AttentionKind::materialized);
+  const size_t scratch_materialized =
+      backward_scratch_bytes<float>(config, B, T, whole, 1, AttentionKind::materialized);
   const size_t scratch_fused = backward_scratch_bytes<float>(config, B, T, whole, 1, AttentionKind::fused);
   EXPECT_EQ(scratch_materialized - scratch_fused, (3 * BT * C + probabilities - rows) * f);
   const DeviceMemoryCounts before = device_memory_counts();
