@@ -933,6 +933,11 @@ fault gpt-fused-qkv-overwritten-by-next-layer model/gpt.cu \
 fault memory-plan-ignores-attention pipeline/memory_plan.cpp \
   's/activation_bytes<Element>(in.config, in.B, in.T, state.range, 1, in.attention)/activation_bytes<Element>(in.config, in.B, in.T, state.range)/' \
   'unit MemoryPlan.FusedAttention*'
+# Item 2: the fused attention at tp > 1 given the whole model's channels instead of the rank's
+# C / tp (its NH / tp heads then twice as wide, reading and writing beyond the rank's buffers).
+fault gpt-fused-attention-whole-channels-under-tp model/gpt.cu \
+  's|block_attention_forward(cublas, acts, a, B, T, C / tp.tp(), NH / tp.tp(), stream);|block_attention_forward(cublas, acts, a, B, T, C, NH / tp.tp(), stream);|' \
+  'mpi4 TensorParallelGpt.FusedAttention* 120'
 
 # ---- running ----
 
