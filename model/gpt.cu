@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kernels/attention.cuh"
+#include "kernels/fused_attention.cuh"
 #include "kernels/classifier.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
@@ -38,7 +39,7 @@ LocalSizes local_sizes(const GPTConfig& config, int tp) {
 
 template <typename Element>
 Activations<Element> point_activations(void* memory, const GPTConfig& config, int B, int T, const LayerRange& range,
-                                       int tp) {
+                                       int tp, AttentionKind attention) {
   validate_layer_range(config, range);
   using Real = Compute<Element>;
   const size_t BT = size_t(B) * T, C = config.channels;
@@ -50,13 +51,20 @@ Activations<Element> point_activations(void* memory, const GPTConfig& config, in
   acts.B = B;
   acts.T = T;
   acts.tp = tp;
+  acts.attention_kind = attention;
+  const bool fused = attention == AttentionKind::fused;
   if (range.has_embedding) acts.encoded = carve.take<Element>(BT * C);
   for (int l = range.first_layer; l < range.end_layer; ++l) {
     BlockActivations<Element> block;
     block.ln1 = carve.take<Element>(BT * C);
     block.ln1_mean = carve.take<Real>(BT);
     block.ln1_rstd = carve.take<Real>(BT);
-    block.attention_saved = carve.take<Element>(attention_saved_size(B, T, local.C, local.NH));
+    if (fused) {
+      block.qkv = carve.take<Element>(BT * 3 * local.C);
+      block.lse = carve.take<Real>(fused_attention_saved_size(B, T, local.NH));
+    } else {
+      block.attention_saved = carve.take<Element>(attention_saved_size(B, T, local.C, local.NH));
+    }
     block.attention_out = carve.take<Element>(BT * local.C);
     block.residual2 = carve.take<Element>(BT * C);
     block.ln2 = carve.take<Element>(BT * C);
@@ -68,8 +76,13 @@ Activations<Element> point_activations(void* memory, const GPTConfig& config, in
     acts.blocks.push_back(block);
   }
   if (range.end_layer > range.first_layer) {
-    acts.qkv = carve.take<Element>(BT * 3 * local.C);
-    acts.projection = carve.take<Element>(std::max(BT * C, attention_forward_scratch_size(B, T, local.C, local.NH)));
+    if (fused) {
+      acts.projection = carve.take<Element>(BT * C);
+    } else {
+      acts.qkv = carve.take<Element>(BT * 3 * local.C);
+      acts.projection =
+          carve.take<Element>(std::max(BT * C, attention_forward_scratch_size(B, T, local.C, local.NH)));
+    }
   }
   if (range.has_head) {
     acts.lnf = carve.take<Element>(BT * C);
@@ -86,7 +99,7 @@ Activations<Element> point_activations(void* memory, const GPTConfig& config, in
 
 template <typename Element>
 BackwardScratch<Element> point_backward_scratch(void* memory, const GPTConfig& config, int B, int T,
-                                                const LayerRange& range, int tp) {
+                                                const LayerRange& range, int tp, AttentionKind attention) {
   validate_layer_range(config, range);
   const size_t BT = size_t(B) * T, C = config.channels;
   const LocalSizes local = local_sizes(config, tp);
@@ -97,6 +110,7 @@ BackwardScratch<Element> point_backward_scratch(void* memory, const GPTConfig& c
   scratch.B = B;
   scratch.T = T;
   scratch.tp = tp;
+  scratch.attention_kind = attention;
   scratch.dbtc = carve.take<Element>(BT * C);
   scratch.layernorm_weight = carve.take<Compute<Element>>(layernorm_backward_weight_workspace_size(BT, C));
   if (range.end_layer > range.first_layer) {
@@ -104,7 +118,11 @@ BackwardScratch<Element> point_backward_scratch(void* memory, const GPTConfig& c
     scratch.dfch = carve.take<Element>(BT * local.hidden);
     // 4C: at least any bias a rank holds (3C / tp, C, 4C / tp).
     scratch.bias_gradient = carve.take<Compute<Element>>(matmul_bias_gradient_workspace_size(BT, 4 * C));
-    scratch.attention = carve.take<Element>(attention_backward_scratch_size(B, T, local.C, local.NH));
+    if (attention == AttentionKind::fused)
+      scratch.fused_attention =
+          carve.take<Compute<Element>>(fused_attention_backward_scratch_size(B, T, int(local.NH)));
+    else
+      scratch.attention = carve.take<Element>(attention_backward_scratch_size(B, T, local.C, local.NH));
   }
   if (range.has_embedding) {
     scratch.dresidual = carve.take<Element>(BT * C);
@@ -150,8 +168,9 @@ void validate_layer_range(const GPTConfig& config, const LayerRange& range) {
 }
 
 template <typename Element>
-size_t activation_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp) {
-  return point_activations<Element>(nullptr, config, B, T, range, tp).bytes;
+size_t activation_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp,
+                        AttentionKind attention) {
+  return point_activations<Element>(nullptr, config, B, T, range, tp, attention).bytes;
 }
 
 template <typename Element>
@@ -161,9 +180,10 @@ size_t stage_input_bytes(const GPTConfig& config, int B, int T, const LayerRange
 }
 
 template <typename Element>
-Activations<Element> create_activations(const GPTConfig& config, int B, int T, const LayerRange& range, int tp) {
-  return point_activations<Element>(device_alloc_bytes(activation_bytes<Element>(config, B, T, range, tp)), config, B,
-                                    T, range, tp);
+Activations<Element> create_activations(const GPTConfig& config, int B, int T, const LayerRange& range, int tp,
+                                        AttentionKind attention) {
+  return point_activations<Element>(device_alloc_bytes(activation_bytes<Element>(config, B, T, range, tp, attention)),
+                                    config, B, T, range, tp, attention);
 }
 
 template <typename Element>
@@ -173,15 +193,17 @@ void destroy_activations(Activations<Element>& acts) {
 }
 
 template <typename Element>
-size_t backward_scratch_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp) {
-  return point_backward_scratch<Element>(nullptr, config, B, T, range, tp).bytes;
+size_t backward_scratch_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp,
+                              AttentionKind attention) {
+  return point_backward_scratch<Element>(nullptr, config, B, T, range, tp, attention).bytes;
 }
 
 template <typename Element>
 BackwardScratch<Element> create_backward_scratch(const GPTConfig& config, int B, int T, const LayerRange& range,
-                                                 int tp) {
-  return point_backward_scratch<Element>(device_alloc_bytes(backward_scratch_bytes<Element>(config, B, T, range, tp)),
-                                        config, B, T, range, tp);
+                                                 int tp, AttentionKind attention) {
+  return point_backward_scratch<Element>(
+      device_alloc_bytes(backward_scratch_bytes<Element>(config, B, T, range, tp, attention)), config, B, T, range, tp,
+      attention);
 }
 
 template <typename Element>
@@ -224,9 +246,8 @@ void gpt_forward(const GPTConfig& config, const LayerRange& range, const Paramet
     const BlockActivations<Element>& a = acts.blocks[l - range.first_layer];
     const Element* x = block_input(acts, input, l);  // (B, T, C)
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, p.ln1w, p.ln1b, BT, C, stream);
-    column_parallel_forward(cublas, s.qkv, acts.qkv, a.ln1, p.qkvw, p.qkvb, BT, stream);
-    attention_forward(cublas, a.attention_out, a.attention_saved, acts.projection, acts.qkv, B, T, C / tp.tp(),
-                      NH / tp.tp(), stream);
+    column_parallel_forward(cublas, s.qkv, block_qkv(acts, a), a.ln1, p.qkvw, p.qkvb, BT, stream);
+    block_attention_forward(cublas, acts, a, B, T, C / tp.tp(), NH / tp.tp(), stream);
     row_parallel_forward(groups, cublas, s.attproj, acts.projection, a.attention_out, p.attprojw, p.attprojb, BT,
                          stream);
     residual_layernorm_forward(a.residual2, a.ln2, a.ln2_mean, a.ln2_rstd, x, acts.projection, p.ln2w, p.ln2b, BT, C,
@@ -311,8 +332,7 @@ void gpt_backward(const GPTConfig& config, const LayerRange& range, const Parame
     // Attention: residual2 = x + attproj(...), so attproj's output gradient is dresidual.
     row_parallel_backward(cublas, s.attproj, dbtc, g.attprojw, g.attprojb, scratch.bias_gradient, dresidual,
                           a.attention_out, p.attprojw, BT, stream);
-    attention_backward(cublas, scratch.dqkv, scratch.attention, dbtc, a.attention_saved, B, T, C / tp.tp(),
-                       NH / tp.tp(), stream);
+    block_attention_backward(cublas, scratch.dqkv, scratch, dbtc, acts, a, B, T, C / tp.tp(), NH / tp.tp(), stream);
     column_parallel_backward(groups, cublas, s.qkv, dbtc, g.qkvw, g.qkvb, scratch.bias_gradient, scratch.dqkv, a.ln1,
                              p.qkvw, BT, tp.overlap, stream);
     layernorm_backward_input(dresidual, dbtc, x, p.ln1w, a.ln1_mean, a.ln1_rstd, BT, C, stream);
@@ -351,13 +371,14 @@ void add_mean_loss(const Activations<Element>& acts, int B, int T, double* loss_
 }
 
 #define INSTANTIATE_GPT(Element)                                                                                       \
-  template size_t activation_bytes<Element>(const GPTConfig&, int, int, const LayerRange&, int);                       \
+  template size_t activation_bytes<Element>(const GPTConfig&, int, int, const LayerRange&, int, AttentionKind);        \
   template size_t stage_input_bytes<Element>(const GPTConfig&, int, int, const LayerRange&);                           \
-  template Activations<Element> create_activations<Element>(const GPTConfig&, int, int, const LayerRange&, int);       \
+  template Activations<Element> create_activations<Element>(const GPTConfig&, int, int, const LayerRange&, int,        \
+                                                            AttentionKind);                                            \
   template void destroy_activations<Element>(Activations<Element>&);                                                   \
-  template size_t backward_scratch_bytes<Element>(const GPTConfig&, int, int, const LayerRange&, int);                 \
+  template size_t backward_scratch_bytes<Element>(const GPTConfig&, int, int, const LayerRange&, int, AttentionKind);  \
   template BackwardScratch<Element> create_backward_scratch<Element>(const GPTConfig&, int, int, const LayerRange&,    \
-                                                                     int);                                             \
+                                                                     int, AttentionKind);                              \
   template void destroy_backward_scratch<Element>(BackwardScratch<Element>&);                                          \
   template const Element* range_output<Element>(const Activations<Element>&);                                          \
   template void gpt_forward<Element>(const GPTConfig&, const LayerRange&, const ParameterTensors<Element>&,            \

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "kernels/element.cuh"
+#include "model/attention_kind.h"
 #include "model/config.h"
 #include "model/parameters.h"
 #include "model/tensor_parallel_linear.h"
@@ -63,7 +64,9 @@ struct BlockActivations {
   Element* ln1;                // (B, T, C)   LayerNorm 1 of the block's input
   Compute<Element>* ln1_mean;  // (B, T)
   Compute<Element>* ln1_rstd;  // (B, T)
-  Element* attention_saved;    // (attention_saved_size at C / tp, NH / tp) q, k, v per head, the probabilities
+  Element* attention_saved;    // materialized: (attention_saved_size at C / tp, NH / tp) q, k, v, the probabilities
+  Element* qkv;                // fused: (B, T, 3C / tp) the attention's input, which its backward reads
+  Compute<Element>* lse;       // fused: (fused_attention_saved_size at NH / tp) a log-sum-exp per row
   Element* attention_out;      // (B, T, C / tp) the heads' outputs, input of the attention projection
   Element* residual2;          // (B, T, C)   block input + attention projection
   Element* ln2;                // (B, T, C)   LayerNorm 2 of residual2
@@ -85,10 +88,12 @@ struct Activations {
   LayerRange range;
   int B, T;          // the largest microbatch the views hold
   int tp;            // the tensor parallelism they are sized for
+  AttentionKind attention_kind;  // the attention they hold the saved state of
   Element* encoded;  // (B, T, C)   embedding output, the first block's input (has_embedding only)
   std::vector<BlockActivations<Element>> blocks;  // blocks[l - first_layer]
   // Forward-only buffers, dead once the block's forward is done (the backward reads none):
-  Element* qkv;         // (B, T, 3C / tp) the fused q, k, v projection of the rank's heads
+  Element* qkv;         // (B, T, 3C / tp) the fused q, k, v projection of the rank's heads (materialized;
+                        // the fused attention's backward reads it, so there each block keeps its own)
   Element* projection;  // (B, T, C)   the attention forward's scratch, then each projection's output
   // The head (has_head only):
   Element* lnf;                // (B, T, C)   final LayerNorm
@@ -101,9 +106,10 @@ struct Activations {
 };
 
 // Bytes of one Activations allocation (what create_activations allocates, exactly), for a rank of
-// tp tensor-parallel ranks (tp = 1: no tensor parallelism).
+// tp tensor-parallel ranks (tp = 1: no tensor parallelism) and the given attention.
 template <typename Element>
-size_t activation_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1);
+size_t activation_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1,
+                        AttentionKind attention = AttentionKind::materialized);
 // Bytes of the range's input, which the caller keeps per microbatch: B T token ids for an
 // embedding range, else B T C elements.
 template <typename Element>
@@ -111,7 +117,8 @@ size_t stage_input_bytes(const GPTConfig& config, int B, int T, const LayerRange
 
 // Throws std::runtime_error (one line) when tp does not divide the heads, 4 C or Vp.
 template <typename Element>
-Activations<Element> create_activations(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1);
+Activations<Element> create_activations(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1,
+                                        AttentionKind attention = AttentionKind::materialized);
 template <typename Element>
 void destroy_activations(Activations<Element>& acts);
 
@@ -123,21 +130,24 @@ struct BackwardScratch {
   LayerRange range;
   int B, T;            // the largest microbatch the buffers hold
   int tp;              // the tensor parallelism they are sized for
+  AttentionKind attention_kind;  // the attention they are sized for
   Element* dresidual;  // (B, T, C)  the residual stream's gradient (embedding ranges; others use grad_input)
   Element* dbtc;       // (B, T, C)  a LayerNorm output's or attention output's gradient
   Element* dqkv;       // (B, T, 3C / tp)
   Element* dfch;       // (B, T, 4C / tp) the MLP hidden layer's gradient (before and after GELU)
-  Element* attention;  // (attention_backward_scratch_size at C / tp, NH / tp)
+  Element* attention;  // materialized: (attention_backward_scratch_size at C / tp, NH / tp)
+  Compute<Element>* fused_attention;  // fused: (fused_attention_backward_scratch_size at NH / tp)
   Compute<Element>* layernorm_weight;  // (layernorm_backward_weight_workspace_size)
   Compute<Element>* bias_gradient;     // (matmul_bias_gradient_workspace_size at OC = 4C) ranges with layers only
   int* embedding;                      // (embedding_backward_workspace_size) has_embedding only
 };
 
 template <typename Element>
-size_t backward_scratch_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1);
+size_t backward_scratch_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1,
+                              AttentionKind attention = AttentionKind::materialized);
 template <typename Element>
 BackwardScratch<Element> create_backward_scratch(const GPTConfig& config, int B, int T, const LayerRange& range,
-                                                 int tp = 1);
+                                                 int tp = 1, AttentionKind attention = AttentionKind::materialized);
 template <typename Element>
 void destroy_backward_scratch(BackwardScratch<Element>& scratch);
 

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/attention.cuh"
+#include "kernels/fused_attention.cuh"
 #include "model/gpt.cuh"
 
 namespace gpt_internal {
@@ -67,6 +69,38 @@ const Element* block_input(const Activations<Element>& acts, const Element* inpu
 template <typename Element>
 const Element* head_input(const Activations<Element>& acts, const Element* input) {
   return block_input(acts, input, acts.range.end_layer);
+}
+
+// Where block a's forward writes the qkv projection: the fused attention's backward reads it, so
+// there each block keeps its own; the materialised one copies q, k, v into its saved state, so
+// there all blocks share one forward-only buffer.
+template <typename Element>
+Element* block_qkv(const Activations<Element>& acts, const BlockActivations<Element>& a) {
+  return acts.attention_kind == AttentionKind::fused ? a.qkv : acts.qkv;
+}
+
+// The block's attention, qkv (B, T, 3C) -> a.attention_out (B, T, C), on NH heads of C channels
+// (the rank's, with tensor parallelism), saving what the backward reads in a.
+template <typename Element>
+void block_attention_forward(cublasHandle_t cublas, const Activations<Element>& acts,
+                             const BlockActivations<Element>& a, int B, int T, int C, int NH, cudaStream_t stream) {
+  if (acts.attention_kind == AttentionKind::fused)
+    fused_attention_forward(a.attention_out, a.lse, a.qkv, B, T, C, NH, stream);
+  else
+    attention_forward(cublas, a.attention_out, a.attention_saved, acts.projection, acts.qkv, B, T, C, NH, stream);
+}
+
+// dqkv (B, T, 3C) = the gradient of block a's qkv from dout (B, T, C), the gradient of its attention_out.
+template <typename Element>
+void block_attention_backward(cublasHandle_t cublas, Element* dqkv, BackwardScratch<Element>& scratch,
+                              const Element* dout, const Activations<Element>& acts,
+                              const BlockActivations<Element>& a, int B, int T, int C, int NH, cudaStream_t stream) {
+  if (scratch.attention_kind != acts.attention_kind)
+    throw std::runtime_error("the backward scratch was made for the other attention than the activations");
+  if (acts.attention_kind == AttentionKind::fused)
+    fused_attention_backward(dqkv, scratch.fused_attention, dout, a.qkv, a.attention_out, a.lse, B, T, C, NH, stream);
+  else
+    attention_backward(cublas, dqkv, scratch.attention, dout, a.attention_saved, B, T, C, NH, stream);
 }
 
 }  // namespace gpt_internal

@@ -163,7 +163,7 @@ void gpt_backward_input(const GPTConfig& config, const LayerRange& range, const 
     layernorm_backward_input(dresidual, b.dln2, a.residual2, p.ln2w, a.ln2_mean, a.ln2_rstd, BT, C, stream);
     copy(b.dresidual2, dresidual, btc, stream);  // attprojw, attprojb
     matmul_backward_input(cublas, scratch.dbtc, dresidual, p.attprojw, BT, C, C, stream);
-    attention_backward(cublas, b.dqkv, scratch.attention, scratch.dbtc, a.attention_saved, B, T, C, NH, stream);
+    block_attention_backward(cublas, b.dqkv, scratch, scratch.dbtc, acts, a, B, T, C, NH, stream);
     matmul_backward_input(cublas, b.dln1, b.dqkv, p.qkvw, BT, C, 3 * C, stream);  // qkvw, qkvb; ln1w, ln1b
     layernorm_backward_input(dresidual, b.dln1, x, p.ln1w, a.ln1_mean, a.ln1_rstd, BT, C, stream);
     copy(b.ln1_input, x, btc, stream);

@@ -37,7 +37,8 @@ void update_accounting(Executor<Element>& e) {
   a.activation_bytes = a.working_set_bytes;
   for (const ChunkState<Element>& state : e.chunks) {
     const size_t bytes =
-        state.inputs.bytes + (e.recompute ? 0 : activation_bytes<Element>(e.config, e.B, e.T, state.range));
+        state.inputs.bytes +
+        (e.recompute ? 0 : activation_bytes<Element>(e.config, e.B, e.T, state.range, 1, e.attention));
     a.slots.push_back(int(state.inputs.buffers.size()));
     a.slot_bytes.push_back(bytes);
     a.weight_buffers.push_back(int(state.weight_pool.buffers.size()));
@@ -115,7 +116,7 @@ bool on_second_stream(const Executor<Element>& e, size_t i) {
 template <typename Element>
 Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
                                 const std::vector<LayerRange>& chunk_ranges, const Placement& placement, int stage,
-                                bool recompute) {
+                                bool recompute, AttentionKind attention) {
   if (int(chunk_ranges.size()) != placement.v)
     throw std::runtime_error("create_executor: " + std::to_string(chunk_ranges.size()) + " chunks for a placement of " +
                              std::to_string(placement.v));
@@ -128,6 +129,7 @@ Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const Sta
   e.placement = placement;
   e.stage = stage;
   e.recompute = recompute;
+  e.attention = attention;
   e.schedule = schedule;
   const size_t btc_bytes = size_t(B) * T * config.channels * sizeof(Element);
   const std::string of_stage = "stage " + std::to_string(stage) + "'s ";
@@ -155,11 +157,12 @@ template <typename Element>
 Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
                                   const std::vector<LayerRange>& chunk_ranges, const Placement& placement,
                                   int stage, bool recompute, const CommGroups& groups, cublasHandle_t cublas,
-                                  cudaStream_t stream) {
+                                  cudaStream_t stream, AttentionKind attention) {
   // Every buffer a step takes, allocated now: an allocation inside a step would synchronise the
   // device while its NCCL operations wait on peers. The counts are the plan's (the memory plan,
   // pipeline/memory_plan.h, runs the same plan_executor).
-  Executor<Element> e = plan_executor<Element>(config, B, T, schedule, chunk_ranges, placement, stage, recompute);
+  Executor<Element> e =
+      plan_executor<Element>(config, B, T, schedule, chunk_ranges, placement, stage, recompute, attention);
   e.groups = groups;
   e.cublas = cublas;
   e.stream = stream;
@@ -167,15 +170,15 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
   if (serial != nullptr && std::string(serial) == "1") e.transfer_stream = stream;
   else CUDA_CHECK(cudaStreamCreate(&e.transfer_stream));
   for (ChunkState<Element>& state : e.chunks) {
-    state.scratch = create_backward_scratch<Element>(config, B, T, state.range);
+    state.scratch = create_backward_scratch<Element>(config, B, T, state.range, 1, attention);
     if (recompute) {
-      state.working = create_activations<Element>(config, B, T, state.range);
+      state.working = create_activations<Element>(config, B, T, state.range, 1, attention);
       e.accounting.working_set_bytes += state.working.bytes;
     }
     allocate_pool(state.inputs);
     if (!recompute)
       for (size_t i = 0; i < state.inputs.buffers.size(); ++i)
-        state.acts.push_back(create_activations<Element>(config, B, T, state.range));
+        state.acts.push_back(create_activations<Element>(config, B, T, state.range, 1, attention));
     allocate_pool(state.weight_pool);
     for (void* buffer : state.weight_pool.buffers)
       state.weight_inputs.push_back(weight_gradient_inputs_at<Element>(buffer, config, B, T, state.range));
@@ -423,10 +426,12 @@ std::string trace_text(const std::vector<ExecutedStep>& trace) {
 #define INSTANTIATE_EXECUTOR(Element)                                                                               \
   template SchedulePosition schedule_position<Element>(const Executor<Element>&);                                   \
   template Executor<Element> plan_executor<Element>(const GPTConfig&, int, int, const StageSchedule&,               \
-                                                    const std::vector<LayerRange>&, const Placement&, int, bool);   \
+                                                    const std::vector<LayerRange>&, const Placement&, int, bool,    \
+                                                    AttentionKind);                                                 \
   template Executor<Element> create_executor<Element>(const GPTConfig&, int, int, const StageSchedule&,             \
                                                       const std::vector<LayerRange>&, const Placement&, int, bool,  \
-                                                      const CommGroups&, cublasHandle_t, cudaStream_t);             \
+                                                      const CommGroups&, cublasHandle_t, cudaStream_t,              \
+                                                      AttentionKind);                                               \
   template void destroy_executor<Element>(Executor<Element>&);                                                      \
   template void execute_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&,            \
                                       const std::vector<ParameterTensors<Element>>&, Element*, const int*,          \

@@ -79,12 +79,12 @@ SchedulePosition schedule_position(const Executor<Element>& executor);
 template <typename Element>
 Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
                                 const std::vector<LayerRange>& chunk_ranges, const Placement& placement, int stage,
-                                bool recompute);
+                                bool recompute, AttentionKind attention = AttentionKind::materialized);
 template <typename Element>
 Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
                                   const std::vector<LayerRange>& chunk_ranges, const Placement& placement,
                                   int stage, bool recompute, const CommGroups& groups, cublasHandle_t cublas,
-                                  cudaStream_t stream);
+                                  cudaStream_t stream, AttentionKind attention = AttentionKind::materialized);
 template <typename Element>
 void destroy_executor(Executor<Element>& executor);
 

@@ -106,6 +106,7 @@ struct Executor {
   int p, v, stage;
   Placement placement;  // where each virtual stage lives (the schedule's)
   bool recompute;
+  AttentionKind attention;  // the model's attention (model/gpt.cuh): it sizes the slots and the scratch
   StageSchedule schedule;
   CommGroups groups;  // the pipeline's communicator (none needed when p == 1)
   cublasHandle_t cublas;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "model/attention_kind.h"
 #include "model/config.h"
 #include "model/gpt.cuh"
 #include "pipeline/schedule.h"
@@ -55,6 +56,7 @@ struct MemoryPlanInput {
   bool master_weights;  // bf16 only: fp32 master weights
   uint64_t step_figures_bytes;  // the trainer's pinned record of a step's figures
   uint64_t cublas_workspace_bytes;  // the GEMMs' workspace (kernels/gemm.cuh): the device's
+  AttentionKind attention = AttentionKind::materialized;  // sizes the activations and the backward scratch
   bool zero = false;  // ZeRO-1 over dp > 1: the optimizer state of the stage's largest shard (model/optimizer_shards.h)
 };
 

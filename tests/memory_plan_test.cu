@@ -129,6 +129,28 @@ TEST(MemoryPlan, Bf16HalvesTheElementsAndKeepsFp32MomentsAndMasterWeights) {
   EXPECT_LT(item(with, "slot activations").bytes, item(fp32, "slot activations").bytes);
 }
 
+// --attention fused: each stage's slots, working set and backward scratch are the model's fused
+// byte counts, below the materialised ones (heads of 16 channels, the fused kernels' smallest).
+TEST(MemoryPlan, FusedAttentionSizesTheSlotsAndScratchByItsOwnBytes) {
+  for (bool recompute : {false, true}) {
+    MemoryPlanInput input = input_of(ScheduleKind::one_f_one_b, 2, 3, 1, 4, recompute);
+    input.config = make_gpt_config(4, 2, 32, kT, 64);
+    const std::vector<StageMemoryPlan> materialized = plan_memory(input);
+    input.attention = AttentionKind::fused;
+    const std::vector<StageMemoryPlan> fused = plan_memory(input);
+    for (const StageMemoryPlan& plan : fused) {
+      const LayerRange range = input.virtual_stages[plan.stage];
+      const uint64_t activations = activation_bytes<float>(input.config, kB, kT, range, 1, AttentionKind::fused);
+      const std::string slots = recompute ? "recompute working set" : "slot activations";
+      EXPECT_EQ(item(plan, slots).bytes_each, activations) << plan.stage;
+      EXPECT_LT(item(plan, slots).bytes, item(materialized[plan.stage], slots).bytes) << plan.stage;
+      EXPECT_EQ(item(plan, "backward scratch").bytes,
+                backward_scratch_bytes<float>(input.config, kB, kT, range, 1, AttentionKind::fused));
+      EXPECT_LT(plan.peak_bytes, materialized[plan.stage].peak_bytes);
+    }
+  }
+}
+
 TEST(MemoryPlan, AByteCountBeyond64BitsIsAnErrorNotAWrappedNumber) {
   MemoryPlanInput input = input_of(ScheduleKind::one_f_one_b, 1, 1, 1, 1);
   // 2^30 sequences of 1024 tokens of 16384 channels: 2^54 elements in one activation tensor.

@@ -27,6 +27,7 @@ TEST(Options, DefaultsAreTheIssuesDefaults) {
   EXPECT_EQ(o.dtype, "fp32");
   EXPECT_EQ(o.master_weights, 1);
   EXPECT_FALSE(o.no_tf32);
+  EXPECT_EQ(o.attention, "materialized");
   EXPECT_EQ(o.batch, 8);
   EXPECT_EQ(o.microbatches, 4);
   EXPECT_EQ(o.steps, 2000);
@@ -90,6 +91,8 @@ TEST(Options, EveryOptionParses) {
                                 "bf16",
                                 "--master-weights",
                                 "0",
+                                "--attention",
+                                "fused",
                                 "--batch",
                                 "2",
                                 "--microbatches",
@@ -161,6 +164,7 @@ TEST(Options, EveryOptionParses) {
   EXPECT_EQ(o.vocab, 50257);
   EXPECT_EQ(o.dtype, "bf16");
   EXPECT_EQ(o.master_weights, 0);
+  EXPECT_EQ(o.attention, "fused");
   EXPECT_EQ(o.batch, 2);
   EXPECT_EQ(o.microbatches, 16);
   EXPECT_EQ(o.steps, 5000);
@@ -193,7 +197,7 @@ TEST(Options, EveryOptionParses) {
   EXPECT_EQ(o.trace, "out/trace.json");
   EXPECT_EQ(o.trace_step, 7);
   EXPECT_EQ(o.init, "gpt2_124M.bin");
-  EXPECT_EQ(o.given.size(), 43u)
+  EXPECT_EQ(o.given.size(), 44u)
       << "every option but --resume (it excludes --init), --schedule-file (it excludes --schedule) and --help";
   EXPECT_EQ(o.given.count("layers-per-stage"), 1u);
 }
@@ -234,6 +238,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--dtype fp32|bf16", "(default: fp32)"},
       {"--master-weights N", "(default: 1)"},
       {"--no-tf32", "(default: off)"},
+      {"--attention materialized|fused", "(default: materialized)"},
       {"--batch N", "(default: 8)"},
       {"--microbatches N", "(default: 4)"},
       {"--steps N", "(default: 2000)"},

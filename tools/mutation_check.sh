@@ -927,6 +927,27 @@ fault fused-attention-d-without-output kernels/fused_attention.cu \
 fault fused-attention-scores-without-barrier kernels/fused_attention.cu \
   '/s_row\[j\] = scale \* dot(q + r \* stride, k + j \* stride, HS);$/{n;d}' \
   'CUDA_CPU_THREAD_ORDER=reverse unit FusedAttention.*'
+# h35b: issue 35 item 2 (the fused attention in the model, --attention fused).
+# Item 2: the fused path's activations not shrunk: each block's log-sum-exp sized as the
+# materialised attention's saved state.
+fault gpt-fused-activations-not-shrunk model/gpt.cu \
+  's/block.lse = carve.take<Real>(fused_attention_saved_size(B, T, local.NH));/block.lse = carve.take<Real>(attention_saved_size(B, T, local.C, local.NH));/' \
+  'unit GPTFusedAttention.ActivationAndScratchBytes*'
+# Item 2: one qkv buffer for every block, as the materialised path has: each block's forward
+# overwrites the previous block's, so the backward reads the last layer's q, k, v in every layer.
+fault gpt-fused-qkv-overwritten-by-next-layer model/gpt.cu \
+  's/block.qkv = carve.take<Element>(BT \* 3 \* local.C);/block.qkv = acts.blocks.empty() ? carve.take<Element>(BT * 3 * local.C) : acts.blocks[0].qkv;/' \
+  'unit GPTFusedAttention.Matches*'
+# Item 2: the memory plan sizing the slots for the materialised attention whatever the run's:
+# the plan's slots above what the model allocates (create_trainer then refuses the run).
+fault memory-plan-ignores-attention pipeline/memory_plan.cpp \
+  's/activation_bytes<Element>(in.config, in.B, in.T, state.range, 1, in.attention)/activation_bytes<Element>(in.config, in.B, in.T, state.range)/' \
+  'unit MemoryPlan.FusedAttention*'
+# Item 2: the fused attention at tp > 1 given the whole model's channels instead of the rank's
+# C / tp (its NH / tp heads then twice as wide, reading and writing beyond the rank's buffers).
+fault gpt-fused-attention-whole-channels-under-tp model/gpt.cu \
+  's|block_attention_forward(cublas, acts, a, B, T, C / tp.tp(), NH / tp.tp(), stream);|block_attention_forward(cublas, acts, a, B, T, C, NH / tp.tp(), stream);|' \
+  'mpi4 TensorParallelGpt.FusedAttention* 120'
 
 # ---- running ----
 

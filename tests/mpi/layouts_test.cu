@@ -29,7 +29,8 @@
 // -np 4 and 0.25 s at -np 2 (2026-11-26). The same in bf16 on every layout without 8 stages (bf16_cases_of), bitwise
 // with dp = 1 and within bf16's tolerance with replicas. --pipeline-layout strings on 4 stages, one
 // replica: 2 cases, an uneven one and one whose first and last stages hold no layer (1.3 s at
-// -np 4, load 3, 2026-11-27).
+// -np 4, load 3, 2026-11-27). The fused attention on 4 stages, one replica: 1F1B, recompute on and
+// off, fp32 and bf16.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -239,6 +240,27 @@ TEST(PipelineLayouts, LayoutStringGivesTheSingleStageRun) {
       for (const char* text : {"Et|t*3|t|tL", "E|t*3|t*3|L"})
         cases.push_back({dp, pp, ScheduleKind::one_f_one_b, 1, false, 3, 6, pipeline_layout_counts(text, pp, 1, 6)});
       expect_cases_match(cases, kSteps, tolerance_of(dp));
+      ran = true;
+    }
+  if (!ran) GTEST_SKIP() << "no layout of " << size_of_world() << " ranks has 1 replica of 4 stages";
+}
+
+// The fused attention (--attention fused) on 4 stages, one replica: 1F1B at m = 3 with recompute
+// (each backward runs its forward again from the slot's input) and without, in fp32 and bf16,
+// bitwise the single-stage run with the fused attention.
+TEST(PipelineLayouts, FusedAttentionGivesTheSingleStageRun) {
+  ASSERT_GE(size_of_world(), 2) << kOneRank;
+  bool ran = false;
+  for (const auto& [dp, pp] : layouts_of_world(false))
+    if (dp == 1 && pp == 4) {
+      std::vector<Case> cases;
+      for (bool bf16 : {false, true})
+        for (bool recompute : {true, false}) {
+          Case c{dp, pp, ScheduleKind::one_f_one_b, 1, recompute, 3, 4, {}, bf16};
+          c.fused = true;
+          cases.push_back(c);
+        }
+      expect_cases_match(cases, kSteps, kBitwise);
       ran = true;
     }
   if (!ran) GTEST_SKIP() << "no layout of " << size_of_world() << " ranks has 1 replica of 4 stages";

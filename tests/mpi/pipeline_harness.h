@@ -45,7 +45,8 @@
 namespace pipeline_harness {
 
 inline constexpr int kB = 2, kT = 8;
-inline GPTConfig config_of(int layers) { return make_gpt_config(layers, 2, 16, kT, 64); }
+// The fused attention takes heads of 16 channels or more (kernels/fused_attention.cuh): its model is wider.
+inline GPTConfig config_of(int layers, bool fused = false) { return make_gpt_config(layers, 2, fused ? 32 : 16, kT, 64); }
 // Clipping at 0.1 is below the tiny model's gradient norm (about 1), so every step clips.
 inline const AdamWSettings kSettings{0.9, 0.95, 1e-8, 0.1, 0.1};
 inline constexpr double kLearningRate = 3e-3;
@@ -61,6 +62,7 @@ struct Case {
   bool bf16 = false;                       // bf16 parameters, with fp32 master weights
   int microbatch_group = 0;                // interleaved's --microbatch-group; 0: pp
   bool zero = false;                       // --zero 1: ZeRO-1's optimizer-state shards over the replicas
+  bool fused = false;                      // --attention fused (on config_of's wider model)
 };
 
 inline std::string layers_per_stage_text(const std::vector<int>& counts) {
@@ -73,7 +75,7 @@ inline std::string describe(const Case& c) {
   return "dp " + std::to_string(c.dp) + " pp " + std::to_string(c.pp) + " " + schedule_name(c.schedule) + " v " +
          std::to_string(c.v) + (c.recompute ? " recompute" : "") + " m " + std::to_string(c.m) + " L " +
          std::to_string(c.layers) + layers_per_stage_text(c.layers_per_stage) + (c.bf16 ? " bf16" : "") +
-         (c.microbatch_group ? " group " + std::to_string(c.microbatch_group) : "") + (c.zero ? " zero 1" : "");
+         (c.microbatch_group ? " group " + std::to_string(c.microbatch_group) : "") + (c.zero ? " zero 1" : "") + (c.fused ? " fused" : "");
 }
 
 inline int rank_in_world() {
@@ -147,8 +149,9 @@ inline constexpr uint64_t kRoundingSeed = 5;
 // schedule_file: a grid to run instead of c.schedule (--schedule-file), or nullptr.
 template <typename Element>
 Outcome run_in(const Case& c, const CommGroups& groups, int steps, const ScheduleGrid* schedule_file) {
-  const GPTConfig config = config_of(c.layers);
+  const GPTConfig config = config_of(c.layers, c.fused);
   PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
+  layout.attention = c.fused ? AttentionKind::fused : AttentionKind::materialized;
   if (schedule_file != nullptr) layout.schedule_file = *schedule_file;
   layout.microbatch_group = c.microbatch_group;
   layout.zero = c.zero;
@@ -197,8 +200,8 @@ inline Outcome run(const Case& c, const CommGroups& groups, int steps, const Sch
 }
 
 // The single-stage, single-replica run (a mesh of one) of (global microbatches, layers, steps,
-// bf16): its losses and gradient norms, and its gradients after step 1.
-using ReferenceKey = std::tuple<int, int, int, bool>;
+// bf16, fused): its losses and gradient norms, and its gradients after step 1.
+using ReferenceKey = std::tuple<int, int, int, bool, bool>;
 inline std::map<ReferenceKey, Outcome>& reference_cache() {
   static std::map<ReferenceKey, Outcome> cache;
   return cache;
@@ -211,15 +214,16 @@ inline std::map<ReferenceKey, Outcome>& reference_cache() {
 inline void share_references(const std::vector<Case>& cases, int steps, const CommGroups& groups) {
   std::vector<ReferenceKey> missing;
   for (const Case& c : cases) {
-    const ReferenceKey key{c.m * c.dp, c.layers, steps, c.bf16};
+    const ReferenceKey key{c.m * c.dp, c.layers, steps, c.bf16, c.fused};
     if (!reference_cache().count(key) && std::find(missing.begin(), missing.end(), key) == missing.end())
       missing.push_back(key);
   }
   const int size = groups.mesh.world_size, rank = groups.mesh.world_rank;
   CommGroups alone = create_world_groups(make_mesh(1, 1, 1, 0));
   for (size_t i = rank; i < missing.size(); i += size) {
-    const Case single{1, 1, ScheduleKind::one_f_one_b, 1, false, std::get<0>(missing[i]), std::get<1>(missing[i]),
-                      {}, std::get<3>(missing[i])};
+    Case single{1, 1, ScheduleKind::one_f_one_b, 1, false, std::get<0>(missing[i]), std::get<1>(missing[i]),
+                {}, std::get<3>(missing[i])};
+    single.fused = std::get<4>(missing[i]);
     reference_cache()[missing[i]] = run(single, alone, steps);
   }
   if (size == 1) return;
@@ -229,7 +233,7 @@ inline void share_references(const std::vector<Case>& cases, int steps, const Co
     if (owner != rank) {
       reference.losses.resize(steps);
       reference.grad_norms.resize(steps);
-      reference.gradients.resize(num_parameters(config_of(std::get<1>(missing[i]))));
+      reference.gradients.resize(num_parameters(config_of(std::get<1>(missing[i]), std::get<4>(missing[i]))));
     }
     DeviceBuffer<double> losses(reference.losses);
     DeviceBuffer<double> grad_norms(reference.grad_norms);
@@ -259,7 +263,7 @@ inline std::vector<std::pair<int, int>> layers_of_stage(const Case& c, const Pla
 }
 
 inline const Outcome& reference(const Case& c, int steps) {
-  return reference_cache().at({c.m * c.dp, c.layers, steps, c.bf16});
+  return reference_cache().at({c.m * c.dp, c.layers, steps, c.bf16, c.fused});
 }
 
 // The groups of a layout for the length of a test (creation and destruction are collective).
@@ -296,7 +300,7 @@ inline void expect_replicas_agree(const Case& c, const Outcome& outcome, const C
   NCCL_CHECK(ncclAllGather(mine.data(), every.data(), count, ncclFloat32, groups.world, nullptr));
   const std::vector<float> all = every.to_host();  // waits for the gather, whose buffers go next
   if (mesh.world_rank != 0) return;
-  const GPTConfig config = config_of(c.layers);
+  const GPTConfig config = config_of(c.layers, c.fused);
   const size_t n = num_parameters(config);
   const auto same_bits = [](float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
   for (int rank = mesh.pp; rank < mesh.world_size; ++rank)  // world rank = dp_rank pp + pp_rank

@@ -35,7 +35,8 @@ std::string options_text(const PlannedRun& run) {
          " T=" + std::to_string(run.T) + " m=" + std::to_string(o.microbatches) + ", dp=" + std::to_string(run.mesh.dp) +
          " x pp=" + std::to_string(run.mesh.pp) + ", " +
          (o.schedule_file.empty() ? o.schedule : "--schedule-file " + o.schedule_file) +
-         " v=" + std::to_string(placement.v) + (o.recompute ? ", recompute" : "") + ", " + o.dtype +
+         " v=" + std::to_string(placement.v) + (o.recompute ? ", recompute" : "") +
+         (run.layout.attention == AttentionKind::fused ? ", fused attention" : "") + ", " + o.dtype +
          (is_bf16(o) && o.master_weights ? " with fp32 master weights" : "") +
          (o.zero == 1 && run.mesh.dp > 1 ? ", zero 1" : "");
 }

@@ -290,9 +290,9 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandl
   const Mesh& mesh = setup.mesh;
   RunFiles files;
   open_run_files(setup, files);
-  say(out, "model: L=%d NH=%d C=%d maxT=%d V=%d (Vp=%d), %zu parameters, %s\n", config.num_layers,
+  say(out, "model: L=%d NH=%d C=%d maxT=%d V=%d (Vp=%d), %zu parameters, %s, attention %s\n", config.num_layers,
       config.num_heads, config.channels, config.max_seq_len, config.vocab_size, config.padded_vocab_size,
-      num_parameters(config), setup.start.description.c_str());
+      num_parameters(config), setup.start.description.c_str(), attention_name(setup.layout.attention));
   if (is_bf16(setup))
     say(out, "precision: bf16 parameters, gradients, activations and messages; fp32 moments%s; stochastic "
         "rounding seed %llu\n", options.master_weights ? " and master weights" : " (no master weights)",

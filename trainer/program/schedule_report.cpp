@@ -14,8 +14,9 @@ bool is_bf16(const RunSetup& setup) { return setup.options.dtype == "bf16"; }
 // Bytes of one chunk's activations in the run's element type.
 size_t chunk_activation_bytes(const RunSetup& setup, const LayerRange& range) {
   const GPTConfig& config = setup.start.config;
-  return is_bf16(setup) ? activation_bytes<__nv_bfloat16>(config, setup.B, setup.T, range)
-                                : activation_bytes<float>(config, setup.B, setup.T, range);
+  const AttentionKind attention = setup.layout.attention;
+  return is_bf16(setup) ? activation_bytes<__nv_bfloat16>(config, setup.B, setup.T, range, 1, attention)
+                        : activation_bytes<float>(config, setup.B, setup.T, range, 1, attention);
 }
 
 // Bytes of one activation slot of a chunk, as the executor allocates it.

@@ -128,6 +128,7 @@ PipelineLayout layout_from_options(const TrainOptions& options) {
   layout.microbatch_group = options.microbatch_group;
   layout.pipeline_layout = options.pipeline_layout;
   layout.zero = options.zero == 1;
+  layout.attention = options.attention == "fused" ? AttentionKind::fused : AttentionKind::materialized;
   return layout;
 }
 
@@ -151,6 +152,7 @@ MemoryPlanInput memory_plan_input(const GPTConfig& config, int B, int T, const P
                          bf16 && precision.master_weights,
                          sizeof(StepFigures),
                          cublas_workspace_bytes(),
+                         layout.attention,
                          layout.zero && mesh.dp > 1};
 }
 
@@ -203,7 +205,8 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   trainer.grads = stage_views(trainer.gradient_memory, trainer.parameter_layout);
   trainer.executor =
       create_executor<Element>(config, B, T, schedule.stages[mesh.pp_rank], trainer.chunks, trainer.placement,
-                               mesh.pp_rank, layout.recompute, trainer.groups, trainer.cublas, trainer.stream);
+                               mesh.pp_rank, layout.recompute, trainer.groups, trainer.cublas, trainer.stream,
+                               layout.attention);
   const OptimizerShards shards = optimizer_shards(trainer.parameter_layout, planned.zero ? mesh.dp : 1);
   trainer.buckets = create_gradient_buckets(gradient_buckets(trainer.parameter_layout), wte_bucket(trainer.parameter_layout),
                                             trainer.groups, planned.zero ? shards.bounds : std::vector<size_t>{},

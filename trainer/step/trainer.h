@@ -44,10 +44,12 @@ struct PipelineLayout {
   int microbatch_group = 0;  // interleaved's N, microbatches each chunk runs in a row (pipeline/interleaved.h); 0: pp
   std::string pipeline_layout = {};  // --pipeline-layout (pipeline/layout_string.h); empty: layers_per_stage
   bool zero = false;  // --zero 1: with dp > 1, ZeRO-1's optimizer-state shards (model/optimizer_shards.h)
+  AttentionKind attention = AttentionKind::materialized;  // --attention: sizes the activation slots and the scratch
 };
 
 // The layout the options ask for (--schedule, --microbatches, --virtual-stages, --recompute,
-// --layers-per-stage, --schedule-file's grid, read and checked, --microbatch-group, --pipeline-layout, --zero).
+// --layers-per-stage, --schedule-file's grid, read and checked, --microbatch-group, --pipeline-layout, --zero,
+// --attention).
 PipelineLayout layout_from_options(const TrainOptions& options);
 
 // The layout's schedule on pp stages: the built-in one, or the file's grid checked and lowered
