@@ -64,6 +64,11 @@ struct BatchReader {
   std::vector<uint64_t> chunk_order;  // (chunks,) chunk indices in visiting order
 };
 
+// The shuffle's visiting order for one epoch: order (its size set by the caller) becomes a
+// Fisher-Yates permutation of 0 .. order.size()-1 drawn from std::mt19937_64 seeded with a mix of
+// (seed, epoch). The batch reader's chunks and the document reader's groups (documents.h) use it.
+void shuffled_order(uint64_t seed, uint64_t epoch, std::vector<uint64_t>& order);
+
 // Throws if the data holds fewer than B*T+1 tokens (less than one window).
 BatchReader make_batch_reader(const TokenDataset& data, size_t B, size_t T, bool shuffle, uint64_t seed);
 // First token index of microbatch k's window (before wrapping the window's later tokens).
