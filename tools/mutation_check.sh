@@ -928,6 +928,28 @@ fault fused-attention-scores-without-barrier kernels/fused_attention.cu \
   '/s_row\[j\] = scale \* dot(q + r \* stride, k + j \* stride, HS);$/{n;d}' \
   'CUDA_CPU_THREAD_ORDER=reverse unit FusedAttention.*'
 
+# h34a: issue 34 item 1 and part of 6 (the variable-length data layer, trainer/data/documents.cpp).
+# Item 1: a sequence one token longer than its document: it crosses into the next document.
+fault document-sequence-crosses-a-boundary trainer/data/documents.cpp \
+  's/? reader.starts\[d + 1\] : reader.data->tokens.size() - 1;/? reader.starts[d + 1] + 1 : reader.data->tokens.size() - 1;/' \
+  'unit DocumentReader.*'
+# Item 1: the length function one too long for a microbatch of short sequences (off by one).
+fault microbatch-length-one-too-long trainer/data/documents.cpp \
+  's/  return std::min(T, cap);/  return std::min(T + 1, cap);/' \
+  'unit DocumentReader.*'
+# Item 1: padding positions keep a real target (0): they would enter the loss.
+fault padding-targets-not-masked trainer/data/documents.cpp \
+  's/: kMaskedTarget;/: 0;/' \
+  'unit DocumentReader.*'
+# Item 1: any verse beginning with 1 (":10 ", ":12 ") taken for a chapter's first.
+fault chapter-starts-at-any-verse-one-something trainer/data/documents.cpp \
+  "s/text\[i + 1\] == '1' \&\& text\[i + 2\] == ' '/text[i + 1] == '1'/" \
+  'unit Documents.*'
+# Item 1: the warm-up's length not rounded down to a multiple of 8.
+fault seq-len-warmup-not-rounded trainer/data/documents.cpp \
+  's/grown \/ kSeqLenWarmupMultiple \* kSeqLenWarmupMultiple/grown/' \
+  'unit SeqLenWarmup.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
