@@ -11,7 +11,7 @@
 //     verse 1: optional digits, letters, the chapter's digits, ":1 " ("Ge1:1 ", "1Sa3:1 ");
 //   llm.c shards: every end-of-text token (50256, GPT-2's <|endoftext|>), which llm.c's shard
 //     writers put before each document.
-// Document d spans the inputs [start_d, start_d+1); the last one ends at N - 1, since the last token
+// Document d spans the inputs [start(d), start(d+1)); the last one ends at N - 1, since the last token
 // has no next token to be its target. A document's last input has as target the token after it, the
 // next document's first: for shards its end-of-text token (the model learns where a document ends,
 // as in llm.c), for text the next chapter's reference.
