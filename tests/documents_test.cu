@@ -108,6 +108,15 @@ TEST(Documents, DataWithoutASeparatorIsAnError) {
             "3 tokens");
 }
 
+TEST(Documents, AShardWithoutASeparatorIsNamed) {
+  TokenDataset data = shard({kEot, 1, 2, 3, 4, kEot, 5});
+  data.shards = {{"a.bin", 0, 3}, {"b.bin", 3, 2}, {"c.bin", 5, 2}};  // b.bin: tokens 3 and 4
+  EXPECT_EQ(error_of([&] { document_starts(data); }),
+            "b.bin: no document separator (the end-of-text token 50256) in 2 tokens");
+  data.shards = {{"a.bin", 0, 3}, {"b.bin", 3, 4}};
+  EXPECT_EQ(document_starts(data), (std::vector<uint64_t>{0, 5}));
+}
+
 // ---- The document-aligned reader ----
 
 TEST(DocumentReader, MicrobatchesOfAHandMadeShard) {

@@ -135,7 +135,11 @@ TokenDataset load_token_shards(const std::string& pattern, int vocab_size) {
   TokenDataset data;
   data.vocab_size = vocab_size;
   data.format = TokenFormat::llmc_shards;
-  for (const std::string& path : paths) append_shard(path, vocab_size, data.tokens);
+  for (const std::string& path : paths) {
+    const size_t first = data.tokens.size();
+    append_shard(path, vocab_size, data.tokens);
+    data.shards.push_back({path, first, data.tokens.size() - first});
+  }
   data.source = paths.size() == 1 ? paths[0] : pattern + " (" + std::to_string(paths.size()) + " shards)";
   return data;
 }

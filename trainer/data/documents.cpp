@@ -71,9 +71,21 @@ void check_cap(const DocumentReader& reader, size_t cap) {
   }
 }
 
+// Throws naming the first shard of data that holds no end-of-text token.
+void check_every_shard_separated(const TokenDataset& data) {
+  for (const ShardSpan& shard : data.shards) {
+    const auto first = data.tokens.begin() + shard.first;
+    if (std::find(first, first + shard.count, kEndOfTextToken) == first + shard.count) {
+      throw std::runtime_error(shard.path + ": no document separator (" + separator_name(data.format) + ") in " +
+                               std::to_string(shard.count) + " tokens");
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<uint64_t> document_starts(const TokenDataset& data) {
+  check_every_shard_separated(data);
   std::vector<uint64_t> starts{0};
   bool separated = false;
   for (size_t i = 0; i + 1 < data.tokens.size(); i++) {

@@ -42,7 +42,8 @@ constexpr int kMaskedTarget = -1;
 constexpr uint16_t kEndOfTextToken = 50256;
 
 // The document starts of data, ascending, 0 first; a separator on the last token (an empty document)
-// is left out. Throws "<source>: no document separator (...)" when the data holds none.
+// is left out. Throws "<file>: no document separator (...)" when a shard of data.shards holds none,
+// "<source>: ..." when the data holds none.
 std::vector<uint64_t> document_starts(const TokenDataset& data);
 
 struct DocumentReader {
