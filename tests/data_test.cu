@@ -93,6 +93,11 @@ TEST(Data, GlobConcatenatesShardsInNameOrder) {
   const std::vector<uint16_t> expected = {0, 1, 2, 100, 101, 200, 201, 202, 203, 204};
   EXPECT_EQ(data.tokens, expected);
   EXPECT_EQ(data.source, dir.file("train_*.bin") + " (3 shards)");
+  ASSERT_EQ(data.shards.size(), 3u);
+  EXPECT_EQ(data.shards[1].path, dir.file("train_000001.bin"));
+  EXPECT_EQ(data.shards[1].first, 3u);
+  EXPECT_EQ(data.shards[2].first, 5u);
+  EXPECT_EQ(data.shards[2].count, 5u);
 }
 
 TEST(Data, PatternMatchingNoFileIsAnError) {

@@ -949,6 +949,37 @@ fault gpt-fused-attention-whole-channels-under-tp model/gpt.cu \
   's|block_attention_forward(cublas, acts, a, B, T, C / tp.tp(), NH / tp.tp(), stream);|block_attention_forward(cublas, acts, a, B, T, C, NH / tp.tp(), stream);|' \
   'mpi4 TensorParallelGpt.FusedAttention* 120'
 
+# h34a: issue 34 item 1 and part of 6 (the variable-length data layer, trainer/data/documents.cpp).
+# Item 1: a sequence one token longer than its document: it crosses into the next document.
+fault document-sequence-crosses-a-boundary trainer/data/documents.cpp \
+  's/? reader.starts\[d + 1\] : reader.data->tokens.size() - 1;/? reader.starts[d + 1] + 1 : reader.data->tokens.size() - 1;/' \
+  'unit DocumentReader.*'
+# Item 1: the length function one too long for a microbatch of short sequences (off by one).
+fault microbatch-length-one-too-long trainer/data/documents.cpp \
+  's/  return std::min(T, cap);/  return std::min(T + 1, cap);/' \
+  'unit DocumentReader.*'
+# Item 1: padding positions keep a real target (0): they would enter the loss.
+fault padding-targets-not-masked trainer/data/documents.cpp \
+  's/: kMaskedTarget;/: 0;/' \
+  'unit DocumentReader.*'
+# Item 1: any verse beginning with 1 (":10 ", ":12 ") taken for a chapter's first.
+fault chapter-starts-at-any-verse-one-something trainer/data/documents.cpp \
+  "s/text\[i + 1\] == '1' \&\& text\[i + 2\] == ' '/text[i + 1] == '1'/" \
+  'unit Documents.*'
+# Item 1: the warm-up's length not rounded down to a multiple of 8.
+fault seq-len-warmup-not-rounded trainer/data/documents.cpp \
+  's/grown \/ kSeqLenWarmupMultiple \* kSeqLenWarmupMultiple/grown/' \
+  'unit SeqLenWarmup.*'
+# Item 6: the shards not checked one by one: a shard without an end-of-text token passes when
+# another holds one.
+fault shard-without-separator-passes trainer/data/documents.cpp \
+  '/^  check_every_shard_separated(data);$/d' \
+  'unit Documents.*'
+# Item 6: the shards' spans not recorded at load: no shard could be named.
+fault shard-spans-not-recorded trainer/data/data.cpp \
+  '/data.shards.push_back/d' \
+  'unit Data.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -107,18 +107,21 @@ uint64_t mix64(uint64_t x) {
 
 size_t chunk_count(const BatchReader& reader) { return reader.data->tokens.size() / (reader.B * reader.T); }
 
-// Fisher-Yates with std::mt19937_64 (its output is fixed by the standard, unlike the distributions');
-// the modulo's bias, below chunks / 2^64, is negligible.
 void shuffle_chunks_for_epoch(BatchReader& reader, uint64_t epoch) {
-  const size_t chunks = chunk_count(reader);
-  reader.chunk_order.resize(chunks);
-  for (size_t i = 0; i < chunks; i++) reader.chunk_order[i] = i;
-  std::mt19937_64 rng(mix64(reader.seed ^ mix64(epoch)));
-  for (size_t i = chunks - 1; i > 0; i--) std::swap(reader.chunk_order[i], reader.chunk_order[rng() % (i + 1)]);
+  reader.chunk_order.resize(chunk_count(reader));
+  shuffled_order(reader.seed, epoch, reader.chunk_order);
   reader.order_epoch = epoch;
 }
 
 }  // namespace
+
+// Fisher-Yates with std::mt19937_64 (its output is fixed by the standard, unlike the distributions');
+// the modulo's bias, below order.size() / 2^64, is negligible.
+void shuffled_order(uint64_t seed, uint64_t epoch, std::vector<uint64_t>& order) {
+  for (size_t i = 0; i < order.size(); i++) order[i] = i;
+  std::mt19937_64 rng(mix64(seed ^ mix64(epoch)));
+  for (size_t n = order.size(); n > 1; n--) std::swap(order[n - 1], order[rng() % n]);
+}
 
 bool is_shard_pattern(const std::string& path) {
   return path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0;
@@ -132,7 +135,11 @@ TokenDataset load_token_shards(const std::string& pattern, int vocab_size) {
   TokenDataset data;
   data.vocab_size = vocab_size;
   data.format = TokenFormat::llmc_shards;
-  for (const std::string& path : paths) append_shard(path, vocab_size, data.tokens);
+  for (const std::string& path : paths) {
+    const size_t first = data.tokens.size();
+    append_shard(path, vocab_size, data.tokens);
+    data.shards.push_back({path, first, data.tokens.size() - first});
+  }
   data.source = paths.size() == 1 ? paths[0] : pattern + " (" + std::to_string(paths.size()) + " shards)";
   return data;
 }

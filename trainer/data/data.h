@@ -17,11 +17,21 @@ constexpr size_t kValidationPercent = 5;
 
 enum class TokenFormat { text_bytes, llmc_shards };
 
+// Where one llm.c shard's tokens sit in a TokenDataset, for messages about that file.
+struct ShardSpan {
+  std::string path;
+  size_t first = 0;  // index of its first token
+  size_t count = 0;
+};
+
 struct TokenDataset {
   std::vector<uint16_t> tokens;  // (N,) every shard concatenated in name order, or every byte of the text
   int vocab_size = 0;            // every token is below it (checked when loading)
   TokenFormat format = TokenFormat::text_bytes;
   std::string source;  // where the tokens came from, for messages: "data/kjv.txt (last 5%)"
+  // Each shard as loaded (load_token_shards); empty for text and for the parts of a split, whose
+  // shards may be cut (check the whole data's shards before splitting it).
+  std::vector<ShardSpan> shards;
 };
 
 // A path ending in ".bin" is a glob pattern of llm.c shards; anything else is one text file.
@@ -63,6 +73,11 @@ struct BatchReader {
   uint64_t order_epoch = UINT64_MAX;
   std::vector<uint64_t> chunk_order;  // (chunks,) chunk indices in visiting order
 };
+
+// The shuffle's visiting order for one epoch: order (its size set by the caller) becomes a
+// Fisher-Yates permutation of 0 .. order.size()-1 drawn from std::mt19937_64 seeded with a mix of
+// (seed, epoch). The batch reader's chunks and the document reader's groups (documents.h) use it.
+void shuffled_order(uint64_t seed, uint64_t epoch, std::vector<uint64_t>& order);
 
 // Throws if the data holds fewer than B*T+1 tokens (less than one window).
 BatchReader make_batch_reader(const TokenDataset& data, size_t B, size_t T, bool shuffle, uint64_t seed);
