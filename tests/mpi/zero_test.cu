@@ -64,7 +64,9 @@ void expect_zero_one_matches_zero_zero(const Case& c) {
     owned += r.count;
     EXPECT_EQ(first_difference(sharded.m, whole.m, r.full_offset, r.count), -1) << what << ": m";
     EXPECT_EQ(first_difference(sharded.v, whole.v, r.full_offset, r.count), -1) << what << ": v";
-    if (c.bf16) EXPECT_EQ(first_difference(sharded.master, whole.master, r.full_offset, r.count), -1) << what;
+    if (c.bf16) {
+      EXPECT_EQ(first_difference(sharded.master, whole.master, r.full_offset, r.count), -1) << what;
+    }
   }
   // Each stage's replicas own it once between them: over the world, the stages' sizes once.
   EXPECT_EQ(world_sum(owned) * c.dp, world_sum(whole.stage_size)) << what << ": the shards do not tile the stages";
