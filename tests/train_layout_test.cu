@@ -238,9 +238,9 @@ std::vector<double> losses_of(const std::vector<std::string>& fields) {
   return losses;
 }
 
-// --attention fused through the whole program: 4 stages with recompute give bitwise the single
-// process's losses and norms, the banner names it, and its losses are the materialised
-// attention's within 1e-5 relative. Default fp32 runs the materialised attention's GEMMs in TF32
+// The fused attention through the whole program (./train's default, named here all the same):
+// 4 stages with recompute give bitwise the single process's losses and norms, the banner names
+// it, and its losses are --attention materialized's within 1e-5 relative. Default fp32 runs the materialised attention's GEMMs in TF32
 // (inputs rounded to 2^-11) and the fused kernel's dot products in full fp32: the scores differ by
 // 2^-11 of themselves, a few 1e-4 here at initialisation, which moves the loss of 5.5 by a few
 // 1e-7 (measured 2026-11-27: 2e-7, 5e-8, 3.8e-7, 4.6e-7 at steps 1 to 4); the bound is 20 times
@@ -251,7 +251,7 @@ TEST(TrainLayout, FusedAttentionFourStagesGiveTheSingleProcessLosses) {
   ASSERT_EQ(fused.single.size(), 4u);
   EXPECT_EQ(fused.four, fused.single);
   EXPECT_NE(fused.four_out.find(", attention fused\n"), std::string::npos) << fused.four_out;
-  const BothRuns materialized = single_and_four_stages(kSmallRun);
+  const BothRuns materialized = single_and_four_stages(" --attention materialized" + kSmallRun);
   EXPECT_NE(materialized.four_out.find(", attention materialized\n"), std::string::npos) << materialized.four_out;
   const std::vector<double> a = losses_of(fused.single), b = losses_of(materialized.single);
   ASSERT_EQ(a.size(), b.size());

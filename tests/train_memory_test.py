@@ -13,6 +13,8 @@
   only the last stage's plan is above it (AFAB holds every microbatch on every stage, and the last
   stage has the head), rank 0, which prints the refusal, names rank 3, and the run exits with status
   1: the ranks exchange their figures before anything is allocated.
+- A run with --attention materialized above the limit where the fused attention is below it:
+  the refusal's first change that fits is --attention fused, and with it the run trains.
 - Bad input, one line and status 1 each: a limit that is not a byte count, out of range, --world
   without --print-memory, a layout the schedule rejects, a plan whose bytes overflow 64 bits.
     /usr/bin/python3 tests/train_memory_test.py [--gtest_filter=PATTERN]
@@ -135,6 +137,29 @@ def only_the_last_stage_above_the_limit_is_refused_on_every_rank():
     return ok, "peaks %s, limit %d: status %d, %s" % (peaks, limit, status, error or lines[-3:])
 
 
+def materialized_attention_refused_suggests_the_fused_one():
+    """A limit between the fused and the materialised attention's peaks at a longer sequence: the
+    materialised run is refused, its first change that fits is --attention fused, and the run trains
+    with it."""
+    layout = ["--seq-len", "256", "--batch", "4"]
+    fused, materialized = (max(peaks_of(["--world", "4", "--attention", kind] + layout))
+                           for kind in ("fused", "materialized"))
+    if not fused < materialized:
+        return False, "the test's premise: the fused attention's peak %d below the materialised one's %d" % (
+            fused, materialized)
+    limit = ["--memory-limit", str((fused + materialized) // 2)]
+    status, lines, _ = run(MPIRUN + ["-np", "4", TRAIN, "--attention", "materialized"] + limit + layout + SMALL_RUN)
+    error = refusal(lines)
+    fits = [line for line in error or [] if line.startswith("  would fit (the heaviest stage's plan): ")]
+    first = fits[0].split(": ", 1)[1].split(";")[0].rsplit(":", 1)[0] if fits else None
+    if status != 1 or first != "--attention fused":
+        return False, "status %d, first change that fits %r: %s" % (status, first, error or lines[-3:])
+    status, lines, _ = run(MPIRUN + ["-np", "4", TRAIN, "--attention", "fused"] + limit + layout + SMALL_RUN)
+    done = any(line.startswith("done: 1/1 steps") for line in lines)
+    return status == 0 and done, "peaks %d fused, %d materialized: refused, then with --attention fused status %d%s" % (
+        fused, materialized, status, "" if done else ", " + str(lines[-3:]))
+
+
 BAD_INPUT = {
     "MemoryBadInput.LimitNotANumber": (["--memory-limit", "12X"], "--memory-limit: '12X' is not a byte count"),
     "MemoryBadInput.LimitNegative": (["--memory-limit", "-1G"], "--memory-limit: '-1G' is not a byte count"),
@@ -163,6 +188,7 @@ CHECKS = {
     "TrainMemory.MemoryLimitRefusesAStageAboveIt": memory_limit_refuses,
     "TrainMemory.OnlyTheLastStageAboveTheLimitIsRefusedOnEveryRank":
         only_the_last_stage_above_the_limit_is_refused_on_every_rank,
+    "TrainMemory.MaterializedAttentionRefusedSuggestsTheFusedOne": materialized_attention_refused_suggests_the_fused_one,
 }
 
 

@@ -948,6 +948,15 @@ fault memory-plan-ignores-attention pipeline/memory_plan.cpp \
 fault gpt-fused-attention-whole-channels-under-tp model/gpt.cu \
   's|block_attention_forward(cublas, acts, a, B, T, C / tp.tp(), NH / tp.tp(), stream);|block_attention_forward(cublas, acts, a, B, T, C, NH / tp.tp(), stream);|' \
   'mpi4 TensorParallelGpt.FusedAttention* 120'
+# Item 2 (the default): a run refused with --attention materialized is not told that the fused
+# attention, ./train's default, would fit.
+fault memory-refusal-never-suggests-fused-attention trainer/program/memory_report.cpp \
+  '/if (o.attention != "fused") changes.push_back/d' \
+  'py:train_memory_test TrainMemory.MaterializedAttention*'
+# Item 2: ./train's default back to the materialised attention.
+fault default-attention-materialized trainer/command_line/options.h \
+  's/std::string attention = "fused";/std::string attention = "materialized";/' \
+  'unit Options.*'
 
 # h34a: issue 34 item 1 and part of 6 (the variable-length data layer, trainer/data/documents.cpp).
 # Item 1: a sequence one token longer than its document: it crosses into the next document.

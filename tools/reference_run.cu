@@ -2,9 +2,10 @@
 // compares them with PyTorch): from an llm.c model file and a token file, our trainer's
 // step 1 gradient, the losses of `steps` AdamW steps at a constant learning rate, and the
 // parameters they leave.
-//   reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY GRAD_CLIP [DTYPE]
+//   reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY GRAD_CLIP [DTYPE [ATTENTION]]
 // DTYPE is fp32 (the default) or bf16: the trainer's element type, bf16 with fp32 master weights
 // and stochastic rounding seeded with 1 (the model file's values are rounded to nearest bf16).
+// ATTENTION is materialized (the default) or fused, as ./train's --attention.
 // fp32 GEMMs run in full fp32, not TF32 (./train's default): the trainer's cuBLAS handle keeps
 // the default math mode, as ./train --no-tf32 sets it, because PyTorch's CPU matmul is full fp32
 // and the comparison's tolerances are fp32's.
@@ -23,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/host_exchange.h"
 #include "model/atomic_file.h"
 #include "model/checkpoint_format.h"
 #include "model/parameters.h"
@@ -56,10 +58,15 @@ TokenDataset load_tokens(const std::string& path, int vocab_size) {
 }
 
 // The run in Element, written to output.
+// The single process: the model as one stage, 1F1B without recompute.
 template <typename Element>
 void run_and_write(const ModelFile& model, const TokenDataset& data, const std::string& output, int B, int T,
-                   int microbatches, int steps, double learning_rate, const AdamWSettings& settings) {
-  Trainer<Element> trainer = create_trainer<Element>(model.config, B, T, microbatches, {true, 1});
+                   int microbatches, AttentionKind attention, int steps, double learning_rate,
+                   const AdamWSettings& settings) {
+  PipelineLayout layout{ScheduleKind::one_f_one_b, microbatches, 1, false, {}};
+  layout.attention = attention;
+  const CommGroups alone = create_world_groups(make_mesh(1, 1, 1, 0));
+  Trainer<Element> trainer = create_trainer<Element>(model.config, B, T, layout, alone, {true, 1});
   upload_parameters(trainer, model.parameters);
   BatchReader reader = make_batch_reader(data, B, T, false, 0);
   std::vector<float> step1_gradient;
@@ -81,10 +88,10 @@ void run_and_write(const ModelFile& model, const TokenDataset& data, const std::
 }
 
 int run(int argc, char** argv) {
-  if (argc != 14 && argc != 15) {
+  if (argc < 14 || argc > 16) {
     std::fprintf(stderr,
                  "usage: reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY "
-                 "GRAD_CLIP [DTYPE]\n");
+                 "GRAD_CLIP [DTYPE [ATTENTION]]\n");
     return 2;
   }
   const ModelFile model = read_model_file(argv[1]);
@@ -96,11 +103,14 @@ int run(int argc, char** argv) {
   const double learning_rate = std::stod(argv[8]);
   const AdamWSettings settings{std::stod(argv[9]), std::stod(argv[10]), std::stod(argv[11]), std::stod(argv[12]),
                                std::stod(argv[13])};
-  const std::string dtype = argc == 15 ? argv[14] : "fp32";
+  const std::string dtype = argc >= 15 ? argv[14] : "fp32", attention_name = argc == 16 ? argv[15] : "materialized";
+  if (attention_name != "materialized" && attention_name != "fused")
+    throw std::runtime_error("ATTENTION " + attention_name + " is not materialized or fused");
+  const AttentionKind attention = attention_name == "fused" ? AttentionKind::fused : AttentionKind::materialized;
   if (dtype == "fp32") {
-    run_and_write<float>(model, data, output, B, T, microbatches, steps, learning_rate, settings);
+    run_and_write<float>(model, data, output, B, T, microbatches, attention, steps, learning_rate, settings);
   } else if (dtype == "bf16") {
-    run_and_write<__nv_bfloat16>(model, data, output, B, T, microbatches, steps, learning_rate, settings);
+    run_and_write<__nv_bfloat16>(model, data, output, B, T, microbatches, attention, steps, learning_rate, settings);
   } else {
     throw std::runtime_error("DTYPE " + dtype + " is not fp32 or bf16");
   }

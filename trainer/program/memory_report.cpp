@@ -49,12 +49,14 @@ struct Change {
   std::string family = "";
 };
 
-// The changes the refusal tries, one at a time and then the two cheapest together: recompute,
-// bf16, smaller microbatches with as many more of them (the same tokens per step), 1F1B instead
-// of all-forward-all-backward, twice the stages (on twice the ranks).
+// The changes the refusal tries, one at a time and then the two cheapest together: the fused
+// attention (when the run asked for the materialised one), recompute, bf16, smaller microbatches
+// with as many more of them (the same tokens per step), 1F1B instead of all-forward-all-backward,
+// twice the stages (on twice the ranks).
 std::vector<Change> changes_to_try(const PlannedRun& run) {
   const TrainOptions& o = run.options;
   std::vector<Change> changes;
+  if (o.attention != "fused") changes.push_back({"--attention fused", [](TrainOptions& t) { t.attention = "fused"; }});
   if (!o.recompute) changes.push_back({"--recompute", [](TrainOptions& t) { t.recompute = true; }});
   if (!is_bf16(o)) changes.push_back({"--dtype bf16", [](TrainOptions& t) { t.dtype = "bf16"; }});
   if (!o.recompute && !is_bf16(o))
