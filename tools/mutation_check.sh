@@ -953,6 +953,11 @@ fault gpt-fused-attention-whole-channels-under-tp model/gpt.cu \
 fault memory-refusal-never-suggests-fused-attention trainer/program/memory_report.cpp \
   '/if (o.attention != "fused") changes.push_back/d' \
   'py:train_memory_test TrainMemory.MaterializedAttention*'
+# Item 3: the fused backward's D without the output, against PyTorch (the fused families alone:
+# the materialised ones do not run the kernel).
+fault fused-attention-d-without-output-against-pytorch kernels/fused_attention.cu \
+  's/sum += to_compute(dout\[at + d\]) \* to_compute(out\[at + d\]);/sum += to_compute(dout[at + d]);/' \
+  'pytorch PyTorchFused.*:PyTorchFusedBf16.*'
 # Item 2: ./train's default back to the materialised attention.
 fault default-attention-materialized trainer/command_line/options.h \
   's/std::string attention = "fused";/std::string attention = "materialized";/' \
