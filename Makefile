@@ -278,7 +278,7 @@ RACECHECK_NEED_OVERLAP := Atomics.IntegerAddHandsOutEachTicketOnce:Atomics.CasGi
 # float-against-double test launches it on (in double and float, forward and backward): a race
 # shows in one launch. They took 121 of the run's 217 s (2026-11-27, load 7), the fused
 # attention's 46 of its family's 58 s: left out.
-RACECHECK_UNIT_FILTER ?= $(RACECHECK_KERNEL_FAMILIES):Atomics.*:BlockSync.*:Warp.*:GPT.*:-$(RACECHECK_NEED_OVERLAP):*FiniteDifference*
+RACECHECK_UNIT_FILTER ?= $(RACECHECK_KERNEL_FAMILIES):Atomics.*:BlockSync.*:Warp.*:GPT.*:GPTFusedAttention.*:-$(RACECHECK_NEED_OVERLAP):*FiniteDifference*
 # PipelineLayouts' runs of every layout with AFAB, 1F1B, the interleaved schedule, ZB-H1, ZB-H2,
 # ZB-V, the schedules of issue 31 (v-half, v-min, microbatch groups, looped BFS, zb-interleaved:
 # other orders of the same actions) and in bf16 run the same kernels, executor and threads (the compute, transfer and
@@ -303,7 +303,7 @@ RACECHECK_CPU_FILTER ?= Racecheck.*:Scheduler.*:BlockThreads.*:-$(RACECHECK_RACY
 # of tests/cpu/*_test.cu took about 3 minutes of clang's TSan compile in CI for tests it never ran.
 # To run another family under it, add its file: make racecheck RACECHECK_UNIT_TEST_SRCS='...'.
 RACECHECK_UNIT_TEST_SRCS ?= $(addprefix tests/,$(addsuffix _test.cu,layernorm attention fused_attention embedding gelu residual \
-                              matmul classifier adamw global_norm atomics block_sync warp gpt))
+                              matmul classifier adamw global_norm atomics block_sync warp gpt gpt_fused_attention))
 RACECHECK_CPU_TEST_SRCS ?= tests/cpu/racecheck_test.cu tests/cpu/scheduler_test.cu tests/cpu/block_threads_test.cu
 racecheck_objs = $(call objs,$(filter-out $(RACECHECK_PLAIN_SRCS),$(1)),$(RACECHECK)) \
                  $(call objs,$(RACECHECK_PLAIN_SRCS),$(RACECHECK)/plain)

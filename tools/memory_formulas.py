@@ -22,7 +22,9 @@ markdown table per case: each stage's planned device bytes, grouped, beside
     stage, lnf and its statistics and losses on the last) times the microbatches our plan holds in
     flight there, plus the scratch once (output at Vp wide on the last stage, else
     max(3C, NH·T)).
-Ours comes from --print-memory (which allocates nothing), grouped: weights and optimizer
+Ours comes from --print-memory (which allocates nothing) with the materialised attention (the
+probabilities that llm.c's and the formulas' attention terms count; ./train's default, the fused
+attention, is in docs/kernels.md's table), grouped: weights and optimizer
 (parameters, gradients, the head's wte gradient, AdamW moments, master weights and the norm's
 and AdamW's tables), activations (slot activations and inputs, backward scratch, recompute
 working sets, weight-gradient inputs, targets, loss sum, cuBLAS's workspace), transfers (gradient message buffers,
@@ -73,7 +75,7 @@ class Case:
         return ["--print-memory", "--world", str(self.p), "--layers", str(self.L), "--heads", str(self.NH), "--dim",
                 str(self.C), "--seq-len", str(self.T), "--vocab", str(self.V), "--schedule", "1f1b",
                 "--microbatches", str(self.m), "--batch", str(self.B), "--dtype", self.dtype,
-                "--layers-per-stage", ",".join([str(self.layers_of_stage())] * self.p)]
+                "--attention", "materialized", "--layers-per-stage", ",".join([str(self.layers_of_stage())] * self.p)]
 
 
 DOC_CASES = [Case("GPT-2 124M, fp32", 12, 12, 768), Case("GPT-2 124M, bf16", 12, 12, 768, dtype="bf16"),

@@ -953,6 +953,18 @@ fault gpt-fused-attention-whole-channels-under-tp model/gpt.cu \
 fault memory-refusal-never-suggests-fused-attention trainer/program/memory_report.cpp \
   '/if (o.attention != "fused") changes.push_back/d' \
   'py:train_memory_test TrainMemory.MaterializedAttention*'
+# Item 1: a head size the kernels cannot take (HS not a multiple of 16, above 128) accepted.
+fault fused-attention-accepts-any-head-size kernels/fused_attention.cu \
+  's/if (HS % kChannels != 0 || HS > kMaxHeadSize)/if (HS > 4 * kMaxHeadSize)/' \
+  'unit FusedAttention.RefusesHeadSizes*'
+# Item 2: a backward scratch sized for the other attention than the activations accepted.
+fault attention-scratch-of-the-other-kind-accepted model/gpt_internal.cuh \
+  's/if (scratch.attention_kind != acts.attention_kind)/if (false)/' \
+  'unit GPTFusedAttention.ScratchOfTheOther*'
+# Item 2: the banner naming the materialised attention whatever the run's.
+fault banner-names-the-wrong-attention trainer/program/run.cpp \
+  's/setup.start.description.c_str(), attention_name(setup.layout.attention));/setup.start.description.c_str(), "materialized");/' \
+  'unit TrainLayout.FusedAttention*'
 # Item 3: the fused backward's D without the output, against PyTorch (the fused families alone:
 # the materialised ones do not run the kernel).
 fault fused-attention-d-without-output-against-pytorch kernels/fused_attention.cu \
@@ -964,6 +976,17 @@ fault default-attention-materialized trainer/command_line/options.h \
   'unit Options.*'
 
 # h34a: issue 34 item 1 and part of 6 (the variable-length data layer, trainer/data/documents.cpp).
+# Item 1's bad input: a length cap above maxT, data with fewer sequences than a microbatch, a
+# warm-up starting above the maximum, each accepted.
+fault document-cap-above-max-accepted trainer/data/documents.cpp \
+  's/if (cap == 0 || cap > reader.maxT) {/if (cap == 0) {/' \
+  'unit DocumentReader.BadInput*'
+fault document-reader-short-data-accepted trainer/data/documents.cpp \
+  's/if (sequence_count(reader) < B) {/if (false) {/' \
+  'unit DocumentReader.BadInput*'
+fault seq-len-warmup-start-above-max-accepted trainer/data/documents.cpp \
+  's/if (start == 0 || start > max) {/if (start == 0) {/' \
+  'unit SeqLenWarmup.StartOfZero*'
 # Item 1: a sequence one token longer than its document: it crosses into the next document.
 fault document-sequence-crosses-a-boundary trainer/data/documents.cpp \
   's/? reader.starts\[d + 1\] : reader.data->tokens.size() - 1;/? reader.starts[d + 1] + 1 : reader.data->tokens.size() - 1;/' \
