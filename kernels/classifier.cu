@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kClassifierThreads)
   }
   if (threadIdx.x == 0) {
     losses[row] = valid ? logarithm(row_stats.sum) + row_stats.max - target_logit : C(0);
-    if (!valid) atomicMax(bad_target_row, int(row));
+    if (!valid && target != kIgnoredTarget) atomicMax(bad_target_row, int(row));
   }
 }
 

@@ -9,14 +9,21 @@
 
 #include "kernels/element.cuh"
 
+// The target of a position that holds no token, PyTorch's ignore_index: the padding of a shorter
+// sequence in a microbatch (trainer/data/documents.h writes it as its kMaskedTarget; the data
+// layer includes no kernels, so tests/classifier_test.cu asserts that the two agree).
+constexpr int kIgnoredTarget = -1;
+
 // For each of the BT rows of logits (BT, Vp), of which the first V columns are the
 // vocabulary and columns V..Vp-1 padding: losses[row] = -log softmax(logits[row, :V])[target]
 // (=), and logits[row, :] is overwritten (=) by dloss * d losses[row] / d logits[row, :],
 // with 0 in the padding columns (dloss is the caller's scale, typically 1/(B·T) for a mean
-// loss). targets (BT) index the vocabulary. A row whose target is outside [0, V) is skipped
-// (loss 0, gradient 0) and recorded: *bad_target_row (1 int on the device) becomes
-// max(*bad_target_row, row). The caller sets it to -1 first (reset_bad_target_row) and
-// reads it when it likes (read_bad_target_row). Saves nothing.
+// loss). targets (BT) index the vocabulary. A row whose target is kIgnoredTarget (a padded
+// position) is skipped: loss 0, gradient row 0, and dloss then scales by the caller's count of
+// real tokens, not B·T. A row whose target is any other value outside [0, V) is skipped the
+// same way and recorded: *bad_target_row (1 int on the device) becomes max(*bad_target_row, row).
+// The caller sets it to -1 first (reset_bad_target_row) and reads it when it likes
+// (read_bad_target_row). Saves nothing.
 template <typename T>
 void classifier_forward_backward(T* logits, Compute<T>* losses, const int* targets, Compute<T> dloss,
                                  int* bad_target_row, size_t BT, int V, int Vp, cudaStream_t stream);

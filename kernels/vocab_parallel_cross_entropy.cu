@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   if (threadIdx.x == 0) {
     losses[row] = valid ? logarithm(row_exp_sum[row]) + max - target_logit[row] : C(0);
-    if (!valid) atomicMax(bad_target_row, int(row));
+    if (!valid && target != kIgnoredTarget) atomicMax(bad_target_row, int(row));
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 
+#include "kernels/classifier.cuh"
 #include "kernels/element.cuh"
 
 // A slice of the padded vocabulary: the logits' columns (and tied wte's rows) [first, first + columns).
@@ -39,8 +40,8 @@ void vocab_slice_exp_sum(Compute<T>* row_exp_sum, const T* logits, const Compute
 // With row_max, row_exp_sum and target_logit reduced over all slices: losses[row] =
 // log(row_exp_sum) + row_max - target_logit (=), the same on every slice, and the slice's logits
 // overwritten (=) by dloss (softmax - one-hot(target)) on its vocabulary columns, 0 on padding. A
-// target outside [0, V) gives loss 0 and gradient 0 and is recorded as the fused classifier does:
-// *bad_target_row = max(*bad_target_row, row).
+// target outside [0, V) gives loss 0 and gradient 0, and unless it is kIgnoredTarget (a padded
+// position) it is recorded as the fused classifier does: *bad_target_row = max(*bad_target_row, row).
 template <typename T>
 void vocab_slice_loss_and_gradient(T* logits, Compute<T>* losses, const Compute<T>* row_max,
                                    const Compute<T>* row_exp_sum, const Compute<T>* target_logit, const int* targets,

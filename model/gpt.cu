@@ -354,7 +354,7 @@ void sum_tied_embedding_gradient(const GPTConfig& config, Element* grad_wte, con
 }
 
 template <typename Element>
-double mean_loss(const Activations<Element>& acts, int B, int T, cudaStream_t stream) {
+double loss_sum(const Activations<Element>& acts, int B, int T, cudaStream_t stream) {
   const size_t BT = size_t(B) * T;
   std::vector<Compute<Element>> losses(BT);
   CUDA_CHECK(
@@ -362,7 +362,12 @@ double mean_loss(const Activations<Element>& acts, int B, int T, cudaStream_t st
   CUDA_CHECK(cudaStreamSynchronize(stream));
   double sum = 0.0;
   for (const Compute<Element> loss : losses) sum += double(loss);
-  return sum / double(BT);
+  return sum;
+}
+
+template <typename Element>
+double mean_loss(const Activations<Element>& acts, int B, int T, cudaStream_t stream) {
+  return loss_sum(acts, B, T, stream) / double(size_t(B) * T);
 }
 
 template <typename Element>
@@ -390,6 +395,7 @@ void add_mean_loss(const Activations<Element>& acts, int B, int T, double* loss_
                                       int, int, cublasHandle_t, cudaStream_t, const LayerGradientsQueued&,             \
                                       const TensorParallelRun&);                                                       \
   template void sum_tied_embedding_gradient<Element>(const GPTConfig&, Element*, const Element*, cudaStream_t, int);   \
+  template double loss_sum<Element>(const Activations<Element>&, int, int, cudaStream_t);                              \
   template double mean_loss<Element>(const Activations<Element>&, int, int, cudaStream_t);                             \
   template void add_mean_loss<Element>(const Activations<Element>&, int, int, double*, cudaStream_t);
 

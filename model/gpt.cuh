@@ -160,6 +160,11 @@ void destroy_backward_scratch(BackwardScratch<Element>& scratch);
 // overwritten by d(loss_scale * sum of losses) / d logits (loss_scale e.g. 1 / (B T
 // microbatches) for the mean over a step), acts.bad_target_row is reset then set by the
 // classifier. Without has_head the output is range_output(acts).
+// Variable length (issue 34): each call may have its own T <= acts.T (buffers made once for maxT);
+// it uses the first B T rows of every buffer and positions 0..T-1. Targets kIgnoredTarget
+// (kernels/classifier.cuh: padding at a row's end) give loss 0 and no gradient, and loss_scale = 1 /
+// the step's count of real targets makes the step's loss and gradient the mean over its real
+// tokens, the same however they are split into microbatches (tests/gpt_variable_length_test.cu).
 // With tp > 1 (acts made for the same tp): params are the rank's shard (parameter_layout with its
 // TensorParallelRank), acts.logits its vocabulary columns, and the range's output, the losses and
 // bad_target_row are the same on every tp rank (the losses bitwise: each rank computes them from
@@ -288,8 +293,12 @@ template <typename Element>
 void sum_tied_embedding_gradient(const GPTConfig& config, Element* grad_wte, const Element* grad_wte_head,
                                  cudaStream_t stream, int tp = 1);
 
-// The mean of acts.losses over the B T tokens of the last forward with targets, summed on
-// the host in double in row order (deterministic). Waits for stream.
+// The sum of acts.losses over the B T positions of the last forward with targets, on the host in
+// double in row order (deterministic); masked positions (kIgnoredTarget) add 0. A step's loss with
+// padding is the sum over its microbatches divided by its real tokens. Waits for stream.
+template <typename Element>
+double loss_sum(const Activations<Element>& acts, int B, int T, cudaStream_t stream);
+// loss_sum / (B T): the mean when no position is masked.
 template <typename Element>
 double mean_loss(const Activations<Element>& acts, int B, int T, cudaStream_t stream);
 // The same mean added to *loss_sum (1, device) on the stream, without waiting: bitwise the

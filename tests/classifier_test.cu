@@ -10,6 +10,7 @@
 #include "kernels/classifier.cuh"
 #include "tests/device_buffer.h"
 #include "tests/gradient_check.h"
+#include "trainer/data/documents.h"
 
 namespace {
 
@@ -148,7 +149,7 @@ TEST(Classifier, TargetOutsideVocabularyIsReportedAndSkipped) {
   std::vector<double> good_losses, good_dlogits;
   run_classifier<double>(logits, good_targets, 1.0, s, good_losses, good_dlogits);
 
-  for (int bad : {-1, s.V}) {
+  for (int bad : {-2, s.V}) {
     SCOPED_TRACE(testing::Message() << "bad target " << bad);
     std::vector<int> targets = good_targets;
     targets[2] = bad;
@@ -164,10 +165,33 @@ TEST(Classifier, TargetOutsideVocabularyIsReportedAndSkipped) {
   }
 
   std::vector<int> targets = good_targets;
-  targets[1] = -1;
+  targets[1] = -2;
   targets[5] = s.V;
   std::vector<double> losses, dlogits;
   EXPECT_EQ(run_classifier<double>(logits, targets, 1.0, s, losses, dlogits), 5) << "the largest bad row";
+}
+
+static_assert(kIgnoredTarget == kMaskedTarget, "the loss must skip the data layer's padding target");
+
+// A padded position (target kIgnoredTarget) is skipped as a bad target is, loss 0 and a zero
+// gradient row, but it is not reported: padding is expected data, not a fault. The other rows are
+// bitwise those of a call without it.
+TEST(Classifier, MaskedTargetIsSkippedWithoutReport) {
+  const Shape s{7, 37, 40};
+  const std::vector<double> logits = random_logits(s, 7);
+  const std::vector<int> good_targets = random_targets(s.BT, s.V, 8);
+  std::vector<double> good_losses, good_dlogits;
+  run_classifier<double>(logits, good_targets, 0.5, s, good_losses, good_dlogits);
+  std::vector<int> targets = good_targets;
+  targets[3] = targets[6] = kIgnoredTarget;
+  std::vector<double> losses, dlogits;
+  EXPECT_EQ(run_classifier<double>(logits, targets, 0.5, s, losses, dlogits), -1) << "no bad row";
+  for (size_t row = 0; row < s.BT; ++row) {
+    const bool masked = row == 3 || row == 6;
+    EXPECT_EQ(losses[row], masked ? 0.0 : good_losses[row]) << "row " << row;
+    for (int i = 0; i < s.Vp; ++i)
+      EXPECT_EQ(dlogits[row * s.Vp + i], masked ? 0.0 : good_dlogits[row * s.Vp + i]) << "row " << row << " col " << i;
+  }
 }
 
 // add_mean_loss's sum is bitwise the host's loop over rows 0..BT-1, here over two full tiles of

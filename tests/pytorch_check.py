@@ -8,7 +8,9 @@ norms of STEPS AdamW steps (some but not all of them clipped), and every paramet
 last update. The same again in bf16 (PyTorchBf16.*): our --dtype bf16 against PyTorch with bf16
 parameters and fp32 master weights, within tolerances that bf16's 8 significant bits set. Both
 once with the materialised attention (PyTorch.*, PyTorchBf16.*) and once with the fused one,
-./train's default (PyTorchFused.*, PyTorchFusedBf16.*), within the same tolerances. Our fp32
+./train's default (PyTorchFused.*, PyTorchFusedBf16.*), within the same tolerances. And one
+step of microbatches of different lengths with padded, masked positions (PyTorchVariableLength.*):
+its loss, the mean over the real targets, and every gradient (reference_run --variable-length). Our fp32
 products run in full fp32 there (reference_run's handle keeps cuBLAS's default math mode, as
 ./train --no-tf32), as PyTorch's CPU matmul does: TF32's 10-bit inputs would need other tolerances.
 Run by Debian's /usr/bin/python3 with python3-torch:
@@ -79,6 +81,12 @@ BF16_LOSS_TOLERANCE = 2 ** -8
 # rate gives 2.3.
 BF16_PARAMETER_SPREADS = 2
 
+# A step of microbatches of different lengths with padding (issue 34; our side is reference_run
+# --variable-length, the model itself): per microbatch, its sequences' lengths. Each microbatch's T
+# is its longest (16, 12, 7 and 7, all below MAX_T), its shorter rows padded at their end with input 0
+# and target -1; the loss is the mean over the 62 real targets. fp32, with the tolerances above.
+VARIABLE_LENGTHS = [[16, 9], [5, 12], [3, 7], [7, 3]]
+
 # llm.c's tensors in file order, with shapes (wte with the padded vocabulary).
 SHAPES = [
     ("wte", (VP, C)), ("wpe", (MAX_T, C)), ("ln1w", (L, C)), ("ln1b", (L, C)),
@@ -112,7 +120,8 @@ def bf16_names(family):
 
 def check_names():
     return (fp32_names("PyTorch") + bf16_names("PyTorchBf16") + fp32_names("PyTorchFused") +
-            bf16_names("PyTorchFusedBf16"))
+            bf16_names("PyTorchFusedBf16") +
+            ["PyTorchVariableLength.StepLoss"] + ["PyTorchVariableLength.Gradient/" + name for name, _ in SHAPES])
 
 
 def padded(np, name, values):
@@ -165,9 +174,11 @@ def write_token_shard(np, path, tokens):
 def gpt_loss(torch, p, tokens, targets):
     """GPT-2: learned positions, pre-LN blocks, causal attention, tanh GELU, the lm head tied
     to wte (V rows: the padding is not part of the model). Per-token cross-entropy (B, T), in fp32
-    from the logits in the parameters' type, as our classifier computes it."""
+    from the logits in the parameters' type, as our classifier computes it; 0 where the target is -1
+    (a padded position)."""
     F = torch.nn.functional
     hs = C // NH
+    B, T = tokens.shape
     x = p["wte"][tokens] + p["wpe"][:T]
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     for l in range(L):
@@ -183,7 +194,8 @@ def gpt_loss(torch, p, tokens, targets):
         x = x + F.linear(h, p["fcprojw"][l], p["fcprojb"][l])
     x = F.layer_norm(x, (C,), p["lnfw"], p["lnfb"], eps=1e-5)
     logits = F.linear(x, p["wte"]).float()  # (B, T, V)
-    return F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T), reduction="none").view(B, T)
+    return F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T), reduction="none",
+                           ignore_index=-1).view(B, T)
 
 
 def torch_run(torch, np, tensors, tokens, bf16):
@@ -251,6 +263,58 @@ def our_run(np, model_path, tokens_path, output_path, dtype, attention):
     by_tensor = lambda values: {name: values[offsets[i]:offsets[i + 1]].reshape(shape)
                                 for i, (name, shape) in enumerate(SHAPES)}
     return list(losses), list(norms), by_tensor(gradient), by_tensor(parameters)
+
+
+def padded_microbatches(np, rng):
+    """VARIABLE_LENGTHS' microbatches of random tokens: (inputs, targets) pairs of shape (B, T)."""
+    microbatches = []
+    for lengths in VARIABLE_LENGTHS:
+        T = max(lengths)
+        inputs, targets = np.zeros((len(lengths), T), np.int32), np.full((len(lengths), T), -1, np.int32)
+        for row, length in enumerate(lengths):
+            inputs[row, :length] = rng.integers(0, V, size=length)
+            targets[row, :length] = rng.integers(0, V, size=length)
+        microbatches.append((inputs, targets))
+    return microbatches
+
+
+def our_variable_length_step(np, model_path, microbatches, directory):
+    """reference_run --variable-length's gradient (by tensor) and loss."""
+    batches_path, output_path = os.path.join(directory, "microbatches.bin"), os.path.join(directory, "step.bin")
+    with open(batches_path, "wb") as file:
+        for inputs, targets in microbatches:
+            file.write(np.array(inputs.shape, np.int32).tobytes() + inputs.tobytes() + targets.tobytes())
+    program = os.environ.get("REFERENCE_RUN", os.path.join(ROOT, "build/cpu/tools/reference_run"))
+    subprocess.run([program, "--variable-length", model_path, batches_path, output_path], check=True)
+    sizes = [int(np.prod(shape)) for _, shape in SHAPES]
+    with open(output_path, "rb") as file:
+        gradient = np.frombuffer(file.read(4 * sum(sizes)), dtype=np.float32)
+        loss = np.frombuffer(file.read(8), dtype=np.float64)
+        if file.read(1) or len(loss) != 1:
+            raise RuntimeError(output_path + ": not the size reference_run --variable-length writes")
+    offsets = np.cumsum([0] + sizes)
+    return {name: gradient[offsets[i]:offsets[i + 1]].reshape(shape) for i, (name, shape) in enumerate(SHAPES)}, loss[0]
+
+
+def variable_length_results(torch, np, tensors, microbatches, ours):
+    """PyTorch's step: each microbatch's summed loss (padding ignored) over the step's real targets."""
+    p = {name: torch.tensor(tensor).requires_grad_() for name, tensor in tensors.items()}
+    p["wte"] = torch.tensor(tensors["wte"][:V]).requires_grad_()
+    real = sum(int((targets != -1).sum()) for _, targets in microbatches)
+    loss = 0.0
+    for inputs, targets in microbatches:
+        token_losses = gpt_loss(torch, p, torch.tensor(inputs).long(), torch.tensor(targets).long())
+        (token_losses.sum() / real).backward()
+        loss += token_losses.sum().item() / real
+    our_gradient, our_loss = ours
+    difference = abs(our_loss - loss)
+    results = {"PyTorchVariableLength.StepLoss": (difference <= LOSS_TOLERANCE, "ours %.7f torch %.7f |diff| %.1e "
+                                                  "<= %.0e (%d real targets)" % (our_loss, loss, difference,
+                                                                                 LOSS_TOLERANCE, real))}
+    for name, _ in SHAPES:
+        results["PyTorchVariableLength.Gradient/" + name] = gradient_verdict(
+            np, our_gradient[name], padded(np, name, p[name].grad.numpy()), GRADIENT_TOLERANCE)
+    return results
 
 
 def fp32_results(family, np, tensors, ours, theirs):
@@ -357,15 +421,17 @@ def main():
     # A random pattern repeated: learnable, so the loss falls and a wrong update shows in it.
     pattern = rng.integers(0, V, size=37)
     tokens = np.resize(pattern, STEPS * MICROBATCHES * B * T + 1)
+    microbatches = padded_microbatches(np, rng)
     with tempfile.TemporaryDirectory() as directory:
         model_path, tokens_path = os.path.join(directory, "model.bin"), os.path.join(directory, "tokens.bin")
         write_model_file(np, model_path, tensors)
         write_token_shard(np, tokens_path, tokens)
         try:
-            # Only the families a selected check needs.
+            # Only the runs a selected check needs.
             families = {name.split(".")[0] for name in names}
             ours = {family: our_run(np, model_path, tokens_path, os.path.join(directory, "out.bin"), *OUR_RUNS[family])
-                    for family in sorted(families)}
+                    for family in sorted(families & OUR_RUNS.keys())}
+            ours_variable_length = our_variable_length_step(np, model_path, microbatches, directory)
         except (OSError, subprocess.CalledProcessError, RuntimeError) as error:
             print("FAILED PyTorch cross-check: our reference run did not finish: %s" % error)
             print("tests: 0 passed, %d failed" % len(names))
@@ -378,6 +444,7 @@ def main():
             results.update(fp32_results(family, np, tensors, ours[family], torch_fp32))
         elif family in ours:
             results.update(bf16_results(family, np, tensors, ours[family], torch_bf16, torch_fp32[3]))
+    results.update(variable_length_results(torch, np, tensors, microbatches, ours_variable_length))
     return run_checks(names, results.get)
 
 

@@ -1017,6 +1017,31 @@ fault shard-spans-not-recorded trainer/data/data.cpp \
   '/data.shards.push_back/d' \
   'unit Data.*'
 
+# h34b: issue 34 item 3 (the kernels and the model at a per-microbatch T, the masked loss).
+# The padding's target taken for a bad one: every padded step would be refused.
+fault masked-target-reported-as-bad kernels/classifier.cu \
+  's/if (!valid \&\& target != kIgnoredTarget) atomicMax/if (!valid) atomicMax/' \
+  'unit Classifier.*'
+fault masked-target-reported-as-bad-under-tp kernels/vocab_parallel_cross_entropy.cu \
+  's/if (!valid \&\& target != kIgnoredTarget) atomicMax/if (!valid) atomicMax/' \
+  'mpi4 VocabParallelLoss.* 120'
+# A masked position enters the loss and the gradient (the target -1 read as a column).
+fault masked-target-enters-the-loss kernels/classifier.cu \
+  's/const bool valid = 0 <= target \&\& target < V;/const bool valid = target < V;/' \
+  'unit GPTVariableLength.*'
+# The attention run over the buffers' T (maxT) instead of the microbatch's: it reads rows past T.
+fault gpt-attention-at-the-buffers-T model/gpt.cu \
+  's/block_attention_forward(cublas, acts, a, B, T,/block_attention_forward(cublas, acts, a, B, acts.T,/' \
+  'unit GPTVariableLength.*'
+# The split backward's W sums the embedding's gradient over the buffers' B T rows, not the microbatch's.
+fault split-backward-embedding-at-the-buffers-T model/gpt_split_backward.cu \
+  's/w.dencoded, w.tokens, B, T, C, stream/w.dencoded, w.tokens, w.B, w.T, C, stream/' \
+  'unit GPTVariableLength.*'
+# The step's normaliser counts the padded positions: the mean over B T per microbatch, not the real tokens.
+fault variable-length-normaliser-counts-padding tools/reference_run.cu \
+  's/real += target != kIgnoredTarget;/real += 1;/' \
+  'pytorch PyTorchVariableLength.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

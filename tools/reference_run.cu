@@ -18,15 +18,30 @@
 //   float64 [STEPS]           each step's global gradient norm before clipping
 //   float32 [num_parameters]  the parameters after the last step's update, in llm.c's layout (bf16:
 //                             the fp32 master weights)
+//
+//   reference_run --variable-length MODEL MICROBATCHES OUTPUT
+// One step of microbatches of different lengths with padding (issue 34), on the model itself (the
+// pipeline does not take per-microbatch lengths yet), in fp32, buffers made once for the largest B
+// and maxT. MICROBATCHES (little-endian int32) holds, per microbatch, B and T, then its B T input
+// tokens and B T targets (-1, kIgnoredTarget: a padded position). OUTPUT holds float32
+// [num_parameters] the step's gradient of the mean loss over its real targets (llm.c's layout,
+// wte's two shares summed), then float64 that loss.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/host_exchange.h"
+#include "kernels/classifier.cuh"
+#include "kernels/cublas_check.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/device_memory.cuh"
 #include "model/atomic_file.h"
 #include "model/checkpoint_format.h"
+#include "model/gpt.cuh"
 #include "model/parameters.h"
 #include "trainer/data/data.h"
 #include "trainer/checkpoints/gather_model.h"
@@ -87,11 +102,103 @@ void run_and_write(const ModelFile& model, const TokenDataset& data, const std::
                                  {final_parameters.data(), final_parameters.size() * sizeof(float)}});
 }
 
+// One microbatch of the --variable-length file: (B, T) inputs and targets.
+struct PaddedMicrobatch {
+  int B, T;
+  std::vector<int32_t> tokens, targets;
+};
+
+std::vector<PaddedMicrobatch> read_microbatches(const std::string& path, const GPTConfig& config) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) throw std::runtime_error(path + ": cannot open");
+  std::vector<PaddedMicrobatch> all;
+  int32_t shape[2];
+  while (std::fread(shape, sizeof(int32_t), 2, file) == 2) {
+    PaddedMicrobatch m{shape[0], shape[1], {}, {}};
+    if (m.B < 1 || m.T < 1 || m.T > config.max_seq_len) {
+      std::fclose(file);
+      throw std::runtime_error(path + ": microbatch " + std::to_string(all.size()) + " has B " + std::to_string(m.B) +
+                               ", T " + std::to_string(m.T) + " (maxT " + std::to_string(config.max_seq_len) + ")");
+    }
+    m.tokens.resize(size_t(m.B) * m.T);
+    m.targets.resize(m.tokens.size());
+    const bool read = std::fread(m.tokens.data(), sizeof(int32_t), m.tokens.size(), file) == m.tokens.size() &&
+                      std::fread(m.targets.data(), sizeof(int32_t), m.targets.size(), file) == m.targets.size();
+    if (!read) {
+      std::fclose(file);
+      throw std::runtime_error(path + ": microbatch " + std::to_string(all.size()) + " is cut short");
+    }
+    all.push_back(std::move(m));
+  }
+  std::fclose(file);
+  if (all.empty()) throw std::runtime_error(path + ": no microbatch");
+  return all;
+}
+
+template <typename X>
+X* device_copy(const std::vector<X>& host) {
+  X* device = static_cast<X*>(device_alloc_bytes(host.size() * sizeof(X)));
+  CUDA_CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(X), cudaMemcpyHostToDevice));
+  return device;
+}
+
+// The step's forwards and backwards, each at its microbatch's (B, T), every loss scaled by
+// 1 / the step's real targets.
+void variable_length_step(const ModelFile& model, const std::vector<PaddedMicrobatch>& microbatches,
+                          const std::string& output) {
+  const GPTConfig& config = model.config;
+  const LayerRange range = whole_model(config);
+  int max_B = 0;
+  size_t real = 0;
+  for (const PaddedMicrobatch& m : microbatches) {
+    max_B = std::max(max_B, m.B);
+    for (const int32_t target : m.targets) real += target != kIgnoredTarget;
+  }
+  if (real == 0) throw std::runtime_error("no real target in the step: every position is padding");
+  const double scale = 1.0 / double(real);
+  cublasHandle_t cublas;
+  CUBLAS_CHECK(cublasCreate(&cublas));
+  float* params = device_copy(model.parameters);
+  float* grads = device_copy(std::vector<float>(model.parameters.size(), 0.0f));
+  float* grad_wte_head = device_copy(std::vector<float>(size_t(config.padded_vocab_size) * config.channels, 0.0f));
+  Activations<float> acts = create_activations<float>(config, max_B, config.max_seq_len, range);
+  BackwardScratch<float> scratch = create_backward_scratch<float>(config, max_B, config.max_seq_len, range);
+  double loss = 0.0;
+  for (const PaddedMicrobatch& m : microbatches) {
+    int* tokens = device_copy(m.tokens);
+    int* targets = device_copy(m.targets);
+    gpt_forward(config, range, point_views(params, config), acts, tokens, nullptr, targets, scale, m.B, m.T, cublas,
+                nullptr);
+    const int bad_row = read_bad_target_row(acts.bad_target_row, nullptr);
+    if (bad_row >= 0) throw std::runtime_error("a target outside the vocabulary in row " + std::to_string(bad_row));
+    loss += loss_sum(acts, m.B, m.T, nullptr);
+    gpt_backward(config, range, point_views(params, config), point_views(grads, config), grad_wte_head, acts,
+                 scratch, tokens, nullptr, nullptr, nullptr, m.B, m.T, cublas, nullptr);
+    device_free(tokens);
+    device_free(targets);
+  }
+  loss *= scale;
+  sum_tied_embedding_gradient(config, point_views(grads, config).wte, grad_wte_head, nullptr);
+  std::vector<float> gradient(model.parameters.size());
+  CUDA_CHECK(cudaMemcpy(gradient.data(), grads, gradient.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  destroy_backward_scratch(scratch);
+  destroy_activations(acts);
+  for (void* buffer : {static_cast<void*>(params), static_cast<void*>(grads), static_cast<void*>(grad_wte_head)})
+    device_free(buffer);
+  CUBLAS_CHECK(cublasDestroy(cublas));
+  write_file_atomically(output, {{gradient.data(), gradient.size() * sizeof(float)}, {&loss, sizeof(loss)}});
+}
+
 int run(int argc, char** argv) {
+  if (argc == 5 && std::string(argv[1]) == "--variable-length") {
+    const ModelFile model = read_model_file(argv[2]);
+    variable_length_step(model, read_microbatches(argv[3], model.config), argv[4]);
+    return 0;
+  }
   if (argc < 14 || argc > 16) {
     std::fprintf(stderr,
                  "usage: reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY "
-                 "GRAD_CLIP [DTYPE [ATTENTION]]\n");
+                 "GRAD_CLIP [DTYPE [ATTENTION]]\n       reference_run --variable-length MODEL MICROBATCHES OUTPUT\n");
     return 2;
   }
   const ModelFile model = read_model_file(argv[1]);

@@ -179,12 +179,13 @@ TEST(VocabParallelLoss, TargetOutsideTheVocabularyIsReportedAndSkippedOnEveryRan
   const std::vector<double> logits = random_logits(s, 9);
   std::vector<int> targets = random_targets(s.BT, s.V, 10);
   targets[1] = s.V;  // a padding column of the last slice
-  targets[3] = -1;
+  targets[3] = -2;
+  targets[4] = kIgnoredTarget;  // padding: skipped as well, but not reported
   TensorParallelGroups g(4);
   const Result result = run_vocab_parallel<double>(g.groups, logits, targets, 1.0, s);
   EXPECT_EQ(result.bad_target_row, 3);
   const VocabularySlice slice = vocabulary_slice(g.groups.mesh, s.Vp);
-  for (size_t row : {size_t(1), size_t(3)}) {
+  for (size_t row : {size_t(1), size_t(3), size_t(4)}) {
     EXPECT_EQ(result.losses[row], 0.0) << "row " << row;
     for (int i = 0; i < slice.columns; ++i) EXPECT_EQ(result.dlogits[row * slice.columns + i], 0.0) << row << " " << i;
   }
