@@ -267,6 +267,8 @@ const std::vector<OptionSpec>& option_table() {
                  "consecutive steps skipped for a non-finite loss or gradient before the run stops"),
       int_option("pp", &O::pp, kAtLeastZero, "pipeline stages (0: world size / dp)"),
       int_option("dp", &O::dp, kAtLeastOne, "data-parallel replicas"),
+      int_option("tp", &O::tp, kAtLeastOne,
+                 "tensor-parallel ranks per stage, Megatron's layers (must divide the heads, 4 C and Vp)"),
       choice_option("schedule", &O::schedule,
                     {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "looped-bfs",
                      "zb-interleaved", "dualpipev"},
@@ -312,6 +314,21 @@ const OptionSpec* find_option(std::string_view name) {
     if (spec.name == name) return &spec;
   }
   return nullptr;
+}
+
+// What is not wired at --tp above 1 yet (issue 33, docs/pipeline.md "Left of issue 33"), refused
+// by name. The split-backward schedules are refused by check_layout, which sees a schedule file's
+// grid too.
+void check_tensor_parallel_options(const TrainOptions& options) {
+  if (options.tp == 1) return;
+  const std::string tp = "--tp " + std::to_string(options.tp);
+  const auto refuse = [&](const std::string& option) {
+    throw std::runtime_error(tp + " does not run with " + option + " yet (issue 33)");
+  };
+  if (options.dtype == "bf16") refuse("--dtype bf16");
+  if (options.zero == 1) refuse("--zero 1");
+  if (!options.trace.empty()) refuse("--trace");
+  if (options.plan_layouts) refuse("--plan-layouts");
 }
 
 // Checks between options, once all are parsed.
@@ -364,6 +381,7 @@ void check_consistency(const TrainOptions& options) {
                              "--layers-per-stage and --pipeline-layout");
   if (!options.layers_per_stage.empty() && !options.pipeline_layout.empty())
     throw std::runtime_error("--layers-per-stage and --pipeline-layout both give the split: pass one");
+  check_tensor_parallel_options(options);
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");
   if (options.given.count("format") && !options.print_schedule)

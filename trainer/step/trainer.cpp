@@ -46,7 +46,8 @@ bool has_head(const std::vector<LayerRange>& chunks) {
   return false;
 }
 
-size_t wte_size(const GPTConfig& config) { return size_t(config.padded_vocab_size) * config.channels; }
+// wte's elements on a rank: its tp rank's Vp / tp rows (model/tensor_parallel_shard.h), all of them at tp = 1.
+size_t wte_size(const GPTConfig& config, int tp) { return size_t(config.padded_vocab_size / tp) * config.channels; }
 
 // The stage's wte (in parameters or gradients), or nullptr on a stage with neither embedding nor head.
 template <typename Element>
@@ -98,8 +99,10 @@ std::vector<StageRecord> gather_stage_records(const Trainer<Element>& trainer) {
   const double values[4] = {double(own.stage), own.idle, own.activation_bytes, own.device_bytes};
   const std::vector<double> all = gather_to_rank0(trainer.world, values, 4);
   std::vector<StageRecord> records;
-  for (int stage = 0; stage < stages_per_replica(trainer) && size_t(4 * stage + 3) < all.size(); ++stage) {
-    const double* v = all.data() + 4 * stage;  // world rank = stage in replica 0
+  const Mesh& mesh = trainer.groups.mesh;
+  for (int stage = 0; stage < stages_per_replica(trainer) && size_t(4 * world_rank_of(mesh, 0, stage) + 3) < all.size();
+       ++stage) {
+    const double* v = all.data() + 4 * world_rank_of(mesh, 0, stage);  // replica 0's, tp rank 0's
     records.push_back({int(v[0]), v[1], v[2], v[3]});
   }
   return records;
@@ -117,6 +120,19 @@ ScheduleGrid read_schedule_file(const std::string& path) {
   } catch (const std::runtime_error& error) {
     throw std::runtime_error("--schedule-file " + path + ": " + error.what());
   }
+}
+
+// The split backward (I and W) and the overlapped pairs do not run tensor-parallel yet (model/gpt.cuh
+// refuses their buffers at tp > 1): one line naming the schedule, before anything is allocated.
+void check_unsplit_backward(const PipelineSchedule& schedule, int tp, const PipelineLayout& layout) {
+  for (const StageSchedule& stage : schedule.stages)
+    for (const Step& step : stage)
+      for (const Action& a : step)
+        if (a.kind == ActionKind::backward_input || a.overlapped)
+          throw std::runtime_error(
+              std::string(layout.schedule_file ? "the schedule file" : "--schedule " + schedule_name(layout.schedule)) +
+              (a.overlapped ? " overlaps a forward with a backward" : " splits the backward into I and W") +
+              ": not with --tp " + std::to_string(tp) + " yet (issue 33)");
 }
 
 }  // namespace
@@ -153,7 +169,8 @@ MemoryPlanInput memory_plan_input(const GPTConfig& config, int B, int T, const P
                          sizeof(StepFigures),
                          cublas_workspace_bytes(),
                          layout.attention,
-                         layout.zero && mesh.dp > 1};
+                         layout.zero && mesh.dp > 1,
+                         mesh.tp};
 }
 
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout) {
@@ -162,6 +179,7 @@ std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, 
                              " is fewer than 2 x --pp " + std::to_string(mesh.pp) + " = " + std::to_string(2 * mesh.pp) +
                              " pipeline chunks (each needs at least one layer)");
   const PipelineSchedule schedule = layout_schedule(layout, mesh.pp);
+  if (mesh.tp > 1) check_unsplit_backward(schedule, mesh.tp, layout);
   const int v = schedule.placement.v;
   if (layout.pipeline_layout.empty()) return split_layers(config.num_layers, mesh.pp, v, layout.layers_per_stage);
   return split_layers(config.num_layers, mesh.pp, v,
@@ -196,11 +214,11 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   CUBLAS_CHECK(cublasCreate(&trainer.cublas));
   trainer.cublas_workspace = device_alloc_bytes(planned.cublas_workspace_bytes);
   bind_cublas(trainer.cublas, trainer.stream, trainer.cublas_workspace, planned.cublas_workspace_bytes);
-  trainer.parameter_layout = parameter_layout(config, trainer.chunks);
+  trainer.parameter_layout = parameter_layout(config, trainer.chunks, {mesh.tp, mesh.tp_rank});
   const size_t n = trainer.parameter_layout.size;
   trainer.parameter_memory = device_alloc<Element>(n);
   trainer.gradient_memory = device_alloc<Element>(n);
-  trainer.grad_wte_head = has_head(trainer.chunks) ? device_alloc<Element>(wte_size(config)) : nullptr;
+  trainer.grad_wte_head = has_head(trainer.chunks) ? device_alloc<Element>(wte_size(config, mesh.tp)) : nullptr;
   trainer.params = stage_views(trainer.parameter_memory, trainer.parameter_layout);
   trainer.grads = stage_views(trainer.gradient_memory, trainer.parameter_layout);
   trainer.executor =
@@ -323,7 +341,8 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
   CUDA_CHECK(
       cudaMemsetAsync(trainer.gradient_memory, 0, trainer.parameter_layout.size * sizeof(Element), trainer.stream));
   const bool head = has_head(trainer.chunks);
-  if (head) CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config) * sizeof(Element), trainer.stream));
+  if (head)
+    CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config, mesh.tp) * sizeof(Element), trainer.stream));
   const double loss_scale = 1.0 / (double(BT) * m * mesh.dp);
   fail_if_injected(trainer.world.rank, t);
   // Before the backward: the data-parallel sum of a layer may start as soon as its gradients are final.
@@ -344,11 +363,13 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
   // stage with both (one stage, or stage 0 of the V placement, whose last stage has neither)
   // holds the whole sum already. In bf16, NCCL's sum of the two shares is one rounding of their
   // exact sum, as the single stage's sum_tied_embedding_gradient is (0 + a head share rounds to
-  // itself). Then wte's data-parallel sum, the last bucket.
+  // itself). Then wte's data-parallel sum, the last bucket. With tp > 1 each of it is a tp rank's
+  // Vp / tp rows, summed with the same rows at the pipeline's other end (the embedding
+  // communicator joins the ranks of one tp_rank).
   Element* grad_wte = wte_of(trainer, trainer.gradient_memory);
-  if (head) sum_tied_embedding_gradient(config, grad_wte, trainer.grad_wte_head, trainer.stream);
+  if (head) sum_tied_embedding_gradient(config, grad_wte, trainer.grad_wte_head, trainer.stream, mesh.tp);
   if (head != has_embedding(trainer.chunks))
-    allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config), nccl_data_type<Element>(),
+    allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config, mesh.tp), nccl_data_type<Element>(),
                                       trainer.stream);
   finish_data_parallel_sum(buckets, trainer.groups, trainer.gradient_memory, trainer.stream);
   inject_loss_nan_if_asked(trainer.world.rank, t, head, trainer.executor.loss_sum, trainer.stream);
@@ -368,10 +389,10 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
                              trainer.stream));
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));  // the step's one host wait
   finish_step(trainer.executor);
-  // Only the stages with the head hold losses; the others add zeros. The same exchange counts the
-  // ranks that received a stop signal.
+  // Only the stages with the head hold losses, the same on each of their tp ranks: tp rank 0's
+  // count, the others add zeros. The same exchange counts the ranks that received a stop signal.
   const int stop_signal = received_stop_signal();
-  double sums[3] = {figures.loss_sum, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
+  double sums[3] = {mesh.tp_rank == 0 ? figures.loss_sum : 0.0, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
   sum_over_world(trainer.world, sums, 3);
   StepResult result;
   result.loss = sums[0] / (double(m) * mesh.dp);
@@ -399,26 +420,28 @@ double validation_loss(Trainer<Element>& trainer, BatchReader& reader, int batch
     loss_sum += forward.loss;
   }
   reader.next_microbatch = resume_position;
-  // Every replica computed the same losses: replica 0's count.
-  if (trainer.groups.mesh.dp_rank != 0) loss_sum = 0;
+  // Every replica and tp rank computed the same losses: replica 0's tp rank 0's count.
+  if (trainer.groups.mesh.dp_rank != 0 || trainer.groups.mesh.tp_rank != 0) loss_sum = 0;
   sum_over_world(trainer.world, &loss_sum, 1);
   return loss_sum / batches;
 }
 
 template <typename Element>
 const std::vector<float>& next_token_logits(Trainer<Element>& trainer, const int* context, int count) {
-  const size_t Vp = trainer.config.padded_vocab_size;
+  const Mesh& mesh = trainer.groups.mesh;
+  const size_t Vp = trainer.config.padded_vocab_size, columns = Vp / mesh.tp;  // a tp rank's vocabulary slice
   std::copy(context, context + count, trainer.host_tokens);  // pinned, as a step's
   const ForwardResult<Element> forward =
       execute_forward(trainer.executor, trainer.params, trainer.host_tokens, nullptr, 1, count);
   trainer.host_logits.assign(Vp, 0.0f);
-  if (forward.logits != nullptr && trainer.groups.mesh.dp_rank == 0) {
-    std::vector<Element> row(Vp);
-    CUDA_CHECK(cudaMemcpy(row.data(), forward.logits + size_t(count - 1) * Vp, Vp * sizeof(Element),
+  if (forward.logits != nullptr && mesh.dp_rank == 0) {
+    std::vector<Element> row(columns);
+    CUDA_CHECK(cudaMemcpy(row.data(), forward.logits + size_t(count - 1) * columns, columns * sizeof(Element),
                           cudaMemcpyDeviceToHost));
-    trainer.host_logits.assign(row.begin(), row.end());
+    std::copy(row.begin(), row.end(), trainer.host_logits.begin() + mesh.tp_rank * columns);
   }
-  // One rank holds the row, the others zeros: the sum is the row.
+  // Each of the head stage's tp ranks holds its columns of the row, every other rank zeros: the
+  // sum is the row (x + 0 = x).
   sum_over_world(trainer.world, trainer.host_logits.data(), Vp);
   trainer.host_logits.resize(trainer.config.vocab_size);
   return trainer.host_logits;
