@@ -980,6 +980,25 @@ fault shard-spans-not-recorded trainer/data/data.cpp \
   '/data.shards.push_back/d' \
   'unit Data.*'
 
+# h33d: issue 33 item 5 (--tp through ./train and the pipeline: the executor on tp groups, the
+# consumers of a stage's regions at tp > 1).
+# The tied embedding's gradient is summed over the rank's Vp / tp rows of wte, not Vp rows.
+fault tied-wte-gradient-summed-beyond-the-slice trainer/step/trainer.cpp \
+  's/allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config, mesh.tp), /allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config, 1), /' \
+  'mpi4 TensorParallelLayouts.TwoTpRanksTimesTwoStagesGiveTheSingleProcess'
+# The norm counts the replicated tensors (LayerNorms, wpe, lnf, row-parallel biases) once, not tp times.
+fault norm-counts-replicated-tensors-on-every-tp-rank trainer/step/optimizer.cpp \
+  's/(layout.shard.rank != 0 \&\& replicated_on_tp_ranks(r.tensor))/(false \&\& replicated_on_tp_ranks(r.tensor))/' \
+  'mpi4 TensorParallelLayouts.FourTpRanksGiveTheSingleProcess'
+# A checkpoint places each tp rank's slices at its own rank's places.
+fault checkpoint-slices-placed-at-another-tp-rank trainer/checkpoints/gather_model.cpp \
+  's/spans_of_tp_rank(trainer.config, trainer.chunks, {mesh.tp, r})/spans_of_tp_rank(trainer.config, trainer.chunks, {mesh.tp, (r + 1) % mesh.tp})/' \
+  'mpi4 TensorParallelLayouts.TwoTpRanksTimesTwoStagesGiveTheSingleProcess'
+# The head's tp ranks hold the same losses: one of them counts.
+fault loss-counted-on-every-tp-rank trainer/step/trainer.cpp \
+  's/double sums\[3\] = {mesh.tp_rank == 0 ? figures.loss_sum : 0.0,/double sums[3] = {figures.loss_sum,/' \
+  'mpi4 TensorParallelLayouts.TwoReplicasOfTwoTpRanksGiveTheSingleProcess'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
