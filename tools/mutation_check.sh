@@ -998,6 +998,15 @@ fault checkpoint-slices-placed-at-another-tp-rank trainer/checkpoints/gather_mod
 fault loss-counted-on-every-tp-rank trainer/step/trainer.cpp \
   's/double sums\[3\] = {mesh.tp_rank == 0 ? figures.loss_sum : 0.0,/double sums[3] = {figures.loss_sum,/' \
   'mpi4 TensorParallelLayouts.TwoReplicasOfTwoTpRanksGiveTheSingleProcess'
+# The stage with the head gathers its tp ranks' rows of its wte copy too, before it sends that
+# copy to the first stage (a tp rank's rows would arrive as zeros).
+fault checkpoint-tied-wte-copy-not-gathered-over-tp trainer/checkpoints/gather_model.cpp \
+  's/    if (replicated_on_tp_ranks(r.tensor)) continue;/    if (r.tied_copy || replicated_on_tp_ranks(r.tensor)) continue;/' \
+  'unit TrainTensorParallel.CheckpointMovesBetweenTpTwoAndOneProcess'
+# Each tp rank uploads (and resumes) its own slices of the model, not tp rank 0's.
+fault tp-rank-holds-rank-zero-slices trainer/step/trainer.cpp \
+  's/parameter_layout(config, trainer.chunks, {mesh.tp, mesh.tp_rank})/parameter_layout(config, trainer.chunks, {mesh.tp, 0})/' \
+  'unit TrainTensorParallel.CheckpointMovesBetweenTpTwoAndOneProcess'
 
 # ---- running ----
 

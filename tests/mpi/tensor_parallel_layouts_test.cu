@@ -1,6 +1,6 @@
 // The trainer at dp x tp x pp (issue 33, docs/pipeline.md "Tensor parallelism"): under mpirun
 // -np 4, tp 2 x pp 2, tp 4 and dp 2 x tp 2 each train a small GPT (L = 2, NH = 4, C = 16, T = 8,
-// V = 64, Vp = 128, B = 2, fp32, 1F1B) for three clipped steps from the same initialisation as
+// V = 100, Vp = 128, B = 2, fp32, 1F1B) for three clipped steps from the same initialisation as
 // the single process with the same global batch, which every rank runs itself. Checked:
 //  - the checkpoint's gather of the tp ranks' slices (trainer/checkpoints/gather_model.h) gives
 //    back, on world rank 0, the uploaded model bitwise: every slice is placed where it was cut;
@@ -45,7 +45,9 @@ constexpr double kTolerance = 2e-5;
 const AdamWSettings kSettings{0.9, 0.95, 1e-8, 0.1, 0.1};  // every step clips (norms near 1)
 constexpr double kLearningRate = 3e-3;
 
-GPTConfig config() { return make_gpt_config(2, 4, 16, kT, 64); }
+// V = 100: every tp rank's rows of wte hold real tokens (at V = 64 and tp 2, tp rank 1's would all be
+// padding, zeros, which a lost slice would not change).
+GPTConfig config() { return make_gpt_config(2, 4, 16, kT, 100); }
 
 const TokenDataset& dataset() {
   static const TokenDataset data = [] {
@@ -53,9 +55,9 @@ const TokenDataset& dataset() {
     uint64_t state = 7;
     for (int i = 0; i < 4096; ++i) {
       state = state * 6364136223846793005ull + 1442695040888963407ull;
-      d.tokens.push_back(uint16_t((state >> 33) % 64));
+      d.tokens.push_back(uint16_t((state >> 33) % 100));
     }
-    d.vocab_size = 64;
+    d.vocab_size = 100;
     d.source = "random tokens";
     return d;
   }();

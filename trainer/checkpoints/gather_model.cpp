@@ -11,12 +11,13 @@
 namespace {
 
 // The runs of llm.c's layout that tp rank `shard.rank` alone holds of the stage's chunks: its
-// slices, row by row, and its rows of wte. The replicated tensors are tp rank 0's already.
+// slices, row by row, and its rows of wte (the tied copy's too: the stage with the head sends its
+// whole wte to the first stage next). The replicated tensors are tp rank 0's already.
 std::vector<HostSpan> spans_of_tp_rank(const GPTConfig& config, const std::vector<LayerRange>& chunks,
                                        TensorParallelRank shard) {
   std::vector<HostSpan> spans;
   for (const ParameterRegion& r : parameter_layout(config, chunks, shard).regions) {
-    if (r.tied_copy || replicated_on_tp_ranks(r.tensor)) continue;
+    if (replicated_on_tp_ranks(r.tensor)) continue;
     if (!r.cut) {
       spans.push_back({r.full_offset, r.count});
       continue;
