@@ -125,7 +125,9 @@ void expect_layout_matches_single_process(int dp, int tp, int pp) {
   const Run run = train(groups, microbatches / dp);
   destroy_world_groups(groups);
 
-  if (mesh.world_rank == 0) EXPECT_EQ(run.gathered, initial_parameters()) << "the checkpoint's gather of the slices";
+  if (mesh.world_rank == 0) {
+    EXPECT_EQ(run.gathered, initial_parameters()) << "the checkpoint's gather of the slices";
+  }
   for (int i = 0; i < kSteps; ++i) {
     EXPECT_NEAR(run.losses[i], single.losses[i], kTolerance * single.losses[i]) << "loss, step " << i + 1;
     EXPECT_NEAR(run.norms[i], single.norms[i], kTolerance * single.norms[i]) << "gradient norm, step " << i + 1;

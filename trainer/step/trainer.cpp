@@ -23,16 +23,12 @@
 #include "pipeline/layer_split.h"
 #include "pipeline/layout_string.h"
 #include "pipeline/pytorch_csv.h"
+#include "pipeline/tensor_parallel_schedule.h"
 #include "trainer/safety/failure_injection.h"
 #include "trainer/safety/nonfinite.h"
 #include "trainer/safety/preemption.h"
 
 namespace {
-
-template <typename Element>
-int stages_per_replica(const Trainer<Element>& trainer) {
-  return trainer.groups.mesh.pp;
-}
 
 bool has_embedding(const std::vector<LayerRange>& chunks) {
   for (const LayerRange& range : chunks)
@@ -92,22 +88,6 @@ StageRecord measure_stage(const Trainer<Element>& trainer) {
           double(a.activation_bytes), double(device_memory_counts().bytes_in_use)};
 }
 
-// Replica 0's stage records on world rank 0.
-template <typename Element>
-std::vector<StageRecord> gather_stage_records(const Trainer<Element>& trainer) {
-  const StageRecord own = measure_stage(trainer);
-  const double values[4] = {double(own.stage), own.idle, own.activation_bytes, own.device_bytes};
-  const std::vector<double> all = gather_to_rank0(trainer.world, values, 4);
-  std::vector<StageRecord> records;
-  const Mesh& mesh = trainer.groups.mesh;
-  for (int stage = 0; stage < stages_per_replica(trainer) && size_t(4 * world_rank_of(mesh, 0, stage) + 3) < all.size();
-       ++stage) {
-    const double* v = all.data() + 4 * world_rank_of(mesh, 0, stage);  // replica 0's, tp rank 0's
-    records.push_back({int(v[0]), v[1], v[2], v[3]});
-  }
-  return records;
-}
-
 // --schedule-file's grid, read and parsed (each rank reads it itself): our grid text or PyTorch's
 // CSV, told apart by the content (pipeline/pytorch_csv.h).
 ScheduleGrid read_schedule_file(const std::string& path) {
@@ -120,19 +100,6 @@ ScheduleGrid read_schedule_file(const std::string& path) {
   } catch (const std::runtime_error& error) {
     throw std::runtime_error("--schedule-file " + path + ": " + error.what());
   }
-}
-
-// The split backward (I and W) and the overlapped pairs do not run tensor-parallel yet (model/gpt.cuh
-// refuses their buffers at tp > 1): one line naming the schedule, before anything is allocated.
-void check_unsplit_backward(const PipelineSchedule& schedule, int tp, const PipelineLayout& layout) {
-  for (const StageSchedule& stage : schedule.stages)
-    for (const Step& step : stage)
-      for (const Action& a : step)
-        if (a.kind == ActionKind::backward_input || a.overlapped)
-          throw std::runtime_error(
-              std::string(layout.schedule_file ? "the schedule file" : "--schedule " + schedule_name(layout.schedule)) +
-              (a.overlapped ? " overlaps a forward with a backward" : " splits the backward into I and W") +
-              ": not with --tp " + std::to_string(tp) + " yet (issue 33)");
 }
 
 }  // namespace
@@ -179,7 +146,9 @@ std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, 
                              " is fewer than 2 x --pp " + std::to_string(mesh.pp) + " = " + std::to_string(2 * mesh.pp) +
                              " pipeline chunks (each needs at least one layer)");
   const PipelineSchedule schedule = layout_schedule(layout, mesh.pp);
-  if (mesh.tp > 1) check_unsplit_backward(schedule, mesh.tp, layout);
+  if (mesh.tp > 1)
+    check_schedule_runs_tensor_parallel(schedule, mesh.tp, layout.schedule_file ? "the schedule file"
+                                                                                : "--schedule " + schedule_name(layout.schedule));
   const int v = schedule.placement.v;
   if (layout.pipeline_layout.empty()) return split_layers(config.num_layers, mesh.pp, v, layout.layers_per_stage);
   return split_layers(config.num_layers, mesh.pp, v,
@@ -404,7 +373,7 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
     result.skipped = skipped_step_reason(
         figures.norm, first_nonfinite_gradient(partials, config, trainer.virtual_stages, trainer.placement));
   }
-  result.stages = gather_stage_records(trainer);
+  result.stages = gather_stage_records(trainer.world, mesh, measure_stage(trainer));
   return result;
 }
 
