@@ -131,9 +131,16 @@ void gather_spans_to_first_stage(const Mesh& mesh, std::vector<float>& values,
                            spans_of_stage);
 }
 
+void gather_spans_to_first_tp_rank(const Mesh& mesh, std::vector<float>& values,
+                                   const std::vector<std::vector<HostSpan>>& spans_of_tp_rank) {
+  if (mesh.tp == 1 || mesh.dp_rank != 0) return;
+  gather_spans_to_member_0(mesh.tp_rank, mesh.tp, [&](int tp_rank) { return world_rank_of(mesh, 0, mesh.pp_rank, tp_rank); },
+                           values, spans_of_tp_rank);
+}
+
 void gather_spans_to_first_replica(const Mesh& mesh, std::vector<float>& values,
                                    const std::vector<std::vector<HostSpan>>& spans_of_replica) {
   if (mesh.dp == 1) return;
-  gather_spans_to_member_0(mesh.dp_rank, mesh.dp, [&](int replica) { return world_rank_of(mesh, replica, mesh.pp_rank); },
+  gather_spans_to_member_0(mesh.dp_rank, mesh.dp, [&](int replica) { return world_rank_of(mesh, replica, mesh.pp_rank, mesh.tp_rank); },
                            values, spans_of_replica);
 }

@@ -49,6 +49,13 @@ struct HostSpan {
 void gather_spans_to_first_stage(const Mesh& mesh, std::vector<float>& values,
                                  const std::vector<std::vector<HostSpan>>& spans_of_stage);
 
+// Brings a stage's tp ranks together on its tp rank 0: each tp rank r > 0 of replica 0 sends its
+// values at spans_of_tp_rank[r], which the stage's tp rank 0 writes into its own values at the same
+// places. Collective over the stage's tp ranks of replica 0 (blocking); the other replicas, and a
+// mesh of tp = 1, return at once. Used for checkpoints, where each tp rank holds its slices.
+void gather_spans_to_first_tp_rank(const Mesh& mesh, std::vector<float>& values,
+                                   const std::vector<std::vector<HostSpan>>& spans_of_tp_rank);
+
 // Brings a stage's replicas together on its replica 0: each replica r > 0 sends its values at
 // spans_of_replica[r], which the stage's replica 0 writes into its own values at the same places.
 // Collective over the stage's replicas (blocking); a mesh of one replica returns at once. Used

@@ -152,6 +152,10 @@ void row_parallel_backward(cublasHandle_t cublas, const LinearSlice& slice, Elem
   matmul_backward_weight(cublas, dweight_slice, dbias, bias_workspace, dout, inp, N, C, OC, stream);
 }
 
+size_t slice_row_start(const LinearSlice& slice, int row) {
+  return full_row(slice, row) * slice.in_channels + first_column(slice);
+}
+
 template void cut_linear_slice<float>(const LinearSlice&, float*, float*, const float*, const float*);
 template void cut_linear_slice<double>(const LinearSlice&, double*, double*, const double*, const double*);
 template void place_linear_slice<float>(const LinearSlice&, float*, float*, const float*, const float*);

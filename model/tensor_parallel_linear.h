@@ -64,6 +64,9 @@ void cut_linear_slice(const LinearSlice& slice, Value* weight_slice, Value* bias
 template <typename Value>
 void place_linear_slice(const LinearSlice& slice, Value* weight, Value* bias, const Value* weight_slice,
                         const Value* bias_slice);
+// Where the slice's row `row` (of local_out) starts in the full (OC, C) matrix, in elements: its
+// local_in values are consecutive there (a host gather of the slices sends these runs).
+size_t slice_row_start(const LinearSlice& slice, int row);
 
 // The communication stream of the column-parallel backward and the two events that order it with
 // the compute stream, made once by the caller (create_tensor_parallel_overlap) and kept.

@@ -26,6 +26,13 @@ std::optional<LinearSlice> tensor_cut(const GPTConfig& config, TensorParallelRan
   }
 }
 
+bool replicated_on_tp_ranks(int tensor) {
+  switch (tensor) {
+    case kWte: case kQkvw: case kQkvb: case kAttprojw: case kFcw: case kFcb: case kFcprojw: return false;
+    default: return true;
+  }
+}
+
 std::array<size_t, kNumParameterTensors> shard_tensor_sizes(const GPTConfig& config, TensorParallelRank shard) {
   std::array<size_t, kNumParameterTensors> sizes = parameter_tensor_sizes(config);
   sizes[kWte] /= shard.tp;

@@ -39,6 +39,11 @@ BlockSlices block_slices(const GPTConfig& config, TensorParallelRank shard);
 // for the tensors the rank holds whole (LayerNorms, row-parallel biases) and with tp = 1.
 std::optional<LinearSlice> tensor_cut(const GPTConfig& config, TensorParallelRank shard, int tensor);
 
+// Whether every tp rank holds the whole of tensor `tensor` (a ParameterTensor), with the same values
+// and gradients: wpe, the LayerNorms, lnf and the row-parallel biases. What reads a stage's regions
+// as parts of the whole model (the gradient norm, a checkpoint's gather) takes it from one tp rank.
+bool replicated_on_tp_ranks(int tensor);
+
 // Elements of each tensor the rank holds (per-layer tensors: all L layers' slices), in llm.c's
 // order; parameter_tensor_sizes with tp = 1.
 std::array<size_t, kNumParameterTensors> shard_tensor_sizes(const GPTConfig& config, TensorParallelRank shard);

@@ -38,7 +38,7 @@ void update_accounting(Executor<Element>& e) {
   for (const ChunkState<Element>& state : e.chunks) {
     const size_t bytes =
         state.inputs.bytes +
-        (e.recompute ? 0 : activation_bytes<Element>(e.config, e.B, e.T, state.range, 1, e.attention));
+        (e.recompute ? 0 : activation_bytes<Element>(e.config, e.B, e.T, state.range, e.tp, e.attention));
     a.slots.push_back(int(state.inputs.buffers.size()));
     a.slot_bytes.push_back(bytes);
     a.weight_buffers.push_back(int(state.weight_pool.buffers.size()));
@@ -116,7 +116,7 @@ bool on_second_stream(const Executor<Element>& e, size_t i) {
 template <typename Element>
 Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
                                 const std::vector<LayerRange>& chunk_ranges, const Placement& placement, int stage,
-                                bool recompute, AttentionKind attention) {
+                                bool recompute, AttentionKind attention, int tp) {
   if (int(chunk_ranges.size()) != placement.v)
     throw std::runtime_error("create_executor: " + std::to_string(chunk_ranges.size()) + " chunks for a placement of " +
                              std::to_string(placement.v));
@@ -130,6 +130,7 @@ Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const Sta
   e.stage = stage;
   e.recompute = recompute;
   e.attention = attention;
+  e.tp = tp;
   e.schedule = schedule;
   const size_t btc_bytes = size_t(B) * T * config.channels * sizeof(Element);
   const std::string of_stage = "stage " + std::to_string(stage) + "'s ";
@@ -162,23 +163,28 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
   // device while its NCCL operations wait on peers. The counts are the plan's (the memory plan,
   // pipeline/memory_plan.h, runs the same plan_executor).
   Executor<Element> e =
-      plan_executor<Element>(config, B, T, schedule, chunk_ranges, placement, stage, recompute, attention);
+      plan_executor<Element>(config, B, T, schedule, chunk_ranges, placement, stage, recompute, attention,
+                             groups.mesh.tp);
   e.groups = groups;
+  if (e.tp > 1) {
+    e.tensor_parallel_groups = std::make_shared<const CommGroups>(groups);
+    e.tensor_parallel = {e.tensor_parallel_groups.get(), create_tensor_parallel_overlap()};
+  }
   e.cublas = cublas;
   e.stream = stream;
   const char* serial = std::getenv("TRAIN_TRANSFERS_IN_COMPUTE_STREAM");
   if (serial != nullptr && std::string(serial) == "1") e.transfer_stream = stream;
   else CUDA_CHECK(cudaStreamCreate(&e.transfer_stream));
   for (ChunkState<Element>& state : e.chunks) {
-    state.scratch = create_backward_scratch<Element>(config, B, T, state.range, 1, attention);
+    state.scratch = create_backward_scratch<Element>(config, B, T, state.range, e.tp, attention);
     if (recompute) {
-      state.working = create_activations<Element>(config, B, T, state.range, 1, attention);
+      state.working = create_activations<Element>(config, B, T, state.range, e.tp, attention);
       e.accounting.working_set_bytes += state.working.bytes;
     }
     allocate_pool(state.inputs);
     if (!recompute)
       for (size_t i = 0; i < state.inputs.buffers.size(); ++i)
-        state.acts.push_back(create_activations<Element>(config, B, T, state.range, 1, attention));
+        state.acts.push_back(create_activations<Element>(config, B, T, state.range, e.tp, attention));
     allocate_pool(state.weight_pool);
     for (void* buffer : state.weight_pool.buffers)
       state.weight_inputs.push_back(weight_gradient_inputs_at<Element>(buffer, config, B, T, state.range));
@@ -237,6 +243,7 @@ void destroy_executor(Executor<Element>& e) {
   CUDA_CHECK(cudaEventDestroy(e.compute_ready));
   CUDA_CHECK(cudaEventDestroy(e.transfers_done));
   if (e.transfer_stream != e.stream) CUDA_CHECK(cudaStreamDestroy(e.transfer_stream));
+  if (e.tp > 1) destroy_tensor_parallel_overlap(e.tensor_parallel.overlap);
   if (e.pair_backwards.stream != nullptr) {
     CUBLAS_CHECK(cublasDestroy(e.pair_backwards.cublas));
     device_free(e.pair_workspace);
@@ -396,38 +403,11 @@ SchedulePosition schedule_position(const Executor<Element>& e) {
   return {progress.walks, std::min<int>(progress.queued, int(e.schedule.size()) - 1)};
 }
 
-std::string to_text(const ExecutedStep& step) {
-  const auto named = [](ActionKind kind, int microbatch, int chunk) {
-    return to_text(Action{kind, microbatch, 0}) + "@c" + std::to_string(chunk);
-  };
-  if (step.compute) {
-    std::string text = named(step.kind, step.microbatch, step.chunk);
-    if (step.slot >= 0) text += " slot " + std::to_string(step.slot);
-    if (step.weight_inputs >= 0) text += " w " + std::to_string(step.weight_inputs);
-    if (step.output_buffer >= 0) text += " output " + std::to_string(step.output_buffer);
-    if (step.recomputed) text += " (recomputed)";
-    return text;
-  }
-  std::string text;
-  for (const ExecutedMessage& m : step.messages) {
-    const bool outgoing = m.kind == ActionKind::send_forward || m.kind == ActionKind::send_backward;
-    text += (text.empty() ? "" : " + ") + named(m.kind, m.microbatch, m.chunk) + (outgoing ? "->" : "<-") +
-            std::to_string(m.peer) + " buffer " + std::to_string(m.buffer);
-  }
-  return text;
-}
-
-std::string trace_text(const std::vector<ExecutedStep>& trace) {
-  std::string text;
-  for (const ExecutedStep& step : trace) text += (text.empty() ? "" : "; ") + to_text(step);
-  return text;
-}
-
 #define INSTANTIATE_EXECUTOR(Element)                                                                               \
   template SchedulePosition schedule_position<Element>(const Executor<Element>&);                                   \
   template Executor<Element> plan_executor<Element>(const GPTConfig&, int, int, const StageSchedule&,               \
                                                     const std::vector<LayerRange>&, const Placement&, int, bool,    \
-                                                    AttentionKind);                                                 \
+                                                    AttentionKind, int);                                            \
   template Executor<Element> create_executor<Element>(const GPTConfig&, int, int, const StageSchedule&,             \
                                                       const std::vector<LayerRange>&, const Placement&, int, bool,  \
                                                       const CommGroups&, cublasHandle_t, cudaStream_t,              \

@@ -73,13 +73,17 @@ SchedulePosition schedule_position(const Executor<Element>& executor);
 // slots, weight-gradient inputs and transfer buffers), the scratch, the working sets (recompute),
 // the events and the transfer stream. With TRAIN_TRANSFERS_IN_COMPUTE_STREAM=1 in the environment the
 // transfers run on stream itself, one after the other with the computes (no overlap: for comparison).
+// With groups.mesh.tp > 1 every chunk runs on the stage's tp group (model/gpt.cuh's TensorParallelRun),
+// its activations and scratch sized for the rank's shard; the messages between stages are the
+// whole B T C activations, exchanged between the stages' ranks of the same tp_rank (the pipeline
+// communicator's). plan_executor's tp sizes the same buffers.
 // The executor create_executor makes, without the device: its pools planned (their buffer counts,
 // the schedule's peaks) and nothing allocated, no stream, no event. For the memory plan
 // (pipeline/memory_plan.h), which so counts the buffers create_executor allocates.
 template <typename Element>
 Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
                                 const std::vector<LayerRange>& chunk_ranges, const Placement& placement, int stage,
-                                bool recompute, AttentionKind attention = AttentionKind::materialized);
+                                bool recompute, AttentionKind attention = AttentionKind::materialized, int tp = 1);
 template <typename Element>
 Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
                                   const std::vector<LayerRange>& chunk_ranges, const Placement& placement,

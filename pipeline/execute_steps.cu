@@ -191,7 +191,8 @@ void forward_chunk(Executor<Element>& e, const ComputeStream& on, const std::vec
   const bool tokens = state.range.has_embedding;
   gpt_forward(e.config, state.range, params[chunk], activations_of(e, chunk, slot),
               tokens ? static_cast<const int*>(input) : nullptr,
-              tokens ? nullptr : static_cast<const Element*>(input), targets, loss_scale, B, T, on.cublas, on.stream);
+              tokens ? nullptr : static_cast<const Element*>(input), targets, loss_scale, B, T, on.cublas, on.stream,
+              e.tensor_parallel);
 }
 
 // F(microbatch, chunk): the forward, then the output's hand-over: into the next chunk's slot
@@ -262,7 +263,7 @@ void backward_step(Executor<Element>& e, const ComputeStream& on, const std::vec
     const LayerGradientsQueued reports = final_gradient_reports(e, action);
     gpt_backward(e.config, state.range, params[chunk], grads[chunk], state.range.has_head ? grad_wte_head : nullptr,
                  activations_of(e, chunk, slot), state.scratch, tokens, input_activation, grad_output, grad_input, e.B,
-                 e.T, on.cublas, on.stream, reports);
+                 e.T, on.cublas, on.stream, reports, e.tensor_parallel);
     if (reports) reports(-1);
   } else {
     record.weight_inputs = buffers.weight_inputs;

@@ -107,6 +107,11 @@ struct Executor {
   Placement placement;  // where each virtual stage lives (the schedule's)
   bool recompute;
   AttentionKind attention;  // the model's attention (model/gpt.cuh): it sizes the slots and the scratch
+  int tp;                   // tensor-parallel ranks of the stage: the activations and scratch are the rank's shard's
+  TensorParallelRun tensor_parallel;  // what every chunk's forward and backward run with (tp = 1: none)
+  // The copy of groups that tensor_parallel points to, on the heap: the executor is returned and
+  // stored by value, which would leave a pointer to its own member dangling.
+  std::shared_ptr<const CommGroups> tensor_parallel_groups;
   StageSchedule schedule;
   CommGroups groups;  // the pipeline's communicator (none needed when p == 1)
   cublasHandle_t cublas;

@@ -72,13 +72,13 @@ template <typename Element>
 void plan_executor_memory(const MemoryPlanInput& in, int stage, const std::vector<LayerRange>& chunks,
                           PlanBuilder& b) {
   const Executor<Element> e = plan_executor<Element>(in.config, in.B, in.T, in.schedule.stages[stage], chunks,
-                                                     in.schedule.placement, stage, in.recompute, in.attention);
+                                                     in.schedule.placement, stage, in.recompute, in.attention, in.tp);
   for (size_t c = 0; c < e.chunks.size(); ++c) {
     const ChunkState<Element>& state = e.chunks[c];
     const std::string of_chunk = e.chunks.size() > 1 ? ", chunk " + std::to_string(c) : "";
-    const uint64_t activations = activation_bytes<Element>(in.config, in.B, in.T, state.range, 1, in.attention);
+    const uint64_t activations = activation_bytes<Element>(in.config, in.B, in.T, state.range, in.tp, in.attention);
     b.device("backward scratch" + of_chunk, 1,
-             backward_scratch_bytes<Element>(in.config, in.B, in.T, state.range, 1, in.attention));
+             backward_scratch_bytes<Element>(in.config, in.B, in.T, state.range, in.tp, in.attention));
     if (in.recompute) b.device("recompute working set" + of_chunk, 1, activations);
     b.device("slot inputs" + of_chunk, state.inputs.buffers.size(), state.inputs.bytes);
     if (!in.recompute) b.device("slot activations" + of_chunk, state.inputs.buffers.size(), activations);
@@ -102,14 +102,14 @@ template <typename Element>
 StageMemoryPlan plan_stage(const MemoryPlanInput& in, int stage) {
   const GPTConfig& config = in.config;
   const std::vector<LayerRange> chunks = chunks_of_stage(in.virtual_stages, in.schedule.placement, stage);
-  const ParameterLayout layout = parameter_layout(config, chunks);
+  const ParameterLayout layout = parameter_layout(config, chunks, {in.tp, 0});  // every tp rank's shard is as large
   const uint64_t n = layout.size;
   PlanBuilder b;
   b.plan.stage = stage;
   b.device("parameters", 1, multiply(n, sizeof(Element)));
   b.device("gradients", 1, multiply(n, sizeof(Element)));
   if (has_part(chunks, &LayerRange::has_head))
-    b.device("head's wte gradient", 1, uint64_t(config.padded_vocab_size) * config.channels * sizeof(Element));
+    b.device("head's wte gradient", 1, uint64_t(config.padded_vocab_size / in.tp) * config.channels * sizeof(Element));
   b.device("cuBLAS workspace", 1, in.cublas_workspace_bytes);
   plan_executor_memory<Element>(in, stage, chunks, b);
   // The optimizer (create_optimizer): fp32 moments, master weights (of the shard with ZeRO-1), the
@@ -126,7 +126,8 @@ StageMemoryPlan plan_stage(const MemoryPlanInput& in, int stage) {
   b.device("non-finite ranks, norm", 2, sizeof(double));
   b.device("AdamW gate", 1, sizeof(AdamWGate));
   b.device("AdamW region table", 1, layout.regions.size() * sizeof(AdamWRegion));
-  const Mesh mesh = make_mesh(in.dp, in.schedule.placement.p, in.dp * in.schedule.placement.p, 0);
+  const int p = in.schedule.placement.p;
+  const Mesh mesh = make_mesh(in.dp, in.tp, p, in.dp * in.tp * p, 0);
   b.plan.transient_bytes = connection_scratch_bytes(mesh);
   b.plan.peak_bytes = add(b.plan.resident_bytes, b.plan.transient_bytes);
   const uint64_t step_tokens = multiply(multiply(in.microbatches, in.B), uint64_t(in.T) * sizeof(int));

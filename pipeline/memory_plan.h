@@ -58,6 +58,7 @@ struct MemoryPlanInput {
   uint64_t cublas_workspace_bytes;  // the GEMMs' workspace (kernels/gemm.cuh): the device's
   AttentionKind attention = AttentionKind::materialized;  // sizes the activations and the backward scratch
   bool zero = false;  // ZeRO-1 over dp > 1: the optimizer state of the stage's largest shard (model/optimizer_shards.h)
+  int tp = 1;  // tensor-parallel ranks per stage: each plans its shard (model/tensor_parallel_shard.h), alike on every tp rank
 };
 
 // One plan per stage (index = stage); every replica of a stage holds the same. Throws

@@ -141,3 +141,17 @@ TEST(Options, ScheduleCostsAreThreeOrFourNumbers) {
   EXPECT_EQ(error_of({"--print-schedule", "--schedule-costs", "1,x,1"}),
             "--schedule-costs: 'x' is not a finite number");
 }
+
+// --tp N (issue 33): at least 1; what is not wired at tp > 1 yet is refused by name (the sizes it
+// must divide are checked against the model by check_tensor_parallel_sizes, TrainLayout's tests).
+TEST(Options, TensorParallelIsAtLeastOneAndRefusesWhatIsNotWiredYet) {
+  EXPECT_EQ(parse({"--tp", "2"}).tp, 2);
+  EXPECT_EQ(parse({}).tp, 1);
+  EXPECT_EQ(error_of({"--tp", "0"}), "--tp 0 is out of range (must be at least 1)");
+  EXPECT_EQ(error_of({"--tp", "2", "--dtype", "bf16"}), "--tp 2 does not run with --dtype bf16 yet (issue 33)");
+  EXPECT_EQ(error_of({"--tp", "2", "--zero", "1"}), "--tp 2 does not run with --zero 1 yet (issue 33)");
+  EXPECT_EQ(error_of({"--tp", "4", "--trace", "t.json"}), "--tp 4 does not run with --trace yet (issue 33)");
+  EXPECT_EQ(error_of({"--tp", "2", "--plan-layouts"}), "--tp 2 does not run with --plan-layouts yet (issue 33)");
+  EXPECT_EQ(error_of({"--tp", "1", "--dtype", "bf16", "--zero", "1"}), "(no error)");
+  EXPECT_EQ(error_of({"--tp", "2", "--recompute", "--attention", "fused"}), "(no error)");
+}

@@ -266,6 +266,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--max-skipped N", "(default: 5)"},
       {"--pp N", "(default: 0)"},
       {"--dp N", "(default: 1)"},
+      {"--tp N", "(default: 1)"},
       {"--schedule afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved|dualpipev", "(default: 1f1b)"},
       {"--schedule-file FILE", "(default: none)"},
       {"--virtual-stages N", "(default: 1)"},

@@ -941,7 +941,7 @@ fault gpt-fused-qkv-overwritten-by-next-layer model/gpt.cu \
 # Item 2: the memory plan sizing the slots for the materialised attention whatever the run's:
 # the plan's slots above what the model allocates (create_trainer then refuses the run).
 fault memory-plan-ignores-attention pipeline/memory_plan.cpp \
-  's/activation_bytes<Element>(in.config, in.B, in.T, state.range, 1, in.attention)/activation_bytes<Element>(in.config, in.B, in.T, state.range)/' \
+  's/activation_bytes<Element>(in.config, in.B, in.T, state.range, in.tp, in.attention)/activation_bytes<Element>(in.config, in.B, in.T, state.range, in.tp)/' \
   'unit MemoryPlan.FusedAttention*'
 # Item 2: the fused attention at tp > 1 given the whole model's channels instead of the rank's
 # C / tp (its NH / tp heads then twice as wide, reading and writing beyond the rank's buffers).
@@ -1041,6 +1041,34 @@ fault split-backward-embedding-at-the-buffers-T model/gpt_split_backward.cu \
 fault variable-length-normaliser-counts-padding tools/reference_run.cu \
   's/real += target != kIgnoredTarget;/real += 1;/' \
   'pytorch PyTorchVariableLength.*'
+
+# h33d: issue 33 item 5 (--tp through ./train and the pipeline: the executor on tp groups, the
+# consumers of a stage's regions at tp > 1).
+# The tied embedding's gradient is summed over the rank's Vp / tp rows of wte, not Vp rows.
+fault tied-wte-gradient-summed-beyond-the-slice trainer/step/trainer.cpp \
+  's/allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config, mesh.tp), /allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config, 1), /' \
+  'mpi4 TensorParallelLayouts.TwoTpRanksTimesTwoStagesGiveTheSingleProcess'
+# The norm counts the replicated tensors (LayerNorms, wpe, lnf, row-parallel biases) once, not tp times.
+fault norm-counts-replicated-tensors-on-every-tp-rank trainer/step/optimizer.cpp \
+  's/(layout.shard.rank != 0 \&\& replicated_on_tp_ranks(r.tensor))/(false \&\& replicated_on_tp_ranks(r.tensor))/' \
+  'mpi4 TensorParallelLayouts.FourTpRanksGiveTheSingleProcess'
+# A checkpoint places each tp rank's slices at its own rank's places.
+fault checkpoint-slices-placed-at-another-tp-rank trainer/checkpoints/gather_model.cpp \
+  's/spans_of_tp_rank(trainer.config, trainer.chunks, {mesh.tp, r})/spans_of_tp_rank(trainer.config, trainer.chunks, {mesh.tp, (r + 1) % mesh.tp})/' \
+  'mpi4 TensorParallelLayouts.TwoTpRanksTimesTwoStagesGiveTheSingleProcess'
+# The head's tp ranks hold the same losses: one of them counts.
+fault loss-counted-on-every-tp-rank trainer/step/trainer.cpp \
+  's/double sums\[3\] = {mesh.tp_rank == 0 ? figures.loss_sum : 0.0,/double sums[3] = {figures.loss_sum,/' \
+  'mpi4 TensorParallelLayouts.TwoReplicasOfTwoTpRanksGiveTheSingleProcess'
+# The stage with the head gathers its tp ranks' rows of its wte copy too, before it sends that
+# copy to the first stage (a tp rank's rows would arrive as zeros).
+fault checkpoint-tied-wte-copy-not-gathered-over-tp trainer/checkpoints/gather_model.cpp \
+  's/    if (replicated_on_tp_ranks(r.tensor)) continue;/    if (r.tied_copy || replicated_on_tp_ranks(r.tensor)) continue;/' \
+  'unit TrainTensorParallel.CheckpointMovesBetweenTpTwoAndOneProcess'
+# Each tp rank uploads (and resumes) its own slices of the model, not tp rank 0's.
+fault tp-rank-holds-rank-zero-slices trainer/step/trainer.cpp \
+  's/parameter_layout(config, trainer.chunks, {mesh.tp, mesh.tp_rank})/parameter_layout(config, trainer.chunks, {mesh.tp, 0})/' \
+  'unit TrainTensorParallel.CheckpointMovesBetweenTpTwoAndOneProcess'
 
 # ---- running ----
 

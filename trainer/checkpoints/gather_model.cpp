@@ -10,12 +10,43 @@
 
 namespace {
 
-// values: this stage's download in llm.c's layout; on world rank 0 it comes back with replica
-// 0's other stages' regions filled in.
+// The runs of llm.c's layout that tp rank `shard.rank` alone holds of the stage's chunks: its
+// slices, row by row, and its rows of wte (the tied copy's too: the stage with the head sends its
+// whole wte to the first stage next). The replicated tensors are tp rank 0's already.
+std::vector<HostSpan> spans_of_tp_rank(const GPTConfig& config, const std::vector<LayerRange>& chunks,
+                                       TensorParallelRank shard) {
+  std::vector<HostSpan> spans;
+  for (const ParameterRegion& r : parameter_layout(config, chunks, shard).regions) {
+    if (replicated_on_tp_ranks(r.tensor)) continue;
+    if (!r.cut) {
+      spans.push_back({r.full_offset, r.count});
+      continue;
+    }
+    for (int row = 0; row < r.cut->local_out(); ++row)
+      spans.push_back({r.full_offset + slice_row_start(*r.cut, row), size_t(r.cut->local_in())});
+  }
+  return spans;
+}
+
+// values: this tp rank's download in llm.c's layout (its slices, the replicated tensors whole);
+// on the stage's tp rank 0 of replica 0 it comes back with the other tp ranks' slices filled in:
+// the stage's whole tensors, as at tp = 1.
+template <typename Element>
+std::vector<float> gather_tp_ranks(const Trainer<Element>& trainer, std::vector<float> values) {
+  const Mesh& mesh = trainer.groups.mesh;
+  std::vector<std::vector<HostSpan>> spans(mesh.tp);
+  for (int r = 1; r < mesh.tp; ++r) spans[r] = spans_of_tp_rank(trainer.config, trainer.chunks, {mesh.tp, r});
+  gather_spans_to_first_tp_rank(mesh, values, spans);
+  return values;
+}
+
+// values: this stage's download in llm.c's layout (gathered over its tp ranks); on world rank 0 it
+// comes back with replica 0's other stages' regions filled in.
 template <typename Element>
 std::vector<float> gather_stages(const Trainer<Element>& trainer, std::vector<float> values) {
+  values = gather_tp_ranks(trainer, std::move(values));
   const Mesh& mesh = trainer.groups.mesh;
-  if (mesh.pp == 1 || mesh.dp_rank != 0) return values;
+  if (mesh.pp == 1 || mesh.dp_rank != 0 || mesh.tp_rank != 0) return values;
   std::vector<std::vector<HostSpan>> spans_of_stage(mesh.pp);
   for (int stage = 0; stage < mesh.pp; ++stage)
     for (const ParameterRegion& r : stage_regions(trainer, stage)) spans_of_stage[stage].push_back({r.full_offset, r.count});

@@ -2,6 +2,7 @@
 // value, what it means, how it is parsed into TrainOptions and how its default is shown, so that
 // --help and the parser cannot disagree.
 #include "trainer/command_line/options.h"
+#include "trainer/command_line/tensor_parallel_options.h"
 
 #include <algorithm>
 #include <charconv>
@@ -267,6 +268,7 @@ const std::vector<OptionSpec>& option_table() {
                  "consecutive steps skipped for a non-finite loss or gradient before the run stops"),
       int_option("pp", &O::pp, kAtLeastZero, "pipeline stages (0: world size / dp)"),
       int_option("dp", &O::dp, kAtLeastOne, "data-parallel replicas"),
+      int_option("tp", &O::tp, kAtLeastOne, "tensor-parallel ranks per stage (must divide the heads, 4 C and Vp)"),
       choice_option("schedule", &O::schedule,
                     {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "looped-bfs",
                      "zb-interleaved", "dualpipev"},
@@ -329,8 +331,7 @@ void check_consistency(const TrainOptions& options) {
   if (options.dtype == "bf16" && options.no_tf32)
     throw std::runtime_error("--no-tf32 needs --dtype fp32 (bf16 GEMMs take bf16 inputs, never TF32)");
   const bool file = !options.schedule_file.empty();
-  if (file && options.given.count("schedule"))
-    throw std::runtime_error("--schedule-file and --schedule exclude each other");
+  if (file && options.given.count("schedule")) throw std::runtime_error("--schedule-file and --schedule exclude each other");
   if (file && options.given.count("virtual-stages"))
     throw std::runtime_error("--schedule-file and --virtual-stages exclude each other (the file's chunks say it)");
   const bool v_shape = options.schedule == "zb-v" || options.schedule == "v-half" || options.schedule == "v-min" ||
@@ -349,8 +350,7 @@ void check_consistency(const TrainOptions& options) {
   }
   if (options.given.count("microbatch-group") && options.schedule != "interleaved")
     throw std::runtime_error("--microbatch-group needs --schedule interleaved");
-  if (options.given.count("trace-step") && options.trace.empty())
-    throw std::runtime_error("--trace-step needs --trace FILE");
+  if (options.given.count("trace-step") && options.trace.empty()) throw std::runtime_error("--trace-step needs --trace FILE");
   if (!options.print_schedule && options.trace_step > options.steps)
     throw std::runtime_error("--trace-step " + std::to_string(options.trace_step) + " is after the last step (--steps " +
                              std::to_string(options.steps) + ")");
@@ -364,6 +364,7 @@ void check_consistency(const TrainOptions& options) {
                              "--layers-per-stage and --pipeline-layout");
   if (!options.layers_per_stage.empty() && !options.pipeline_layout.empty())
     throw std::runtime_error("--layers-per-stage and --pipeline-layout both give the split: pass one");
+  check_tensor_parallel_options(options.tp, options.dtype, options.zero, !options.trace.empty(), options.plan_layouts);
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");
   if (options.given.count("format") && !options.print_schedule)

@@ -23,7 +23,8 @@ std::string pad(std::string text, size_t width) {
 std::string ranks_of_stage(const Mesh& mesh, int stage) {
   std::string ranks;
   for (int replica = 0; replica < mesh.dp; ++replica)
-    ranks += (replica ? "," : "") + std::to_string(replica * mesh.pp + stage);
+    for (int tp_rank = 0; tp_rank < mesh.tp; ++tp_rank)
+      ranks += (ranks.empty() ? "" : ",") + std::to_string(world_rank_of(mesh, replica, stage, tp_rank));
   return ranks;
 }
 
@@ -33,7 +34,7 @@ std::string options_text(const PlannedRun& run) {
   return "L=" + std::to_string(run.config.num_layers) + " C=" + std::to_string(run.config.channels) +
          " Vp=" + std::to_string(run.config.padded_vocab_size) + ", B=" + std::to_string(run.B) +
          " T=" + std::to_string(run.T) + " m=" + std::to_string(o.microbatches) + ", dp=" + std::to_string(run.mesh.dp) +
-         " x pp=" + std::to_string(run.mesh.pp) + ", " +
+         (run.mesh.tp == 1 ? "" : " x tp=" + std::to_string(run.mesh.tp)) + " x pp=" + std::to_string(run.mesh.pp) + ", " +
          (o.schedule_file.empty() ? o.schedule : "--schedule-file " + o.schedule_file) +
          " v=" + std::to_string(placement.v) + (o.recompute ? ", recompute" : "") +
          (run.layout.attention == AttentionKind::fused ? ", fused attention" : "") + ", " + o.dtype +
@@ -108,7 +109,8 @@ PlannedRun planned_run(const TrainOptions& options, int world_size) {
 PlannedRun planned_run(const TrainOptions& options, int world_size, const GPTConfig& config) {
   PlannedRun run{options, config, options.batch, 0, {}, layout_from_options(options)};
   run.T = sequence_length(options, run.config);
-  run.mesh = make_mesh(options.dp, options.pp, world_size, 0);
+  run.mesh = make_mesh(options.dp, options.tp, options.pp, world_size, 0);
+  check_tensor_parallel_sizes(options.tp, config.num_heads, config.channels, config.padded_vocab_size);
   try {
     check_layout(run.config, run.mesh, run.layout);
   } catch (const std::runtime_error& error) {
@@ -213,7 +215,7 @@ void check_memory_fits(const PlannedRun& run, uint64_t usable_bytes) {
   if (world.size > 1) sum_over_world(world, limits.data(), limits.size());
   const std::vector<StageMemoryPlan> plans = plan_run_memory(run);
   for (int rank = 0; rank < world.size; ++rank) {
-    const StageMemoryPlan& plan = plans[rank % run.mesh.pp];
+    const StageMemoryPlan& plan = plans[rank / run.mesh.tp % run.mesh.pp];  // comm/mesh.h's pp_rank
     const uint64_t limit = uint64_t(limits[rank]);
     if (plan.peak_bytes <= limit) continue;
     // The items of at least 1% of the peak; the rest as one.

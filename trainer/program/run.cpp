@@ -261,7 +261,8 @@ RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
   setup.B = options.batch;
   setup.T = sequence_length(options, config);
   const World world = this_world();
-  setup.mesh = make_mesh(options.dp, options.pp, world.size, world.rank);
+  setup.mesh = make_mesh(options.dp, options.tp, options.pp, world.size, world.rank);
+  check_tensor_parallel_sizes(options.tp, config.num_heads, config.channels, config.padded_vocab_size);
   setup.layout = layout_from_options(options);
   try {
     setup.virtual_stages = check_layout(config, setup.mesh, setup.layout);
@@ -304,8 +305,9 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandl
   const Placement placement = layout_schedule(setup.layout, mesh.pp).placement;
   const char* zero = options.zero == 0 ? "" : mesh.dp > 1 ? ", zero 1 (each replica keeps its shard of the optimizer "
                     "state)" : "; note: --zero 1 with dp=1 has nothing to shard: runs as --zero 0";
-  say(out, "pipeline: dp=%d x pp=%d, %s, v=%d, recompute %s%s\n", mesh.dp, mesh.pp, schedule_title(setup).c_str(),
-      placement.v, options.recompute ? "on" : "off", zero);
+  const std::string tp = mesh.tp == 1 ? "" : " x tp=" + std::to_string(mesh.tp);
+  say(out, "pipeline: dp=%d%s x pp=%d, %s, v=%d, recompute %s%s\n", mesh.dp, tp.c_str(), mesh.pp,
+      schedule_title(setup).c_str(), placement.v, options.recompute ? "on" : "off", zero);
   for (int vs = 0; vs < placement.virtual_stages(); ++vs)
     say(out, "  stage %d chunk %d: %s\n", placement.stage_of(vs), placement.chunk_of(vs),
         layers_text(setup.virtual_stages[vs]).c_str());

@@ -76,7 +76,9 @@ std::string schedule_report(const RunSetup& setup) {
   std::snprintf(line, sizeof(line), "timeline (a column per t_f; t_f, t_i, t_w = %g, %g, %g, B = I + W, latency %g%s):\n",
                 costs.forward, costs.backward_input, costs.backward_weight, costs.latency,
                 !has_overlapped_pairs(schedule) ? "" : costs.pair == PairCost::sum ? "; a pair F&B: F + B" : "; a pair F&B: max(F, B)");
-  std::string report = schedule_title(setup) + ", p = " + std::to_string(p) + ", m = " + std::to_string(m) +
+  const std::string mesh = setup.mesh.tp == 1 ? "" : ", dp = " + std::to_string(setup.mesh.dp) + " x tp = " +
+                                                      std::to_string(setup.mesh.tp) + " x pp = " + std::to_string(p);
+  std::string report = schedule_title(setup) + mesh + ", p = " + std::to_string(p) + ", m = " + std::to_string(m) +
                        ", v = " + std::to_string(v) + (layout.recompute ? ", recompute" : "") +
                        (layout.pipeline_layout.empty() ? "" : ", layout " + layout.pipeline_layout) + "\n\n" +
                        schedule_grid_text(schedule) + "\n" + line + format_timeline(schedule.stages, simulation, costs) +

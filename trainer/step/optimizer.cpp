@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "comm/collectives.h"
+#include "comm/tensor_parallel.h"
 #include "kernels/adamw.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
@@ -49,12 +50,14 @@ Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layou
   optimizer.norm_workspace = device_alloc<float>(global_norm_workspace_size(int(layout.regions.size())));
   optimizer.norm_partials = device_alloc<float>(norm_slot_count(config.num_layers));
   optimizer.squared_norm = device_alloc<float>(1);
-  // The tied copy of wte has no slot: the first stage's counts it.
+  // The tied copy of wte has no slot: the first stage's counts it. With tp > 1 each tp rank counts
+  // its slices, and the replicated tensors, the same on every tp rank, are tp rank 0's alone:
+  // queue_gradient_norm sums the slots over tp.
   size_t stage_norm_tensors = 0;
   for (const ParameterRegion& r : layout.regions) stage_norm_tensors += r.tied_copy ? 0 : 1;
   std::vector<size_t> offsets, counts, slots;
   for (const ParameterRegion& r : optimizer.regions) {
-    if (r.tied_copy) continue;
+    if (r.tied_copy || (layout.shard.rank != 0 && replicated_on_tp_ranks(r.tensor))) continue;
     offsets.push_back(r.offset);
     counts.push_back(r.count);
     slots.push_back(slot_of(r, config.num_layers));
@@ -100,6 +103,7 @@ void queue_gradient_norm(Optimizer& optimizer, const CommGroups& groups, const E
   global_norm_squared_of_table<Element>(optimizer.norm_partials, optimizer.norm_workspace, gradients,
                                         optimizer.norm_table, optimizer.norm_tensors, optimizer.norm_blocks, stream);
   if (optimizer.shard.of_replicas) sum_norm_partials_over_replicas(groups, optimizer.norm_partials, num_slots, stream);
+  allreduce_tensor_parallel(groups, optimizer.norm_partials, num_slots, ncclFloat, ncclSum, stream);
   gather_layer_norm_partials<float>(groups, optimizer.norm_partials, num_slots, {0, num_slots},
                                     optimizer.squared_norm, stream);
 }

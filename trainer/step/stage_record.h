@@ -1,6 +1,10 @@
 // What one pipeline stage measured in a step: train_step's report (trainer/step/trainer.h), which
 // the step line and the JSON log print (trainer/program/log.h).
 #pragma once
+#include <vector>
+
+#include "comm/host_exchange.h"
+#include "comm/mesh.h"
 
 // What one pipeline stage measured in a step.
 struct StageRecord {
@@ -10,3 +14,7 @@ struct StageRecord {
   double device_bytes;      // the stage's device allocations (kernels/device_memory.cuh's bytes in use):
                             // parameters, gradients, moments, slots and buffers; not CUDA's, cuBLAS's or NCCL's own
 };
+
+// Replica 0's stages' records (each stage's tp rank 0's) on world rank 0, in stage order, from every
+// rank's own; the other ranks get none. Collective over the world.
+std::vector<StageRecord> gather_stage_records(const World& world, const Mesh& mesh, const StageRecord& own);

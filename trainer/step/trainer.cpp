@@ -23,16 +23,12 @@
 #include "pipeline/layer_split.h"
 #include "pipeline/layout_string.h"
 #include "pipeline/pytorch_csv.h"
+#include "pipeline/tensor_parallel_schedule.h"
 #include "trainer/safety/failure_injection.h"
 #include "trainer/safety/nonfinite.h"
 #include "trainer/safety/preemption.h"
 
 namespace {
-
-template <typename Element>
-int stages_per_replica(const Trainer<Element>& trainer) {
-  return trainer.groups.mesh.pp;
-}
 
 bool has_embedding(const std::vector<LayerRange>& chunks) {
   for (const LayerRange& range : chunks)
@@ -46,7 +42,8 @@ bool has_head(const std::vector<LayerRange>& chunks) {
   return false;
 }
 
-size_t wte_size(const GPTConfig& config) { return size_t(config.padded_vocab_size) * config.channels; }
+// wte's elements on a rank: its tp rank's Vp / tp rows (model/tensor_parallel_shard.h), all of them at tp = 1.
+size_t wte_size(const GPTConfig& config, int tp) { return size_t(config.padded_vocab_size / tp) * config.channels; }
 
 // The stage's wte (in parameters or gradients), or nullptr on a stage with neither embedding nor head.
 template <typename Element>
@@ -89,20 +86,6 @@ StageRecord measure_stage(const Trainer<Element>& trainer) {
   const ExecutorAccounting& a = trainer.executor.accounting;
   return {trainer.groups.mesh.pp_rank, a.span_ms > 0 ? 1.0 - a.busy_ms / a.span_ms : 0.0,
           double(a.activation_bytes), double(device_memory_counts().bytes_in_use)};
-}
-
-// Replica 0's stage records on world rank 0.
-template <typename Element>
-std::vector<StageRecord> gather_stage_records(const Trainer<Element>& trainer) {
-  const StageRecord own = measure_stage(trainer);
-  const double values[4] = {double(own.stage), own.idle, own.activation_bytes, own.device_bytes};
-  const std::vector<double> all = gather_to_rank0(trainer.world, values, 4);
-  std::vector<StageRecord> records;
-  for (int stage = 0; stage < stages_per_replica(trainer) && size_t(4 * stage + 3) < all.size(); ++stage) {
-    const double* v = all.data() + 4 * stage;  // world rank = stage in replica 0
-    records.push_back({int(v[0]), v[1], v[2], v[3]});
-  }
-  return records;
 }
 
 // --schedule-file's grid, read and parsed (each rank reads it itself): our grid text or PyTorch's
@@ -153,7 +136,8 @@ MemoryPlanInput memory_plan_input(const GPTConfig& config, int B, int T, const P
                          sizeof(StepFigures),
                          cublas_workspace_bytes(),
                          layout.attention,
-                         layout.zero && mesh.dp > 1};
+                         layout.zero && mesh.dp > 1,
+                         mesh.tp};
 }
 
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout) {
@@ -162,6 +146,9 @@ std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, 
                              " is fewer than 2 x --pp " + std::to_string(mesh.pp) + " = " + std::to_string(2 * mesh.pp) +
                              " pipeline chunks (each needs at least one layer)");
   const PipelineSchedule schedule = layout_schedule(layout, mesh.pp);
+  if (mesh.tp > 1)
+    check_schedule_runs_tensor_parallel(schedule, mesh.tp, layout.schedule_file ? "the schedule file"
+                                                                                : "--schedule " + schedule_name(layout.schedule));
   const int v = schedule.placement.v;
   if (layout.pipeline_layout.empty()) return split_layers(config.num_layers, mesh.pp, v, layout.layers_per_stage);
   return split_layers(config.num_layers, mesh.pp, v,
@@ -196,11 +183,11 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   CUBLAS_CHECK(cublasCreate(&trainer.cublas));
   trainer.cublas_workspace = device_alloc_bytes(planned.cublas_workspace_bytes);
   bind_cublas(trainer.cublas, trainer.stream, trainer.cublas_workspace, planned.cublas_workspace_bytes);
-  trainer.parameter_layout = parameter_layout(config, trainer.chunks);
+  trainer.parameter_layout = parameter_layout(config, trainer.chunks, {mesh.tp, mesh.tp_rank});
   const size_t n = trainer.parameter_layout.size;
   trainer.parameter_memory = device_alloc<Element>(n);
   trainer.gradient_memory = device_alloc<Element>(n);
-  trainer.grad_wte_head = has_head(trainer.chunks) ? device_alloc<Element>(wte_size(config)) : nullptr;
+  trainer.grad_wte_head = has_head(trainer.chunks) ? device_alloc<Element>(wte_size(config, mesh.tp)) : nullptr;
   trainer.params = stage_views(trainer.parameter_memory, trainer.parameter_layout);
   trainer.grads = stage_views(trainer.gradient_memory, trainer.parameter_layout);
   trainer.executor =
@@ -323,7 +310,8 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
   CUDA_CHECK(
       cudaMemsetAsync(trainer.gradient_memory, 0, trainer.parameter_layout.size * sizeof(Element), trainer.stream));
   const bool head = has_head(trainer.chunks);
-  if (head) CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config) * sizeof(Element), trainer.stream));
+  if (head)
+    CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config, mesh.tp) * sizeof(Element), trainer.stream));
   const double loss_scale = 1.0 / (double(BT) * m * mesh.dp);
   fail_if_injected(trainer.world.rank, t);
   // Before the backward: the data-parallel sum of a layer may start as soon as its gradients are final.
@@ -344,11 +332,13 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
   // stage with both (one stage, or stage 0 of the V placement, whose last stage has neither)
   // holds the whole sum already. In bf16, NCCL's sum of the two shares is one rounding of their
   // exact sum, as the single stage's sum_tied_embedding_gradient is (0 + a head share rounds to
-  // itself). Then wte's data-parallel sum, the last bucket.
+  // itself). Then wte's data-parallel sum, the last bucket. With tp > 1 each of it is a tp rank's
+  // Vp / tp rows, summed with the same rows at the pipeline's other end (the embedding
+  // communicator joins the ranks of one tp_rank).
   Element* grad_wte = wte_of(trainer, trainer.gradient_memory);
-  if (head) sum_tied_embedding_gradient(config, grad_wte, trainer.grad_wte_head, trainer.stream);
+  if (head) sum_tied_embedding_gradient(config, grad_wte, trainer.grad_wte_head, trainer.stream, mesh.tp);
   if (head != has_embedding(trainer.chunks))
-    allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config), nccl_data_type<Element>(),
+    allreduce_tied_embedding_gradient(trainer.groups, grad_wte, wte_size(config, mesh.tp), nccl_data_type<Element>(),
                                       trainer.stream);
   finish_data_parallel_sum(buckets, trainer.groups, trainer.gradient_memory, trainer.stream);
   inject_loss_nan_if_asked(trainer.world.rank, t, head, trainer.executor.loss_sum, trainer.stream);
@@ -368,10 +358,10 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
                              trainer.stream));
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));  // the step's one host wait
   finish_step(trainer.executor);
-  // Only the stages with the head hold losses; the others add zeros. The same exchange counts the
-  // ranks that received a stop signal.
+  // Only the stages with the head hold losses, the same on each of their tp ranks: tp rank 0's
+  // count, the others add zeros. The same exchange counts the ranks that received a stop signal.
   const int stop_signal = received_stop_signal();
-  double sums[3] = {figures.loss_sum, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
+  double sums[3] = {mesh.tp_rank == 0 ? figures.loss_sum : 0.0, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
   sum_over_world(trainer.world, sums, 3);
   StepResult result;
   result.loss = sums[0] / (double(m) * mesh.dp);
@@ -383,7 +373,7 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
     result.skipped = skipped_step_reason(
         figures.norm, first_nonfinite_gradient(partials, config, trainer.virtual_stages, trainer.placement));
   }
-  result.stages = gather_stage_records(trainer);
+  result.stages = gather_stage_records(trainer.world, mesh, measure_stage(trainer));
   return result;
 }
 
@@ -399,26 +389,28 @@ double validation_loss(Trainer<Element>& trainer, BatchReader& reader, int batch
     loss_sum += forward.loss;
   }
   reader.next_microbatch = resume_position;
-  // Every replica computed the same losses: replica 0's count.
-  if (trainer.groups.mesh.dp_rank != 0) loss_sum = 0;
+  // Every replica and tp rank computed the same losses: replica 0's tp rank 0's count.
+  if (trainer.groups.mesh.dp_rank != 0 || trainer.groups.mesh.tp_rank != 0) loss_sum = 0;
   sum_over_world(trainer.world, &loss_sum, 1);
   return loss_sum / batches;
 }
 
 template <typename Element>
 const std::vector<float>& next_token_logits(Trainer<Element>& trainer, const int* context, int count) {
-  const size_t Vp = trainer.config.padded_vocab_size;
+  const Mesh& mesh = trainer.groups.mesh;
+  const size_t Vp = trainer.config.padded_vocab_size, columns = Vp / mesh.tp;  // a tp rank's vocabulary slice
   std::copy(context, context + count, trainer.host_tokens);  // pinned, as a step's
   const ForwardResult<Element> forward =
       execute_forward(trainer.executor, trainer.params, trainer.host_tokens, nullptr, 1, count);
   trainer.host_logits.assign(Vp, 0.0f);
-  if (forward.logits != nullptr && trainer.groups.mesh.dp_rank == 0) {
-    std::vector<Element> row(Vp);
-    CUDA_CHECK(cudaMemcpy(row.data(), forward.logits + size_t(count - 1) * Vp, Vp * sizeof(Element),
+  if (forward.logits != nullptr && mesh.dp_rank == 0) {
+    std::vector<Element> row(columns);
+    CUDA_CHECK(cudaMemcpy(row.data(), forward.logits + size_t(count - 1) * columns, columns * sizeof(Element),
                           cudaMemcpyDeviceToHost));
-    trainer.host_logits.assign(row.begin(), row.end());
+    std::copy(row.begin(), row.end(), trainer.host_logits.begin() + mesh.tp_rank * columns);
   }
-  // One rank holds the row, the others zeros: the sum is the row.
+  // Each of the head stage's tp ranks holds its columns of the row, every other rank zeros: the
+  // sum is the row (x + 0 = x).
   sum_over_world(trainer.world, trainer.host_logits.data(), Vp);
   trainer.host_logits.resize(trainer.config.vocab_size);
   return trainer.host_logits;
