@@ -206,6 +206,10 @@ fault tf32-truncated-not-rounded cpu/blas/gemm_operands.cpp \
 fault tf32-lanes-round-nan-and-infinity cpu/blas/gemm_operands.cpp \
   's/bits = (bits \& not_finite) | (((bits + 0x1000u) \& ~0x1fffu) \& ~not_finite);/bits = (bits + 0x1000u) \& ~0x1fffu;/' \
   'cpu Blas.Tf32RoundsEveryKindOfValueAtAnyPositionOfAColumn'
+# h36a: issue 36 item 1 (the fibers' own switch): a callee-saved register not restored on resuming.
+fault fiber-switch-loses-rbx cpu/launch/fiber_switch.cpp \
+  '/movq 0x28(%rsp), %rbx/d' \
+  'cpu Scheduler.*'
 fault nccl-serial-gate-open cpu/nccl/nccl_device.cpp \
   's/  if (settings().nccl_serial) {/  if (false \&\& settings().nccl_serial) {/' \
   'cpumpi4 NcclOrder.*'
