@@ -174,7 +174,7 @@ float tf32_by_arithmetic(float x) {
 }
 
 // The rounding takes every kind of value alike wherever it sits in a column (the copy rounds
-// eight elements at a time, then the rest one by one): 83 rows, each of the special values below
+// four elements at a time, then the rest one by one): 83 rows, each of the special values below
 // at many positions, random bit patterns between them, against tf32_by_arithmetic bitwise (any
 // NaN for a NaN: the product by 1 may quiet it; either zero for a zero: the GEMM's sum starts at +0).
 TEST_F(Blas, Tf32RoundsEveryKindOfValueAtAnyPositionOfAColumn) {
