@@ -1,5 +1,6 @@
 // Runs one CUDA block on the CPU: every thread of the block is a fiber (Boost.Context
-// fcontext, switched by cpu/launch/fiber_switch.h, a few ns per switch), all on the calling OS thread.
+// fcontext, switched by cpu/launch/fiber_switch.h, a few ns per switch), all on the calling
+// OS thread.
 //
 // Threads that never synchronise cost no fiber of their own: a "runner" fiber calls
 // the kernel for one thread after another (a loop instantiated per kernel, with the

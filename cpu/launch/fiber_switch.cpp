@@ -1,8 +1,9 @@
 // cpu_switch_fiber (cpu/launch/fiber_switch.h says why it is not Boost's jump_fcontext). The
 // context it saves and resumes is Boost 1.74's for x86-64 System V (jump_x86_64_sysv_elf_gas.S):
 // at the saved stack pointer, MXCSR (0x0) and the x87 control word (0x4), which it neither
-// saves nor loads, r12-r15, rbx, rbp (0x8-0x30) and the address to resume at (0x38). Returns {the context of the fiber that left,
-// data} to the resumed fiber, in rax and rdx; a new fiber's function gets them in rdi and rsi.
+// saves nor loads, r12-r15, rbx, rbp (0x8-0x30) and the address to resume at (0x38). Returns
+// {the context of the fiber that left, data} to the resumed fiber, in rax and rdx; a new
+// fiber's function gets them in rdi and rsi.
 #if defined(__x86_64__)
 asm(R"(
   .pushsection .text
