@@ -1,6 +1,6 @@
 // Micro-benchmark of the CPU build's kernel execution (a program, not a test):
-//   1. ns per fiber switch: Boost.Context's jump_fcontext ping-pong, and our scheduler's
-//      cost per thread per __syncthreads;
+//   1. ns per fiber switch: Boost.Context's jump_fcontext and the block scheduler's switch_fiber
+//      (cpu/launch/fiber_switch.h) ping-pong, and our scheduler's cost per thread per __syncthreads;
 //   2. a warp-per-row layernorm-style kernel over 4096 x 768 floats against a plain
 //      C++ loop doing the same arithmetic, its row sums as xor butterflies of shuffles
 //      and as cooperative_groups::reduce;
@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "cpu/launch/fiber_switch.h"
 #include "kernels/launch.cuh"
 
 namespace fc = boost::context::detail;
@@ -45,16 +46,19 @@ double best_of(int repeats, F f) {
   return best;
 }
 
+// A fiber that switches straight back, by Boost's jump or by the block scheduler's.
+template <auto switch_to>
 void ping_pong(fc::transfer_t t) {
-  for (;;) t = fc::jump_fcontext(t.fctx, nullptr);
+  for (;;) t = switch_to(t.fctx, nullptr);
 }
 
+template <auto switch_to>
 double ns_per_raw_switch() {
   static char stack[64 << 10];
-  fc::fcontext_t fiber = fc::make_fcontext(stack + sizeof stack, sizeof stack, ping_pong);
+  fc::fcontext_t fiber = fc::make_fcontext(stack + sizeof stack, sizeof stack, ping_pong<switch_to>);
   const long switches = 20'000'000;
   double s = best_of(3, [&] {
-    for (long i = 0; i < switches / 2; ++i) fiber = fc::jump_fcontext(fiber, nullptr).fctx;
+    for (long i = 0; i < switches / 2; ++i) fiber = switch_to(fiber, nullptr).fctx;
   });
   return s / switches * 1e9;
 }
@@ -149,7 +153,8 @@ int main() {
   CUDA_CHECK(cudaMemcpy(d_w, weight.data(), C * 4, cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(d_b, bias.data(), C * 4, cudaMemcpyHostToDevice));
 
-  std::printf("fiber switch (Boost.Context jump_fcontext ping-pong): %.1f ns\n", ns_per_raw_switch());
+  std::printf("fiber switch (Boost.Context jump_fcontext ping-pong): %.1f ns\n", ns_per_raw_switch<fc::jump_fcontext>());
+  std::printf("fiber switch (cpu::switch_fiber ping-pong): %.1f ns\n", ns_per_raw_switch<cpu::switch_fiber>());
   const int threads = 256, rounds = 2000;
   double s = best_of(3, [&] {
     launch(barriers, dim3(1), dim3(threads), 0, nullptr, rounds, sink);

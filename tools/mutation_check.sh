@@ -199,8 +199,17 @@ fault cublas-transposes-swapped cpu/blas/cublas.cpp \
   '0,/to_cblas(s.transa), to_cblas(s.transb)/s//to_cblas(s.transb), to_cblas(s.transa)/' \
   'unit Cublas.*'
 fault tf32-truncated-not-rounded cpu/blas/gemm_operands.cpp \
-  's/bits = (bits + 0x1000u) \& ~0x1fffu;/bits \&= ~0x1fffu;/' \
+  's/bits = (bits + 0x1000u) \& ~0x1fffu;/bits \&= ~0x1fffu;/; s/(((bits + 0x1000u) \& ~0x1fffu) \& ~not_finite)/((bits \& ~0x1fffu) \& ~not_finite)/' \
   'cpu Blas.Tf32*'
+# h36a: issue 36 item 2 (the TF32 copy eight elements at a time): NaN and infinities rounded like
+# finite values in the vector lanes.
+fault tf32-lanes-round-nan-and-infinity cpu/blas/gemm_operands.cpp \
+  's/bits = (bits \& not_finite) | (((bits + 0x1000u) \& ~0x1fffu) \& ~not_finite);/bits = (bits + 0x1000u) \& ~0x1fffu;/' \
+  'cpu Blas.Tf32RoundsEveryKindOfValueAtAnyPositionOfAColumn'
+# h36a: issue 36 item 1 (the fibers' own switch): a callee-saved register not restored on resuming.
+fault fiber-switch-loses-rbx cpu/launch/fiber_switch.cpp \
+  '/movq 0x28(%rsp), %rbx/d' \
+  'cpu Scheduler.*'
 fault nccl-serial-gate-open cpu/nccl/nccl_device.cpp \
   's/  if (settings().nccl_serial) {/  if (false \&\& settings().nccl_serial) {/' \
   'cpumpi4 NcclOrder.*'

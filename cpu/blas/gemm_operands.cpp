@@ -1,7 +1,6 @@
 // GEMM operands as cuBLAS's kernels see them (cpu/blas/gemm_operands.h).
 #include "cpu/blas/gemm_operands.h"
 
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -32,13 +31,34 @@ void narrow(const std::vector<float>& in, int rows, int cols, __nv_bfloat16* out
 // truncation; which of the two cuBLAS does is not documented. tools/compare_losses.py says what
 // either costs a comparison of the two builds.
 float round_to_tf32(float x) {
-  if (!std::isfinite(x)) return x;  // keeps a NaN a NaN (its payload may sit in the dropped bits)
   uint32_t bits;
   std::memcpy(&bits, &x, sizeof bits);
-  bits = (bits + 0x1000u) & ~0x1fffu;  // add half of the 13 dropped bits' unit, then drop them
+  if ((bits & 0x7f800000u) == 0x7f800000u) return x;  // keeps a NaN a NaN (its payload may sit in the dropped bits)
+  bits = (bits + 0x1000u) & ~0x1fffu;                  // add half of the 13 dropped bits' unit, then drop them
   std::memcpy(&x, &bits, sizeof bits);
   return x;
 }
+
+namespace {
+
+// Rounds n contiguous elements to TF32, four at a time (one SSE2 register; g++ splits wider
+// vectors into scalar compares there): the same integer operations as round_to_tf32(float),
+// with a select instead of its branch. g++ -O2 does not vectorise a loop whose trip count is
+// unknown, and this copy was 9% of `mpirun -np 4 ./train`'s samples as a scalar loop.
+void round_run_to_tf32(const float* in, float* out, size_t n) {
+  using Lanes = uint32_t __attribute__((vector_size(16)));
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    Lanes bits;
+    std::memcpy(&bits, in + i, sizeof bits);
+    const Lanes not_finite = Lanes((bits & 0x7f800000u) == 0x7f800000u);  // all ones where NaN or infinite
+    bits = (bits & not_finite) | (((bits + 0x1000u) & ~0x1fffu) & ~not_finite);
+    std::memcpy(out + i, &bits, sizeof bits);
+  }
+  for (; i < n; ++i) out[i] = round_to_tf32(in[i]);
+}
+
+}  // namespace
 
 // Copies batch_count (rows, cols) fp32 matrices, the first at `in` and each `stride` elements
 // after the previous (leading dimension ld), into `out`, packed one after the other (leading
@@ -49,8 +69,7 @@ void round_to_tf32(const float* in, int rows, int cols, int ld, long long stride
   out.resize(size * batch_count);
   for (size_t matrix = 0; matrix < size_t(batch_count); ++matrix)
     for (size_t j = 0; j < size_t(cols); ++j)
-      for (size_t i = 0; i < size_t(rows); ++i)
-        out[matrix * size + j * rows + i] = round_to_tf32(in[matrix * stride + j * ld + i]);
+      round_run_to_tf32(in + matrix * stride + j * ld, out.data() + matrix * size + j * rows, size_t(rows));
 }
 
 }  // namespace cpu

@@ -1,5 +1,6 @@
 // Runs one CUDA block on the CPU: every thread of the block is a fiber (Boost.Context
-// fcontext, a few ns per switch), all on the calling OS thread.
+// fcontext, switched by cpu/launch/fiber_switch.h, a few ns per switch), all on the calling
+// OS thread.
 //
 // Threads that never synchronise cost no fiber of their own: a "runner" fiber calls
 // the kernel for one thread after another (a loop instantiated per kernel, with the
@@ -33,6 +34,7 @@
 #include <stdexcept>
 
 #include "cpu/launch/block_scheduler_internal.h"
+#include "cpu/launch/fiber_switch.h"
 #include "cpu/check/race_annotations.h"
 
 namespace fc = boost::context::detail;
@@ -109,7 +111,7 @@ void switch_to_next(Block& b, fc::fcontext_t* save) {
     sanitizer_start_switch(leaving, b.scheduler_sanitizer.stack_bottom, b.scheduler_sanitizer.stack_bytes);
     if (racecheck) race_switch_to(b.races.scheduler);
   }
-  fc::transfer_t t = fc::jump_fcontext(target, save);
+  fc::transfer_t t = switch_fiber(target, save);
   sanitizer_finish_switch(leaving);
   *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
   b.running_stack = b.threads[b.current()].stack;  // only a suspended thread is resumed here
@@ -187,7 +189,7 @@ void fail_in_fiber(Block& b, const std::string& what) {
   race_ignore_end();
   sanitizer_start_switch(nullptr, b.scheduler_sanitizer.stack_bottom, b.scheduler_sanitizer.stack_bytes);
   if (racecheck) race_switch_to(b.races.scheduler);
-  fc::jump_fcontext(b.scheduler, &b.discard);
+  switch_fiber(b.scheduler, &b.discard);
   __builtin_unreachable();  // the scheduler abandons this fiber
 }
 
@@ -261,7 +263,7 @@ bool BlockRunner::run(const BlockLaunch& launch, std::string& error) {
   b.new_runner_stack = take_runner_stack(b);
   const Stack& first = b.stack(b.new_runner_stack);
   sanitizer_start_block(b.scheduler_sanitizer, first.memory, first.bytes);
-  fc::transfer_t t = fc::jump_fcontext(fc::make_fcontext(first.top(), first.usable(), runner), &b.scheduler);
+  fc::transfer_t t = switch_fiber(fc::make_fcontext(first.top(), first.usable(), runner), &b.scheduler);
   sanitizer_finish_switch(&b.scheduler_sanitizer);
   *static_cast<fc::fcontext_t*>(t.data) = t.fctx;
   const bool waiting =

@@ -7,8 +7,10 @@
 
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <utility>
 #include <vector>
@@ -157,6 +159,56 @@ TEST_F(Blas, Tf32RoundsEachInputToNearestWithTiesAwayFromZero) {
     EXPECT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
         << "input " << in[i] << " (" << std::hexfloat << in[i] << "): got " << got[i] << ", want " << want[i]
         << std::defaultfloat;
+}
+
+// TF32's rounding computed another way: in double, to the nearest multiple of the unit of an
+// 11-significant-bit value of x's binade (below fp32's smallest normal, the unit of that binade),
+// ties away from zero; NaN and infinities kept, and a value that rounds past the largest finite
+// float becomes infinity.
+float tf32_by_arithmetic(float x) {
+  if (!std::isfinite(x) || x == 0.0f) return x;
+  int exponent;
+  std::frexp(x, &exponent);  // |x| in [2^(exponent - 1), 2^exponent)
+  const double unit = std::ldexp(1.0, std::max(exponent, -125) - 11);
+  return float(std::copysign(std::floor(std::fabs(double(x)) / unit + 0.5) * unit, double(x)));
+}
+
+// The rounding takes every kind of value alike wherever it sits in a column (the copy rounds
+// four elements at a time, then the rest one by one): 83 rows, each of the special values below
+// at many positions, random bit patterns between them, against tf32_by_arithmetic bitwise (any
+// NaN for a NaN: the product by 1 may quiet it; either zero for a zero: the GEMM's sum starts at +0).
+TEST_F(Blas, Tf32RoundsEveryKindOfValueAtAnyPositionOfAColumn) {
+  const uint32_t special[] = {
+      0x7f800000u, 0xff800000u,  // infinities
+      0x7fc00000u, 0x7fffffffu, 0xffffffffu, 0x7f801fffu,  // NaNs, with payloads in the dropped bits
+      0x7f7fffffu, 0xff7ff000u,  // the largest finite floats, which round to infinity
+      0x7f7fefffu, 0x00001000u, 0x80000fffu, 0x00000001u, 0x007ff000u,  // below the tie, subnormal ties
+      0x3f801000u, 0xbf803000u, 0x80000000u, 0x00000000u,  // ties away from zero, zeros
+  };
+  const int rows = 83, columns = 7;
+  std::mt19937 generator(12);
+  std::vector<float> in(rows * columns);
+  for (size_t i = 0; i < in.size(); ++i) {
+    const uint32_t bits = i % 3 == 0 ? special[i / 3 % std::size(special)] : uint32_t(generator());
+    std::memcpy(&in[i], &bits, sizeof bits);
+  }
+  DeviceBuffer<float> a(in), b(std::vector<float>{1.0f}), c(std::vector<float>(in.size(), 0.0f));
+  const float one = 1.0f, zero = 0.0f;
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle_, CUBLAS_OP_N, CUBLAS_OP_N, rows, 1, 1, &one, a.data(), CUDA_R_32F,
+                                          rows, rows, b.data(), CUDA_R_32F, 1, 0, &zero, c.data(), CUDA_R_32F, rows,
+                                          rows, columns, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+  const std::vector<float> got = c.to_host();
+  int wrong = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const float want = tf32_by_arithmetic(in[i]);
+    const bool same = std::isnan(want)  ? std::isnan(got[i])
+                      : want == 0.0f    ? got[i] == 0.0f
+                                        : std::memcmp(&got[i], &want, sizeof want) == 0;
+    if (!same && ++wrong <= 5)
+      ADD_FAILURE() << "element " << i % rows << " of column " << i / rows << ": " << std::hexfloat << in[i]
+                    << " rounded to " << got[i] << ", want " << want << std::defaultfloat;
+  }
+  EXPECT_EQ(wrong, 0);
 }
 
 // A random TF32 value (11 significant bits), and that value moved by less than an eighth of its
