@@ -257,12 +257,22 @@ __global__ void fused_attention_query_gradient_kernel(Element* dinp, const Eleme
   }
 }
 
+}  // namespace
+
+bool fused_attention_takes_heads(int C, int NH) {
+  if (NH <= 0 || C % NH != 0) return false;
+  const int HS = C / NH;
+  return HS % kChannels == 0 && HS <= kMaxHeadSize;
+}
+
+namespace {
+
 // The one line a shape the kernels cannot take is refused with.
 void require_supported_shape(int B, int C, int NH) {
   const std::string shape = "fused attention: C = " + std::to_string(C) + " channels in NH = " + std::to_string(NH);
   if (NH <= 0 || C % NH != 0) throw std::runtime_error(shape + " heads do not split into heads of equal size");
   const int HS = C / NH;
-  if (HS % kChannels != 0 || HS > kMaxHeadSize)
+  if (!fused_attention_takes_heads(C, NH))
     throw std::runtime_error(shape + " heads of HS = " + std::to_string(HS) +
                              " channels: the head size must be a multiple of 16 up to 128");
   if (size_t(B) * NH > kMaxGridY)

@@ -14,6 +14,9 @@
 
 #include "kernels/element.cuh"
 
+// Whether the kernels take heads of HS = C / NH channels (a multiple of 16 up to 128).
+bool fused_attention_takes_heads(int C, int NH);
+
 // Saved by the forward for the backward: the log-sum-exp of each row's scaled logits,
 // (B, NH, T): B NH T values, where the materialised attention saves B NH T T probabilities.
 // The backward also reads the forward's input and output, which the caller keeps anyway.

@@ -27,7 +27,7 @@ TEST(Options, DefaultsAreTheIssuesDefaults) {
   EXPECT_EQ(o.dtype, "fp32");
   EXPECT_EQ(o.master_weights, 1);
   EXPECT_FALSE(o.no_tf32);
-  EXPECT_EQ(o.attention, "fused");
+  EXPECT_EQ(o.attention, "auto");
   EXPECT_EQ(o.batch, 8);
   EXPECT_EQ(o.microbatches, 4);
   EXPECT_EQ(o.steps, 2000);
@@ -238,7 +238,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--dtype fp32|bf16", "(default: fp32)"},
       {"--master-weights N", "(default: 1)"},
       {"--no-tf32", "(default: off)"},
-      {"--attention fused|materialized", "(default: fused)"},
+      {"--attention auto|fused|materialized", "(default: auto)"},
       {"--batch N", "(default: 8)"},
       {"--microbatches N", "(default: 4)"},
       {"--steps N", "(default: 2000)"},

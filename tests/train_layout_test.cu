@@ -141,11 +141,11 @@ TEST(TrainLayout, PrintScheduleFollowsThePipelineLayout) {
 }
 
 // --print-schedule of zb-h1 with p = 4, m = 8: the paper's grid, its idle share 3/27 at equal
-// costs (1F1B's is 9/33), the weight buffers waiting for their W on the last stage; and fed back
-// as a schedule file, the same report.
+// costs (1F1B's is 9/33), the weight buffers waiting for their W on the last stage (sized for the
+// materialised attention, named); and fed back as a schedule file, the same report.
 TEST(TrainLayout, PrintScheduleShowsZeroBubbleH1AndReadsItBackFromAFile) {
   if (!std::filesystem::exists("./train")) GTEST_SKIP() << "./train is not built (make train)";
-  const Outcome outcome = run_train("--print-schedule --microbatches 8 --schedule zb-h1");
+  const Outcome outcome = run_train("--print-schedule --attention materialized --microbatches 8 --schedule zb-h1");
   EXPECT_EQ(outcome.status, 0);
   EXPECT_NE(outcome.out.find("stage 3 | F0 I0 F1 I1 F2 I2 F3 I3 W0 F4"), std::string::npos) << outcome.out;
   EXPECT_NE(outcome.out.find("stage 0: idle 0.111, peak 4 in flight"), std::string::npos) << outcome.out;
@@ -155,7 +155,8 @@ TEST(TrainLayout, PrintScheduleShowsZeroBubbleH1AndReadsItBackFromAFile) {
   const size_t grid_begin = outcome.out.find("stage 0 |"), grid_end = outcome.out.find("\n\n", grid_begin);
   const std::string grid = outcome.out.substr(grid_begin, grid_end - grid_begin + 1);
   write_bytes(dir.file("zb-h1.txt"), {grid.begin(), grid.end()});
-  const Outcome again = run_train("--print-schedule --microbatches 8 --schedule-file " + dir.file("zb-h1.txt"));
+  const Outcome again = run_train("--print-schedule --attention materialized --microbatches 8 --schedule-file " +
+                                    dir.file("zb-h1.txt"));
   EXPECT_EQ(again.status, 0) << again.err;
   EXPECT_EQ(again.out.substr(again.out.find('\n')), outcome.out.substr(outcome.out.find('\n')))
       << "the same report but for its first line, which names the file";

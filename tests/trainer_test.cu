@@ -27,6 +27,7 @@
 #include "tests/tiny_run.h"
 #include "trainer/checkpoints/save_and_resume.h"
 #include "trainer/step/lr_schedule.h"
+#include "trainer/step/trainer.h"
 #include "trainer/command_line/options.h"
 #include "trainer/program/run.h"
 
@@ -411,4 +412,25 @@ TEST(Trainer, ProgramReportsAnErrorInOneLineAndExitsWithStatus1) {
   const std::vector<char> fp32_err = read_bytes(dir.file("err.txt"));
   EXPECT_EQ(std::string(fp32_err.begin(), fp32_err.end()),
             "train: error: --master-weights 0 needs --dtype bf16 (fp32 parameters are their own master weights)\n");
+}
+
+// --attention auto: the fused attention where its kernels take the heads (HS a multiple of 16 up
+// to 128: the default model's 32, GPT-2's 64), the materialised one elsewhere (HS 8, 24, 256);
+// an explicit choice is kept, and fused with heads the kernels do not take is one line.
+TEST(Trainer, AttentionAutoIsFusedWhereItsKernelsTakeTheHeads) {
+  TrainOptions options;
+  const auto kind = [&](const char* attention, int heads, int channels) {
+    options.attention = attention;
+    return layout_from_options(options, make_gpt_config(2, heads, channels, 16, 256)).attention;
+  };
+  EXPECT_EQ(kind("auto", 4, 128), AttentionKind::fused);
+  EXPECT_EQ(kind("auto", 12, 768), AttentionKind::fused);
+  EXPECT_EQ(kind("auto", 2, 16), AttentionKind::materialized);
+  EXPECT_EQ(kind("auto", 2, 48), AttentionKind::materialized);
+  EXPECT_EQ(kind("auto", 1, 256), AttentionKind::materialized);
+  EXPECT_EQ(kind("materialized", 4, 128), AttentionKind::materialized);
+  EXPECT_EQ(kind("fused", 4, 128), AttentionKind::fused);
+  EXPECT_EQ(error_of([&] { kind("fused", 2, 16); }),
+            "--attention fused: the model's heads have C / NH = 16 / 2 channels; the fused kernels take a multiple of "
+            "16 up to 128, --attention materialized any");
 }

@@ -964,7 +964,7 @@ fault memory-refusal-never-suggests-fused-attention trainer/program/memory_repor
   'py:train_memory_test TrainMemory.MaterializedAttention*'
 # Item 1: a head size the kernels cannot take (HS not a multiple of 16, above 128) accepted.
 fault fused-attention-accepts-any-head-size kernels/fused_attention.cu \
-  's/if (HS % kChannels != 0 || HS > kMaxHeadSize)/if (HS > 4 * kMaxHeadSize)/' \
+  's/return HS % kChannels == 0 \&\& HS <= kMaxHeadSize;/return HS <= 4 * kMaxHeadSize;/' \
   'unit FusedAttention.RefusesHeadSizes*'
 # Item 2: a backward scratch sized for the other attention than the activations accepted.
 fault attention-scratch-of-the-other-kind-accepted model/gpt_internal.cuh \
@@ -981,8 +981,12 @@ fault fused-attention-d-without-output-against-pytorch kernels/fused_attention.c
   'pytorch PyTorchFused.*:PyTorchFusedBf16.*'
 # Item 2: ./train's default back to the materialised attention.
 fault default-attention-materialized trainer/command_line/options.h \
-  's/std::string attention = "fused";/std::string attention = "materialized";/' \
+  's/std::string attention = "auto";/std::string attention = "materialized";/' \
   'unit Options.*'
+# Item 2: auto resolved to the materialised attention whatever the heads.
+fault attention-auto-never-fused trainer/step/trainer.cpp \
+  's/return option == "materialized" || !takes ? AttentionKind::materialized : AttentionKind::fused;/return AttentionKind::materialized;/' \
+  'unit Trainer.AttentionAuto*'
 
 # h34a: issue 34 item 1 and part of 6 (the variable-length data layer, trainer/data/documents.cpp).
 # Item 1's bad input: a length cap above maxT, data with fewer sequences than a microbatch, a

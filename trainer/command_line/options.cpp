@@ -235,9 +235,9 @@ const std::vector<OptionSpec>& option_table() {
                  "with --dtype bf16: 1 keeps an fp32 copy of the parameters for the updates, 0 does not"),
       switch_option("no-tf32", &O::no_tf32,
                     "fp32 GEMMs in full fp32, not on TF32 tensor cores (inputs rounded to 10 mantissa bits)"),
-      choice_option("attention", &O::attention, {"fused", "materialized"},
+      choice_option("attention", &O::attention, {"auto", "fused", "materialized"},
                     "the blocks' attention: fused (FlashAttention-2) keeps a log-sum-exp per row, materialized "
-                    "the T x T probabilities"),
+                    "the T x T probabilities; auto is fused where the head size is a multiple of 16 up to 128"),
       int_option("batch", &O::batch, kAtLeastOne, "sequences per microbatch B"),
       int_option("microbatches", &O::microbatches, kAtLeastOne, "microbatches per step (gradient accumulation)"),
       int_option("steps", &O::steps, kAtLeastZero, "optimizer steps"),

@@ -21,7 +21,7 @@ struct TrainOptions {
   std::string dtype = "fp32";  // fp32 | bf16 (llm.c's mixed precision: docs/training.md)
   int master_weights = 1;      // bf16: 1 keeps fp32 master weights (llm.c's -w), 0 only the bf16 parameters
   bool no_tf32 = false;        // fp32: GEMMs in full fp32 instead of on TF32 tensor cores (docs/training.md)
-  std::string attention = "fused";  // fused | materialized (model/attention_kind.h)
+  std::string attention = "auto";  // auto | fused | materialized (layout_from_options resolves auto) (model/attention_kind.h)
   // batch and schedule of the learning rate
   int batch = 8;         // sequences per microbatch
   int microbatches = 4;  // microbatches per step (gradient accumulation)

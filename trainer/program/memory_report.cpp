@@ -9,6 +9,7 @@
 
 #include "comm/host_exchange.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/fused_attention.cuh"
 #include "trainer/checkpoints/save_and_resume.h"
 
 namespace {
@@ -57,7 +58,9 @@ struct Change {
 std::vector<Change> changes_to_try(const PlannedRun& run) {
   const TrainOptions& o = run.options;
   std::vector<Change> changes;
-  if (o.attention != "fused") changes.push_back({"--attention fused", [](TrainOptions& t) { t.attention = "fused"; }});
+  if (run.layout.attention == AttentionKind::materialized &&
+      fused_attention_takes_heads(run.config.channels, run.config.num_heads))
+    changes.push_back({"--attention fused", [](TrainOptions& t) { t.attention = "fused"; }});
   if (!o.recompute) changes.push_back({"--recompute", [](TrainOptions& t) { t.recompute = true; }});
   if (!is_bf16(o)) changes.push_back({"--dtype bf16", [](TrainOptions& t) { t.dtype = "bf16"; }});
   if (!o.recompute && !is_bf16(o))
@@ -107,7 +110,7 @@ PlannedRun planned_run(const TrainOptions& options, int world_size) {
 }
 
 PlannedRun planned_run(const TrainOptions& options, int world_size, const GPTConfig& config) {
-  PlannedRun run{options, config, options.batch, 0, {}, layout_from_options(options)};
+  PlannedRun run{options, config, options.batch, 0, {}, layout_from_options(options, config)};
   run.T = sequence_length(options, run.config);
   run.mesh = make_mesh(options.dp, options.tp, options.pp, world_size, 0);
   check_tensor_parallel_sizes(options.tp, config.num_heads, config.channels, config.padded_vocab_size);

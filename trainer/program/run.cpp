@@ -263,7 +263,7 @@ RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
   const World world = this_world();
   setup.mesh = make_mesh(options.dp, options.tp, options.pp, world.size, world.rank);
   check_tensor_parallel_sizes(options.tp, config.num_heads, config.channels, config.padded_vocab_size);
-  setup.layout = layout_from_options(options);
+  setup.layout = layout_from_options(options, config);
   try {
     setup.virtual_stages = check_layout(config, setup.mesh, setup.layout);
   } catch (const std::runtime_error& error) {

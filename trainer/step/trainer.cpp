@@ -17,6 +17,7 @@
 #include "kernels/cublas_check.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
+#include "kernels/fused_attention.cuh"
 #include "kernels/gemm.cuh"
 #include "model/gradient_buckets.h"
 #include "model/optimizer_shards.h"
@@ -102,16 +103,27 @@ ScheduleGrid read_schedule_file(const std::string& path) {
   }
 }
 
+// --attention's choice for the model's heads.
+AttentionKind choose_attention(const std::string& option, const GPTConfig& config) {
+  const bool takes = fused_attention_takes_heads(config.channels, config.num_heads);
+  if (option == "fused" && !takes) {
+    throw std::runtime_error("--attention fused: the model's heads have C / NH = " + std::to_string(config.channels) +
+                             " / " + std::to_string(config.num_heads) + " channels; the fused kernels take a multiple " +
+                             "of 16 up to 128, --attention materialized any");
+  }
+  return option == "materialized" || !takes ? AttentionKind::materialized : AttentionKind::fused;
+}
+
 }  // namespace
 
-PipelineLayout layout_from_options(const TrainOptions& options) {
+PipelineLayout layout_from_options(const TrainOptions& options, const GPTConfig& config) {
   PipelineLayout layout{parse_schedule_kind(options.schedule), options.microbatches, options.virtual_stages,
                         options.recompute, options.layers_per_stage};
   if (!options.schedule_file.empty()) layout.schedule_file = read_schedule_file(options.schedule_file);
   layout.microbatch_group = options.microbatch_group;
   layout.pipeline_layout = options.pipeline_layout;
   layout.zero = options.zero == 1;
-  layout.attention = options.attention == "fused" ? AttentionKind::fused : AttentionKind::materialized;
+  layout.attention = choose_attention(options.attention, config);
   return layout;
 }
 

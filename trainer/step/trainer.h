@@ -49,8 +49,9 @@ struct PipelineLayout {
 
 // The layout the options ask for (--schedule, --microbatches, --virtual-stages, --recompute,
 // --layers-per-stage, --schedule-file's grid, read and checked, --microbatch-group, --pipeline-layout, --zero,
-// --attention).
-PipelineLayout layout_from_options(const TrainOptions& options);
+// --attention: auto is the fused attention where its kernels take the model's heads, else the
+// materialised one; fused with heads they do not take throws one line).
+PipelineLayout layout_from_options(const TrainOptions& options, const GPTConfig& config);
 
 // The layout's schedule on pp stages: the built-in one, or the file's grid checked and lowered
 // (pipeline/schedule_file.h). Throws std::runtime_error saying what does not fit.
