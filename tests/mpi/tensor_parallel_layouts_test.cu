@@ -34,6 +34,7 @@
 #include "comm/host_exchange.h"
 #include "comm/mesh.h"
 #include "model/parameter_layout.h"
+#include "tests/mpi/pipeline_harness.h"
 #include "tests/scaled_error.h"
 #include "trainer/checkpoints/gather_model.h"
 #include "trainer/step/trainer.h"
@@ -97,30 +98,21 @@ Run train(const CommGroups& groups, int microbatches) {
   return run;
 }
 
-int world_size() {
-  int size = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
-
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
+using pipeline_harness::rank_in_world;
+using pipeline_harness::size_of_world;
 
 // Every rank's values (the same count on each), in world rank order.
 std::vector<float> all_gathered(const std::vector<float>& mine) {
-  std::vector<float> all(mine.size() * world_size());
+  std::vector<float> all(mine.size() * size_of_world());
   MPI_Allgather(mine.data(), int(mine.size()), MPI_FLOAT, all.data(), int(mine.size()), MPI_FLOAT, MPI_COMM_WORLD);
   return all;
 }
 
 void expect_layout_matches_single_process(int dp, int tp, int pp) {
-  if (world_size() != dp * tp * pp) GTEST_SKIP() << "needs mpirun -np " << dp * tp * pp;
+  if (size_of_world() != dp * tp * pp) GTEST_SKIP() << "needs mpirun -np " << dp * tp * pp;
   const int microbatches = 4;  // the global batch; each replica runs microbatches / dp
   const Run single = train(create_world_groups(make_mesh(1, 1, 1, 0)), microbatches);
-  CommGroups groups = create_world_groups(make_mesh(dp, tp, pp, world_size(), world_rank()));
+  CommGroups groups = create_world_groups(make_mesh(dp, tp, pp, size_of_world(), rank_in_world()));
   const Mesh mesh = groups.mesh;
   const Run run = train(groups, microbatches / dp);
   destroy_world_groups(groups);
