@@ -4,7 +4,8 @@
 Preemption (trainer/safety/preemption.h): SIGTERM to one rank of `mpirun -np 4 ./train` mid-run makes
 every rank finish the step, write the checkpoint, say so and exit 0, and resuming from that
 checkpoint gives bitwise the losses of the run nobody interrupted; SIGINT does the same with exit
-status 130, and a second SIGINT ends the program at once. SIGTERM is obeyed however launchers
+status 130 (to one rank; to mpirun it saves too, but hydra may report 0: see preempted_then_resumed),
+and a second SIGINT ends the program at once. SIGTERM is obeyed however launchers
 deliver it: to mpirun, to every rank, to every rank twice, to every rank and then mpirun (as Slurm
 does) and to one rank, each after a random step, and to mpirun while the ranks are still starting;
 TRAIN_STOP_TRIALS runs of each (5 by default; docs/training.md has a series of 20 of each, and what
@@ -86,7 +87,11 @@ def mpi_train(data, options):
     return MPIRUN + ["-prepend-rank", "-np", "4", TRAIN, "--train-data", data] + SMALL_MODEL + options
 
 
-def preempted_then_resumed(directory, signal_number, expected_status, to_mpirun):
+def preempted_then_resumed(directory, signal_number, expected_statuses, to_mpirun):
+    """expected_statuses: mpirun's exit statuses that pass. After a signal sent to mpirun, hydra
+    reports 0 for a rank it reaps only after the rank's output closed (mpich 4.0.2,
+    src/pm/hydra/pm/pmiserv/pmip.c: a "forced cleanup" ignores those statuses), a race the
+    rank's own 130 loses on a loaded machine: that case accepts 0 too and says which it saw."""
     data = os.path.join(directory, "text.txt")
     write_text(data)
     steps = ["--steps", "12"]
@@ -104,9 +109,10 @@ def preempted_then_resumed(directory, signal_number, expected_status, to_mpirun)
     match = re.match(r"\[0\] stopped by (\w+) after step (\d+) of 12; resume with --resume (\S+) \(step (\d+)\)$",
                      stopped[0]) if len(stopped) == 1 else None
     name = "SIGTERM" if signal_number == signal.SIGTERM else "SIGINT"
-    if status != expected_status or not match or match.group(1) != name or match.group(3) != checkpoint:
-        return False, "status %s (expected %d), stop lines %s" % (status, expected_status, stopped or lines[-3:])
-    stop_step = int(match.group(2))
+    if status not in expected_statuses or not match or match.group(1) != name or match.group(3) != checkpoint:
+        return False, "status %s (expected %s), stop lines %s" % (
+            status, " or ".join(map(str, expected_statuses)), stopped or lines[-3:])
+    stop_step, stop_status = int(match.group(2)), status
     if not 4 <= stop_step < 12 or "[0] saved %s and %s.state" % (checkpoint, checkpoint) not in lines:
         return False, "stopped after step %d; saved lines %s" % (stop_step, [l for l in lines if "saved" in l])
     status, _ = run(mpi_train(data, steps + ["--resume", checkpoint, "--log", os.path.join(directory, "b.jsonl")]))
@@ -117,7 +123,7 @@ def preempted_then_resumed(directory, signal_number, expected_status, to_mpirun)
     joined = {**first, **resumed}
     ok = sorted(first) == list(range(1, stop_step + 1)) and joined == straight
     return ok, "%s to %s after step 4's line: stopped after step %d with status %d; resumed losses %s" % (
-        name, "mpirun" if to_mpirun else "rank 2", stop_step, expected_status,
+        name, "mpirun" if to_mpirun else "rank 2", stop_step, stop_status,
         "bitwise those of the run without a stop" if ok else "differ: %s vs %s" % (joined, straight))
 
 
@@ -281,9 +287,12 @@ def second_sigint_ends_at_once(directory):
 
 CASES = {
     "Preemption.SigtermToOneRankSavesAndTheResumedRunMatchesBitwise":
-        lambda d: preempted_then_resumed(d, signal.SIGTERM, 0, False),
-    "Preemption.SigintToMpirunSavesAndExitsWith130":
-        lambda d: preempted_then_resumed(d, signal.SIGINT, 130, True),
+        lambda d: preempted_then_resumed(d, signal.SIGTERM, (0,), False),
+    # Every rank exits 130: hydra's status is their OR, so this is exact.
+    "Preemption.SigintToOneRankSavesAndExitsWith130":
+        lambda d: preempted_then_resumed(d, signal.SIGINT, (130,), False),
+    "Preemption.SigintToMpirunSaves":
+        lambda d: preempted_then_resumed(d, signal.SIGINT, (130, 0), True),
     "Preemption.SecondSigintEndsAtOnce": second_sigint_ends_at_once,
     "Preemption.SigtermToMpirunSavesEveryTime": lambda d: sigterm_trials(d, to_mpirun),
     "Preemption.SigtermToEveryRankSavesEveryTime": lambda d: sigterm_trials(d, to_every_rank),
