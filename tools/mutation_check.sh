@@ -291,6 +291,18 @@ fault sigint-stop-exits-zero trainer/safety/preemption.cpp \
   's/return signal == SIGINT ? 128 + SIGINT : 0;/return 0;/' \
   'py:train_stop_test Preemption.SigintToOneRankSavesAndExitsWith130'
 
+# Issue 29 (faults for the refusals of issues 33 and 35): --attention fused with heads its kernels
+# do not take; a split-backward schedule at tp > 1, in ./train and in the model.
+fault fused-attention-takes-any-heads trainer/step/trainer.cpp \
+  's/  if (option == "fused" \&\& !takes) {/  if (false) {/' \
+  'unit Trainer.AttentionAutoIsFusedWhereItsKernelsTakeTheHeads'
+fault split-backward-schedule-runs-at-tp pipeline/tensor_parallel_schedule.cpp \
+  's/        if (a.kind == ActionKind::backward_input || a.overlapped)/        if (false)/' \
+  'unit TrainTensorParallel.BadTpFailsOnEveryRank'
+fault model-split-backward-runs-at-tp model/gpt_split_backward.cu \
+  's/  if (tp != 1)$/  if (false)/' \
+  'mpi4 TensorParallelGpt.SplitBackwardRefusesTpInOneLine'
+
 # Issue 29 item 3 (the optimizer): the rounding key the same every step (a fixed t in the call, or
 # rounding_key ignoring its step), the key without the run's seed, and the device-side gate that
 # no longer counts the ranks whose loss is not finite.
