@@ -19,6 +19,7 @@
 #include "tests/cublas_handle.h"
 #include "tests/device_buffer.h"
 #include "tests/gradient_check.h"
+#include "tests/sampled_model_gradient.h"
 #include "tests/scaled_error.h"
 
 namespace {
@@ -139,35 +140,18 @@ TEST(GPTFusedAttention, WholeModelGradientMatchesFiniteDifferences) {
   WholeModel<double> model(host_params, AttentionKind::fused);
   model.loss(host_params);
   const std::vector<double> analytic = model.gradient();
-  const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(kConfig);
   const std::array<size_t, kNumParameterTensors> sizes = parameter_tensor_sizes(kConfig);
-  std::mt19937_64 rng(23);
-  for (int tensor = 0; tensor < kNumParameterTensors; ++tensor) {
-    const size_t live = tensor == kWte ? size_t(kConfig.vocab_size) * kConfig.channels : sizes[tensor];
-    std::vector<size_t> entries;
-    for (int i = 0; i < 8; ++i) entries.push_back(offsets[tensor] + rng() % live);
-    const auto first = analytic.begin() + offsets[tensor];
-    entries.push_back(offsets[tensor] + (std::max_element(first, first + sizes[tensor], [](double a, double b) {
-                                           return std::fabs(a) < std::fabs(b);
-                                         }) - first));
-    std::vector<double> expected, numeric;
-    for (size_t entry : entries) {
-      std::vector<double> x = {host_params[entry]};
-      numeric.push_back(numeric_gradient(
-          [&](const std::vector<double>& v) {
-            host_params[entry] = v[0];
-            return model.loss(host_params);
-          },
-          x)[0]);
-      host_params[entry] = x[0];
-      expected.push_back(analytic[entry]);
-    }
-    // Double throughout; the difference quotient's rounding, 2^-53 |loss| / h = 5e-11 for the loss
-    // of 2.4, is the limit: against ln1b's error floor (1e-3 of its largest gradient, 6e-3) that is
-    // 8e-6, so the bound is 3e-5 (the materialised attention measures 3.7e-6 here, the fused 5.2e-6;
-    // a wrong formula is off by O(1)).
-    EXPECT_LE(max_relative_error(expected, numeric), 3e-5) << parameter_tensor_name(tensor);
-  }
+  const auto live = [&](int tensor) {
+    return tensor == kWte ? size_t(kConfig.vocab_size) * kConfig.channels : sizes[tensor];
+  };
+  const auto errors = sampled_gradient_errors(
+      kConfig, host_params, analytic, [&](const std::vector<double>& v) { return model.loss(v); }, live, 23);
+  // Double throughout; the difference quotient's rounding, 2^-53 |loss| / h = 5e-11 for the loss
+  // of 2.4, is the limit: against ln1b's error floor (1e-3 of its largest gradient, 6e-3) that is
+  // 8e-6, so the bound is 3e-5 (the materialised attention measures 3.7e-6 here, the fused 5.2e-6;
+  // a wrong formula is off by O(1)).
+  for (int tensor = 0; tensor < kNumParameterTensors; ++tensor)
+    EXPECT_LE(errors[tensor], 3e-5) << parameter_tensor_name(tensor);
 }
 
 // With every piece a multiple of the 256-byte alignment (B T = 64 tokens), the fused activations

@@ -21,6 +21,7 @@
 #include "tests/device_buffer.h"
 #include "tests/file_tools.h"
 #include "tests/gradient_check.h"
+#include "tests/sampled_model_gradient.h"
 #include "tests/scaled_error.h"
 
 namespace {
@@ -207,36 +208,14 @@ TEST(GPT, WholeModelGradientMatchesFiniteDifferences) {
     model.forward(batch, 1.0);
     return model.mean_loss_of_last_forward();
   };
-  const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(kTiny);
+  // wte's rows V..Vp-1 are padding, whose gradient is zero (checked below): sample the vocabulary's rows.
   const std::array<size_t, kNumParameterTensors> sizes = parameter_tensor_sizes(kTiny);
-  std::mt19937_64 rng(11);
-  for (int tensor = 0; tensor < kNumParameterTensors; ++tensor) {
-    // 8 random entries and the entry of the largest gradient, which also sets the error floor
-    // of max_relative_error (1e-3 of it) for entries whose gradient is almost zero.
-    // wte's rows V..Vp-1 are padding, whose gradient is zero (checked below): sample the vocabulary's rows.
-    const size_t live = tensor == kWte ? size_t(kTiny.vocab_size) * kTiny.channels : sizes[tensor];
-    std::vector<size_t> entries;
-    for (int i = 0; i < 8; ++i) entries.push_back(offsets[tensor] + rng() % live);
-    const auto first = analytic.gradient.begin() + offsets[tensor];
-    entries.push_back(offsets[tensor] +
-                      (std::max_element(first, first + sizes[tensor],
-                                        [](double a, double b) { return std::fabs(a) < std::fabs(b); }) -
-                       first));
-    std::vector<double> expected, numeric;
-    for (size_t entry : entries) {
-      std::vector<double> x = {host_params[entry]};
-      numeric.push_back(numeric_gradient(
-          [&](const std::vector<double>& v) {
-            host_params[entry] = v[0];
-            return loss_of(host_params);
-          },
-          x)[0]);
-      host_params[entry] = x[0];
-      expected.push_back(analytic.gradient[entry]);
-    }
-    // Double precision throughout: central differences with h = 1e-5 are good to ~1e-9.
-    EXPECT_LE(max_relative_error(expected, numeric), 1e-6) << parameter_tensor_name(tensor);
-  }
+  const auto live = [&](int tensor) { return tensor == kWte ? size_t(kTiny.vocab_size) * kTiny.channels : sizes[tensor]; };
+  const auto errors = sampled_gradient_errors(kTiny, host_params, analytic.gradient, loss_of, live, 11);
+  // Double precision throughout: central differences with h = 1e-5 are good to ~1e-9.
+  for (int tensor = 0; tensor < kNumParameterTensors; ++tensor)
+    EXPECT_LE(errors[tensor], 1e-6) << parameter_tensor_name(tensor);
+  const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(kTiny);
   const auto padded_rows = analytic.gradient.begin() + offsets[kWte] + size_t(kTiny.vocab_size) * kTiny.channels;
   EXPECT_TRUE(std::all_of(padded_rows, analytic.gradient.begin() + offsets[kWpe], [](double g) { return g == 0.0; }));
 }

@@ -24,6 +24,7 @@
 #include "tests/cublas_handle.h"
 #include "tests/device_buffer.h"
 #include "tests/gradient_check.h"
+#include "tests/sampled_model_gradient.h"
 
 namespace {
 
@@ -192,34 +193,17 @@ TEST(GPTVariableLength, GradientAtShortTWithPaddingMatchesFiniteDifferences) {
       model.params.upload(values);
       return model.forward(m, tokens, targets, 1.0) / 11.0;
     };
-    const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(kConfig);
+    // wte's padded rows and wpe's rows past T have gradient 0 (checked below): sample the live rows.
     const std::array<size_t, kNumParameterTensors> sizes = parameter_tensor_sizes(kConfig);
-    std::mt19937_64 rng(11);
-    for (int tensor = 0; tensor < kNumParameterTensors; ++tensor) {
-      // wte's padded rows and wpe's rows past T have gradient 0 (checked below): sample the live rows.
-      const size_t live = tensor == kWte   ? size_t(kConfig.vocab_size) * kConfig.channels
-                          : tensor == kWpe ? size_t(m.T) * kConfig.channels
-                                           : sizes[tensor];
-      std::vector<size_t> entries;
-      for (int i = 0; i < 8; ++i) entries.push_back(offsets[tensor] + rng() % live);
-      const auto first = analytic.gradient.begin() + offsets[tensor];
-      entries.push_back(offsets[tensor] + (std::max_element(first, first + sizes[tensor], [](double a, double b) {
-                                             return std::fabs(a) < std::fabs(b);
-                                           }) - first));
-      std::vector<double> expected, numeric;
-      for (size_t entry : entries) {
-        std::vector<double> x = {host_params[entry]};
-        numeric.push_back(numeric_gradient(
-            [&](const std::vector<double>& v) {
-              host_params[entry] = v[0];
-              return loss_of(host_params);
-            },
-            x)[0]);
-        host_params[entry] = x[0];
-        expected.push_back(analytic.gradient[entry]);
-      }
-      EXPECT_LE(max_relative_error(expected, numeric), 1e-6) << parameter_tensor_name(tensor);
-    }
+    const auto live = [&](int tensor) {
+      return tensor == kWte   ? size_t(kConfig.vocab_size) * kConfig.channels
+             : tensor == kWpe ? size_t(m.T) * kConfig.channels
+                              : sizes[tensor];
+    };
+    const auto errors = sampled_gradient_errors(kConfig, host_params, analytic.gradient, loss_of, live, 11);
+    for (int tensor = 0; tensor < kNumParameterTensors; ++tensor)
+      EXPECT_LE(errors[tensor], 1e-6) << parameter_tensor_name(tensor);
+    const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(kConfig);
     const auto unused_positions = analytic.gradient.begin() + offsets[kWpe] + size_t(m.T) * kConfig.channels;
     EXPECT_TRUE(std::all_of(unused_positions, analytic.gradient.begin() + offsets[kWpe] + sizes[kWpe],
                             [](double g) { return g == 0.0; }))
