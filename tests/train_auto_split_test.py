@@ -30,6 +30,7 @@ LARGE_VOCABULARY = ["--layers", "8", "--vocab", "8192"]
 SMALL_MODEL = ["--layers", "4", "--dim", "64", "--batch", "2", "--seq-len", "32"]
 CHOSEN = re.compile(r"^layers per stage auto: ([0-9,]+), heaviest stage ")
 STEP = re.compile(r"^step (\d+)/\d+ \|.* \| (\d+) ms \|")
+RAN = re.compile(r"^  stage \d+ chunk \d+: layers \[(\d+), (\d+)\)")
 
 
 def run(command):
@@ -52,6 +53,11 @@ def chosen_split(lines):
     return [int(count) for count in found[0].group(1).split(",")] if len(found) == 1 else None
 
 
+def split_run(lines):
+    """The layers per virtual stage of the run's banner (ring placement: stage order)."""
+    return [int(m.group(2)) - int(m.group(1)) for m in map(RAN.match, lines) if m]
+
+
 def median_step_ms(lines):
     """The median of the step lines' ms, the first step (warm-up) left out."""
     times = [int(m.group(2)) for m in map(STEP.match, lines) if m and m.group(1) != "1"]
@@ -70,10 +76,10 @@ def large_vocabulary_unloads_the_last_stage(directory):
     status, even = train(directory, 4, steps)
     if status != 0:
         return False, "the even run: status %d, %s" % (status, even[-3:])
-    # The even split of 8 layers over 4 stages is 2,2,2,2.
-    ok = len(split) == 4 and sum(split) == 8 and split[-1] < 2
-    return ok, "auto split %s (even 2,2,2,2); median step %s ms auto, %s ms even (benchmark, not asserted)" % (
-        ",".join(map(str, split)), median_step_ms(auto), median_step_ms(even))
+    # The even split of 8 layers over 4 stages is 2,2,2,2; the run must run the split it printed.
+    ok = len(split) == 4 and sum(split) == 8 and split[-1] < 2 and split_run(auto) == split
+    return ok, "auto split %s (even 2,2,2,2), ran %s; median step %s ms auto, %s ms even (benchmark, not asserted)" % (
+        ",".join(map(str, split)), split_run(auto), median_step_ms(auto), median_step_ms(even))
 
 
 def saved_bytes(path):
