@@ -1096,7 +1096,7 @@ fault partition-ties-ignore-the-even-split pipeline/partition_layers.cpp \
 # The head is timed as a block: auto no longer sees a large vocabulary's head.
 fault probe-times-a-block-for-the-head trainer/program/layer_cost_probe.cpp \
   's/time_range<Element>(config, {L, L, false, true}/time_range<Element>(config, {0, 1, false, false}/' \
-  'py:train_auto_split_test AutoSplit.LargeVocabularyGivesTheLastStageFewerLayers'
+  'py:train_auto_split_test AutoSplit.LargeVocabularyLeavesTheHeadAloneOnTheLastStage'
 # A split over a rank's memory plan is kept: at --memory-limit 85M the run then refuses it.
 fault auto-split-ignores-the-memory-plan trainer/program/auto_layer_split.cpp \
   's/    if (over.empty()) break;/    break;/' \
@@ -1104,7 +1104,7 @@ fault auto-split-ignores-the-memory-plan trainer/program/auto_layer_split.cpp \
 # The run prints auto's split but runs the even one.
 fault auto-split-printed-but-not-run trainer/program/run.cpp \
   's/    setup.layout.layers_per_stage = split.counts;/    setup.layout.layers_per_stage = {};/' \
-  'py:train_auto_split_test AutoSplit.LargeVocabularyGivesTheLastStageFewerLayers'
+  'py:train_auto_split_test AutoSplit.LargeVocabularyLeavesTheHeadAloneOnTheLastStage'
 
 # ---- running ----
 
