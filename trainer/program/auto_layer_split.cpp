@@ -14,8 +14,9 @@
 
 namespace {
 
-// Timed calls per layer kind: the median of 5 is steady to a few per cent on a loaded machine and
-// costs 18 forwards and backwards of single layers, well under one step.
+// Timed calls per layer kind: 5, and one untimed, so 18 forwards and backwards of single layers in
+// all, once per run; the head's are most of it (about four steps of an 8-layer model with an
+// 8192-token vocabulary on 4 ranks here, docs/pipeline.md).
 constexpr int kRepeats = 5;
 
 std::string join(const std::vector<int>& counts) {
