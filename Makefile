@@ -174,7 +174,7 @@ test: $(TEST_BINS) $(if $(TRAIN_SRCS),train) $(REFERENCE_RUN) data/kjv.txt
 	  tests/train_watchdog_test.py tests/train_stop_test.py tests/setup_deps_test.py tests/plot_log_test.py \
 	  tests/trace_test.py tests/train_visible_devices_test.py tests/house_test.py tests/runner_test.py tests/mutation_table_test.py \
 	  tests/train_memory_test.py tests/memory_formulas_test.py tests/train_plan_layouts_test.py \
-	  tests/train_pytorch_csv_test.py
+	  tests/train_pytorch_csv_test.py tests/train_auto_split_test.py
 
 # ---- the GPU build without a GPU: compile and link everything ----
 cuda:
@@ -345,7 +345,7 @@ FUZZ_FLAGS := -std=c++20 -O1 -g -fno-strict-aliasing $(WARNINGS) -MMD -MP -Icpu/
               -fsanitize=address,undefined -fno-sanitize-recover=all
 FUZZ_PARSER_SRCS := model/checkpoint_format.cpp model/config.cpp model/atomic_file.cpp model/parameters.cpp \
                     trainer/data/data.cpp trainer/data/tokenizer.cpp trainer/command_line/options.cpp \
-                    trainer/command_line/tensor_parallel_options.cpp \
+                    trainer/command_line/tensor_parallel_options.cpp trainer/command_line/layer_split_options.cpp \
                     pipeline/layer_split.cpp pipeline/layout_string.cpp pipeline/action.cpp pipeline/schedule.cpp pipeline/interleaved.cpp pipeline/looped_bfs.cpp \
                     pipeline/zero_bubble.cpp pipeline/controllable_memory.cpp pipeline/interleaved_zero_bubble.cpp pipeline/dual_pipe_v.cpp \
                     pipeline/lower_in_time_order.cpp \

@@ -55,7 +55,10 @@ TEST(Options, OutOfRangeValueIsAnError) {
   EXPECT_EQ(error_of({"--dp", "0"}), "--dp 0 is out of range (must be at least 1)");
   EXPECT_EQ(error_of({"--pp", "-1"}), "--pp -1 is out of range (must be at least 0)");
   EXPECT_EQ(error_of({"--virtual-stages", "0"}), "--virtual-stages 0 is out of range (must be at least 1)");
-  EXPECT_EQ(error_of({"--layers-per-stage", "2,0,2"}), "--layers-per-stage 2,0,2 is out of range (must be at least 1)");
+  EXPECT_EQ(error_of({"--layers-per-stage", "2,0,2"}),
+            "--layers-per-stage 2,0,2 is out of range (must be at least 1 but the first and the last, which may be 0: "
+            "the embedding or the head alone)");
+  EXPECT_EQ(error_of({"--layers-per-stage", "2,-1"}), "--layers-per-stage 2,-1 is out of range (must be at least 0)");
 }
 
 TEST(Options, ChoiceOutsideItsListIsAnError) {
@@ -154,4 +157,19 @@ TEST(Options, TensorParallelIsAtLeastOneAndRefusesWhatIsNotWiredYet) {
   EXPECT_EQ(error_of({"--tp", "2", "--plan-layouts"}), "--tp 2 does not run with --plan-layouts yet (issue 33)");
   EXPECT_EQ(error_of({"--tp", "1", "--dtype", "bf16", "--zero", "1"}), "(no error)");
   EXPECT_EQ(error_of({"--tp", "2", "--recompute", "--attention", "fused"}), "(no error)");
+}
+
+// --layers-per-stage auto (trainer/program/auto_layer_split.h): a split of its own, measured on
+// the run's ranks, so not beside another split nor in a plan of other ranks.
+TEST(Options, LayersPerStageAutoIsTakenAndExcludesTheOtherSplits) {
+  EXPECT_TRUE(parse({"--layers-per-stage", "auto"}).layers_per_stage_auto);
+  EXPECT_TRUE(parse({"--layers-per-stage", "auto"}).layers_per_stage.empty());
+  EXPECT_FALSE(parse({"--layers-per-stage", "auto", "--layers-per-stage", "2,2"}).layers_per_stage_auto);
+  EXPECT_EQ(parse({"--layers-per-stage", "2,3,3,0"}).layers_per_stage, (std::vector<int>{2, 3, 3, 0}));
+  EXPECT_EQ(error_of({"--layers-per-stage", "auto", "--pipeline-layout", "EtL"}),
+            "--layers-per-stage auto and --pipeline-layout both give the split: pass one");
+  EXPECT_EQ(error_of({"--layers-per-stage", "auto", "--print-memory"}),
+            "--layers-per-stage auto measures on the run's ranks: it excludes --print-memory");
+  EXPECT_EQ(error_of({"--layers-per-stage", "auto", "--plan-layouts"}),
+            "--layers-per-stage auto measures on the run's ranks: it excludes --plan-layouts");
 }

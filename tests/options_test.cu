@@ -273,7 +273,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--microbatch-group N", "(default: 0)"},
       {"--recompute", "(default: off)"},
       {"--zero N", "(default: 0)"},
-      {"--layers-per-stage N,N,...", "(default: none)"},
+      {"--layers-per-stage N,N,...|auto", "(default: none)"},
       {"--pipeline-layout STRING", "(default: none)"},
       {"--print-schedule", "(default: off)"},
       {"--schedule-costs TF,TI,TW[,LAT]", "(default: 1,1,1,0)"},

@@ -2,6 +2,7 @@
 // value, what it means, how it is parsed into TrainOptions and how its default is shown, so that
 // --help and the parser cannot disagree.
 #include "trainer/command_line/options.h"
+#include "trainer/command_line/layer_split_options.h"
 #include "trainer/command_line/tensor_parallel_options.h"
 
 #include <algorithm>
@@ -136,28 +137,21 @@ OptionSpec seed_option() {
           [](const TrainOptions& options) { return std::to_string(options.seed); }};
 }
 
-// A comma-separated list of positive layer counts, one per pipeline stage: "2,3,3,2".
+// --layers-per-stage N,N,... or auto (trainer/command_line/layer_split_options.h).
 OptionSpec layers_per_stage_option() {
-  return {"layers-per-stage", "N,N,...", "layers of each pipeline stage, first to last (none: an even split)",
+  return {"layers-per-stage", "N,N,...|auto",
+          "layers of each pipeline stage, first to last (none: an even split; auto: balanced by measured layer times)",
           [](TrainOptions& options, const std::string& flag, const std::string& text) {
-            std::vector<int> counts;
-            size_t begin = 0;
-            while (true) {
-              const size_t comma = text.find(',', begin);
-              const std::string item =
-                  text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+            const LayersPerStage parsed = parse_layers_per_stage(flag, text, [&](const std::string& item) {
               const int count = parse_integer<int>(flag, item);
-              check_bounds(flag, text, count, kAtLeastOne);
-              counts.push_back(count);
-              if (comma == std::string::npos) break;
-              begin = comma + 1;
-            }
-            options.layers_per_stage = counts;
+              check_bounds(flag, text, count, kAtLeastZero);
+              return count;
+            });
+            options.layers_per_stage = parsed.counts;
+            options.layers_per_stage_auto = parsed.automatic;
           },
           [](const TrainOptions& options) {
-            std::string list;
-            for (int count : options.layers_per_stage) list += (list.empty() ? "" : ",") + std::to_string(count);
-            return list.empty() ? std::string("none") : list;
+            return layers_per_stage_text({options.layers_per_stage, options.layers_per_stage_auto});
           }};
 }
 
@@ -364,6 +358,8 @@ void check_consistency(const TrainOptions& options) {
                              "--layers-per-stage and --pipeline-layout");
   if (!options.layers_per_stage.empty() && !options.pipeline_layout.empty())
     throw std::runtime_error("--layers-per-stage and --pipeline-layout both give the split: pass one");
+  check_layer_split_options(options.layers_per_stage_auto, !options.pipeline_layout.empty(), options.plan_layouts,
+                            options.print_memory);
   check_tensor_parallel_options(options.tp, options.dtype, options.zero, !options.trace.empty(), options.plan_layouts);
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");

@@ -64,6 +64,7 @@ struct TrainOptions {
   bool recompute = false;
   int zero = 0;  // 1: ZeRO-1, the optimizer state sharded over the dp replicas (docs/pipeline.md)
   std::vector<int> layers_per_stage;  // empty: an even split
+  bool layers_per_stage_auto = false;  // --layers-per-stage auto: measured (trainer/program/auto_layer_split.h)
   std::string pipeline_layout;        // "Et*3|t*3L" (pipeline/layout_string.h); empty: --layers-per-stage's split
   bool print_schedule = false;
   std::vector<double> schedule_costs = {1, 1, 1, 0};  // --print-schedule's t_f, t_i, t_w and message latency

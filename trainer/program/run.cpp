@@ -21,6 +21,7 @@
 #include "trainer/program/schedule_report.h"
 #include "comm/host_exchange.h"
 #include "trainer/program/sampler.h"
+#include "trainer/program/auto_layer_split.h"
 #include "trainer/program/measured_timeline.h"
 #include "trainer/data/tokenizer.h"
 #include "trainer/safety/watchdog.h"
@@ -273,6 +274,13 @@ RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
   setup.data = load_data(options, config.vocab_size);
   check_run_outputs_and_data(options, setup.data, setup.B, setup.T);
   setup.tokenizer = load_sample_tokenizer(options, setup.data.train.format, config.vocab_size);
+  // Last: it measures on every rank together, after every check that could fail on one alone.
+  if (options.layers_per_stage_auto) {
+    const AutoLayerSplit split = choose_auto_layer_split(setup);
+    setup.layout.layers_per_stage = split.counts;
+    setup.virtual_stages = check_layout(config, setup.mesh, setup.layout);
+    if (options.schedule_format != "pytorch-csv") say(out, "%s", auto_layer_split_text(split).c_str());  // the CSV alone on stdout
+  }
   return setup;
 }
 
