@@ -19,18 +19,23 @@ namespace {
 // The region's slot in the norm-partials table (comm/collectives.h).
 size_t slot_of(const ParameterRegion& r, int num_layers) { return norm_slot(r.tensor, r.layer, num_layers); }
 
-// The regions as AdamW's one launch reads them: sorted by offset, each with its decay (GPT-2's:
-// the matrices and embeddings). The tied copy of wte on the last stage has wte's full_offset:
-// both copies round alike and stay equal. Offsets count from first, the shard's first element.
+}  // namespace
+
 std::vector<AdamWRegion> adamw_region_table(const std::vector<ParameterRegion>& regions, size_t first) {
   std::vector<AdamWRegion> table;
-  for (const ParameterRegion& r : regions)
-    table.push_back({r.offset - first, r.count, r.full_offset, parameter_tensor_has_weight_decay(r.tensor) ? 1 : 0});
+  for (const ParameterRegion& r : regions) {
+    AdamWRegion entry{r.offset - first, r.count, r.full_offset, parameter_tensor_has_weight_decay(r.tensor) ? 1 : 0};
+    if (r.cut) {
+      const SliceRuns runs = slice_runs(*r.cut);
+      entry.full_offset += runs.first;
+      entry.run_length = runs.length;
+      entry.run_stride = runs.stride;
+    }
+    table.push_back(entry);
+  }
   std::sort(table.begin(), table.end(), [](const AdamWRegion& a, const AdamWRegion& b) { return a.offset < b.offset; });
   return table;
 }
-
-}  // namespace
 
 OptimizerShard whole_stage(const ParameterLayout& layout) { return {0, layout.size, layout.size, false}; }
 
