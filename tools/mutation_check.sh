@@ -182,7 +182,7 @@ fault warmup-one-step-ahead trainer/step/lr_schedule.cpp \
 # element's index in llm.c's layout (every layout must round alike), rounding to nearest instead,
 # and a resumed run that keeps the rounded parameters instead of its saved master weights.
 fault bf16-rounding-by-the-stage-offset trainer/step/optimizer.cpp \
-  's/table.push_back({r.offset - first, r.count, r.full_offset,/table.push_back({r.offset - first, r.count, r.offset,/' \
+  's/AdamWRegion entry{r.offset - first, r.count, r.full_offset,/AdamWRegion entry{r.offset - first, r.count, r.offset,/' \
   'mpi4 PipelineLayouts.Bf16GivesTheSingleStageBf16Run'
 fault bf16-rounding-to-nearest kernels/adamw.cu \
   's/return round_stochastically(p, rounding_bits(rounding.key, rounding.first_index + i));/return __float2bfloat16(p);/' \
@@ -1076,7 +1076,7 @@ fault loss-counted-on-every-tp-rank trainer/step/trainer.cpp \
 # The stage with the head gathers its tp ranks' rows of its wte copy too, before it sends that
 # copy to the first stage (a tp rank's rows would arrive as zeros).
 fault checkpoint-tied-wte-copy-not-gathered-over-tp trainer/checkpoints/gather_model.cpp \
-  's/    if (replicated_on_tp_ranks(r.tensor)) continue;/    if (r.tied_copy || replicated_on_tp_ranks(r.tensor)) continue;/' \
+  's/    if (!replicated_on_tp_ranks(r.tensor)) append_spans_of_region(r, spans);/    if (!r.tied_copy \&\& !replicated_on_tp_ranks(r.tensor)) append_spans_of_region(r, spans);/' \
   'unit TrainTensorParallel.CheckpointMovesBetweenTpTwoAndOneProcess'
 # Each tp rank uploads (and resumes) its own slices of the model, not tp rank 0's.
 fault tp-rank-holds-rank-zero-slices trainer/step/trainer.cpp \
@@ -1089,6 +1089,11 @@ fault tp-rank-holds-rank-zero-slices trainer/step/trainer.cpp \
 fault rounding-key-of-a-slice-is-its-local-index trainer/step/optimizer.cpp \
   '/entry.run_length = runs.length;/d' \
   'unit TensorParallelRounding.*'
+# ZeRO-1's checkpoint gathers a replica's shard of a tp rank's slices row by row, not as one run
+# from the slice's first row (the state file would hold the wrong elements).
+fault zero-gather-takes-a-slice-as-one-run trainer/checkpoints/gather_model.cpp \
+  's/    append_spans_of_region(r, spans_of_replica\[owner\]);/    spans_of_replica[owner].push_back({r.full_offset, r.count});/' \
+  'unit TrainTensorParallel.ZeroOneSavesTheFilesOfZeroZero'
 
 # ---- running ----
 
