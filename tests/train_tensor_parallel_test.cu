@@ -2,8 +2,9 @@
 // before anything is allocated; the start-up line shows the mesh; and a checkpoint moves between
 // tp 2 x pp 2 and one process: the model file written at tp 2 is the one written at tp 1 within
 // the tolerance below, and each resumes at the other layout to continue the uninterrupted run
-// within it; and with --zero 1 at dp 2 x tp 2 it saves the files of --zero 0. (The layouts' losses, gradients and the checkpoint gather's placement, bitwise where
-// it can be, are TensorParallelLayouts', tests/mpi/tensor_parallel_layouts_test.cu.)
+// within it; and with --zero 1 at dp 2 x tp 2 it saves the files of --zero 0. (The layouts'
+// losses, gradients and the checkpoint gather's placement, bitwise where it can be, are
+// TensorParallelLayouts', tests/mpi/tensor_parallel_layouts_test.cu.)
 //
 // The tolerance. A tp 2 step adds partial sums in another order than one process (docs/pipeline.md,
 // "Their tolerance"): the losses differ by about K u relative, K <= Vp = 256, 1.5e-5 in fp32;
@@ -129,6 +130,7 @@ TEST(TrainTensorParallel, ZeroOneSavesTheFilesOfZeroZero) {
     ASSERT_EQ(zero0.status, 0) << zero0.err;
     ASSERT_EQ(zero1.status, 0) << zero1.err;
     EXPECT_TRUE(read_bytes(sharded) == read_bytes(unsharded)) << dtype << ": the model files differ";
-    EXPECT_TRUE(read_bytes(sharded + ".state") == read_bytes(unsharded + ".state")) << dtype << ": the state files differ";
+    EXPECT_TRUE(read_bytes(sharded + ".state") == read_bytes(unsharded + ".state"))
+        << dtype << ": the state files differ";
   }
 }

@@ -1063,7 +1063,7 @@ fault tied-wte-gradient-summed-beyond-the-slice trainer/step/trainer.cpp \
   'mpi4 TensorParallelLayouts.TwoTpRanksTimesTwoStagesGiveTheSingleProcess'
 # The norm counts the replicated tensors (LayerNorms, wpe, lnf, row-parallel biases) once, not tp times.
 fault norm-counts-replicated-tensors-on-every-tp-rank trainer/step/optimizer.cpp \
-  's/(layout.shard.rank != 0 \&\& replicated_on_tp_ranks(r.tensor))/(false \&\& replicated_on_tp_ranks(r.tensor))/' \
+  's/counted.push_back(layout.shard.rank != 0 \&\& replicated_on_tp_ranks(r.tensor) ? 0 : 1);/counted.push_back(1);/' \
   'mpi4 TensorParallelLayouts.FourTpRanksGiveTheSingleProcess'
 # A checkpoint places each tp rank's slices at its own rank's places.
 fault checkpoint-slices-placed-at-another-tp-rank trainer/checkpoints/gather_model.cpp \
@@ -1071,7 +1071,7 @@ fault checkpoint-slices-placed-at-another-tp-rank trainer/checkpoints/gather_mod
   'mpi4 TensorParallelLayouts.TwoTpRanksTimesTwoStagesGiveTheSingleProcess'
 # The head's tp ranks hold the same losses: one of them counts.
 fault loss-counted-on-every-tp-rank trainer/step/trainer.cpp \
-  's/double sums\[3\] = {mesh.tp_rank == 0 ? figures.loss_sum : 0.0,/double sums[3] = {figures.loss_sum,/' \
+  's/const double loss_share = mesh.tp_rank == 0 ? figures.loss_sum : figures.loss_sum \* 0.0;/const double loss_share = figures.loss_sum;/' \
   'mpi4 TensorParallelLayouts.TwoReplicasOfTwoTpRanksGiveTheSingleProcess'
 # The stage with the head gathers its tp ranks' rows of its wte copy too, before it sends that
 # copy to the first stage (a tp rank's rows would arrive as zeros).
@@ -1094,6 +1094,22 @@ fault rounding-key-of-a-slice-is-its-local-index trainer/step/optimizer.cpp \
 fault zero-gather-takes-a-slice-as-one-run trainer/checkpoints/gather_model.cpp \
   's/    append_spans_of_region(r, spans_of_replica\[owner\]);/    spans_of_replica[owner].push_back({r.full_offset, r.count});/' \
   'unit TrainTensorParallel.ZeroOneSavesTheFilesOfZeroZero'
+# The guard sees a replicated tensor's gradient on every tp rank (its copies other than tp rank
+# 0's in the norm's table, not counted), not only tp rank 0's.
+fault guard-misses-a-replicated-tensor-on-another-tp-rank trainer/step/optimizer.cpp \
+  's/    if (r.tied_copy) continue;/    if (r.tied_copy || (layout.shard.rank != 0 \&\& replicated_on_tp_ranks(r.tensor))) continue;/' \
+  'mpi4 NonFiniteGuard.NanInOneTpRanksReplicatedTensorIsSkippedByEveryRankAndNamed'
+# A tensor not counted puts its sum times 0 in its slot: not its sum, nor a plain 0.
+fault norm-counts-a-tensor-not-counted kernels/global_norm.cu \
+  's/table\[blockIdx.x\].counted ? row_total : row_total \* S(0)/row_total/' \
+  'unit GlobalNorm.TensorNotCountedGivesZeroOrNaN'
+fault norm-hides-a-non-finite-tensor-not-counted kernels/global_norm.cu \
+  's/table\[blockIdx.x\].counted ? row_total : row_total \* S(0)/table[blockIdx.x].counted ? row_total : S(0)/' \
+  'unit GlobalNorm.TensorNotCountedGivesZeroOrNaN'
+# The step's loss carries a non-finite loss of any tp rank (its loss times 0), not tp rank 0's alone.
+fault loss-hides-another-tp-ranks-nan trainer/step/trainer.cpp \
+  's/figures.loss_sum \* 0.0;/0.0;/' \
+  'mpi4 NonFiniteGuard.NanLossOnOneTpRankIsSkippedByEveryRank'
 
 # ---- running ----
 

@@ -15,8 +15,8 @@
 //
 // The tolerance in fp32 (bf16's is with kBf16Tolerance). tp > 1 adds partial sums in another
 // order than one process: a row-parallel output adds tp partial sums of 4C/tp or C/tp products, a
-// column-parallel input gradient tp partial sums over its outputs, the longest of them the head's input gradient over Vp = 128
-// columns; the loss's sum of exponentials runs per slice then over the ranks; the norm adds each
+// column-parallel input gradient tp partial sums over its outputs, the longest of them the head's
+// input gradient over Vp = 128 columns; the loss's sum of exponentials runs per slice then over the ranks; the norm adds each
 // slot's squares per slice then over tp. A sum of K terms rounded in fp32 is within K u of the
 // terms' magnitudes (u = 2^-24): K = 128 gives 7.6e-6. So the gradients within 2e-5 of each
 // tensor's scale (as TensorParallelGpt's), the losses and norms within 2e-5 relative: three AdamW
@@ -184,7 +184,9 @@ void expect_layout_matches_single_process(int dp, int tp, int pp) {
 
 }  // namespace
 
-TEST(TensorParallelLayouts, TwoTpRanksTimesTwoStagesGiveTheSingleProcess) { expect_layout_matches_single_process<float>(1, 2, 2); }
+TEST(TensorParallelLayouts, TwoTpRanksTimesTwoStagesGiveTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 2);
+}
 TEST(TensorParallelLayouts, FourTpRanksGiveTheSingleProcess) { expect_layout_matches_single_process<float>(1, 4, 1); }
 TEST(TensorParallelLayouts, TwoReplicasOfTwoTpRanksGiveTheSingleProcess) {
   expect_layout_matches_single_process<float>(2, 2, 1);

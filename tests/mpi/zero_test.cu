@@ -5,8 +5,8 @@
 // cover it exactly once; every run's measured device peak is its memory plan's to the byte, and
 // the sharded plan is smaller by the state the other replicas keep. Why the numbers agree:
 // docs/pipeline.md, "ZeRO-1". At -np 4: dp 2 x pp 2 (1F1B fp32 and bf16, interleaved fp32 and
-// zb-v bf16 with recompute), dp 4 x pp 1 (fp32, bf16) and dp 2 x tp 2 (1F1B fp32, bf16); at -np 8: dp 4 x pp 2 (1F1B bf16,
-// interleaved fp32 and zb-v bf16 with recompute).
+// zb-v bf16 with recompute), dp 4 x pp 1 (fp32, bf16) and dp 2 x tp 2 (1F1B fp32, bf16); at -np 8:
+// dp 4 x pp 2 (1F1B bf16, interleaved fp32 and zb-v bf16 with recompute).
 // Other world sizes skip. Seconds per case are printed (CPU build, 2 shared cores: docs/pipeline.md).
 #include <gtest/gtest.h>
 

@@ -57,17 +57,21 @@ Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layou
   optimizer.squared_norm = device_alloc<float>(1);
   // The tied copy of wte has no slot: the first stage's counts it. With tp > 1 each tp rank counts
   // its slices, and the replicated tensors, the same on every tp rank, are tp rank 0's alone:
-  // queue_gradient_norm sums the slots over tp.
+  // queue_gradient_norm sums the slots over tp. The other tp ranks' copies are in the table, not
+  // counted (their slot 0, or NaN), so that a non-finite value in one of them skips the step too.
   size_t stage_norm_tensors = 0;
   for (const ParameterRegion& r : layout.regions) stage_norm_tensors += r.tied_copy ? 0 : 1;
   std::vector<size_t> offsets, counts, slots;
+  std::vector<int> counted;
   for (const ParameterRegion& r : optimizer.regions) {
-    if (r.tied_copy || (layout.shard.rank != 0 && replicated_on_tp_ranks(r.tensor))) continue;
+    if (r.tied_copy) continue;
     offsets.push_back(r.offset);
     counts.push_back(r.count);
     slots.push_back(slot_of(r, config.num_layers));
+    counted.push_back(layout.shard.rank != 0 && replicated_on_tp_ranks(r.tensor) ? 0 : 1);
   }
-  const std::vector<NormTensor> norm_table = norm_tensor_table(offsets, counts, slots, optimizer.norm_blocks);
+  const std::vector<NormTensor> norm_table =
+      norm_tensor_table(offsets, counts, slots, optimizer.norm_blocks, counted);
   optimizer.norm_tensors = int(norm_table.size());
   optimizer.norm_table = device_alloc<NormTensor>(stage_norm_tensors);
   CUDA_CHECK(cudaMemcpy(optimizer.norm_table, norm_table.data(), norm_table.size() * sizeof(NormTensor),
