@@ -817,7 +817,7 @@ fault plan-without-the-second-workspace pipeline/memory_plan.cpp \
   'mpi4 PipelineLayouts.DualPipeVGivesTheSingleStageRun'
 # issue 31 item 1: the measured --trace draws a pair's backward on the stage's first track
 fault measured-trace-on-one-track trainer/program/measured_timeline.cpp \
-  's/details, std::stoi(stream)});/details, 0});/' \
+  's/                                 std::stoi(stream), tp_rank});/                                 0, tp_rank});/' \
   'py:trace_test Trace.DualPipeVPairsBackwardsAreOnTheSecondComputeTrack'
 
 # h29c: issue 29 item 2 (a transfer group after an overlapped pair waits for both of its compute
@@ -1083,7 +1083,7 @@ fault tp-rank-holds-rank-zero-slices trainer/step/trainer.cpp \
   's/parameter_layout(config, trainer.chunks, {mesh.tp, mesh.tp_rank})/parameter_layout(config, trainer.chunks, {mesh.tp, 0})/' \
   'unit TrainTensorParallel.CheckpointMovesBetweenTpTwoAndOneProcess'
 
-# h33e: issue 33 item 5 (bf16, ZeRO-1 and the guard at tp > 1).
+# h33e: issue 33 item 5 (bf16, ZeRO-1, the guard and --trace at tp > 1).
 # A tp rank's sliced element takes bf16's rounding bits from its full-model index, not from its
 # index in the rank's slice (one run from the slice's first element).
 fault rounding-key-of-a-slice-is-its-local-index trainer/step/optimizer.cpp \
@@ -1110,6 +1110,14 @@ fault norm-hides-a-non-finite-tensor-not-counted kernels/global_norm.cu \
 fault loss-hides-another-tp-ranks-nan trainer/step/trainer.cpp \
   's/figures.loss_sum \* 0.0;/0.0;/' \
   'mpi4 NonFiniteGuard.NanLossOnOneTpRankIsSkippedByEveryRank'
+# --trace gives each tp rank of a stage its own track, not the stage's one for all of them.
+fault trace-tp-ranks-on-one-track trainer/program/measured_timeline.cpp \
+  's/, tp_rank = rank % mesh.tp;/, tp_rank = 0;/' \
+  'py:trace_test Trace.TensorParallelRanksHaveTheirOwnTracks'
+# The trace's tp ranks: world rank (replica pp + stage) tp + tp rank, not replica pp + stage.
+fault trace-stage-of-a-rank-without-tp trainer/program/measured_timeline.cpp \
+  's/stage = rank \/ mesh.tp % mesh.pp,/stage = rank % mesh.pp,/' \
+  'py:trace_test Trace.TensorParallelRanksHaveTheirOwnTracks'
 
 # ---- running ----
 

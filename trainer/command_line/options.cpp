@@ -364,7 +364,7 @@ void check_consistency(const TrainOptions& options) {
                              "--layers-per-stage and --pipeline-layout");
   if (!options.layers_per_stage.empty() && !options.pipeline_layout.empty())
     throw std::runtime_error("--layers-per-stage and --pipeline-layout both give the split: pass one");
-  check_tensor_parallel_options(options.tp, !options.trace.empty(), options.plan_layouts);
+  check_tensor_parallel_options(options.tp, options.plan_layouts);
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");
   if (options.given.count("format") && !options.print_schedule)

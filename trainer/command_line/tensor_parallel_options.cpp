@@ -4,12 +4,11 @@
 #include <stdexcept>
 #include <string>
 
-void check_tensor_parallel_options(int tp, bool trace, bool plan_layouts) {
+void check_tensor_parallel_options(int tp, bool plan_layouts) {
   if (tp == 1) return;
   const std::string option_tp = "--tp " + std::to_string(tp);
   const auto refuse = [&](const std::string& option) {
     throw std::runtime_error(option_tp + " does not run with " + option + " yet (issue 33)");
   };
-  if (trace) refuse("--trace");
   if (plan_layouts) refuse("--plan-layouts");
 }
