@@ -370,9 +370,8 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
                              trainer.stream));
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));  // the step's one host wait
   finish_step(trainer.executor);
-  // Only the stages with the head hold losses, the same on each of their tp ranks: tp rank 0's
-  // count, the others add theirs times 0 (0, or NaN: a non-finite loss on any tp rank, which
-  // skips the step, shows in its loss). The same exchange counts the ranks that received a stop signal.
+  // Only the head stages hold losses, the same on each tp rank: tp rank 0's count, the others add
+  // theirs times 0 (0, or NaN: a NaN that skips the step shows). Also counts the stop signals.
   const int stop_signal = received_stop_signal();
   const double loss_share = mesh.tp_rank == 0 ? figures.loss_sum : figures.loss_sum * 0.0;
   double sums[3] = {loss_share, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
