@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kAdamWThreads)
   const AdamWRegion& region = region_of(regions, num_regions, i);
   adamw_element(params, master_params, grads, m, v, i, learning_rate, beta1, beta2, bias_correction1,
                 bias_correction2, eps, region.decays ? decay : Compute<T>(0), Compute<T>(gate->grad_scale),
-                {rounding_key, region.full_offset}, i - region.offset);
+                {rounding_key, full_model_index(region, i - region.offset)}, 0);
 }
 
 // A value is finite when x - x is 0 (infinities and NaNs give NaN).

@@ -57,20 +57,31 @@ void flag_nonfinite(double* nonfinite, const double* value, cudaStream_t stream)
 
 // One region of a stage's parameters for adamw_update_regions: elements [offset, offset + count)
 // of the stage's arrays, the first one's index in the whole model (for the rounding bits), and
-// whether the weight decay applies to it.
+// whether the weight decay applies to it. A tensor-parallel rank's slice of a layer's matrix is
+// not one run of the whole model's elements but runs of run_length consecutive ones (its rows, or
+// its columns of each row), run_stride apart; the default is one run.
 struct AdamWRegion {
   size_t offset;
   size_t count;
   size_t full_offset;
   int decays;
+  size_t run_length = ~size_t(0);
+  size_t run_stride = 0;
 };
+
+// The index in the whole model of the region's element j (0 <= j < count): the rounding index,
+// so that an element rounds alike whatever slice of it a rank holds.
+__host__ __device__ inline size_t full_model_index(const AdamWRegion& region, size_t j) {
+  return region.full_offset + j / region.run_length * region.run_stride + j % region.run_length;
+}
 
 // adamw_update over n elements in one launch, with weight_decay on the regions that decay (0 on
 // the others) and each element's rounding index from its region: regions (device, num_regions,
 // sorted by offset) cover [0, n) exactly once.
 // grad_scale and whether to update at all come from *gate (device): a skipped step changes
 // nothing. Element i of region r is updated bitwise as adamw_update of that region alone updates
-// its element i - r.offset with rounding {key, r.full_offset}. For float and bf16.
+// its element i - r.offset with rounding {key, r.full_offset} (for one run; else each run alone,
+// from its own first index). For float and bf16.
 template <typename T>
 void adamw_update_regions(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v,
                           size_t n, const AdamWRegion* regions, int num_regions, double learning_rate, double beta1,

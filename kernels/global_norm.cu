@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kNormThreads)
   if (threadIdx.x == 0) block_sums[block] = block_total;
 }
 
-// sum_rows_kernel with row r's sum written to out[table[r].slot].
+// sum_rows_kernel with row r's sum written to out[table[r].slot] (times 0 when not counted).
 template <typename S>
 __global__ void __launch_bounds__(kRowSumThreads)
     sum_rows_to_slots_kernel(S* out, const S* values, size_t count, const NormTensor* table) {
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kRowSumThreads)
   S sum = S(0);
   for (size_t i = threadIdx.x; i < count; i += blockDim.x) sum += row[i];
   const S row_total = block_sum(sum);
-  if (threadIdx.x == 0) out[table[blockIdx.x].slot] = row_total;
+  if (threadIdx.x == 0) out[table[blockIdx.x].slot] = table[blockIdx.x].counted ? row_total : row_total * S(0);
 }
 
 // One block per row: out[row] = sum of values[row, :] (count).
@@ -121,12 +121,13 @@ size_t norm_blocks(size_t n) {
 // ---- launchers ----
 
 std::vector<NormTensor> norm_tensor_table(const std::vector<size_t>& offsets, const std::vector<size_t>& counts,
-                                          const std::vector<size_t>& slots, unsigned& total_blocks) {
+                                          const std::vector<size_t>& slots, unsigned& total_blocks,
+                                          const std::vector<int>& counted) {
   std::vector<NormTensor> table;
   total_blocks = 0;
   for (size_t i = 0; i < offsets.size(); ++i) {
     const unsigned blocks = unsigned(norm_blocks(counts[i]));
-    table.push_back({offsets[i], counts[i], slots[i], total_blocks, blocks});
+    table.push_back({offsets[i], counts[i], slots[i], total_blocks, blocks, counted.empty() ? 1 : counted[i]});
     total_blocks += blocks;
   }
   return table;

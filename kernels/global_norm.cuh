@@ -27,21 +27,27 @@ void global_norm_squared(Compute<T>* tensor_sums, Compute<T>* total, Compute<T>*
 
 // One tensor of global_norm_squared_of_table: elements [offset, offset + count) of the caller's
 // base array, whose squared sum goes to out[slot]; it takes blocks [first_block, first_block +
-// blocks) of the launch, as many as global_norm_squared gives a tensor of its size.
+// blocks) of the launch, as many as global_norm_squared gives a tensor of its size. A tensor not
+// counted (a copy another rank counts, whose non-finite values the guard must still see) puts its
+// sum times 0 in its slot: 0, or NaN when it is not finite.
 struct NormTensor {
   size_t offset;
   size_t count;
   size_t slot;
   unsigned first_block;
   unsigned blocks;
+  int counted;
 };
 
-// The table of tensors (offset, count, slot), blocks assigned in order; total_blocks (=) their sum.
+// The table of tensors (offset, count, slot, counted: empty for all), blocks assigned in order;
+// total_blocks (=) their sum.
 std::vector<NormTensor> norm_tensor_table(const std::vector<size_t>& offsets, const std::vector<size_t>& counts,
-                                          const std::vector<size_t>& slots, unsigned& total_blocks);
+                                          const std::vector<size_t>& slots, unsigned& total_blocks,
+                                          const std::vector<int>& counted = {});
 
 // The same sums as global_norm_squared over the table's tensors in two launches whatever their
-// number, bitwise: out[table[i].slot] (=) = sum of base[table[i].offset + j]^2 over its count,
+// number, bitwise: out[table[i].slot] (=) = sum of base[table[i].offset + j]^2 over its count
+// (times 0 when not counted),
 // each tensor reduced by the same blocks in the same order. table (device, num_tensors entries,
 // norm_tensor_table's), total_blocks its sum of blocks, workspace global_norm_workspace_size
 // (num_tensors) elements. Other entries of out are left as they were.

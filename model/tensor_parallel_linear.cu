@@ -156,6 +156,13 @@ size_t slice_row_start(const LinearSlice& slice, int row) {
   return full_row(slice, row) * slice.in_channels + first_column(slice);
 }
 
+SliceRuns slice_runs(const LinearSlice& slice) {
+  const size_t C = size_t(slice.in_channels);
+  if (!slice.column_parallel) return {first_column(slice), size_t(slice.local_in()), C};
+  const size_t part_rows = size_t(slice.out_channels / slice.parts), rows_held = part_rows / slice.tp;
+  return {slice_row_start(slice, 0), rows_held * C, part_rows * C};
+}
+
 template void cut_linear_slice<float>(const LinearSlice&, float*, float*, const float*, const float*);
 template void cut_linear_slice<double>(const LinearSlice&, double*, double*, const double*, const double*);
 template void place_linear_slice<float>(const LinearSlice&, float*, float*, const float*, const float*);

@@ -67,6 +67,14 @@ void place_linear_slice(const LinearSlice& slice, Value* weight, Value* bias, co
 // Where the slice's row `row` (of local_out) starts in the full (OC, C) matrix, in elements: its
 // local_in values are consecutive there (a host gather of the slices sends these runs).
 size_t slice_row_start(const LinearSlice& slice, int row);
+// The slice's elements (local_out x local_in, row-major) as runs of consecutive elements of the
+// full (OC, C) matrix: run k holds `length` elements from first + k stride (a column-parallel
+// slice: each part's rows, one run; a row-parallel one: each row's columns). What gives a sliced
+// element its full-model index, bf16's stochastic-rounding key (trainer/step/optimizer.cpp).
+struct SliceRuns {
+  size_t first, length, stride;
+};
+SliceRuns slice_runs(const LinearSlice& slice);
 
 // The communication stream of the column-parallel backward and the two events that order it with
 // the compute stream, made once by the caller (create_tensor_parallel_overlap) and kept.

@@ -31,9 +31,14 @@ std::string number(double value) {
   return text;
 }
 
-// A stage's compute track, or with stream 1 its second compute track (after every stage's first).
-std::string track(int replica, int stage, int stream = 0, int stages = 0) {
-  return "\"pid\": " + std::to_string(replica) + ", \"tid\": " + std::to_string(stream * stages + stage);
+// A stage's compute track, or with stream 1 its second compute track (after every stage's first),
+// of its tp rank tp_rank of tp.
+int track_index(int stage, int stream, int stages, int tp_rank, int tp) {
+  return (stream * stages + stage) * tp + tp_rank;
+}
+std::string track(int replica, int stage, int stream, int stages, int tp_rank, int tp) {
+  return "\"pid\": " + std::to_string(replica) +
+         ", \"tid\": " + std::to_string(track_index(stage, stream, stages, tp_rank, tp));
 }
 
 }  // namespace
@@ -85,26 +90,29 @@ void set_flow_ends(Timeline& timeline) {
 
 std::string chrome_trace_json(const Timeline& timeline) {
   std::string json = "{\"traceEvents\": [\n";
-  std::set<std::tuple<int, int, int>> tracks;
-  int stages = 0;
+  std::set<std::tuple<int, int, int, int>> tracks;
+  int stages = 0, tp = 1;
   for (const TimelineEvent& e : timeline.events) {
-    tracks.insert({e.replica, e.stage, e.stream});
+    tracks.insert({e.replica, e.stage, e.stream, e.tp_rank});
     stages = std::max(stages, e.stage + 1);
+    tp = std::max(tp, e.tp_rank + 1);
   }
   std::set<int> replicas;
-  for (const auto& [replica, stage, stream] : tracks) {
+  for (const auto& [replica, stage, stream, tp_rank] : tracks) {
     if (replicas.insert(replica).second)
       json += "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + std::to_string(replica) +
               ", \"args\": {\"name\": \"replica " + std::to_string(replica) + "\"}},\n";
-    json += "{\"name\": \"thread_name\", \"ph\": \"M\", " + track(replica, stage, stream, stages) +
-            ", \"args\": {\"name\": \"stage " + std::to_string(stage) + (stream ? ", second compute stream" : "") +
-            "\"}},\n";
-    json += "{\"name\": \"thread_sort_index\", \"ph\": \"M\", " + track(replica, stage, stream, stages) +
-            ", \"args\": {\"sort_index\": " + std::to_string(stream ? stages + stage : stage) + "}},\n";
+    const std::string at = track(replica, stage, stream, stages, tp_rank, tp);
+    json += "{\"name\": \"thread_name\", \"ph\": \"M\", " + at + ", \"args\": {\"name\": \"stage " +
+            std::to_string(stage) + (tp > 1 ? ", tp rank " + std::to_string(tp_rank) : "") +
+            (stream ? ", second compute stream" : "") + "\"}},\n";
+    json += "{\"name\": \"thread_sort_index\", \"ph\": \"M\", " + at + ", \"args\": {\"sort_index\": " +
+            std::to_string(track_index(stage, stream, stages, tp_rank, tp)) + "}},\n";
   }
   for (const TimelineEvent& e : timeline.events) {
     json += "{\"name\": " + quoted(e.name) + ", \"cat\": " + quoted(e.category) + ", \"ph\": \"X\", \"ts\": " +
-            number(e.start_us) + ", \"dur\": " + number(e.duration_us) + ", " + track(e.replica, e.stage, e.stream, stages);
+            number(e.start_us) + ", \"dur\": " + number(e.duration_us) + ", " +
+            track(e.replica, e.stage, e.stream, stages, e.tp_rank, tp);
     if (!e.details.empty()) json += ", \"args\": {\"used\": " + quoted(e.details) + "}";
     json += "},\n";
   }
@@ -116,9 +124,9 @@ std::string chrome_trace_json(const Timeline& timeline) {
     const std::string common = "\"name\": " + quoted(f.name) + ", \"cat\": " + quoted(send.category) +
                                ", \"id\": " + std::to_string(k) + ", \"bp\": \"e\", ";
     json += "{" + common + "\"ph\": \"s\", \"ts\": " + number(f.posted_us) + ", " +
-            track(send.replica, send.stage) + "},\n";
-    json += "{" + common + "\"ph\": \"f\", \"ts\": " + number(f.arrived_us) + ", " + track(recv.replica, recv.stage) +
-            "},\n";
+            track(send.replica, send.stage, 0, stages, send.tp_rank, tp) + "},\n";
+    json += "{" + common + "\"ph\": \"f\", \"ts\": " + number(f.arrived_us) + ", " +
+            track(recv.replica, recv.stage, 0, stages, recv.tp_rank, tp) + "},\n";
   }
   if (json.size() >= 2 && json.compare(json.size() - 2, 2, ",\n") == 0) json.erase(json.size() - 2, 1);
   json += "],\n\"displayTimeUnit\": \"ms\",\n\"otherData\": {";

@@ -1,5 +1,6 @@
 // A training step's timeline as Chrome trace-event JSON, which Perfetto (ui.perfetto.dev) and
-// chrome://tracing open: one process per replica, one thread (track) per stage, each schedule step
+// chrome://tracing open: one process per replica, one thread (track) per stage (and tp rank, named
+// "stage 1, tp rank 0"), each schedule step
 // a complete event ("ph": "X") with its start and duration in microseconds, and a flow arrow
 // ("ph": "s" then "f", bound to the enclosing events) from the transfer step that sends each
 // message to the transfer step that receives it. The same format serves the simulator's predicted
@@ -22,6 +23,9 @@ struct TimelineEvent {
   // 1 for an overlapped pair's second compute (pipeline/action.h), drawn on the stage's second
   // compute track (tid p + stage, after the p stages' tracks), else 0.
   int stream = 0;
+  // The stage's tp rank (tensor parallelism): each of a stage's tp ranks has its own track, next
+  // to the others (tid (stream p + stage) tp + tp_rank with tp tp ranks).
+  int tp_rank = 0;
 };
 
 // A message: the events of its send and of its receive (indices into Timeline::events), and where

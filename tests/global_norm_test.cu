@@ -3,6 +3,7 @@
 // of odd sizes, bit-for-bit repeatable; the clipping factor and the scaling kernel.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -173,4 +174,22 @@ TEST(GlobalNorm, TableInTwoLaunchesIsBitwiseThePerTensorSums) {
   expect_table_matches_per_tensor_launches<float>();
   expect_table_matches_per_tensor_launches<__nv_bfloat16>();
   expect_table_matches_per_tensor_launches<double>();
+}
+
+// A tensor not counted (a replicated tensor's copy on a tp rank other than 0) writes 0 to its slot
+// when finite, NaN when it holds a NaN or an infinity; counted ones their sums.
+TEST(GlobalNorm, TensorNotCountedGivesZeroOrNaN) {
+  // Four tensors of 3: counted and finite, then not counted: finite, with a NaN, with an infinity.
+  const std::vector<float> all = {1.0f, -2.0f, 3.0f, 1.0f, -2.0f, 3.0f, 1.0f, NAN, 3.0f, INFINITY, 0.0f, 1.0f};
+  unsigned blocks = 0;
+  const std::vector<NormTensor> host_table =
+      norm_tensor_table({0, 3, 6, 9}, {3, 3, 3, 3}, {0, 1, 2, 3}, blocks, {1, 0, 0, 0});
+  DeviceBuffer<float> base(all), out(std::vector<float>(4, -1.0f)), workspace(global_norm_workspace_size(4));
+  DeviceBuffer<NormTensor> table(host_table);
+  global_norm_squared_of_table<float>(out.data(), workspace.data(), base.data(), table.data(), 4, blocks, nullptr);
+  const std::vector<float> slots = out.to_host();
+  EXPECT_EQ(slots[0], 14.0f);
+  EXPECT_EQ(slots[1], 0.0f);
+  EXPECT_TRUE(std::isnan(slots[2]));
+  EXPECT_TRUE(std::isnan(slots[3]));
 }

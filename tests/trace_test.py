@@ -11,7 +11,8 @@ measured, every send has one flow to the receive of the same message on the neig
 inside both groups' measured times; against the world: every flow ends after it starts (the
 ranks' clocks aligned by the barrier, also with one rank's device slowed), and --trace-step's step
 has the loss --log gives that step; dualpipev's pairs' backwards on each stage's second compute
-track, as predicted; and tools/trace_svg.py draws every event and sums them up. Run by tools/run_tests.sh with Debian's /usr/bin/python3:
+track, as predicted; at tp 2 x pp 2 a track per stage and tp rank, the flows within a tp rank; and
+tools/trace_svg.py draws every event and sums them up. Run by tools/run_tests.sh with Debian's /usr/bin/python3:
     /usr/bin/python3 tests/trace_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun). One line per
 check, then "tests: N passed, M failed".
@@ -271,6 +272,46 @@ def dualpipev_pairs_on_the_second_track():
     return True, "%d pairs' backwards on the 4 second compute tracks, every track its predicted steps" % pairs
 
 
+# Tensor parallelism: tp 2 x pp 2 with 1F1B (the schedules that split the backward do not run at tp > 1).
+TENSOR_PARALLEL = ("--tp", "2", "--pp", "2", "--schedule", "1f1b")
+
+
+def tensor_parallel_ranks_have_their_own_tracks():
+    """At tp 2 x pp 2 each stage's two tp ranks have a track each (tid 2 stage + tp rank, named
+    "stage S, tp rank T"), each holding exactly its stage's predicted steps in order, its events never
+    overlapping; every flow joins two tracks of one tp rank on neighbouring stages and ends after it
+    starts; tools/trace_svg.py labels the rows with the tracks' names."""
+    path, document = trace("measured", 1, TENSOR_PARALLEL)
+    measured, predicted = tracks(document), tracks(trace("predicted", 1, TENSOR_PARALLEL)[1])
+    if set(measured) != {(0, tid) for tid in range(4)} or set(predicted) != {(0, 0), (0, 1)}:
+        return False, "tracks %s, predicted %s" % (sorted(measured), sorted(predicted))
+    names = {e["tid"]: e["args"]["name"] for e in document["traceEvents"]
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    if names != {tid: "stage %d, tp rank %d" % (tid // 2, tid % 2) for tid in range(4)}:
+        return False, "the tracks' names: %s" % names
+    for (_, tid), events in measured.items():
+        ran, planned = [e["name"] for e in events], [e["name"] for e in predicted[(0, tid // 2)]]
+        if ran != planned:
+            return False, "%s ran %s, its stage's schedule is %s" % (names[tid], ran, planned)
+        overlap = max([before["ts"] + before["dur"] - after["ts"] for before, after in zip(events, events[1:])] + [0])
+        if overlap > ROUNDING_US:
+            return False, "%s: two events overlap by %.3f us" % (names[tid], overlap)
+    starts = {e["id"]: e for e in document["traceEvents"] if e["ph"] == "s"}
+    ends = {e["id"]: e for e in document["traceEvents"] if e["ph"] == "f"}
+    if not starts or set(starts) != set(ends):
+        return False, "flows: %d starts, %d ends" % (len(starts), len(ends))
+    for k, start in starts.items():
+        end = ends[k]
+        if start["tid"] % 2 != end["tid"] % 2 or abs(start["tid"] // 2 - end["tid"] // 2) != 1:
+            return False, "flow %s from %s to %s" % (start["name"], names[start["tid"]], names[end["tid"]])
+        if end["ts"] < start["ts"] - ROUNDING_US:
+            return False, "flow %s ends %.3f us before it starts" % (start["name"], start["ts"] - end["ts"])
+    summary = subprocess.run([TOOL, path, "--summary"], capture_output=True, text=True, timeout=60).stdout.splitlines()
+    if [line.split(":")[0] for line in summary[:4]] != [names[tid] for tid in range(4)]:
+        return False, "the summary's rows: %s" % summary
+    return True, "4 tracks named by stage and tp rank, each its stage's steps; %d flows within a tp rank" % len(starts)
+
+
 CHECKS = {
     "Trace.EveryTrackHoldsExactlyItsSchedulesSteps": exactly_the_schedules_steps,
     "Trace.EventsOfATrackNeverOverlap": events_never_overlap,
@@ -280,6 +321,7 @@ CHECKS = {
     "Trace.ComputesAreDrawnAsMeasured": computes_drawn_as_measured,
     "Trace.DualPipeVPairsBackwardsAreOnTheSecondComputeTrack": dualpipev_pairs_on_the_second_track,
     "Trace.TraceStepChoosesTheStepAndTheFileSaysWhatItIs": trace_step_and_about,
+    "Trace.TensorParallelRanksHaveTheirOwnTracks": tensor_parallel_ranks_have_their_own_tracks,
     "TraceSvg.DrawsEveryEventOfEveryTrack": svg_draws_every_event,
     "TraceSvg.SummaryGivesIdleSharesAndMeanCosts": summary_names_idle_and_costs,
     "TraceSvg.BadTraceFailsInOneLine": bad_trace_fails_in_one_line,

@@ -2,8 +2,9 @@
 // before anything is allocated; the start-up line shows the mesh; and a checkpoint moves between
 // tp 2 x pp 2 and one process: the model file written at tp 2 is the one written at tp 1 within
 // the tolerance below, and each resumes at the other layout to continue the uninterrupted run
-// within it. (The layouts' losses, gradients and the checkpoint gather's placement, bitwise where
-// it can be, are TensorParallelLayouts', tests/mpi/tensor_parallel_layouts_test.cu.)
+// within it; and with --zero 1 at dp 2 x tp 2 it saves the files of --zero 0. (The layouts'
+// losses, gradients and the checkpoint gather's placement, bitwise where it can be, are
+// TensorParallelLayouts', tests/mpi/tensor_parallel_layouts_test.cu.)
 //
 // The tolerance. A tp 2 step adds partial sums in another order than one process (docs/pipeline.md,
 // "Their tolerance"): the losses differ by about K u relative, K <= Vp = 256, 1.5e-5 in fp32;
@@ -113,5 +114,23 @@ TEST(TrainTensorParallel, CheckpointMovesBetweenTpTwoAndOneProcess) {
     ASSERT_EQ(resumed.size(), 2u) << log;
     for (int i = 0; i < 2; ++i)
       EXPECT_NEAR(resumed[i], whole[2 + i], kLossTolerance * whole[2 + i]) << log << ", step " << 3 + i;
+  }
+}
+
+// ZeRO-1 at dp 2 x tp 2: the model and state files saved after 2 steps are those of --zero 0 byte for
+// byte, fp32 and bf16 (the replicas' shards of each tp rank's slices gathered row by row before
+// the tp ranks' slices are: trainer/checkpoints/gather_model.cpp).
+TEST(TrainTensorParallel, ZeroOneSavesTheFilesOfZeroZero) {
+  if (!std::filesystem::exists("./train")) GTEST_SKIP() << "./train is not built (make train)";
+  TempDir dir;
+  for (const std::string dtype : {"fp32", "bf16"}) {
+    const std::string at = kRun + " --dp 2 --tp 2 --steps 2 --dtype " + dtype + " --save ";
+    const std::string unsharded = dir.file(dtype + "-zero0.bin"), sharded = dir.file(dtype + "-zero1.bin");
+    const Outcome zero0 = train(4, at + unsharded), zero1 = train(4, at + sharded + " --zero 1");
+    ASSERT_EQ(zero0.status, 0) << zero0.err;
+    ASSERT_EQ(zero1.status, 0) << zero1.err;
+    EXPECT_TRUE(read_bytes(sharded) == read_bytes(unsharded)) << dtype << ": the model files differ";
+    EXPECT_TRUE(read_bytes(sharded + ".state") == read_bytes(unsharded + ".state"))
+        << dtype << ": the state files differ";
   }
 }

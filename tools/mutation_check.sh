@@ -182,7 +182,7 @@ fault warmup-one-step-ahead trainer/step/lr_schedule.cpp \
 # element's index in llm.c's layout (every layout must round alike), rounding to nearest instead,
 # and a resumed run that keeps the rounded parameters instead of its saved master weights.
 fault bf16-rounding-by-the-stage-offset trainer/step/optimizer.cpp \
-  's/table.push_back({r.offset - first, r.count, r.full_offset,/table.push_back({r.offset - first, r.count, r.offset,/' \
+  's/AdamWRegion entry{r.offset - first, r.count, r.full_offset,/AdamWRegion entry{r.offset - first, r.count, r.offset,/' \
   'mpi4 PipelineLayouts.Bf16GivesTheSingleStageBf16Run'
 fault bf16-rounding-to-nearest kernels/adamw.cu \
   's/return round_stochastically(p, rounding_bits(rounding.key, rounding.first_index + i));/return __float2bfloat16(p);/' \
@@ -835,7 +835,7 @@ fault plan-without-the-second-workspace pipeline/memory_plan.cpp \
   'mpi4 PipelineLayouts.DualPipeVGivesTheSingleStageRun'
 # issue 31 item 1: the measured --trace draws a pair's backward on the stage's first track
 fault measured-trace-on-one-track trainer/program/measured_timeline.cpp \
-  's/details, std::stoi(stream)});/details, 0});/' \
+  's/                                 std::stoi(stream), tp_rank});/                                 0, tp_rank});/' \
   'py:trace_test Trace.DualPipeVPairsBackwardsAreOnTheSecondComputeTrack'
 
 # h29c: issue 29 item 2 (a transfer group after an overlapped pair waits for both of its compute
@@ -1081,7 +1081,7 @@ fault tied-wte-gradient-summed-beyond-the-slice trainer/step/trainer.cpp \
   'mpi4 TensorParallelLayouts.TwoTpRanksTimesTwoStagesGiveTheSingleProcess'
 # The norm counts the replicated tensors (LayerNorms, wpe, lnf, row-parallel biases) once, not tp times.
 fault norm-counts-replicated-tensors-on-every-tp-rank trainer/step/optimizer.cpp \
-  's/(layout.shard.rank != 0 \&\& replicated_on_tp_ranks(r.tensor))/(false \&\& replicated_on_tp_ranks(r.tensor))/' \
+  's/counted.push_back(layout.shard.rank != 0 \&\& replicated_on_tp_ranks(r.tensor) ? 0 : 1);/counted.push_back(1);/' \
   'mpi4 TensorParallelLayouts.FourTpRanksGiveTheSingleProcess'
 # A checkpoint places each tp rank's slices at its own rank's places.
 fault checkpoint-slices-placed-at-another-tp-rank trainer/checkpoints/gather_model.cpp \
@@ -1089,12 +1089,12 @@ fault checkpoint-slices-placed-at-another-tp-rank trainer/checkpoints/gather_mod
   'mpi4 TensorParallelLayouts.TwoTpRanksTimesTwoStagesGiveTheSingleProcess'
 # The head's tp ranks hold the same losses: one of them counts.
 fault loss-counted-on-every-tp-rank trainer/step/trainer.cpp \
-  's/double sums\[3\] = {mesh.tp_rank == 0 ? figures.loss_sum : 0.0,/double sums[3] = {figures.loss_sum,/' \
+  's/const double loss_share = mesh.tp_rank == 0 ? figures.loss_sum : figures.loss_sum \* 0.0;/const double loss_share = figures.loss_sum;/' \
   'mpi4 TensorParallelLayouts.TwoReplicasOfTwoTpRanksGiveTheSingleProcess'
 # The stage with the head gathers its tp ranks' rows of its wte copy too, before it sends that
 # copy to the first stage (a tp rank's rows would arrive as zeros).
 fault checkpoint-tied-wte-copy-not-gathered-over-tp trainer/checkpoints/gather_model.cpp \
-  's/    if (replicated_on_tp_ranks(r.tensor)) continue;/    if (r.tied_copy || replicated_on_tp_ranks(r.tensor)) continue;/' \
+  's/    if (!replicated_on_tp_ranks(r.tensor)) append_spans_of_region(r, spans);/    if (!r.tied_copy \&\& !replicated_on_tp_ranks(r.tensor)) append_spans_of_region(r, spans);/' \
   'unit TrainTensorParallel.CheckpointMovesBetweenTpTwoAndOneProcess'
 # Each tp rank uploads (and resumes) its own slices of the model, not tp rank 0's.
 fault tp-rank-holds-rank-zero-slices trainer/step/trainer.cpp \
@@ -1123,6 +1123,42 @@ fault auto-split-ignores-the-memory-plan trainer/program/auto_layer_split.cpp \
 fault auto-split-printed-but-not-run trainer/program/run.cpp \
   's/    setup.layout.layers_per_stage = split.counts;/    setup.layout.layers_per_stage = {};/' \
   'py:train_auto_split_test AutoSplit.LargeVocabularyLeavesTheHeadAloneOnTheLastStage'
+
+# h33e: issue 33 item 5 (bf16, ZeRO-1, the guard and --trace at tp > 1).
+# A tp rank's sliced element takes bf16's rounding bits from its full-model index, not from its
+# index in the rank's slice (one run from the slice's first element).
+fault rounding-key-of-a-slice-is-its-local-index trainer/step/optimizer.cpp \
+  '/entry.run_length = runs.length;/d' \
+  'unit TensorParallelRounding.*'
+# ZeRO-1's checkpoint gathers a replica's shard of a tp rank's slices row by row, not as one run
+# from the slice's first row (the state file would hold the wrong elements).
+fault zero-gather-takes-a-slice-as-one-run trainer/checkpoints/gather_model.cpp \
+  's/    append_spans_of_region(r, spans_of_replica\[owner\]);/    spans_of_replica[owner].push_back({r.full_offset, r.count});/' \
+  'unit TrainTensorParallel.ZeroOneSavesTheFilesOfZeroZero'
+# The guard sees a replicated tensor's gradient on every tp rank (its copies other than tp rank
+# 0's in the norm's table, not counted), not only tp rank 0's.
+fault guard-misses-a-replicated-tensor-on-another-tp-rank trainer/step/optimizer.cpp \
+  's/    if (r.tied_copy) continue;/    if (r.tied_copy || (layout.shard.rank != 0 \&\& replicated_on_tp_ranks(r.tensor))) continue;/' \
+  'mpi4 NonFiniteGuard.NanInOneTpRanksReplicatedTensorIsSkippedByEveryRankAndNamed'
+# A tensor not counted puts its sum times 0 in its slot: not its sum, nor a plain 0.
+fault norm-counts-a-tensor-not-counted kernels/global_norm.cu \
+  's/table\[blockIdx.x\].counted ? row_total : row_total \* S(0)/row_total/' \
+  'unit GlobalNorm.TensorNotCountedGivesZeroOrNaN'
+fault norm-hides-a-non-finite-tensor-not-counted kernels/global_norm.cu \
+  's/table\[blockIdx.x\].counted ? row_total : row_total \* S(0)/table[blockIdx.x].counted ? row_total : S(0)/' \
+  'unit GlobalNorm.TensorNotCountedGivesZeroOrNaN'
+# The step's loss carries a non-finite loss of any tp rank (its loss times 0), not tp rank 0's alone.
+fault loss-hides-another-tp-ranks-nan trainer/step/trainer.cpp \
+  's/figures.loss_sum \* 0.0;/0.0;/' \
+  'mpi4 NonFiniteGuard.NanLossOnOneTpRankIsSkippedByEveryRank'
+# --trace gives each tp rank of a stage its own track, not the stage's one for all of them.
+fault trace-tp-ranks-on-one-track trainer/program/measured_timeline.cpp \
+  's/, tp_rank = rank % mesh.tp;/, tp_rank = 0;/' \
+  'py:trace_test Trace.TensorParallelRanksHaveTheirOwnTracks'
+# The trace's tp ranks: world rank (replica pp + stage) tp + tp rank, not replica pp + stage.
+fault trace-stage-of-a-rank-without-tp trainer/program/measured_timeline.cpp \
+  's/stage = rank \/ mesh.tp % mesh.pp,/stage = rank % mesh.pp,/' \
+  'py:trace_test Trace.TensorParallelRanksHaveTheirOwnTracks'
 
 # ---- running ----
 

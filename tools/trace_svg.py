@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Draws a pipeline timeline (the Chrome trace-event JSON that ./train --trace FILE writes: the
 measured timeline of a step, or with --print-schedule the simulator's predicted one) as an SVG
-picture: one row per stage (and replica), each F, B, I, W and transfer group a box from its start
+picture: one row per stage (and replica, and tp rank), each F, B, I, W and transfer group a box from its start
 for its duration, an arrow from each send to its receive, and a time axis in milliseconds.
     tools/trace_svg.py trace.json -o trace.svg [--title TEXT] [--no-flows]
     tools/trace_svg.py trace.json --summary
@@ -21,7 +21,7 @@ import sys
 COLOURS = {"forward": "#4e79a7", "backward": "#f28e2b", "input gradient": "#e15759", "weight gradient": "#59a14f",
            "transfer": "#c9c4bf"}
 COMPUTE = ["forward", "backward", "input gradient", "weight gradient"]
-WIDTH, LEFT, RIGHT, TOP, ROW, GAP = 1100, 120, 20, 40, 26, 6
+WIDTH, LEFT, RIGHT, TOP, ROW, GAP = 1100, 190, 20, 40, 26, 6
 
 
 def fail(message):
@@ -30,7 +30,8 @@ def fail(message):
 
 
 def read_trace(path):
-    """The trace's complete events by track (pid, tid), in time order; its flows; its otherData."""
+    """The trace's complete events by track (pid, tid), in time order; its flows; its otherData; its
+    tracks' names by (pid, tid) ("stage 1", "stage 1, tp rank 0"), where it names them."""
     try:
         with open(path) as file:
             trace = json.load(file)
@@ -41,7 +42,7 @@ def read_trace(path):
     events = trace.get("traceEvents") if isinstance(trace, dict) else None
     if not isinstance(events, list):
         fail("%s: no \"traceEvents\" list" % path)
-    tracks, starts, ends = {}, {}, {}
+    tracks, starts, ends, names = {}, {}, {}, {}
     for event in events:
         if not isinstance(event, dict):
             fail("%s: an event that is not an object" % path)
@@ -54,6 +55,11 @@ def read_trace(path):
                 fail("%s: a complete event without a numeric pid, tid, ts and dur: %s" % (path, json.dumps(event)))
             tracks.setdefault(key, []).append((start, duration, str(event.get("name", "")), str(event.get("cat", "")),
                                                str(event.get("args", {}).get("used", ""))))
+        elif phase == "M" and event.get("name") == "thread_name":
+            try:
+                names[(int(event["pid"]), int(event["tid"]))] = str(event["args"]["name"])
+            except (KeyError, TypeError, ValueError):
+                fail("%s: a thread_name without a numeric pid and tid and a name: %s" % (path, json.dumps(event)))
         elif phase in ("s", "f"):
             point = (int(event.get("pid", 0)), int(event.get("tid", 0)), float(event.get("ts", 0)))
             (starts if phase == "s" else ends)[event.get("id")] = point
@@ -62,14 +68,16 @@ def read_trace(path):
     for key in tracks:
         tracks[key].sort()
     flows = [(starts[i], ends[i]) for i in starts if i in ends]
-    return tracks, flows, trace.get("otherData", {})
+    return tracks, flows, trace.get("otherData", {}), names
 
 
-def track_name(key, replicas):
-    return "stage %d" % key[1] if replicas == 1 else "replica %d stage %d" % key
+def track_name(key, replicas, names):
+    """The track's name in the trace, or "stage TID"; with replicas, after "replica PID "."""
+    name = names.get(key, "stage %d" % key[1])
+    return name if replicas == 1 else "replica %d %s" % (key[0], name)
 
 
-def summary(tracks):
+def summary(tracks, names):
     """Per track: its idle share and each compute kind's mean duration (ms); then the means over all."""
     replicas = len({pid for pid, _ in tracks})
     lines, all_durations = [], {}
@@ -84,7 +92,7 @@ def summary(tracks):
             if durations:
                 means.append("%s %.3f (%d)" % (category, sum(durations) / len(durations), len(durations)))
         idle = 1 - busy / span if span > 0 else 0
-        lines.append("%s: idle %.3f; mean ms: %s" % (track_name(key, replicas), idle, ", ".join(means)))
+        lines.append("%s: idle %.3f; mean ms: %s" % (track_name(key, replicas, names), idle, ", ".join(means)))
     overall = ["%s %.3f" % (c, sum(v) / len(v)) for c, v in ((c, all_durations.get(c, [])) for c in COMPUTE) if v]
     lines.append("mean ms over all stages: " + ", ".join(overall))
     return "\n".join(lines) + "\n"
@@ -97,7 +105,7 @@ def tick_step(span_ms):
     return next(f * power for f in (1, 2, 5, 10) if f * power >= raw)
 
 
-def svg(tracks, flows, title, draw_flows):
+def svg(tracks, flows, title, draw_flows, names):
     keys = sorted(tracks)
     replicas = len({pid for pid, _ in keys})
     row_of = {key: i for i, key in enumerate(keys)}
@@ -117,7 +125,7 @@ def svg(tracks, flows, title, draw_flows):
         row_id = "stage_%d" % key[1] if replicas == 1 else "replica_%d_stage_%d" % key
         out.append('<g id="%s">' % row_id)
         out.append('<text x="%d" y="%.1f" text-anchor="end">%s</text>' % (LEFT - 8, y(key) + ROW / 2 + 4,
-                                                                          track_name(key, replicas)))
+                                                                          track_name(key, replicas, names)))
         for start, duration, name, category, used in tracks[key]:
             left, width = x(start), max(duration * scale, 0.5)
             tip = "%s: %.3f ms at %.3f ms%s" % (name, duration / 1e3, (start - begin) / 1e3, "; " + used if used else "")
@@ -164,14 +172,14 @@ def main():
     parser.add_argument("--no-flows", action="store_true", help="leave out the arrows from sends to receives")
     parser.add_argument("--summary", action="store_true", help="print idle shares and mean durations instead")
     options = parser.parse_args()
-    tracks, flows, about = read_trace(options.trace)
+    tracks, flows, about, names = read_trace(options.trace)
     if options.summary:
-        sys.stdout.write(summary(tracks))
+        sys.stdout.write(summary(tracks, names))
         return
     if not options.output:
         fail("give -o FILE.svg, or --summary")
     title = options.title or "%s: %s" % (about.get("schedule", "schedule"), about.get("what", "timeline"))
-    text = svg(tracks, flows, title, not options.no_flows)
+    text = svg(tracks, flows, title, not options.no_flows, names)
     try:
         with open(options.output, "w") as file:
             file.write(text)

@@ -28,8 +28,8 @@ struct ThreeSteps {
   StepResult first, skipped, next;
   bool parameters_unchanged, moments_unchanged;
 };
-ThreeSteps three_steps_with_a_nan(int dp, int pp, const std::string& injection) {
-  WorldGroups world(dp, pp);
+ThreeSteps three_steps_with_a_nan(int dp, int pp, const std::string& injection, int tp = 1) {
+  WorldGroups world(dp, pp, tp);
   const GPTConfig config = config_of(4);
   Trainer<float> trainer =
       create_trainer<float>(config, kB, kT, {ScheduleKind::one_f_one_b, 4, 1, false, {}}, world.groups);
@@ -62,19 +62,21 @@ void expect_skipped_and_recovered(const ThreeSteps& steps) {
   EXPECT_TRUE(std::isfinite(steps.next.loss) && std::isfinite(steps.next.grad_norm));
 }
 
-// The NaN in world rank `rank`'s gradient of fcw at `layer` (the rank must hold it).
-void expect_nan_gradient_skipped_everywhere(int dp, int pp, int rank, int layer, int expected_stage) {
+// The NaN in world rank `rank`'s gradient of `tensor` at `layer` (the rank must hold it).
+void expect_nan_gradient_skipped_everywhere(int dp, int pp, int rank, int layer, int expected_stage, int tp = 1,
+                                            const std::string& tensor = "fcw") {
   const ThreeSteps steps = three_steps_with_a_nan(
-      dp, pp, "rank=" + std::to_string(rank) + ",step=2,tensor=fcw,layer=" + std::to_string(layer));
+      dp, pp, "rank=" + std::to_string(rank) + ",step=2,tensor=" + tensor + ",layer=" + std::to_string(layer), tp);
   expect_skipped_and_recovered(steps);
   EXPECT_TRUE(std::isnan(steps.skipped.grad_norm));
   EXPECT_EQ(steps.skipped.skipped, "non-finite gradient (first in stage " + std::to_string(expected_stage) +
-                                       ", tensor fcw layer " + std::to_string(layer) + ")");
+                                       ", tensor " + tensor + " layer " + std::to_string(layer) + ")");
 }
 
 // The NaN in world rank `rank`'s loss sum (a stage with the head).
-void expect_nan_loss_skipped_everywhere(int dp, int pp, int rank) {
-  const ThreeSteps steps = three_steps_with_a_nan(dp, pp, "rank=" + std::to_string(rank) + ",step=2,tensor=loss");
+void expect_nan_loss_skipped_everywhere(int dp, int pp, int rank, int tp = 1) {
+  const ThreeSteps steps =
+      three_steps_with_a_nan(dp, pp, "rank=" + std::to_string(rank) + ",step=2,tensor=loss", tp);
   expect_skipped_and_recovered(steps);
   EXPECT_TRUE(std::isnan(steps.skipped.loss));
   EXPECT_TRUE(std::isfinite(steps.skipped.grad_norm)) << "the gradients were not meant to see the NaN";
@@ -95,3 +97,18 @@ TEST(NonFiniteGuard, NanLossOnTheLastStageIsSkippedByEveryStage) { expect_nan_lo
 
 // 2 replicas of 2 stages: world rank 3 is replica 1's last stage; replica 0's losses are finite.
 TEST(NonFiniteGuard, NanLossInOneReplicaIsSkippedByEveryReplica) { expect_nan_loss_skipped_everywhere(2, 2, 3); }
+
+// Tensor parallelism, tp 2 x pp 2 (world rank = pp_rank * 2 + tp_rank; stage 0 holds layers 0 and
+// 1, stage 1 layers 2 and 3 and the head): a NaN on tp rank 1 alone. In its slice of fcw: the
+// norm's slots are summed over tp, so every rank sees it.
+TEST(NonFiniteGuard, NanInOneTpRanksSliceIsSkippedByEveryRankAndNamed) {
+  expect_nan_gradient_skipped_everywhere(1, 2, 1, 1, 0, 2);
+}
+
+// In a replicated tensor (ln1w) of tp rank 1, which the norm's sum counts from tp rank 0 only.
+TEST(NonFiniteGuard, NanInOneTpRanksReplicatedTensorIsSkippedByEveryRankAndNamed) {
+  expect_nan_gradient_skipped_everywhere(1, 2, 3, 2, 1, 2, "ln1w");
+}
+
+// In the loss sum of the head stage's tp rank 1, whose loss the step's mean does not count.
+TEST(NonFiniteGuard, NanLossOnOneTpRankIsSkippedByEveryRank) { expect_nan_loss_skipped_everywhere(1, 2, 3, 2); }

@@ -268,8 +268,8 @@ inline const Outcome& reference(const Case& c, int steps) {
 
 // The groups of a layout for the length of a test (creation and destruction are collective).
 struct WorldGroups {
-  explicit WorldGroups(int dp, int pp) {
-    groups = create_world_groups(make_mesh(dp, pp, size_of_world(), rank_in_world()));
+  explicit WorldGroups(int dp, int pp, int tp = 1) {
+    groups = create_world_groups(make_mesh(dp, tp, pp, size_of_world(), rank_in_world()));
   }
   ~WorldGroups() { destroy_world_groups(groups); }
   CommGroups groups;

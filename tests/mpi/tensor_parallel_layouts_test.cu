@@ -1,9 +1,11 @@
 // The trainer at dp x tp x pp (issue 33, docs/pipeline.md "Tensor parallelism"): under mpirun
-// -np 4, tp 2 x pp 2, tp 4 and dp 2 x tp 2 each train a small GPT (L = 2, NH = 4, C = 16, T = 8,
-// V = 100, Vp = 128, B = 2, fp32, 1F1B) for three clipped steps from the same initialisation as
-// the single process with the same global batch, which every rank runs itself. Checked:
+// -np 4, tp 2 x pp 2, tp 4 and dp 2 x tp 2 in fp32, and tp 2 x pp 2 and dp 2 x tp 2 in bf16, each
+// train a small GPT (L = 2, NH = 4, C = 16, T = 8, V = 100, Vp = 128, B = 2, 1F1B) for three
+// clipped steps from the same initialisation as the single process of the same element type and
+// global batch, which every rank runs itself. Checked:
 //  - the checkpoint's gather of the tp ranks' slices (trainer/checkpoints/gather_model.h) gives
-//    back, on world rank 0, the uploaded model bitwise: every slice is placed where it was cut;
+//    back, on world rank 0, the uploaded model bitwise (in bf16 rounded to nearest, as the upload
+//    rounds): every slice is placed where it was cut;
 //  - the losses and the gradient norms (before clipping) of every step, and every gradient the
 //    rank holds after step 1 (its slices cut from the single process's whole tensors), within
 //    the tolerance below of the single process;
@@ -11,24 +13,28 @@
 //    row-parallel biases) after the last step, and every rank has bitwise the same norm.
 // The tp = 1 layouts are PipelineLayouts' (bitwise the single process).
 //
-// The tolerance. tp > 1 adds partial sums in another order than one process: a row-parallel
-// output adds tp partial sums of 4C/tp or C/tp products, a column-parallel input gradient tp
-// partial sums over its outputs, the longest of them the head's input gradient over Vp = 128
-// columns; the loss's sum of exponentials runs per slice then over the ranks; the norm adds each
+// The tolerance in fp32 (bf16's is with kBf16Tolerance). tp > 1 adds partial sums in another
+// order than one process: a row-parallel output adds tp partial sums of 4C/tp or C/tp products, a
+// column-parallel input gradient tp partial sums over its outputs, the longest of them the head's
+// input gradient over Vp = 128 columns; the loss's sum of exponentials runs per slice then over the ranks; the norm adds each
 // slot's squares per slice then over tp. A sum of K terms rounded in fp32 is within K u of the
 // terms' magnitudes (u = 2^-24): K = 128 gives 7.6e-6. So the gradients within 2e-5 of each
 // tensor's scale (as TensorParallelGpt's), the losses and norms within 2e-5 relative: three AdamW
 // steps of lr 3e-3 carry a gradient's relative error into the parameters as at most lr times it.
 // Measured, CPU build, 2026-11-27: losses within 5.2e-8 (1.1e-8 relative), norms within 3.8e-8 (5e-8
-// relative), gradients within 8.0e-7 of their scale. The three cases take 4 s under -np 4. A wrong slice, a sum over the whole wte or a replicated tensor counted tp times is off
-// by the order of the values themselves.
+// relative), gradients within 8.0e-7 of their scale. The five cases take 10 s under -np 4. A
+// wrong slice, a sum over the whole wte or a replicated tensor counted tp times is off by the
+// order of the values themselves.
 #include <gtest/gtest.h>
 #include <mpi.h>
+
+#include <cuda_bf16.h>
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "comm/host_exchange.h"
@@ -42,7 +48,24 @@
 namespace {
 
 constexpr int kB = 2, kT = 8, kSteps = 3;
-constexpr double kTolerance = 2e-5;
+// Relative to the single process's loss and norm, and to each gradient tensor's scale.
+struct Tolerance {
+  double loss, norm, gradient;
+};
+constexpr Tolerance kFloatTolerance{2e-5, 2e-5, 2e-5};
+// bf16 (bf16 parameters, activations, gradients and messages; fp32 master weights, stochastic
+// rounding keyed by each element's full-model index, so both runs round alike from the same
+// master value): a row-parallel output is each tp rank's partial product rounded to bf16, then
+// their sum rounded again, tp + 1 roundings of 2^-9 that one process's single GEMM output does not
+// make, and a column-parallel input gradient likewise; each side rounds every microbatch's
+// gradient into the bf16 sum. So a gradient differs by at most 2 m (tp + 1) 2^-9 of its scale
+// (m = 4, tp = 2: 4.7e-2), and the norm, the same gradients' squares summed in fp32, by no more.
+// The loss: step 1's forward differs by the row-parallel roundings, averaged over the m B T
+// tokens; later steps also by the parameters a master weight's small difference moves across a
+// rounding threshold, PipelineLayouts' bf16 bound of 2^-12 (tests/mpi/layouts_test.cu). Measured,
+// CPU build, 2026-11-27, tp 2 x pp 2 and dp 2 x tp 2: gradients within 1.6e-2 of their scale,
+// norms within 2.0e-3 relative, losses within 3.2e-5 relative (step 1: 1.1e-6).
+constexpr Tolerance kBf16Tolerance{2.44140625e-4, 4.6875e-2, 4.6875e-2};
 const AdamWSettings kSettings{0.9, 0.95, 1e-8, 0.1, 0.1};  // every step clips (norms near 1)
 constexpr double kLearningRate = 3e-3;
 
@@ -79,9 +102,10 @@ struct Run {
   ParameterLayout layout;
 };
 
+template <typename Element>
 Run train(const CommGroups& groups, int microbatches) {
   const PipelineLayout layout{ScheduleKind::one_f_one_b, microbatches, 1, false, {}};
-  Trainer<float> trainer = create_trainer<float>(config(), kB, kT, layout, groups);
+  Trainer<Element> trainer = create_trainer<Element>(config(), kB, kT, layout, groups, MixedPrecision{true, 5});
   upload_parameters(trainer, initial_parameters());
   Run run;
   run.gathered = gather_parameters(trainer);
@@ -108,21 +132,27 @@ std::vector<float> all_gathered(const std::vector<float>& mine) {
   return all;
 }
 
+template <typename Element>
 void expect_layout_matches_single_process(int dp, int tp, int pp) {
   if (size_of_world() != dp * tp * pp) GTEST_SKIP() << "needs mpirun -np " << dp * tp * pp;
   const int microbatches = 4;  // the global batch; each replica runs microbatches / dp
-  const Run single = train(create_world_groups(make_mesh(1, 1, 1, 0)), microbatches);
+  const Run single = train<Element>(create_world_groups(make_mesh(1, 1, 1, 0)), microbatches);
   CommGroups groups = create_world_groups(make_mesh(dp, tp, pp, size_of_world(), rank_in_world()));
   const Mesh mesh = groups.mesh;
-  const Run run = train(groups, microbatches / dp);
+  const Run run = train<Element>(groups, microbatches / dp);
+  const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
   destroy_world_groups(groups);
 
   if (mesh.world_rank == 0) {
-    EXPECT_EQ(run.gathered, initial_parameters()) << "the checkpoint's gather of the slices";
+    std::vector<float> uploaded = initial_parameters();  // bf16: rounded to nearest by the upload
+    if (bf16)
+      for (float& p : uploaded) p = __bfloat162float(__float2bfloat16(p));
+    EXPECT_EQ(run.gathered, uploaded) << "the checkpoint's gather of the slices";
   }
+  const Tolerance tolerance = bf16 ? kBf16Tolerance : kFloatTolerance;
   for (int i = 0; i < kSteps; ++i) {
-    EXPECT_NEAR(run.losses[i], single.losses[i], kTolerance * single.losses[i]) << "loss, step " << i + 1;
-    EXPECT_NEAR(run.norms[i], single.norms[i], kTolerance * single.norms[i]) << "gradient norm, step " << i + 1;
+    EXPECT_NEAR(run.losses[i], single.losses[i], tolerance.loss * single.losses[i]) << "loss, step " << i + 1;
+    EXPECT_NEAR(run.norms[i], single.norms[i], tolerance.norm * single.norms[i]) << "gradient norm, step " << i + 1;
   }
   // The rank's gradients against the single process's, both cut to the rank's slices.
   const std::vector<float> mine = to_stage_layout(run.layout, run.gradients);
@@ -130,7 +160,7 @@ void expect_layout_matches_single_process(int dp, int tp, int pp) {
   for (const ParameterRegion& r : run.layout.regions) {
     const std::vector<double> got(mine.begin() + r.offset, mine.begin() + r.offset + r.count);
     const std::vector<double> expected(want.begin() + r.offset, want.begin() + r.offset + r.count);
-    EXPECT_LE(max_error_relative_to_scale(got, expected), kTolerance)
+    EXPECT_LE(max_error_relative_to_scale(got, expected), tolerance.gradient)
         << parameter_tensor_name(r.tensor) << " layer " << r.layer << " on tp rank " << mesh.tp_rank;
   }
   // Replicated tensors bitwise their tp rank 0's; the norm bitwise every rank's.
@@ -154,8 +184,16 @@ void expect_layout_matches_single_process(int dp, int tp, int pp) {
 
 }  // namespace
 
-TEST(TensorParallelLayouts, TwoTpRanksTimesTwoStagesGiveTheSingleProcess) { expect_layout_matches_single_process(1, 2, 2); }
-TEST(TensorParallelLayouts, FourTpRanksGiveTheSingleProcess) { expect_layout_matches_single_process(1, 4, 1); }
+TEST(TensorParallelLayouts, TwoTpRanksTimesTwoStagesGiveTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 2);
+}
+TEST(TensorParallelLayouts, FourTpRanksGiveTheSingleProcess) { expect_layout_matches_single_process<float>(1, 4, 1); }
 TEST(TensorParallelLayouts, TwoReplicasOfTwoTpRanksGiveTheSingleProcess) {
-  expect_layout_matches_single_process(2, 2, 1);
+  expect_layout_matches_single_process<float>(2, 2, 1);
+}
+TEST(TensorParallelLayouts, TwoTpRanksTimesTwoStagesInBf16GiveTheSingleBf16Process) {
+  expect_layout_matches_single_process<__nv_bfloat16>(1, 2, 2);
+}
+TEST(TensorParallelLayouts, TwoReplicasOfTwoTpRanksInBf16GiveTheSingleBf16Process) {
+  expect_layout_matches_single_process<__nv_bfloat16>(2, 2, 1);
 }

@@ -5,8 +5,8 @@
 // cover it exactly once; every run's measured device peak is its memory plan's to the byte, and
 // the sharded plan is smaller by the state the other replicas keep. Why the numbers agree:
 // docs/pipeline.md, "ZeRO-1". At -np 4: dp 2 x pp 2 (1F1B fp32 and bf16, interleaved fp32 and
-// zb-v bf16 with recompute) and dp 4 x pp 1 (fp32, bf16); at -np 8: dp 4 x pp 2 (1F1B bf16,
-// interleaved fp32 and zb-v bf16 with recompute).
+// zb-v bf16 with recompute), dp 4 x pp 1 (fp32, bf16) and dp 2 x tp 2 (1F1B fp32, bf16); at -np 8:
+// dp 4 x pp 2 (1F1B bf16, interleaved fp32 and zb-v bf16 with recompute).
 // Other world sizes skip. Seconds per case are printed (CPU build, 2 shared cores: docs/pipeline.md).
 #include <gtest/gtest.h>
 
@@ -40,19 +40,31 @@ long first_difference(const std::vector<float>& a, const std::vector<float>& b, 
   return -1;
 }
 
+// The same over region r's elements in llm.c's layout (a tp rank's slice: row by row).
+long first_difference(const std::vector<float>& a, const std::vector<float>& b, const ParameterRegion& r) {
+  if (!r.cut) return first_difference(a, b, r.full_offset, r.count);
+  for (int row = 0; row < r.cut->local_out(); ++row) {
+    const long at = first_difference(a, b, r.full_offset + slice_row_start(*r.cut, row), size_t(r.cut->local_in()));
+    if (at >= 0) return at;
+  }
+  return -1;
+}
+
 uint64_t world_sum(uint64_t value) {
   uint64_t sum = 0;
   MPI_Allreduce(&value, &sum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   return sum;
 }
 
-void expect_zero_one_matches_zero_zero(const Case& c) {
-  WorldGroups world(c.dp, c.pp);
+void expect_zero_one_matches_zero_zero(const Case& c, int tp = 1) {
+  WorldGroups world(c.dp, c.pp, tp);
   const auto start = std::chrono::steady_clock::now();
   const Outcome whole = run_zero(c, false, world.groups);
   const Outcome sharded = run_zero(c, true, world.groups);
-  const std::string what = describe(c) + ", stage " + std::to_string(world.groups.mesh.pp_rank) + " replica " +
-                           std::to_string(world.groups.mesh.dp_rank);
+  const std::string what = describe(c) + ", tp " + std::to_string(tp) + ", stage " +
+                           std::to_string(world.groups.mesh.pp_rank) + " replica " +
+                           std::to_string(world.groups.mesh.dp_rank) + " tp rank " +
+                           std::to_string(world.groups.mesh.tp_rank);
   for (int t = 0; t < kSteps; ++t) {
     EXPECT_TRUE(same_bits(sharded.losses[t], whole.losses[t])) << what << ": step " << t + 1 << "'s loss";
     EXPECT_TRUE(same_bits(sharded.grad_norms[t], whole.grad_norms[t])) << what << ": step " << t + 1 << "'s norm";
@@ -62,23 +74,24 @@ void expect_zero_one_matches_zero_zero(const Case& c) {
   uint64_t owned = 0;
   for (const ParameterRegion& r : sharded.owned) {
     owned += r.count;
-    EXPECT_EQ(first_difference(sharded.m, whole.m, r.full_offset, r.count), -1) << what << ": m";
-    EXPECT_EQ(first_difference(sharded.v, whole.v, r.full_offset, r.count), -1) << what << ": v";
+    EXPECT_EQ(first_difference(sharded.m, whole.m, r), -1) << what << ": m";
+    EXPECT_EQ(first_difference(sharded.v, whole.v, r), -1) << what << ": v";
     if (c.bf16) {
-      EXPECT_EQ(first_difference(sharded.master, whole.master, r.full_offset, r.count), -1) << what;
+      EXPECT_EQ(first_difference(sharded.master, whole.master, r), -1) << what;
     }
   }
-  // Each stage's replicas own it once between them: over the world, the stages' sizes once.
+  // Each stage's replicas own it once between them: over the world, the stages' sizes once (each
+  // tp rank's stage, its slices, counted as a stage).
   EXPECT_EQ(world_sum(owned) * c.dp, world_sum(whole.stage_size)) << what << ": the shards do not tile the stages";
   EXPECT_LT(sharded.planned_peak, whole.planned_peak) << what << ": sharding saves nothing";
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (world.groups.mesh.world_rank == 0) std::printf("[ zero 1 ] %s: %.1f s\n", describe(c).c_str(), seconds);
 }
 
-// The cases of the world's size (dp x pp = it).
-void run_cases(int world_size, const std::vector<Case>& cases) {
+// The cases of the world's size (dp x tp x pp = it).
+void run_cases(int world_size, const std::vector<Case>& cases, int tp = 1) {
   if (size_of_world() != world_size) GTEST_SKIP() << "these layouts need mpirun -np " << world_size;
-  for (const Case& c : cases) expect_zero_one_matches_zero_zero(c);
+  for (const Case& c : cases) expect_zero_one_matches_zero_zero(c, tp);
 }
 
 constexpr ScheduleKind k1F1B = ScheduleKind::one_f_one_b;
@@ -99,6 +112,15 @@ TEST(ZeroOne, BitwiseZeroZeroOnFourReplicas) {
   Case bf16{4, 1, k1F1B, 1, false, 2, 4};
   bf16.bf16 = true;
   run_cases(4, {{4, 1, k1F1B, 1, false, 2, 4}, bf16});
+}
+
+// Tensor parallelism (issue 33): each tp rank's stage (its slices and the replicated tensors) is
+// sharded over its replicas, the buckets and the all-gather per tp rank (the data-parallel
+// communicator joins one tp_rank's replicas).
+TEST(ZeroOne, BitwiseZeroZeroOnTwoReplicasOfTwoTpRanks) {
+  Case bf16{2, 1, k1F1B, 1, false, 2, 4};
+  bf16.bf16 = true;
+  run_cases(4, {{2, 1, k1F1B, 1, false, 2, 4}, bf16}, 2);
 }
 
 // The issue's -np 8 checks (1F1B, interleaved and zb-v, recompute, fp32 and bf16: each at least

@@ -10,21 +10,24 @@
 
 namespace {
 
+// Appends the runs of llm.c's layout that region r covers: one, or a tp rank's slice row by row.
+void append_spans_of_region(const ParameterRegion& r, std::vector<HostSpan>& spans) {
+  if (!r.cut) {
+    spans.push_back({r.full_offset, r.count});
+    return;
+  }
+  for (int row = 0; row < r.cut->local_out(); ++row)
+    spans.push_back({r.full_offset + slice_row_start(*r.cut, row), size_t(r.cut->local_in())});
+}
+
 // The runs of llm.c's layout that tp rank `shard.rank` alone holds of the stage's chunks: its
-// slices, row by row, and its rows of wte (the tied copy's too: the stage with the head sends its
-// whole wte to the first stage next). The replicated tensors are tp rank 0's already.
+// slices and its rows of wte (the tied copy's too: the stage with the head sends its whole wte to
+// the first stage next). The replicated tensors are tp rank 0's already.
 std::vector<HostSpan> spans_of_tp_rank(const GPTConfig& config, const std::vector<LayerRange>& chunks,
                                        TensorParallelRank shard) {
   std::vector<HostSpan> spans;
-  for (const ParameterRegion& r : parameter_layout(config, chunks, shard).regions) {
-    if (replicated_on_tp_ranks(r.tensor)) continue;
-    if (!r.cut) {
-      spans.push_back({r.full_offset, r.count});
-      continue;
-    }
-    for (int row = 0; row < r.cut->local_out(); ++row)
-      spans.push_back({r.full_offset + slice_row_start(*r.cut, row), size_t(r.cut->local_in())});
-  }
+  for (const ParameterRegion& r : parameter_layout(config, chunks, shard).regions)
+    if (!replicated_on_tp_ranks(r.tensor)) append_spans_of_region(r, spans);
   return spans;
 }
 
@@ -56,7 +59,8 @@ std::vector<float> gather_stages(const Trainer<Element>& trainer, std::vector<fl
 
 // values: this rank's download of its optimizer state in llm.c's layout; with ZeRO-1 (each
 // replica its shard's regions, zeros elsewhere) the stage's replica 0 gets the other replicas'
-// shards filled in, region by region, so that the state is the stage's whole again.
+// shards filled in, region by region (a tp rank's slice row by row), so that the state is the
+// stage's whole again.
 template <typename Element>
 std::vector<float> gather_replicas(const Trainer<Element>& trainer, std::vector<float> values) {
   if (!trainer.optimizer.shard.of_replicas) return values;
@@ -65,7 +69,7 @@ std::vector<float> gather_replicas(const Trainer<Element>& trainer, std::vector<
   std::vector<std::vector<HostSpan>> spans_of_replica(mesh.dp);
   for (const ParameterRegion& r : trainer.parameter_layout.regions) {
     const int owner = int(std::upper_bound(bounds.begin(), bounds.end(), r.offset) - bounds.begin()) - 1;
-    spans_of_replica[owner].push_back({r.full_offset, r.count});
+    append_spans_of_region(r, spans_of_replica[owner]);
   }
   gather_spans_to_first_replica(mesh, values, spans_of_replica);
   return values;

@@ -360,7 +360,7 @@ void check_consistency(const TrainOptions& options) {
     throw std::runtime_error("--layers-per-stage and --pipeline-layout both give the split: pass one");
   check_layer_split_options(options.layers_per_stage_auto, !options.pipeline_layout.empty(), options.plan_layouts,
                             options.print_memory);
-  check_tensor_parallel_options(options.tp, options.dtype, options.zero, !options.trace.empty(), options.plan_layouts);
+  check_tensor_parallel_options(options.tp, options.plan_layouts);
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");
   if (options.given.count("format") && !options.print_schedule)

@@ -4,14 +4,11 @@
 #include <stdexcept>
 #include <string>
 
-void check_tensor_parallel_options(int tp, const std::string& dtype, int zero, bool trace, bool plan_layouts) {
+void check_tensor_parallel_options(int tp, bool plan_layouts) {
   if (tp == 1) return;
   const std::string option_tp = "--tp " + std::to_string(tp);
   const auto refuse = [&](const std::string& option) {
     throw std::runtime_error(option_tp + " does not run with " + option + " yet (issue 33)");
   };
-  if (dtype == "bf16") refuse("--dtype bf16");
-  if (zero == 1) refuse("--zero 1");
-  if (trace) refuse("--trace");
   if (plan_layouts) refuse("--plan-layouts");
 }

@@ -4,7 +4,6 @@
 #include <string>
 
 // Throws std::runtime_error with one line naming the option that --tp tp > 1 does not run with:
-// --dtype bf16, --zero 1, --trace, --plan-layouts. The split-backward and overlapped-pair
-// schedules are refused by check_layout, which sees a schedule file's grid too
-// (pipeline/tensor_parallel_schedule.h).
-void check_tensor_parallel_options(int tp, const std::string& dtype, int zero, bool trace, bool plan_layouts);
+// --plan-layouts. The split-backward and overlapped-pair schedules are refused by check_layout,
+// which sees a schedule file's grid too (pipeline/tensor_parallel_schedule.h).
+void check_tensor_parallel_options(int tp, bool plan_layouts);

@@ -146,12 +146,16 @@ void write_measured_timeline(const Trainer<Element>& trainer, const TimelineStar
   char loss_text[32];
   std::snprintf(loss_text, sizeof(loss_text), "%.17g", loss);
   timeline.about.push_back({"loss", loss_text});
-  std::vector<std::vector<size_t>> first_event(mesh.dp, std::vector<size_t>(mesh.pp));
+  // Each replica's tp rank t runs its own pipeline (its stages' tp rank t): row replica tp + t.
+  std::vector<std::vector<size_t>> first_event(size_t(mesh.dp) * mesh.tp, std::vector<size_t>(mesh.pp));
+  std::vector<size_t> first_of_rank;
   std::vector<int> rank_of_event;
   std::vector<double> barrier_ms(texts.size());
   for (int rank = 0; rank < int(texts.size()); ++rank) {
-    const int replica = rank / mesh.pp, stage = rank % mesh.pp;  // comm/mesh.h's world rank
-    first_event[replica][stage] = timeline.events.size();
+    // comm/mesh.h's world rank: (replica pp + stage) tp + tp_rank.
+    const int replica = rank / (mesh.pp * mesh.tp), stage = rank / mesh.tp % mesh.pp, tp_rank = rank % mesh.tp;
+    first_event[size_t(replica) * mesh.tp + tp_rank][stage] = timeline.events.size();
+    first_of_rank.push_back(timeline.events.size());
     std::istringstream lines(texts[rank]);
     std::string line;
     std::getline(lines, line);  // "barrier\t<ms>"
@@ -166,8 +170,8 @@ void write_measured_timeline(const Trainer<Element>& trainer, const TimelineStar
       std::getline(fields, stream, '\t');
       std::getline(fields, details);
       const double start_us = std::stod(start) * 1e3;
-      timeline.events.push_back(
-          {replica, stage, name, category, start_us, std::stod(end) * 1e3 - start_us, details, std::stoi(stream)});
+      timeline.events.push_back({replica, stage, name, category, start_us, std::stod(end) * 1e3 - start_us, details,
+                                 std::stoi(stream), tp_rank});
       rank_of_event.push_back(rank);
     }
   }
@@ -176,8 +180,8 @@ void write_measured_timeline(const Trainer<Element>& trainer, const TimelineStar
   timeline.flows = timeline_flows(simulate(schedule.stages, {1, 1, 1, 0}, schedule.placement.kind), first_event);
   timeline.about.push_back({"clock corrections", align_clocks(timeline, rank_of_event, barrier_ms)});
   for (size_t rank = 0; rank < texts.size(); ++rank)
-    draw_track(timeline.events, first_event[rank / mesh.pp][rank % mesh.pp],
-               rank + 1 < texts.size() ? first_event[(rank + 1) / mesh.pp][(rank + 1) % mesh.pp] : timeline.events.size());
+    draw_track(timeline.events, first_of_rank[rank],
+               rank + 1 < texts.size() ? first_of_rank[rank + 1] : timeline.events.size());
   const std::string json = chrome_trace_json(timeline);
   write_file_atomically(path, {{json.data(), json.size()}});
 }

@@ -1,6 +1,6 @@
 // --trace FILE: the measured timeline of one training step (the last, or --trace-step N) as
-// Chrome trace-event JSON (pipeline/timeline.h), one track per stage and replica, every schedule
-// step an event with the start and duration the executor's CUDA events measured. A transfer
+// Chrome trace-event JSON (pipeline/timeline.h), one track per stage, tp rank and replica, every
+// schedule step an event with the start and duration the executor's CUDA events measured. A transfer
 // group runs on its own stream and may overlap the computes beside it: the track then draws it
 // between them and gives its measured times in its details, while its messages' arrows keep the
 // measured times (measured_timeline.cpp says how). A compute is always drawn as measured; an

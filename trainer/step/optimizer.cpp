@@ -19,18 +19,23 @@ namespace {
 // The region's slot in the norm-partials table (comm/collectives.h).
 size_t slot_of(const ParameterRegion& r, int num_layers) { return norm_slot(r.tensor, r.layer, num_layers); }
 
-// The regions as AdamW's one launch reads them: sorted by offset, each with its decay (GPT-2's:
-// the matrices and embeddings). The tied copy of wte on the last stage has wte's full_offset:
-// both copies round alike and stay equal. Offsets count from first, the shard's first element.
+}  // namespace
+
 std::vector<AdamWRegion> adamw_region_table(const std::vector<ParameterRegion>& regions, size_t first) {
   std::vector<AdamWRegion> table;
-  for (const ParameterRegion& r : regions)
-    table.push_back({r.offset - first, r.count, r.full_offset, parameter_tensor_has_weight_decay(r.tensor) ? 1 : 0});
+  for (const ParameterRegion& r : regions) {
+    AdamWRegion entry{r.offset - first, r.count, r.full_offset, parameter_tensor_has_weight_decay(r.tensor) ? 1 : 0};
+    if (r.cut) {
+      const SliceRuns runs = slice_runs(*r.cut);
+      entry.full_offset += runs.first;
+      entry.run_length = runs.length;
+      entry.run_stride = runs.stride;
+    }
+    table.push_back(entry);
+  }
   std::sort(table.begin(), table.end(), [](const AdamWRegion& a, const AdamWRegion& b) { return a.offset < b.offset; });
   return table;
 }
-
-}  // namespace
 
 OptimizerShard whole_stage(const ParameterLayout& layout) { return {0, layout.size, layout.size, false}; }
 
@@ -52,17 +57,21 @@ Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layou
   optimizer.squared_norm = device_alloc<float>(1);
   // The tied copy of wte has no slot: the first stage's counts it. With tp > 1 each tp rank counts
   // its slices, and the replicated tensors, the same on every tp rank, are tp rank 0's alone:
-  // queue_gradient_norm sums the slots over tp.
+  // queue_gradient_norm sums the slots over tp. The other tp ranks' copies are in the table, not
+  // counted (their slot 0, or NaN), so that a non-finite value in one of them skips the step too.
   size_t stage_norm_tensors = 0;
   for (const ParameterRegion& r : layout.regions) stage_norm_tensors += r.tied_copy ? 0 : 1;
   std::vector<size_t> offsets, counts, slots;
+  std::vector<int> counted;
   for (const ParameterRegion& r : optimizer.regions) {
-    if (r.tied_copy || (layout.shard.rank != 0 && replicated_on_tp_ranks(r.tensor))) continue;
+    if (r.tied_copy) continue;
     offsets.push_back(r.offset);
     counts.push_back(r.count);
     slots.push_back(slot_of(r, config.num_layers));
+    counted.push_back(layout.shard.rank != 0 && replicated_on_tp_ranks(r.tensor) ? 0 : 1);
   }
-  const std::vector<NormTensor> norm_table = norm_tensor_table(offsets, counts, slots, optimizer.norm_blocks);
+  const std::vector<NormTensor> norm_table =
+      norm_tensor_table(offsets, counts, slots, optimizer.norm_blocks, counted);
   optimizer.norm_tensors = int(norm_table.size());
   optimizer.norm_table = device_alloc<NormTensor>(stage_norm_tensors);
   CUDA_CHECK(cudaMemcpy(optimizer.norm_table, norm_table.data(), norm_table.size() * sizeof(NormTensor),

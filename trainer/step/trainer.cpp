@@ -370,10 +370,11 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
                              trainer.stream));
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));  // the step's one host wait
   finish_step(trainer.executor);
-  // Only the stages with the head hold losses, the same on each of their tp ranks: tp rank 0's
-  // count, the others add zeros. The same exchange counts the ranks that received a stop signal.
+  // Only the head stages hold losses, the same on each tp rank: tp rank 0's count, the others add
+  // theirs times 0 (0, or NaN: a NaN that skips the step shows). Also counts the stop signals.
   const int stop_signal = received_stop_signal();
-  double sums[3] = {mesh.tp_rank == 0 ? figures.loss_sum : 0.0, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
+  const double loss_share = mesh.tp_rank == 0 ? figures.loss_sum : figures.loss_sum * 0.0;
+  double sums[3] = {loss_share, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
   sum_over_world(trainer.world, sums, 3);
   StepResult result;
   result.loss = sums[0] / (double(m) * mesh.dp);
