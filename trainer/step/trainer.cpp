@@ -306,25 +306,21 @@ std::vector<float> download_gradients(const Trainer<Element>& trainer) {
   return download_full_layout(trainer, trainer.gradient_memory);
 }
 
+namespace {
+
+// The step whose microbatches are in host_tokens and host_targets, at trainer.shape: the schedule,
+// the gradients' sums, the update; the loss is the world's sum of the head stages' loss sums
+// divided by loss_denominator (see train_step).
 template <typename Element>
-StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
-                      double learning_rate, int t) {
+StepResult run_step(Trainer<Element>& trainer, const AdamWSettings& settings, double learning_rate, int t,
+                    double loss_denominator) {
   const GPTConfig& config = trainer.config;
   const Mesh& mesh = trainer.groups.mesh;
-  const int m = trainer.microbatches;
-  const size_t BT = size_t(trainer.B) * trainer.T;
-  const uint64_t step_start = reader.next_microbatch;
-  reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) * m;
-  for (int k = 0; k < m; ++k)
-    read_microbatch(reader, trainer.host_tokens + k * BT, trainer.host_targets + k * BT);
-  reader.next_microbatch = step_start + uint64_t(mesh.dp) * m;
-
   CUDA_CHECK(
       cudaMemsetAsync(trainer.gradient_memory, 0, trainer.parameter_layout.size * sizeof(Element), trainer.stream));
   const bool head = has_head(trainer.chunks);
   if (head)
     CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config, mesh.tp) * sizeof(Element), trainer.stream));
-  const double loss_scale = 1.0 / (double(BT) * m * mesh.dp);
   fail_if_injected(trainer.world.rank, t);
   // Before the backward: the data-parallel sum of a layer may start as soon as its gradients are final.
   inject_nan_if_asked(trainer.world.rank, t, trainer.parameter_layout, trainer.gradient_memory, trainer.stream);
@@ -336,7 +332,7 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
       if (!trainer.buckets.queued.empty()) fail_if_injected(trainer.world.rank, t, FailurePoint::data_parallel_sum);
     };
   execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens,
-               trainer.host_targets, loss_scale);
+               trainer.host_targets, trainer.shape);
   trainer.executor.gradients_final = nullptr;
   fail_if_injected(trainer.world.rank, t, FailurePoint::schedule_queued);
   // The tied embedding: the head's share joins wte's gradient on the stage with the head (zero
@@ -376,7 +372,7 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
   double sums[3] = {mesh.tp_rank == 0 ? figures.loss_sum : 0.0, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
   sum_over_world(trainer.world, sums, 3);
   StepResult result;
-  result.loss = sums[0] / (double(m) * mesh.dp);
+  result.loss = sums[0] / loss_denominator;
   result.grad_norm = figures.norm;
   result.stop_signal = sums[2] > 0 ? SIGINT : sums[1] > 0 ? SIGTERM : 0;
   if (!figures.gate.apply) {
@@ -386,6 +382,64 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
         figures.norm, first_nonfinite_gradient(partials, config, trainer.virtual_stages, trainer.placement));
   }
   result.stages = gather_stage_records(trainer.world, mesh, measure_stage(trainer));
+  return result;
+}
+
+}  // namespace
+
+template <typename Element>
+StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
+                      double learning_rate, int t) {
+  const Mesh& mesh = trainer.groups.mesh;
+  const int m = trainer.microbatches;
+  const size_t BT = size_t(trainer.B) * trainer.T;
+  const uint64_t step_start = reader.next_microbatch;
+  reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) * m;
+  for (int k = 0; k < m; ++k)
+    read_microbatch(reader, trainer.host_tokens + k * BT, trainer.host_targets + k * BT);
+  reader.next_microbatch = step_start + uint64_t(mesh.dp) * m;
+  // Each microbatch's mean loss, their sum divided by m dp on the host: today's figures, bitwise.
+  trainer.shape.lengths.assign(m, trainer.T);
+  trainer.shape.loss_scale = 1.0 / (double(BT) * m * mesh.dp);
+  trainer.shape.loss_divisor = double(BT);
+  StepResult result = run_step(trainer, settings, learning_rate, t, double(m) * mesh.dp);
+  result.real_tokens = result.positions = double(BT) * m * mesh.dp;
+  return result;
+}
+
+template <typename Element>
+StepResult train_step(Trainer<Element>& trainer, DocumentReader& reader, size_t cap, const AdamWSettings& settings,
+                      double learning_rate, int t) {
+  const Mesh& mesh = trainer.groups.mesh;
+  const int m = trainer.microbatches;
+  const size_t block = size_t(trainer.B) * trainer.T;
+  if (reader.B != size_t(trainer.B) || reader.maxT > size_t(trainer.T))
+    throw std::runtime_error("train_step: a document reader of B = " + std::to_string(reader.B) + ", maxT = " +
+                             std::to_string(reader.maxT) + " for a trainer of B = " + std::to_string(trainer.B) +
+                             ", T = " + std::to_string(trainer.T));
+  const uint64_t step_start = reader.next_microbatch;
+  // Every rank counts the whole step's real targets and positions, every replica's microbatches,
+  // from the document starts alone: the same loss scale on every stage and replica, no exchange.
+  double real = 0, positions = 0;
+  for (uint64_t k = step_start; k < step_start + uint64_t(mesh.dp) * m; ++k) {
+    real += double(microbatch_real_tokens(reader, k, cap));
+    positions += double(trainer.B) * double(microbatch_length(reader, k, cap));
+  }
+  trainer.shape.lengths.resize(m);
+  reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) * m;
+  for (int k = 0; k < m; ++k)
+    trainer.shape.lengths[k] =
+        int(read_document_microbatch(reader, cap, trainer.host_tokens + k * block, trainer.host_targets + k * block));
+  reader.next_microbatch = step_start + uint64_t(mesh.dp) * m;
+  // The microbatches' plain loss sums, added over the world, then divided once by the real targets:
+  // their mean, whatever the split of the step into microbatches (a mean per microbatch would
+  // weigh a short one as a long one). Like the means at fixed length, the sums add exactly for
+  // losses of a few units (pipeline_harness.h's argument), so replicas do not change the bits.
+  trainer.shape.loss_scale = 1.0 / real;
+  trainer.shape.loss_divisor = 1.0;
+  StepResult result = run_step(trainer, settings, learning_rate, t, real);
+  result.real_tokens = real;
+  result.positions = positions;
   return result;
 }
 
@@ -441,7 +495,9 @@ const std::vector<float>& next_token_logits(Trainer<Element>& trainer, const int
   template std::vector<float> download_master_weights<Element>(const Trainer<Element>&);                           \
   template std::vector<ParameterRegion> stage_regions<Element>(const Trainer<Element>&, int);                      \
   template std::vector<float> download_gradients<Element>(const Trainer<Element>&);                                \
-  template StepResult train_step<Element>(Trainer<Element>&, BatchReader&, const AdamWSettings&, double, int);     \
+  template StepResult train_step<Element>(Trainer<Element>&, BatchReader&, const AdamWSettings&, double, int);   \
+  template StepResult train_step<Element>(Trainer<Element>&, DocumentReader&, size_t, const AdamWSettings&, double, \
+                                          int);                                                                    \
   template double validation_loss<Element>(Trainer<Element>&, BatchReader&, int);                                  \
   template const std::vector<float>& next_token_logits<Element>(Trainer<Element>&, const int*, int);
 
