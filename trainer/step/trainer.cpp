@@ -306,11 +306,6 @@ std::vector<float> download_gradients(const Trainer<Element>& trainer) {
   return download_full_layout(trainer, trainer.gradient_memory);
 }
 
-namespace {
-
-// The step whose microbatches are in host_tokens and host_targets, at trainer.shape: the schedule,
-// the gradients' sums, the update; the loss is the world's sum of the head stages' loss sums
-// divided by loss_denominator (see train_step).
 template <typename Element>
 StepResult run_step(Trainer<Element>& trainer, const AdamWSettings& settings, double learning_rate, int t,
                     double loss_denominator) {
@@ -385,64 +380,6 @@ StepResult run_step(Trainer<Element>& trainer, const AdamWSettings& settings, do
   return result;
 }
 
-}  // namespace
-
-template <typename Element>
-StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
-                      double learning_rate, int t) {
-  const Mesh& mesh = trainer.groups.mesh;
-  const int m = trainer.microbatches;
-  const size_t BT = size_t(trainer.B) * trainer.T;
-  const uint64_t step_start = reader.next_microbatch;
-  reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) * m;
-  for (int k = 0; k < m; ++k)
-    read_microbatch(reader, trainer.host_tokens + k * BT, trainer.host_targets + k * BT);
-  reader.next_microbatch = step_start + uint64_t(mesh.dp) * m;
-  // Each microbatch's mean loss, their sum divided by m dp on the host: today's figures, bitwise.
-  trainer.shape.lengths.assign(m, trainer.T);
-  trainer.shape.loss_scale = 1.0 / (double(BT) * m * mesh.dp);
-  trainer.shape.loss_divisor = double(BT);
-  StepResult result = run_step(trainer, settings, learning_rate, t, double(m) * mesh.dp);
-  result.real_tokens = result.positions = double(BT) * m * mesh.dp;
-  return result;
-}
-
-template <typename Element>
-StepResult train_step(Trainer<Element>& trainer, DocumentReader& reader, size_t cap, const AdamWSettings& settings,
-                      double learning_rate, int t) {
-  const Mesh& mesh = trainer.groups.mesh;
-  const int m = trainer.microbatches;
-  const size_t block = size_t(trainer.B) * trainer.T;
-  if (reader.B != size_t(trainer.B) || reader.maxT > size_t(trainer.T))
-    throw std::runtime_error("train_step: a document reader of B = " + std::to_string(reader.B) + ", maxT = " +
-                             std::to_string(reader.maxT) + " for a trainer of B = " + std::to_string(trainer.B) +
-                             ", T = " + std::to_string(trainer.T));
-  const uint64_t step_start = reader.next_microbatch;
-  // Every rank counts the whole step's real targets and positions, every replica's microbatches,
-  // from the document starts alone: the same loss scale on every stage and replica, no exchange.
-  double real = 0, positions = 0;
-  for (uint64_t k = step_start; k < step_start + uint64_t(mesh.dp) * m; ++k) {
-    real += double(microbatch_real_tokens(reader, k, cap));
-    positions += double(trainer.B) * double(microbatch_length(reader, k, cap));
-  }
-  trainer.shape.lengths.resize(m);
-  reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) * m;
-  for (int k = 0; k < m; ++k)
-    trainer.shape.lengths[k] =
-        int(read_document_microbatch(reader, cap, trainer.host_tokens + k * block, trainer.host_targets + k * block));
-  reader.next_microbatch = step_start + uint64_t(mesh.dp) * m;
-  // The microbatches' plain loss sums, added over the world, then divided once by the real targets:
-  // their mean, whatever the split of the step into microbatches (a mean per microbatch would
-  // weigh a short one as a long one). Like the means at fixed length, the sums add exactly for
-  // losses of a few units (pipeline_harness.h's argument), so replicas do not change the bits.
-  trainer.shape.loss_scale = 1.0 / real;
-  trainer.shape.loss_divisor = 1.0;
-  StepResult result = run_step(trainer, settings, learning_rate, t, real);
-  result.real_tokens = real;
-  result.positions = positions;
-  return result;
-}
-
 template <typename Element>
 double validation_loss(Trainer<Element>& trainer, BatchReader& reader, int batches) {
   const uint64_t resume_position = reader.next_microbatch;
@@ -495,9 +432,7 @@ const std::vector<float>& next_token_logits(Trainer<Element>& trainer, const int
   template std::vector<float> download_master_weights<Element>(const Trainer<Element>&);                           \
   template std::vector<ParameterRegion> stage_regions<Element>(const Trainer<Element>&, int);                      \
   template std::vector<float> download_gradients<Element>(const Trainer<Element>&);                                \
-  template StepResult train_step<Element>(Trainer<Element>&, BatchReader&, const AdamWSettings&, double, int);   \
-  template StepResult train_step<Element>(Trainer<Element>&, DocumentReader&, size_t, const AdamWSettings&, double, \
-                                          int);                                                                    \
+  template StepResult run_step<Element>(Trainer<Element>&, const AdamWSettings&, double, int, double);             \
   template double validation_loss<Element>(Trainer<Element>&, BatchReader&, int);                                  \
   template const std::vector<float>& next_token_logits<Element>(Trainer<Element>&, const int*, int);
 

@@ -181,6 +181,13 @@ template <typename Element>
 StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
                       double learning_rate, int t);
 
+// The step whose microbatches the caller has put in host_tokens and host_targets at trainer.shape
+// (train_step's front ends, trainer/step/step_batches.cpp): the schedule, the gradients' sums,
+// the update; the loss is the world's sum of the head stages' loss sums over loss_denominator.
+template <typename Element>
+StepResult run_step(Trainer<Element>& trainer, const AdamWSettings& settings, double learning_rate, int t,
+                    double loss_denominator);
+
 // The same step over document-aligned microbatches (trainer/data/documents.h) read at cap <= T:
 // replica r reads the step's microbatches r m .. r m + m - 1, each at its own T_k; every rank
 // computes every T_k and the step's real targets N from the data position, and every loss is
