@@ -1057,8 +1057,7 @@ fault variable-length-normaliser-counts-padding tools/reference_run.cu \
 
 # h34c: issue 34 items 2 and 4 (a per-microbatch T through the pipeline and the trainer's step).
 # Item 2: a stage receives an activation at the previous microbatch's T while its neighbour
-# sends at this one's: the CPU NCCL's check names both calls' counts (the run then stops at the
-# time limit: the harness does not poll NCCL's asynchronous error).
+# sends at this one's: the CPU NCCL's check names both calls' counts, and the layout test fails.
 fault variable-length-receive-at-the-previous-microbatchs-T pipeline/execute_steps.cu \
   's/transfers.push_back({false, false, state.inputs.buffers\[buffer\], count});/transfers.push_back({false, false, state.inputs.buffers[buffer], btc_elements(e, std::max(a.microbatch - 1, 0))});/' \
   'CUDA_CPU_NCCL_CHECK=1 mpi4 PipelineLayouts.VariableLength* 120'
