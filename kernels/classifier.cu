@@ -103,7 +103,8 @@ constexpr int kLossTile = 4 * kLossThreads;  // 8 KB of doubles
 
 // One block: the host's order of additions, tile by tile.
 template <typename S>
-__global__ void __launch_bounds__(kLossThreads) add_mean_loss_kernel(double* loss_sum, const S* losses, size_t BT) {
+__global__ void __launch_bounds__(kLossThreads) add_mean_loss_kernel(double* loss_sum, const S* losses, size_t BT,
+                                                                                double divisor) {
   __shared__ double tile[kLossTile];
   double sum = 0.0;  // thread 0's
   for (size_t first = 0; first < BT; first += kLossTile) {
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(kLossThreads) add_mean_loss_kernel(double* los
       for (int i = 0; i < count; ++i) sum += tile[i];
     __syncthreads();  // the tile is read before the next one overwrites it
   }
-  if (threadIdx.x == 0) *loss_sum += sum / double(BT);
+  if (threadIdx.x == 0) *loss_sum += sum / divisor;
 }
 
 }  // namespace
@@ -136,9 +137,9 @@ void classifier_forward_backward(T* logits, Compute<T>* losses, const int* targe
 }
 
 template <typename S>
-void add_mean_loss(double* loss_sum, const S* losses, size_t BT, cudaStream_t stream) {
+void add_mean_loss(double* loss_sum, const S* losses, size_t BT, double divisor, cudaStream_t stream) {
   if (BT == 0) return;
-  launch(add_mean_loss_kernel<S>, dim3(1), dim3(kLossThreads), 0, stream, loss_sum, losses, BT);
+  launch(add_mean_loss_kernel<S>, dim3(1), dim3(kLossThreads), 0, stream, loss_sum, losses, BT, divisor);
 }
 
 void reset_bad_target_row(int* bad_target_row, cudaStream_t stream) {
@@ -152,8 +153,8 @@ int read_bad_target_row(const int* bad_target_row, cudaStream_t stream) {
   return row;
 }
 
-template void add_mean_loss<double>(double*, const double*, size_t, cudaStream_t);
-template void add_mean_loss<float>(double*, const float*, size_t, cudaStream_t);
+template void add_mean_loss<double>(double*, const double*, size_t, double, cudaStream_t);
+template void add_mean_loss<float>(double*, const float*, size_t, double, cudaStream_t);
 template void classifier_forward_backward<double>(double*, double*, const int*, double, int*, size_t, int, int,
                                                   cudaStream_t);
 template void classifier_forward_backward<float>(float*, float*, const int*, float, int*, size_t, int, int,

@@ -28,12 +28,14 @@ template <typename T>
 void classifier_forward_backward(T* logits, Compute<T>* losses, const int* targets, Compute<T> dloss,
                                  int* bad_target_row, size_t BT, int V, int Vp, cudaStream_t stream);
 
-// *loss_sum (1) += the mean of losses (BT) (+=): the sum in double, in row order, so that it is
-// bitwise the host's `for (row) sum += double(losses[row]); sum / BT`. One block loads the losses
+// *loss_sum (1) += the sum of losses (BT) / divisor (+=): the sum in double, in row order, so that
+// it is bitwise the host's `for (row) sum += double(losses[row]); sum / divisor`. divisor BT gives
+// the microbatch's mean loss; with padding (target -1, loss 0) the pipeline passes 1 and the
+// trainer divides the step's sum by its real tokens. One block loads the losses
 // a tile at a time, coalesced, into shared memory, where one thread adds them in order. One
 // microbatch's few thousand additions: what it saves is the host wait of reading the losses.
 template <typename S>
-void add_mean_loss(double* loss_sum, const S* losses, size_t BT, cudaStream_t stream);
+void add_mean_loss(double* loss_sum, const S* losses, size_t BT, double divisor, cudaStream_t stream);
 
 // *bad_target_row = -1 (no bad target seen), on stream.
 void reset_bad_target_row(int* bad_target_row, cudaStream_t stream);

@@ -371,8 +371,9 @@ double mean_loss(const Activations<Element>& acts, int B, int T, cudaStream_t st
 }
 
 template <typename Element>
-void add_mean_loss(const Activations<Element>& acts, int B, int T, double* loss_sum, cudaStream_t stream) {
-  add_mean_loss(loss_sum, acts.losses, size_t(B) * T, stream);
+void add_mean_loss(const Activations<Element>& acts, int B, int T, double divisor, double* loss_sum,
+                   cudaStream_t stream) {
+  add_mean_loss(loss_sum, acts.losses, size_t(B) * T, divisor, stream);
 }
 
 #define INSTANTIATE_GPT(Element)                                                                                       \
@@ -397,7 +398,7 @@ void add_mean_loss(const Activations<Element>& acts, int B, int T, double* loss_
   template void sum_tied_embedding_gradient<Element>(const GPTConfig&, Element*, const Element*, cudaStream_t, int);   \
   template double loss_sum<Element>(const Activations<Element>&, int, int, cudaStream_t);                              \
   template double mean_loss<Element>(const Activations<Element>&, int, int, cudaStream_t);                             \
-  template void add_mean_loss<Element>(const Activations<Element>&, int, int, double*, cudaStream_t);
+  template void add_mean_loss<Element>(const Activations<Element>&, int, int, double, double*, cudaStream_t);
 
 INSTANTIATE_GPT(double)
 INSTANTIATE_GPT(float)

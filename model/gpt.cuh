@@ -301,7 +301,9 @@ double loss_sum(const Activations<Element>& acts, int B, int T, cudaStream_t str
 // loss_sum / (B T): the mean when no position is masked.
 template <typename Element>
 double mean_loss(const Activations<Element>& acts, int B, int T, cudaStream_t stream);
-// The same mean added to *loss_sum (1, device) on the stream, without waiting: bitwise the
-// value mean_loss returns, added in double.
+// loss_sum / divisor added to *loss_sum (1, device) on the stream, without waiting: with divisor
+// B T bitwise the value mean_loss returns, added in double; with divisor 1 the sum itself (a step
+// with padding divides its total by its real tokens, kernels/classifier.cuh).
 template <typename Element>
-void add_mean_loss(const Activations<Element>& acts, int B, int T, double* loss_sum, cudaStream_t stream);
+void add_mean_loss(const Activations<Element>& acts, int B, int T, double divisor, double* loss_sum,
+                   cudaStream_t stream);

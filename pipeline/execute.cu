@@ -72,6 +72,22 @@ void update_accounting(Executor<Element>& e) {
   a.span_ms = last_end - first_start;
 }
 
+// Every microbatch of the schedule has a length in [1, T]: a longer one would overrun the buffers
+// sized for T, a missing one would be read past the lengths' end.
+template <typename Element>
+void check_lengths(const Executor<Element>& e, const std::vector<int>& lengths) {
+  int microbatches = 0;
+  for (const Step& step : e.schedule)
+    for (const Action& a : step) microbatches = std::max(microbatches, a.microbatch + 1);
+  if (int(lengths.size()) < microbatches)
+    throw std::runtime_error("execute_step: " + std::to_string(lengths.size()) + " microbatch lengths for a schedule of " +
+                             std::to_string(microbatches) + " microbatches");
+  for (size_t k = 0; k < lengths.size(); ++k)
+    if (lengths[k] < 1 || lengths[k] > e.T)
+      throw std::runtime_error("execute_step: microbatch " + std::to_string(k) + " has T = " +
+                               std::to_string(lengths[k]) + ", not in [1, maxT = " + std::to_string(e.T) + "]");
+}
+
 // Work queued on `later` from now on runs after all work queued on `earlier` so far.
 void order_after(cudaStream_t later, cudaStream_t earlier, cudaEvent_t event) {
   if (later == earlier) return;
@@ -256,9 +272,11 @@ void destroy_executor(Executor<Element>& e) {
 template <typename Element>
 void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params,
                   const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,
-                  const int* host_tokens, const int* host_targets, double loss_scale) {
+                  const int* host_tokens, const int* host_targets, const StepShape& shape) {
   check_views(e, params, "execute_step");
   check_views(e, grads, "execute_step");
+  check_lengths(e, shape.lengths);
+  e.shape = shape;
   CUDA_CHECK(cudaMemsetAsync(e.loss_sum, 0, sizeof(double), e.stream));  // all bits zero: 0.0
   for (ChunkState<Element>& state : e.chunks) state.working_microbatch = -1;
   ExecutorProgress& progress = *e.progress;
@@ -295,12 +313,11 @@ void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
       record_step_event(e, e.step_start[i], on.stream);
       if (e.before_compute) e.before_compute(int(i), on.stream);
       if (step[0].kind == ActionKind::forward) {
-        forward_step(e, params, step[0].microbatch, step[0].chunk, host_tokens, host_targets, loss_scale,
-                     e.trace[i]);
+        forward_step(e, params, step[0].microbatch, step[0].chunk, host_tokens, host_targets, e.trace[i]);
       } else if (step[0].kind == ActionKind::backward_weight) {
         weight_step(e, grads, grad_wte_head, step[0], e.trace[i]);
       } else {
-        backward_step(e, on, params, grads, grad_wte_head, step[0], host_targets, loss_scale, e.trace[i]);
+        backward_step(e, on, params, grads, grad_wte_head, step[0], host_targets, e.trace[i]);
       }
       for (int k = 0; k < uses.count; ++k) uses.uses[k].pool->compute_step[uses.uses[k].index] = int(i);
     }
@@ -415,7 +432,7 @@ SchedulePosition schedule_position(const Executor<Element>& e) {
   template void destroy_executor<Element>(Executor<Element>&);                                                      \
   template void execute_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&,            \
                                       const std::vector<ParameterTensors<Element>>&, Element*, const int*,          \
-                                      const int*, double);                                                          \
+                                      const int*, const StepShape&);                                                \
   template void finish_step<Element>(Executor<Element>&);                                                           \
   template void mark_timeline_origin<Element>(Executor<Element>&);                                                  \
   template ForwardResult<Element> execute_forward<Element>(Executor<Element>&,                                      \

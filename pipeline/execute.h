@@ -94,15 +94,21 @@ void destroy_executor(Executor<Element>& executor);
 
 // Queues one training step's schedule over the microbatches whose tokens and targets are
 // host_tokens/host_targets (m, B, T) (the first virtual stage reads the tokens, the last the
-// targets). params[c] and grads[c] are chunk c's views (model/parameter_layout.h). Parameter
-// gradients accumulate (+=) into grads, the tied head's share of wte's into grad_wte_head
-// (nullptr on a stage without the head), every loss scaled by loss_scale. executor.loss_sum (device)
-// becomes the sum over the microbatches of their mean losses on the stage with the head, else 0.
-// Does not wait for the device: the caller waits once for its whole step, then calls finish_step.
+// targets), microbatch k at T_k = shape.lengths[k] (docs/pipeline.md, "Microbatches of different
+// lengths"): its (B, T_k) row-major at the start of its B T block. Every forward, backward,
+// recompute and message of microbatch k runs at T_k, in buffers sized for the executor's T: a
+// message is B T_k C elements, and both of its ends know T_k from the schedule's microbatch index,
+// since every rank is given the whole step's lengths. params[c] and grads[c] are chunk c's views
+// (model/parameter_layout.h). Parameter gradients accumulate (+=) into grads, the tied head's share
+// of wte's into grad_wte_head (nullptr on a stage without the head), every loss scaled by
+// shape.loss_scale. executor.loss_sum (device) becomes, on the stage with the head, the sum over
+// the microbatches of their loss sums each divided by shape.loss_divisor, else 0. Throws (one line)
+// for a length outside [1, T] or lengths that do not cover the schedule's microbatches. Does not
+// wait for the device: the caller waits once for its whole step, then calls finish_step.
 template <typename Element>
 void execute_step(Executor<Element>& executor, const std::vector<ParameterTensors<Element>>& params,
                   const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,
-                  const int* host_tokens, const int* host_targets, double loss_scale);
+                  const int* host_tokens, const int* host_targets, const StepShape& shape);
 // After the stream has run the last execute_step (the caller has waited for it): updates the
 // accounting (its times) and ends the walk that schedule_position reports.
 template <typename Element>

@@ -11,15 +11,18 @@
 
 namespace {
 
-// Microbatch k's (B, T) of host (m, B, T), or nullptr on a stage given none.
+// Microbatch k's block of host (m, B, T), or nullptr on a stage given none.
 const int* microbatch_of(const int* host, int k, size_t BT) { return host == nullptr ? nullptr : host + k * BT; }
 
 void copy_device(void* destination, const void* source, size_t bytes, cudaStream_t stream) {
   CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
+// Microbatch k's activation (or its gradient): B T_k C elements, at the start of a buffer sized for B T C.
 template <typename Element>
-size_t btc_elements(const Executor<Element>& e) { return size_t(e.B) * e.T * e.config.channels; }
+size_t btc_elements(const Executor<Element>& e, int microbatch) {
+  return size_t(e.B) * length_of(e, microbatch) * e.config.channels;
+}
 
 template <typename Element>
 int virtual_stage_of(const Executor<Element>& e, int chunk) { return e.placement.virtual_stage(e.stage, chunk); }
@@ -51,6 +54,9 @@ LayerGradientsQueued final_gradient_reports(const Executor<Element>& e, const Ac
 
 template <typename Element>
 int key_of(const Executor<Element>& e, int microbatch, int chunk) { return microbatch * e.v + chunk; }
+
+template <typename Element>
+int length_of(const Executor<Element>& e, int microbatch) { return e.shape.lengths[microbatch]; }
 
 template <typename Element>
 int stage_of(const Executor<Element>& e, int virtual_stage) { return e.placement.stage_of(virtual_stage); }
@@ -201,26 +207,26 @@ void forward_chunk(Executor<Element>& e, const ComputeStream& on, const std::vec
 // until B or I.
 template <typename Element>
 void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int microbatch,
-                  int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
-                  ExecutedStep& record) {
+                  int chunk, const int* host_tokens, const int* host_targets, ExecutedStep& record) {
   ChunkState<Element>& state = e.chunks[chunk];
-  const size_t BT = size_t(e.B) * e.T;
+  const size_t block = size_t(e.B) * e.T;
+  const int T = length_of(e, microbatch);
   const ForwardBuffers buffers = take_forward_buffers(e, microbatch, chunk);
   const int slot = buffers.slot;
   if (state.range.has_embedding)
-    CUDA_CHECK(cudaMemcpyAsync(state.inputs.buffers[slot], microbatch_of(host_tokens, microbatch, BT), BT * sizeof(int),
-                               cudaMemcpyHostToDevice, e.stream));
-  forward_chunk(e, {e.stream, e.cublas}, params, chunk, slot, microbatch_of(host_targets, microbatch, BT), loss_scale,
-                e.B, e.T);
+    CUDA_CHECK(cudaMemcpyAsync(state.inputs.buffers[slot], microbatch_of(host_tokens, microbatch, block),
+                               size_t(e.B) * T * sizeof(int), cudaMemcpyHostToDevice, e.stream));
+  forward_chunk(e, {e.stream, e.cublas}, params, chunk, slot, microbatch_of(host_targets, microbatch, block),
+                e.shape.loss_scale, e.B, T);
   record_compute(record, ActionKind::forward, microbatch, chunk, slot);
   record.output_buffer = buffers.output_buffer;
   if (e.recompute) state.working_microbatch = microbatch;
   const Activations<Element>& acts = activations_of(e, chunk, slot);
   if (state.range.has_head) {
-    add_mean_loss(acts, e.B, e.T, e.loss_sum, e.stream);
+    add_mean_loss(acts, e.B, T, e.shape.loss_divisor, e.loss_sum, e.stream);
     return;
   }
-  const size_t output_bytes = btc_elements(e) * sizeof(Element);
+  const size_t output_bytes = btc_elements(e, microbatch) * sizeof(Element);
   const int next = local_next_chunk(e, chunk);
   if (next >= 0)
     copy_device(e.chunks[next].inputs.buffers[buffers.output_buffer], range_output(acts), output_bytes, e.stream);
@@ -235,16 +241,17 @@ void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
 template <typename Element>
 void backward_step(Executor<Element>& e, const ComputeStream& on, const std::vector<ParameterTensors<Element>>& params,
                    const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head, const Action& action,
-                   const int* host_targets, double loss_scale, ExecutedStep& record) {
+                   const int* host_targets, ExecutedStep& record) {
   const int microbatch = action.microbatch, chunk = action.chunk;
   ChunkState<Element>& state = e.chunks[chunk];
   const BackwardBuffers buffers = take_backward_buffers(e, action);
   const int slot = buffers.slot;
-  const size_t BT = size_t(e.B) * e.T;
+  const int T = length_of(e, microbatch);
   record_compute(record, action.kind, microbatch, chunk, slot);
   record.stream = on.stream == e.stream ? 0 : 1;
   if (e.recompute && state.working_microbatch != microbatch) {
-    forward_chunk(e, on, params, chunk, slot, microbatch_of(host_targets, microbatch, BT), loss_scale, e.B, e.T);
+    forward_chunk(e, on, params, chunk, slot, microbatch_of(host_targets, microbatch, size_t(e.B) * e.T),
+                  e.shape.loss_scale, e.B, T);
     state.working_microbatch = microbatch;
     record.recomputed = true;
   }
@@ -263,12 +270,12 @@ void backward_step(Executor<Element>& e, const ComputeStream& on, const std::vec
     const LayerGradientsQueued reports = final_gradient_reports(e, action);
     gpt_backward(e.config, state.range, params[chunk], grads[chunk], state.range.has_head ? grad_wte_head : nullptr,
                  activations_of(e, chunk, slot), state.scratch, tokens, input_activation, grad_output, grad_input, e.B,
-                 e.T, on.cublas, on.stream, reports, e.tensor_parallel);
+                 T, on.cublas, on.stream, reports, e.tensor_parallel);
     if (reports) reports(-1);
   } else {
     record.weight_inputs = buffers.weight_inputs;
     gpt_backward_input(e.config, state.range, params[chunk], activations_of(e, chunk, slot), state.scratch, tokens,
-                       input_activation, grad_output, grad_input, state.weight_inputs[record.weight_inputs], e.B, e.T,
+                       input_activation, grad_output, grad_input, state.weight_inputs[record.weight_inputs], e.B, T,
                        on.cublas, on.stream);
   }
   give_back_backward_buffers(e, action);
@@ -284,7 +291,8 @@ void weight_step(Executor<Element>& e, const std::vector<ParameterTensors<Elemen
   record.weight_inputs = held(state.weight_pool, key);
   const LayerGradientsQueued reports = final_gradient_reports(e, action);
   gpt_backward_weight(e.config, state.range, grads[action.chunk], state.range.has_head ? grad_wte_head : nullptr,
-                      state.weight_inputs[record.weight_inputs], state.scratch, e.B, e.T, e.cublas, e.stream, reports);
+                      state.weight_inputs[record.weight_inputs], state.scratch, e.B, length_of(e, action.microbatch),
+                      e.cublas, e.stream, reports);
   if (reports) reports(-1);
   give_back_weight_buffer(e, action);
 }
@@ -294,11 +302,12 @@ void weight_step(Executor<Element>& e, const std::vector<ParameterTensors<Elemen
 // step, so the next compute that writes it waits for the send). The group waits only for the
 // last compute that used one of its buffers: the one that produced a send's data, or the last
 // reader of a receive's buffer (a slot or an output gradient given back earlier), not for the
-// computes queued since. Each message goes to the stage that holds the virtual stage at its other end.
+// computes queued since. Each message goes to the stage that holds the virtual stage at its other end,
+// B T_k C elements of microbatch k: its two ends agree on T_k without asking each other, since
+// every rank runs the same step's lengths (execute_step).
 template <typename Element>
 void transfer_step(Executor<Element>& e, size_t index, const Step& step, ExecutedStep& record) {
   std::vector<Transfer> transfers;
-  const size_t count = btc_elements(e);
   record.compute = false;
   record.messages.clear();
   // Per compute stream (ExecutedStep::stream): the last compute there that used one of the group's
@@ -314,6 +323,7 @@ void transfer_step(Executor<Element>& e, size_t index, const Step& step, Execute
     const int vs = virtual_stage_of(e, a.chunk);
     ChunkState<Element>& state = e.chunks[a.chunk];
     const int buffer = take_message_buffer(e, a);
+    const size_t count = btc_elements(e, a.microbatch);
     int peer;
     switch (a.kind) {
       case ActionKind::send_forward: {
@@ -384,6 +394,7 @@ void record_step_event(Executor<Element>& e, cudaEvent_t event, cudaStream_t str
 
 #define INSTANTIATE_EXECUTOR_STEPS(Element)                                                                         \
   template int key_of<Element>(const Executor<Element>&, int, int);                                                 \
+  template int length_of<Element>(const Executor<Element>&, int);                                                   \
   template int local_next_chunk<Element>(const Executor<Element>&, int);                                            \
   template int local_previous_chunk<Element>(const Executor<Element>&, int);                                        \
   template int stage_of<Element>(const Executor<Element>&, int);                                                    \
@@ -394,11 +405,11 @@ void record_step_event(Executor<Element>& e, cudaEvent_t event, cudaStream_t str
                                        const std::vector<ParameterTensors<Element>>&, int, int, const int*, double, \
                                        int, int);                                                                   \
   template void forward_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, int,       \
-                                      int, const int*, const int*, double, ExecutedStep&);                          \
+                                      int, const int*, const int*, ExecutedStep&);                                  \
   template void backward_step<Element>(Executor<Element>&, const ComputeStream&,                                    \
                                        const std::vector<ParameterTensors<Element>>&,                               \
                                        const std::vector<ParameterTensors<Element>>&, Element*, const Action&,      \
-                                       const int*, double, ExecutedStep&);                                          \
+                                       const int*, ExecutedStep&);                                                  \
   template void weight_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&, Element*,   \
                                      const Action&, ExecutedStep&);                                                 \
   template void transfer_step<Element>(Executor<Element>&, size_t, const Step&, ExecutedStep&);                     \

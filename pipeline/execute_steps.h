@@ -35,18 +35,21 @@ template <typename Element>
 void forward_chunk(Executor<Element>& e, const ComputeStream& on, const std::vector<ParameterTensors<Element>>& params,
                    int chunk, int slot, const int* host_targets, double loss_scale, int B, int T);
 
-// F: on the chunk with the head, adds the microbatch's mean loss to e.loss_sum (device). host_tokens
-// and host_targets are the step's (m, B, T).
+// Microbatch k's T in the current step (e.shape's).
+template <typename Element>
+int length_of(const Executor<Element>& e, int microbatch);
+// F: on the chunk with the head, adds the microbatch's loss sum / e.shape.loss_divisor to e.loss_sum
+// (device). host_tokens and host_targets are the step's (m, B, T), microbatch k's (B, T_k) at the
+// start of its block.
 template <typename Element>
 void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& params, int microbatch,
-                  int chunk, const int* host_tokens, const int* host_targets, double loss_scale,
-                  ExecutedStep& record);
+                  int chunk, const int* host_tokens, const int* host_targets, ExecutedStep& record);
 // B, or with split I: the input gradient (and for B the parameter gradients), on `on`: the caller's
 // stream, or the second compute stream for an overlapped pair's backward (stream 1 in the record).
 template <typename Element>
 void backward_step(Executor<Element>& e, const ComputeStream& on, const std::vector<ParameterTensors<Element>>& params,
                    const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head, const Action& action,
-                   const int* host_targets, double loss_scale, ExecutedStep& record);
+                   const int* host_targets, ExecutedStep& record);
 // W.
 template <typename Element>
 void weight_step(Executor<Element>& e, const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,

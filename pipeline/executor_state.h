@@ -17,6 +17,18 @@
 #include "pipeline/buffer_pool.h"
 #include "pipeline/schedule.h"
 
+// One training step's shape (issue 34): each microbatch's T, and how its losses are normalised.
+// A step at fixed length has every T at the executor's and no padding: loss_scale 1 / (B T m dp),
+// loss_divisor B T (each microbatch's mean, today's sum). A step with padding (target -1) has
+// loss_scale 1 / its real targets over all microbatches of all replicas, the same on every stage
+// and replica, and loss_divisor 1 (the plain sums, which the caller divides by the real targets:
+// its loss is then their mean, however they are split into microbatches).
+struct StepShape {
+  std::vector<int> lengths;  // (m) microbatch k's T, in [1, the executor's T]
+  double loss_scale;
+  double loss_divisor;
+};
+
 // One chunk's microbatch slots and, with recompute, its working set.
 template <typename Element>
 struct ChunkState {
@@ -127,6 +139,7 @@ struct Executor {
   BufferPool sends;                // recompute: forward outputs waiting for their send
   BufferPool grad_outputs;         // gradients of chunk outputs, received or handed over locally
   BufferPool grad_inputs;          // gradients of chunk inputs waiting for their send
+  StepShape shape;                 // the current execute_step's (its lengths' capacity kept: no allocation)
   int* targets;                    // (B, T) the head's targets of the current forward
   double* loss_sum;                // (1) execute_step's sum of the microbatches' mean losses (head), else 0
   std::vector<cudaEvent_t> step_start, step_end;  // one pair per schedule step, on the stream that runs it

@@ -211,7 +211,7 @@ void expect_mean_loss_is_the_hosts_sum(uint64_t seed) {
 
   DeviceBuffer<S> d_losses(losses);
   DeviceBuffer<double> d_sum(std::vector<double>{0.75});
-  add_mean_loss(d_sum.data(), d_losses.data(), BT, nullptr);
+  add_mean_loss(d_sum.data(), d_losses.data(), BT, double(BT), nullptr);
   EXPECT_EQ(d_sum.to_host()[0], 0.75 + in_order / double(BT)) << "added (+=) to what was there";
 }
 

@@ -197,7 +197,7 @@ TEST(DocumentReader, SequencesCoverEveryDocumentOnceInOrderWithoutCrossingOne) {
   }
 }
 
-TEST(DocumentReader, LengthFunctionGivesWhatTheReaderReads) {
+TEST(DocumentReader, LengthAndRealTokenFunctionsGiveWhatTheReaderReads) {
   const TokenDataset data = numbered_shard();
   for (bool shuffle : {false, true}) {
     for (size_t cap : {64, 40, 8}) {
@@ -214,6 +214,10 @@ TEST(DocumentReader, LengthFunctionGivesWhatTheReaderReads) {
           longest = std::max<size_t>(
               longest, std::find(&r.targets[b * T], &r.targets[b * T] + T, kMaskedTarget) - &r.targets[b * T]);
         ASSERT_EQ(longest, T) << "one row is all real tokens";
+        const size_t real = size_t(std::count_if(r.targets.begin(), r.targets.begin() + reader.B * T,
+                                                 [](int target) { return target != kMaskedTarget; }));
+        ASSERT_EQ(microbatch_real_tokens(lengths, 299 - k, cap), real)
+            << "shuffle " << shuffle << " cap " << cap << " k " << 299 - k << ": the targets other than -1";
         seen.insert(T);
       }
       // At cap 8 every microbatch holds a sequence of 8 or more: all are 8.

@@ -172,3 +172,22 @@ TEST(Options, LayersPerStageAutoIsTakenAndExcludesTheOtherSplits) {
   EXPECT_EQ(error_of({"--layers-per-stage", "auto", "--plan-layouts"}),
             "--layers-per-stage auto measures on the run's ranks: it excludes --plan-layouts");
 }
+
+// --documents and the sequence-length warm-up (issue 34): the warm-up's start in [1, --seq-len],
+// given only with a warm-up, which needs --documents; --documents not with --tp above 1 yet.
+TEST(Options, DocumentOptionsRefuseABadWarmUpInOneLine) {
+  const TrainOptions options = parse({"--documents", "--seq-len-warmup", "100", "--seq-len-warmup-start", "16"});
+  EXPECT_TRUE(options.documents);
+  EXPECT_EQ(options.seq_len_warmup, 100);
+  EXPECT_EQ(options.seq_len_warmup_start, 16);
+  EXPECT_EQ(error_of({"--documents", "--seq-len-warmup", "9", "--seq-len-warmup-start", "0"}),
+            "--seq-len-warmup-start 0 is not in [1, --seq-len 64]");
+  EXPECT_EQ(error_of({"--documents", "--seq-len-warmup", "9", "--seq-len-warmup-start", "65"}),
+            "--seq-len-warmup-start 65 is not in [1, --seq-len 64]");
+  EXPECT_EQ(error_of({"--documents", "--seq-len-warmup-start", "16"}),
+            "--seq-len-warmup-start needs --seq-len-warmup STEPS");
+  EXPECT_EQ(error_of({"--seq-len-warmup", "9"}),
+            "--seq-len-warmup needs --documents (the warm-up cuts the document reader's sequences)");
+  EXPECT_EQ(error_of({"--documents", "--tp", "2"}), "--documents does not run with --tp 2 yet (issue 34)");
+  EXPECT_EQ(error_of({"--documents", "--seq-len", "4"}), "(no error)");
+}

@@ -171,7 +171,7 @@ fault tied-embedding-head-share-dropped trainer/step/trainer.cpp \
 fault data-reader-wraps-one-token-early trainer/data/data.cpp \
   's/index = index + 1 == n ? 0 : index + 1;/index = index + 2 == n ? 0 : index + 1;/' \
   'unit Data.*'
-fault replicas-read-overlapping-microbatches trainer/step/trainer.cpp \
+fault replicas-read-overlapping-microbatches trainer/step/step_batches.cpp \
   's/reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) \* m;/reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) * (m - 1);/' \
   'mpi4 PipelineLayouts.OneFOneBGivesTheSingleStageRun'
 fault warmup-one-step-ahead trainer/step/lr_schedule.cpp \
@@ -499,7 +499,7 @@ fault replicas-round-with-their-own-seed trainer/step/trainer.cpp \
   's/master_weights, precision.rounding_seed, shard);/master_weights, precision.rounding_seed + mesh.dp_rank, shard);/' \
   'mpi4 PipelineLayouts.Bf16GivesTheSingleStageBf16Run'
 fault loss-summed-in-float kernels/classifier.cu \
-  's/if (threadIdx.x == 0) \*loss_sum += sum \/ double(BT);/if (threadIdx.x == 0) *loss_sum = float(*loss_sum + sum \/ double(BT));/' \
+  's/if (threadIdx.x == 0) \*loss_sum += sum \/ divisor;/if (threadIdx.x == 0) *loss_sum = float(*loss_sum + sum \/ divisor);/' \
   'mpi4 PipelineLayouts.Bf16GivesTheSingleStageBf16Run'
 
 # Issue 30: the refusal's advice lists only changes whose plan fits (its first one must train).
@@ -1072,6 +1072,43 @@ fault split-backward-embedding-at-the-buffers-T model/gpt_split_backward.cu \
 fault variable-length-normaliser-counts-padding tools/reference_run.cu \
   's/real += target != kIgnoredTarget;/real += 1;/' \
   'pytorch PyTorchVariableLength.*'
+
+# h34c: issue 34 items 2 and 4 (a per-microbatch T through the pipeline and the trainer's step).
+# Item 2: a stage receives an activation at the previous microbatch's T while its neighbour
+# sends at this one's: the CPU NCCL's check names both calls' counts, and the layout test fails.
+fault variable-length-receive-at-the-previous-microbatchs-T pipeline/execute_steps.cu \
+  's/transfers.push_back({false, false, state.inputs.buffers\[buffer\], count});/transfers.push_back({false, false, state.inputs.buffers[buffer], btc_elements(e, std::max(a.microbatch - 1, 0))});/' \
+  'CUDA_CPU_NCCL_CHECK=1 mpi4 PipelineLayouts.VariableLength* 120'
+# Item 2: every forward (and recompute) at the buffers' T: the same on every layout, so only the
+# same sequences split otherwise show it.
+fault variable-length-forward-at-the-buffers-T pipeline/execute_steps.cu \
+  's/e.shape.loss_scale, e.B, T);/e.shape.loss_scale, e.B, e.T);/' \
+  'unit DocumentStep.*'
+# Item 4 (issue 3's loss): the gradient, or the reported loss, over the step's positions, padding
+# included, or each microbatch's loss divided by its B T before the sum.
+fault document-step-scales-by-positions trainer/step/step_batches.cpp \
+  's/trainer.shape.loss_scale = 1.0 \/ real;/trainer.shape.loss_scale = 1.0 \/ positions;/' \
+  'unit DocumentStep.*'
+fault document-step-loss-over-positions trainer/step/step_batches.cpp \
+  's/StepResult result = run_step(trainer, settings, learning_rate, t, real);/StepResult result = run_step(trainer, settings, learning_rate, t, positions);/' \
+  'unit DocumentStep.*'
+fault document-step-loss-divided-per-microbatch trainer/step/step_batches.cpp \
+  's/trainer.shape.loss_divisor = 1.0;/trainer.shape.loss_divisor = double(block);/' \
+  'unit DocumentStep.*'
+
+# h34c: issue 34 items 1, 5 and 6 in ./train (--documents, --seq-len-warmup, the step line and log).
+# The warm-up's T never applied: every step at --seq-len.
+fault train-seq-len-warmup-ignored trainer/program/run.cpp \
+  's/? warmup_seq_len(files.warmup, position.step) : 0;/? size_t(setup.T) : 0;/' \
+  'py:train_documents_test TrainDocuments.SeqLenWarmup*'
+# --documents not passed to the steps: they read packed sequences at maxT (no padding).
+fault train-documents-read-packed trainer/program/run.cpp \
+  's/    const StepResult step = files.document_reader$/    const StepResult step = false/' \
+  'py:train_documents_test TrainDocuments.FourRanks*'
+# A warm-up start above --seq-len accepted.
+fault seq-len-warmup-start-above-seq-len-accepted trainer/command_line/document_options.cpp \
+  's/(warmup_start < 1 || warmup_start > seq_len)/(warmup_start < 1)/' \
+  'unit Options.DocumentOptions*'
 
 # h33d: issue 33 item 5 (--tp through ./train and the pipeline: the executor on tp groups, the
 # consumers of a stage's regions at tp > 1).

@@ -35,6 +35,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -162,6 +163,38 @@ TEST(PipelineLayouts, ZeroBubbleVGivesTheSingleStageRun) { expect_zero_bubble_la
 // run (2 or 4 stages, 1 or 2 replicas): v-half and v-min at m = pp + 1, one layer per chunk,
 // v-min with recompute. Their orders differ from zb-v's only in where each compute sits, which
 // these cases cover; the bitwise sums come from each chunk's W's in microbatch order.
+// Document-aligned microbatches (issue 34), each at its own T with padding, on the layouts with 2,
+// 4 or 8 stages and 1 or 2 replicas: 1F1B recompute off and on, interleaved v = 2, zb-h1 and zb-v.
+// Every rank computes every microbatch's T from the data position: a message's two ends must
+// agree on it, or the CPU NCCL's check (tools/run_tests.sh runs this suite with it) names both
+// calls' counts. The single run's step 1 must itself hold different lengths and padding.
+TEST(PipelineLayouts, VariableLengthGivesTheSingleStageRun) {
+  ASSERT_GE(size_of_world(), 2) << kOneRank;
+  bool ran = false;
+  for (const auto& [dp, pp] : layouts_of_world(true))
+    if (pp > 1 && dp <= 2) {
+      const int m = pp + 1, layers = std::max(4, pp);
+      std::vector<Case> cases = {{dp, pp, ScheduleKind::one_f_one_b, 1, false, m, layers},
+                                 {dp, pp, ScheduleKind::one_f_one_b, 1, true, m, layers},
+                                 {dp, pp, ScheduleKind::interleaved, 2, false, 2 * pp, 2 * pp},
+                                 {dp, pp, ScheduleKind::zb_h1, 1, false, m, layers},
+                                 {dp, pp, ScheduleKind::zb_v, 2, false, m, 2 * pp}};
+      for (Case& c : cases) c.documents = true;
+      expect_cases_match(cases, kSteps, tolerance_of(dp));
+      for (const Case& c : cases) {
+        const Outcome& single = reference(c, kSteps);
+        EXPECT_GT(std::set<int>(single.lengths.begin(), single.lengths.end()).size(), 1u)
+            << describe(c) << ": step 1's microbatches should differ in length";
+        DocumentReader reader = make_document_reader(documents(), kB, kT, false, 1);
+        size_t real = 0;
+        for (int k = 0; k < c.m * c.dp; ++k) real += microbatch_real_tokens(reader, k, kT);
+        EXPECT_LT(real, size_t(kB) * kT * c.m * c.dp) << describe(c) << ": step 1 should hold padding";
+      }
+      ran = true;
+    }
+  EXPECT_TRUE(ran) << "no layout of " << size_of_world() << " ranks has 2, 4 or 8 stages and 1 or 2 replicas";
+}
+
 TEST(PipelineLayouts, ControllableMemoryVGivesTheSingleStageRun) {
   ASSERT_GE(size_of_world(), 2) << kOneRank;
   bool ran = false;

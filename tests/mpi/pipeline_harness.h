@@ -1,5 +1,6 @@
 // What the pipeline tests (pipeline_test.cu, layouts_test.cu) share: a tiny model (L = 3 to 16,
-// NH=2, C=16, T=8, B=2, V=64) trained on random tokens by the trainer of one case (layout,
+// NH=2, C=16, T=8, B=2, V=64) trained on random tokens (or, for a documents case, V=128 on a text of
+// short chapters, each microbatch at its own T: documents()) by the trainer of one case (layout,
 // schedule, recompute, microbatches, layer split, fp32 or bf16), the single-stage run of the
 // same global batch and element type it must reproduce, and the comparison of its losses and
 // gradient norms and of its gradients after the first step, and of its replicas' parameters.
@@ -63,7 +64,12 @@ struct Case {
   int microbatch_group = 0;                // interleaved's --microbatch-group; 0: pp
   bool zero = false;                       // --zero 1: ZeRO-1's optimizer-state shards over the replicas
   bool fused = false;                      // --attention fused (on config_of's wider model)
+  bool documents = false;                  // document-aligned microbatches of documents(), each at its own T <= kT
 };
+
+inline GPTConfig config_of(const Case& c) {
+  return c.documents ? make_gpt_config(c.layers, 2, c.fused ? 32 : 16, kT, 128) : config_of(c.layers, c.fused);
+}
 
 inline std::string layers_per_stage_text(const std::vector<int>& counts) {
   std::string text;
@@ -75,7 +81,8 @@ inline std::string describe(const Case& c) {
   return "dp " + std::to_string(c.dp) + " pp " + std::to_string(c.pp) + " " + schedule_name(c.schedule) + " v " +
          std::to_string(c.v) + (c.recompute ? " recompute" : "") + " m " + std::to_string(c.m) + " L " +
          std::to_string(c.layers) + layers_per_stage_text(c.layers_per_stage) + (c.bf16 ? " bf16" : "") +
-         (c.microbatch_group ? " group " + std::to_string(c.microbatch_group) : "") + (c.zero ? " zero 1" : "") + (c.fused ? " fused" : "");
+         (c.microbatch_group ? " group " + std::to_string(c.microbatch_group) : "") + (c.zero ? " zero 1" : "") + (c.fused ? " fused" : "") +
+         (c.documents ? " documents" : "");
 }
 
 inline int rank_in_world() {
@@ -102,6 +109,28 @@ inline const TokenDataset& dataset() {
   return data;
 }
 
+// A text of 600 chapters (trainer/data/documents.h's separator: a line opening "A<n>:1 "), each
+// the 5 bytes of its reference, random lowercase letters and a newline: three in four with 0 or 1
+// letter (documents of 6 or 7 inputs), the others 10 to 15 (16 to 21 inputs: pieces of 8, 8 and
+// 0 to 5), so that microbatches of B = 2 at maxT = 8 have T of 6, 7 or 8, most with padding (the
+// first three: 7, 8 and 6).
+inline const TokenDataset& documents() {
+  static const TokenDataset data = [] {
+    TokenDataset d;
+    std::mt19937_64 generator(11);
+    for (int chapter = 0; chapter < 600; ++chapter) {
+      for (char c : "A" + std::to_string(chapter % 9 + 1) + ":1 ") d.tokens.push_back(uint16_t(c));
+      const int letters = generator() % 4 == 0 ? int(10 + generator() % 6) : int(generator() % 2);
+      for (int n = 0; n < letters; ++n) d.tokens.push_back(uint16_t('a' + generator() % 26));
+      d.tokens.push_back(uint16_t('\n'));
+    }
+    d.vocab_size = 128;
+    d.source = "chapters of random letters";
+    return d;
+  }();
+  return data;
+}
+
 inline std::vector<float> initial_parameters(const GPTConfig& config) {
   std::vector<float> parameters;
   init_gpt2_parameters(parameters, config, 1234);
@@ -115,6 +144,8 @@ struct Outcome {
   std::vector<ParameterRegion> regions;      // the rank's
   std::vector<std::pair<int, int>> layers;   // the rank's chunks' [first, end) layers, in chunk order
   std::vector<ExecutedStep> trace;           // what step 1's steps used
+  std::vector<int> lengths;                  // step 1's microbatch lengths on the rank (its replica's)
+  std::vector<double> real_tokens, positions;  // per step, StepResult's
   StageSchedule schedule;                    // the rank's stage's
   Placement placement;                       // the schedule's
   ExecutorAccounting accounting;             // after the last step
@@ -149,7 +180,7 @@ inline constexpr uint64_t kRoundingSeed = 5;
 // schedule_file: a grid to run instead of c.schedule (--schedule-file), or nullptr.
 template <typename Element>
 Outcome run_in(const Case& c, const CommGroups& groups, int steps, const ScheduleGrid* schedule_file) {
-  const GPTConfig config = config_of(c.layers, c.fused);
+  const GPTConfig config = config_of(c);
   PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
   layout.attention = c.fused ? AttentionKind::fused : AttentionKind::materialized;
   if (schedule_file != nullptr) layout.schedule_file = *schedule_file;
@@ -164,12 +195,18 @@ Outcome run_in(const Case& c, const CommGroups& groups, int steps, const Schedul
   Trainer<Element> trainer = create_trainer<Element>(config, kB, kT, layout, groups, precision);
   upload_parameters(trainer, initial_parameters(config));
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
+  DocumentReader document_reader = make_document_reader(documents(), kB, kT, false, 1);
   Outcome outcome;
   for (int t = 1; t <= steps; ++t) {
-    const StepResult step = train_step(trainer, reader, kSettings, kLearningRate, t);
+    const StepResult step = c.documents
+                                ? train_step(trainer, document_reader, kT, kSettings, kLearningRate, t)
+                                : train_step(trainer, reader, kSettings, kLearningRate, t);
     outcome.losses.push_back(step.loss);
     outcome.grad_norms.push_back(step.grad_norm);
+    outcome.real_tokens.push_back(step.real_tokens);
+    outcome.positions.push_back(step.positions);
     if (t == 1) {
+      outcome.lengths = trainer.shape.lengths;
       outcome.gradients = download_gradients(trainer);
       outcome.trace = trainer.executor.trace;
       outcome.first_accounting = trainer.executor.accounting;
@@ -200,8 +237,8 @@ inline Outcome run(const Case& c, const CommGroups& groups, int steps, const Sch
 }
 
 // The single-stage, single-replica run (a mesh of one) of (global microbatches, layers, steps,
-// bf16, fused): its losses and gradient norms, and its gradients after step 1.
-using ReferenceKey = std::tuple<int, int, int, bool, bool>;
+// bf16, fused, documents): its losses and gradient norms, and its gradients after step 1.
+using ReferenceKey = std::tuple<int, int, int, bool, bool, bool>;
 inline std::map<ReferenceKey, Outcome>& reference_cache() {
   static std::map<ReferenceKey, Outcome> cache;
   return cache;
@@ -214,7 +251,7 @@ inline std::map<ReferenceKey, Outcome>& reference_cache() {
 inline void share_references(const std::vector<Case>& cases, int steps, const CommGroups& groups) {
   std::vector<ReferenceKey> missing;
   for (const Case& c : cases) {
-    const ReferenceKey key{c.m * c.dp, c.layers, steps, c.bf16, c.fused};
+    const ReferenceKey key{c.m * c.dp, c.layers, steps, c.bf16, c.fused, c.documents};
     if (!reference_cache().count(key) && std::find(missing.begin(), missing.end(), key) == missing.end())
       missing.push_back(key);
   }
@@ -224,6 +261,7 @@ inline void share_references(const std::vector<Case>& cases, int steps, const Co
     Case single{1, 1, ScheduleKind::one_f_one_b, 1, false, std::get<0>(missing[i]), std::get<1>(missing[i]),
                 {}, std::get<3>(missing[i])};
     single.fused = std::get<4>(missing[i]);
+    single.documents = std::get<5>(missing[i]);
     reference_cache()[missing[i]] = run(single, alone, steps);
   }
   if (size == 1) return;
@@ -233,7 +271,12 @@ inline void share_references(const std::vector<Case>& cases, int steps, const Co
     if (owner != rank) {
       reference.losses.resize(steps);
       reference.grad_norms.resize(steps);
-      reference.gradients.resize(num_parameters(config_of(std::get<1>(missing[i]), std::get<4>(missing[i]))));
+      Case single{};
+      single.layers = std::get<1>(missing[i]);
+      single.fused = std::get<4>(missing[i]);
+      single.documents = std::get<5>(missing[i]);
+      reference.gradients.resize(num_parameters(config_of(single)));
+      reference.lengths.resize(std::get<0>(missing[i]));
     }
     DeviceBuffer<double> losses(reference.losses);
     DeviceBuffer<double> grad_norms(reference.grad_norms);
@@ -242,6 +285,9 @@ inline void share_references(const std::vector<Case>& cases, int steps, const Co
     NCCL_CHECK(ncclBroadcast(grad_norms.data(), grad_norms.data(), steps, ncclFloat64, owner, groups.world, nullptr));
     NCCL_CHECK(ncclBroadcast(gradients.data(), gradients.data(), gradients.size(), ncclFloat32, owner, groups.world,
                              nullptr));
+    DeviceBuffer<int> lengths(reference.lengths);
+    NCCL_CHECK(ncclBroadcast(lengths.data(), lengths.data(), lengths.size(), ncclInt32, owner, groups.world, nullptr));
+    reference.lengths = lengths.to_host();
     reference.losses = losses.to_host();
     reference.grad_norms = grad_norms.to_host();
     reference.gradients = gradients.to_host();
@@ -263,7 +309,7 @@ inline std::vector<std::pair<int, int>> layers_of_stage(const Case& c, const Pla
 }
 
 inline const Outcome& reference(const Case& c, int steps) {
-  return reference_cache().at({c.m * c.dp, c.layers, steps, c.bf16, c.fused});
+  return reference_cache().at({c.m * c.dp, c.layers, steps, c.bf16, c.fused, c.documents});
 }
 
 // The groups of a layout for the length of a test (creation and destruction are collective).
@@ -300,7 +346,7 @@ inline void expect_replicas_agree(const Case& c, const Outcome& outcome, const C
   NCCL_CHECK(ncclAllGather(mine.data(), every.data(), count, ncclFloat32, groups.world, nullptr));
   const std::vector<float> all = every.to_host();  // waits for the gather, whose buffers go next
   if (mesh.world_rank != 0) return;
-  const GPTConfig config = config_of(c.layers, c.fused);
+  const GPTConfig config = config_of(c);
   const size_t n = num_parameters(config);
   const auto same_bits = [](float a, float b) { return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b); };
   for (int rank = mesh.pp; rank < mesh.world_size; ++rank)  // world rank = dp_rank pp + pp_rank
@@ -354,6 +400,10 @@ inline void expect_cases_match(const std::vector<Case>& cases, int steps, const 
     if (!c.layers_per_stage.empty()) {
       EXPECT_EQ(outcome.layers, layers_of_stage(c, outcome.placement, world.groups.mesh.pp_rank));
     }
+    // Every rank computed its replica's lengths from the data position alone: the single run's.
+    const auto replica_lengths = expected.lengths.begin() + world.groups.mesh.dp_rank * c.m;
+    EXPECT_TRUE(std::equal(outcome.lengths.begin(), outcome.lengths.end(), replica_lengths, replica_lengths + c.m))
+        << "step 1's microbatch lengths on this rank differ from the single run's";
     if (bitwise) {
       EXPECT_EQ(outcome.losses, expected.losses);
       EXPECT_EQ(outcome.grad_norms, expected.grad_norms);

@@ -3,6 +3,8 @@
 // --help and the parser cannot disagree.
 #include "trainer/command_line/options.h"
 #include "trainer/command_line/layer_split_options.h"
+#include "trainer/command_line/document_options.h"
+#include "trainer/command_line/option_values.h"
 #include "trainer/command_line/tensor_parallel_options.h"
 
 #include <algorithm>
@@ -15,59 +17,6 @@
 #include <string_view>
 
 namespace {
-
-// An allowed range of a number, with the rule as the error message says it.
-struct Bounds {
-  double min;
-  double max;
-  bool min_included;
-  bool max_included;
-  const char* rule;
-};
-constexpr double kNoLimit = 1e300;
-constexpr Bounds kAtLeastZero{0, kNoLimit, true, true, "at least 0"};
-constexpr Bounds kAtLeastOne{1, kNoLimit, true, true, "at least 1"};
-constexpr Bounds kAboveZero{0, kNoLimit, false, true, "above 0"};
-constexpr Bounds kZeroToBelowOne{0, 1, true, false, "in [0, 1)"};
-constexpr Bounds kZeroOrOne{0, 1, true, true, "0 or 1"};
-
-bool within(double value, const Bounds& bounds) {
-  const bool above_min = bounds.min_included ? value >= bounds.min : value > bounds.min;
-  const bool below_max = bounds.max_included ? value <= bounds.max : value < bounds.max;
-  return above_min && below_max;
-}
-
-void check_bounds(const std::string& flag, const std::string& text, double value, const Bounds& bounds) {
-  if (!within(value, bounds))
-    throw std::runtime_error(flag + " " + text + " is out of range (must be " + bounds.rule + ")");
-}
-
-template <typename Integer>
-Integer parse_integer(const std::string& flag, const std::string& text) {
-  Integer value{};
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error == std::errc::result_out_of_range) throw std::runtime_error(flag + " " + text + " is too large");
-  if (error != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw std::runtime_error(flag + ": '" + text + "' is not an integer");
-  }
-  return value;
-}
-
-float parse_float(const std::string& flag, const std::string& text) {
-  double value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || text.empty() || !std::isfinite(value) ||
-      !std::isfinite(static_cast<float>(value))) {
-    throw std::runtime_error(flag + ": '" + text + "' is not a finite number");
-  }
-  return static_cast<float>(value);
-}
-
-std::string show_float(float value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%g", value);
-  return text;
-}
 
 struct OptionSpec {
   std::string name;   // without the leading "--"
@@ -255,6 +204,14 @@ const std::vector<OptionSpec>& option_table() {
       string_option("resume", "FILE", &O::resume, "model file written by --save to continue from"),
       seed_option(),
       switch_option("shuffle", &O::shuffle, "read the training data in a seeded order of chunks"),
+      // variable-length data (issue 34)
+      switch_option("documents", &O::documents,
+                    "end each sequence at a document boundary (a chapter, or llm.c's end-of-text token), each "
+                    "microbatch padded to its longest: --seq-len is the maximum T"),
+      int_option("seq-len-warmup", &O::seq_len_warmup, kAtLeastZero,
+                 "with --documents: steps over which the step's T grows linearly to --seq-len (0: none)"),
+      int_option("seq-len-warmup-start", &O::seq_len_warmup_start, kAtLeastZero,
+                 "the warm-up's first T (then rounded down to multiples of 8, never below it)"),
       string_option("log", "FILE", &O::log, "JSON lines, one per step"),
       int_option("timeout", &O::timeout, kAtLeastZero,
                  "seconds a schedule step may take before the run ends, naming it (0: no watchdog)"),
@@ -361,6 +318,8 @@ void check_consistency(const TrainOptions& options) {
   check_layer_split_options(options.layers_per_stage_auto, !options.pipeline_layout.empty(), options.plan_layouts,
                             options.print_memory);
   check_tensor_parallel_options(options.tp, options.plan_layouts);
+  check_document_options(options.documents, options.seq_len_warmup, options.seq_len_warmup_start, options.seq_len,
+                         options.tp, options.given);
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");
   if (options.given.count("format") && !options.print_schedule)

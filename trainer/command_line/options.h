@@ -49,6 +49,10 @@ struct TrainOptions {
   std::string resume;  // model file written by --save whose state file to continue from
   uint64_t seed = 1337;
   bool shuffle = false;
+  // variable-length data (issue 34, trainer/command_line/document_options.h)
+  bool documents = false;        // sequences end at document boundaries; seq_len is the maximum T
+  int seq_len_warmup = 0;        // steps over which the step's T grows to seq_len; 0: none
+  int seq_len_warmup_start = 8;  // the warm-up's first T
   std::string log;  // JSON lines, one per step; empty: none
   // what watches the run (docs/training.md, "When things go wrong")
   int timeout = 300;    // seconds a schedule step may take before the watchdog ends the run; 0: none

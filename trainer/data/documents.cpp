@@ -130,6 +130,13 @@ size_t microbatch_length(DocumentReader& reader, uint64_t k, size_t cap) {
   return std::min(T, cap);
 }
 
+size_t microbatch_real_tokens(DocumentReader& reader, uint64_t k, size_t cap) {
+  check_cap(reader, cap);
+  size_t real = 0;
+  for (size_t i = 0; i < reader.B; i++) real += std::min(sequence_at(reader, sequence_index(reader, k, i)).length, cap);
+  return real;
+}
+
 size_t read_document_microbatch(DocumentReader& reader, size_t cap, int* inputs, int* targets) {
   const uint64_t k = reader.next_microbatch;
   const size_t T = microbatch_length(reader, k, cap);

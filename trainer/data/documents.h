@@ -66,6 +66,9 @@ DocumentReader make_document_reader(const TokenDataset& data, size_t B, size_t m
 // The T of microbatch k read at cap (the longest of its sequences, each cut to cap tokens), from
 // the document starts alone: B binary searches. Throws if cap is 0 or above maxT.
 size_t microbatch_length(DocumentReader& reader, uint64_t k, size_t cap);
+// The real (unpadded) targets of microbatch k read at cap: the sum of its B sequences' lengths,
+// each cut to cap, from the document starts alone (what a step's loss is the mean over).
+size_t microbatch_real_tokens(DocumentReader& reader, uint64_t k, size_t cap);
 // Writes microbatch next_microbatch at cap, advances next_microbatch by one and returns its T.
 // inputs, targets: (B, T) row-major, room for B * maxT each.
 size_t read_document_microbatch(DocumentReader& reader, size_t cap, int* inputs, int* targets);

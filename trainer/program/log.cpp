@@ -30,6 +30,7 @@ std::string format_step_line(const StepRecord& r) {
   line += " | norm " + format("%.2f", r.grad_norm);
   line += " | " + format("%.0f", r.ms) + " ms";
   line += " | " + short_count(r.tokens_per_s) + " tok/s";
+  if (r.seq_len > 0) line += " | T " + std::to_string(r.seq_len) + " | padding " + format("%.1f%%", 100 * r.padding);
   if (!r.skipped.empty()) line += " | skipped: " + r.skipped;
   return line;
 }
@@ -51,6 +52,10 @@ std::string format_step_json(const StepRecord& r) {
   json += ", \"grad_norm\": " + format("%.17g", r.grad_norm);
   json += ", \"ms\": " + format("%.3f", r.ms);
   json += ", \"tokens_per_s\": " + format("%.1f", r.tokens_per_s);
+  if (r.seq_len > 0) {
+    json += ", \"seq_len\": " + std::to_string(r.seq_len);
+    json += ", \"padding\": " + format("%.6f", r.padding);
+  }
   if (!r.stages.empty()) {
     json += ", \"stages\": [";
     for (size_t i = 0; i < r.stages.size(); ++i) {

@@ -16,21 +16,23 @@ struct StepRecord {
   double lr;
   double grad_norm;     // before clipping
   double ms;            // wall time of the step
-  double tokens_per_s;  // the step's B T microbatches dp tokens over its wall time
+  double tokens_per_s;  // the step's real tokens (B T microbatches dp at fixed length) over its wall time
   std::vector<StageRecord> stages;  // replica 0's stages, in order
   std::string skipped;  // why the step was not applied (the non-finite guard), else empty
+  int seq_len = 0;      // --documents: the step's largest T (the warm-up's); 0: fixed length
+  double padding = 0;   // --documents: the share of the step's positions that are padding
 };
 
 // "step 12/300 | loss 2.4817 | lr 3.0e-04 | norm 0.84 | 412 ms | 9.9k tok/s", with
-// " | val 2.5012" after the loss when validation ran, and " | skipped: non-finite gradient (...)"
-// at the end when the step was not applied.
+// " | val 2.5012" after the loss when validation ran, " | T 64 | padding 1.2%" after the tokens
+// with --documents, and " | skipped: non-finite gradient (...)" at the end when the step was not applied.
 std::string format_step_line(const StepRecord& record);
 
 // "stages | 0: idle 21% act 1.2MB dev 40.1MB | 1: ...", one entry per stage.
 std::string format_stages_line(const std::vector<StageRecord>& stages);
 
 // {"step": 12, "loss": 2.4817..., "val_loss": ... (only when computed), "lr": ..., "grad_norm": ...,
-//  "ms": ..., "tokens_per_s": ..., "stages": [{"stage": 0, "idle": 0.21, "activation_bytes": ...,
+//  "ms": ..., "tokens_per_s": ..., "seq_len": ..., "padding": ... (only with --documents), "stages": [{"stage": 0, "idle": 0.21, "activation_bytes": ...,
 //  "device_bytes": ...}, ...], "skipped": "..." (only when skipped)}, numbers with enough digits to
 //  read back the doubles exactly (printf's nan and inf when not finite, as tools/compare_losses.py reads them).
 std::string format_step_json(const StepRecord& record);

@@ -23,6 +23,7 @@
 #include "trainer/program/sampler.h"
 #include "trainer/program/auto_layer_split.h"
 #include "trainer/program/measured_timeline.h"
+#include "trainer/data/documents.h"
 #include "trainer/data/tokenizer.h"
 #include "trainer/safety/watchdog.h"
 
@@ -37,9 +38,12 @@ void say(std::FILE* out, const char* format, ...) {
   std::fflush(out);
 }
 
-// The training and validation tokens: --val-data, or the last 5% of --train-data.
+// The training and validation tokens: --val-data, or the last 5% of --train-data. With --documents
+// the data's separators are checked as loaded, before the split, whose parts keep no shards: a
+// shard without one is named.
 TrainValSplit load_data(const TrainOptions& options, int vocab_size) {
   TokenDataset all = load_token_data(options.train_data, vocab_size);
+  if (options.documents) document_starts(all);
   if (options.val_data.empty()) return split_train_val(all);
   return {std::move(all), load_token_data(options.val_data, vocab_size)};
 }
@@ -80,6 +84,10 @@ std::string diverged_message(const TrainOptions& options, int skipped, const std
 // What the step loop reads and writes besides the trainer.
 struct RunFiles {
   BatchReader train_reader;
+  // --documents: the training data's document-aligned reader, which the steps read instead, at
+  // the warm-up's T (validation stays packed at maxT).
+  std::optional<DocumentReader> document_reader;
+  SeqLenWarmup warmup;
   std::optional<BatchReader> val_reader;
   std::optional<Tokenizer> tokenizer;
   std::optional<StepLog> log;  // world rank 0's
@@ -88,6 +96,11 @@ struct RunFiles {
 void open_run_files(const RunSetup& setup, RunFiles& files) {
   const TrainOptions& options = setup.options;
   files.train_reader = make_batch_reader(setup.data.train, setup.B, setup.T, options.shuffle, options.seed);
+  if (options.documents) {
+    files.document_reader = make_document_reader(setup.data.train, setup.B, setup.T, options.shuffle, options.seed);
+    files.warmup = make_seq_len_warmup(options.seq_len_warmup > 0 ? options.seq_len_warmup_start : setup.T, setup.T,
+                                       options.seq_len_warmup);
+  }
   if (options.val_every > 0)
     files.val_reader = make_batch_reader(setup.data.val, setup.B, setup.T, false, options.seed);
   if (options.sample_every > 0) files.tokenizer = setup.tokenizer;
@@ -103,7 +116,7 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
   const StartingPoint& start = setup.start;
   const GPTConfig& config = start.config;
   const Mesh& mesh = setup.mesh;
-  const int B = setup.B, T = setup.T;
+  const int B = setup.B;
   BatchReader& train_reader = files.train_reader;
   std::optional<BatchReader>& val_reader = files.val_reader;
   std::optional<Tokenizer>& tokenizer = files.tokenizer;
@@ -116,13 +129,13 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
     if (!start.master.empty()) upload_master_weights(trainer, start.master);
     position = start.position;
     train_reader.next_microbatch = position.data_position;
+    if (files.document_reader) files.document_reader->next_microbatch = position.data_position;
   }
 
   const LrSchedule schedule = lr_schedule_from_options(options);
   const int traced_step = options.trace.empty() ? 0 : options.trace_step > 0 ? options.trace_step : options.steps;
   bool timeline_written = false;
   const AdamWSettings settings{options.beta1, options.beta2, options.eps, options.weight_decay, options.grad_clip};
-  const double tokens_per_step = double(options.microbatches) * B * T * mesh.dp;
   const auto run_begin = std::chrono::steady_clock::now();
   std::vector<double> step_seconds, validation_seconds, sample_seconds;
   RunResult result;
@@ -135,7 +148,11 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
     activity.phase = kTrainingStepPhase;
     const bool traced = position.step + 1 == traced_step;
     const TimelineStart timeline_start = traced ? start_measured_timeline(trainer) : TimelineStart{};
-    const StepResult step = train_step(trainer, train_reader, settings, lr, position.step + 1);
+    // --documents: the warm-up's T caps every sequence of the step (seq_len: 0 at fixed length).
+    const size_t seq_len = files.document_reader ? warmup_seq_len(files.warmup, position.step) : 0;
+    const StepResult step = files.document_reader
+                                ? train_step(trainer, *files.document_reader, seq_len, settings, lr, position.step + 1)
+                                : train_step(trainer, train_reader, settings, lr, position.step + 1);
     if (traced) {
       write_measured_timeline(trainer, timeline_start, layout_schedule(setup.layout, mesh.pp), options.trace,
                               trace_about(setup, "the measured timeline of step " + std::to_string(traced_step) +
@@ -147,10 +164,14 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
     const double seconds = seconds_since(begin);
     step_seconds.push_back(seconds);
     position.step += 1;
-    position.data_position = train_reader.next_microbatch;
+    position.data_position =
+        files.document_reader ? files.document_reader->next_microbatch : train_reader.next_microbatch;
 
+    // Real tokens per second: the padding does not count.
     StepRecord record{position.step, options.steps, step.loss, false, 0.0, lr, step.grad_norm,
-                      seconds * 1e3, tokens_per_step / seconds, step.stages, step.skipped};
+                      seconds * 1e3, step.real_tokens / seconds, step.stages, step.skipped};
+    record.seq_len = int(seq_len);
+    record.padding = 1.0 - step.real_tokens / step.positions;
     if (val_reader && (every(options.val_every, position.step) || position.step == options.steps)) {
       record.has_val_loss = true;
       activity.phase = "validation";
@@ -310,6 +331,14 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandl
       setup.data.train.tokens.size(), setup.data.val.tokens.size(), setup.data.val.source.c_str());
   say(out, "batch: %d microbatches x B=%d x T=%d x dp=%d = %zu tokens per step, %d steps\n", options.microbatches,
       setup.B, setup.T, mesh.dp, size_t(options.microbatches) * setup.B * setup.T * mesh.dp, options.steps);
+  if (files.document_reader) {
+    say(out, "documents: %zu in the training data, sequences end at their boundaries, each microbatch at the T of "
+        "its longest (at most %d), padding out of the loss and the token counts\n",
+        files.document_reader->starts.size(), setup.T);
+    if (options.seq_len_warmup > 0)
+      say(out, "sequence-length warm-up: T from %d to %d over %d steps, in multiples of 8\n",
+          options.seq_len_warmup_start, setup.T, options.seq_len_warmup);
+  }
   const Placement placement = layout_schedule(setup.layout, mesh.pp).placement;
   const char* zero = options.zero == 0 ? "" : mesh.dp > 1 ? ", zero 1 (each replica keeps its shard of the optimizer "
                     "state)" : "; note: --zero 1 with dp=1 has nothing to shard: runs as --zero 0";

@@ -307,24 +307,15 @@ std::vector<float> download_gradients(const Trainer<Element>& trainer) {
 }
 
 template <typename Element>
-StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
-                      double learning_rate, int t) {
+StepResult run_step(Trainer<Element>& trainer, const AdamWSettings& settings, double learning_rate, int t,
+                    double loss_denominator) {
   const GPTConfig& config = trainer.config;
   const Mesh& mesh = trainer.groups.mesh;
-  const int m = trainer.microbatches;
-  const size_t BT = size_t(trainer.B) * trainer.T;
-  const uint64_t step_start = reader.next_microbatch;
-  reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) * m;
-  for (int k = 0; k < m; ++k)
-    read_microbatch(reader, trainer.host_tokens + k * BT, trainer.host_targets + k * BT);
-  reader.next_microbatch = step_start + uint64_t(mesh.dp) * m;
-
   CUDA_CHECK(
       cudaMemsetAsync(trainer.gradient_memory, 0, trainer.parameter_layout.size * sizeof(Element), trainer.stream));
   const bool head = has_head(trainer.chunks);
   if (head)
     CUDA_CHECK(cudaMemsetAsync(trainer.grad_wte_head, 0, wte_size(config, mesh.tp) * sizeof(Element), trainer.stream));
-  const double loss_scale = 1.0 / (double(BT) * m * mesh.dp);
   fail_if_injected(trainer.world.rank, t);
   // Before the backward: the data-parallel sum of a layer may start as soon as its gradients are final.
   inject_nan_if_asked(trainer.world.rank, t, trainer.parameter_layout, trainer.gradient_memory, trainer.stream);
@@ -336,7 +327,7 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
       if (!trainer.buckets.queued.empty()) fail_if_injected(trainer.world.rank, t, FailurePoint::data_parallel_sum);
     };
   execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens,
-               trainer.host_targets, loss_scale);
+               trainer.host_targets, trainer.shape);
   trainer.executor.gradients_final = nullptr;
   fail_if_injected(trainer.world.rank, t, FailurePoint::schedule_queued);
   // The tied embedding: the head's share joins wte's gradient on the stage with the head (zero
@@ -377,7 +368,7 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
   double sums[3] = {loss_share, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
   sum_over_world(trainer.world, sums, 3);
   StepResult result;
-  result.loss = sums[0] / (double(m) * mesh.dp);
+  result.loss = sums[0] / loss_denominator;
   result.grad_norm = figures.norm;
   result.stop_signal = sums[2] > 0 ? SIGINT : sums[1] > 0 ? SIGTERM : 0;
   if (!figures.gate.apply) {
@@ -442,7 +433,7 @@ const std::vector<float>& next_token_logits(Trainer<Element>& trainer, const int
   template std::vector<float> download_master_weights<Element>(const Trainer<Element>&);                           \
   template std::vector<ParameterRegion> stage_regions<Element>(const Trainer<Element>&, int);                      \
   template std::vector<float> download_gradients<Element>(const Trainer<Element>&);                                \
-  template StepResult train_step<Element>(Trainer<Element>&, BatchReader&, const AdamWSettings&, double, int);     \
+  template StepResult run_step<Element>(Trainer<Element>&, const AdamWSettings&, double, int, double);             \
   template double validation_loss<Element>(Trainer<Element>&, BatchReader&, int);                                  \
   template const std::vector<float>& next_token_logits<Element>(Trainer<Element>&, const int*, int);
 

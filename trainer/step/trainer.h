@@ -28,6 +28,7 @@
 #include "pipeline/schedule_file.h"
 #include "trainer/command_line/options.h"
 #include "trainer/data/data.h"
+#include "trainer/data/documents.h"
 #include "comm/data_parallel_sum.h"
 #include "trainer/step/stage_record.h"
 #include "trainer/step/optimizer.h"
@@ -92,8 +93,9 @@ struct Trainer {
   // Pinned host memory (cudaMallocHost), which a copy reads in stream order without the host
   // waiting; CUDA may make a copy from pageable memory above 64 KB wait ("API synchronization
   // behavior"). The host writes them only between steps, after its wait.
-  int* host_tokens;                // (microbatches, B, T)
+  int* host_tokens;                // (microbatches, B, T): microbatch k's (B, T_k) at the start of its block
   int* host_targets;               // (microbatches, B, T)
+  StepShape shape;                 // the current step's lengths and loss normalisation (pipeline/executor_state.h)
   std::vector<float> host_logits;  // (Vp) one row of logits, for sampling
 };
 
@@ -162,6 +164,8 @@ struct StepResult {
   std::string skipped;  // why not (trainer/safety/nonfinite.h), else empty
   int stop_signal = 0;  // a stop signal any rank had received when the step's losses were summed
                         // (trainer/safety/preemption.h: SIGINT over SIGTERM), else 0
+  double real_tokens = 0;  // the step's targets other than -1, over all replicas (every rank)
+  double positions = 0;    // the step's positions computed, B T_k summed over all replicas' microbatches
 };
 
 // Optimizer step t (1, 2, ...): zeroes the gradients; runs the schedule over this replica's
@@ -175,6 +179,22 @@ struct StepResult {
 // received_stop_signal.
 template <typename Element>
 StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
+                      double learning_rate, int t);
+
+// The step whose microbatches the caller has put in host_tokens and host_targets at trainer.shape
+// (train_step's front ends, trainer/step/step_batches.cpp): the schedule, the gradients' sums,
+// the update; the loss is the world's sum of the head stages' loss sums over loss_denominator.
+template <typename Element>
+StepResult run_step(Trainer<Element>& trainer, const AdamWSettings& settings, double learning_rate, int t,
+                    double loss_denominator);
+
+// The same step over document-aligned microbatches (trainer/data/documents.h) read at cap <= T:
+// replica r reads the step's microbatches r m .. r m + m - 1, each at its own T_k; every rank
+// computes every T_k and the step's real targets N from the data position, and every loss is
+// scaled by 1 / N, so that the step's loss (the microbatches' loss sums over N) and gradient are
+// the mean over its real tokens, whatever the layout. Throws (one line) for a cap of 0 or above T.
+template <typename Element>
+StepResult train_step(Trainer<Element>& trainer, DocumentReader& reader, size_t cap, const AdamWSettings& settings,
                       double learning_rate, int t);
 
 // The mean loss of the first `batches` microbatches of reader (read from position 0; the

@@ -98,7 +98,7 @@ Queued queue_step(Trainer<Element>& trainer) {
                                size_t(trainer.config.padded_vocab_size) * trainer.config.channels * sizeof(Element),
                                trainer.stream));
   execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens,
-               trainer.host_targets, 1.0 / (kB * kT * 4 * 2));
+               trainer.host_targets, StepShape{std::vector<int>(4, kT), 1.0 / (kB * kT * 4 * 2), double(kB * kT)});
   queued.launches_at_end = cpu::call_counts().launches;
   trainer.executor.gradients_final = nullptr;
   finish_data_parallel_sum(buckets, trainer.groups, trainer.gradient_memory, trainer.stream);
