@@ -11,6 +11,7 @@
 
 #include "model/config.h"
 #include "model/parameters.h"
+#include "tests/random_chapters.h"
 #include "tests/scaled_error.h"
 #include "trainer/data/documents.h"
 #include "trainer/step/trainer.h"
@@ -19,21 +20,8 @@ namespace {
 
 constexpr int kMaxT = 8;
 
-// 200 chapters ("A<n>:1 " and a newline around 0, 1 or 10 to 15 random letters): documents of 6,
-// 7 or 16 to 21 inputs, so that pairs of sequences at maxT 8 differ in length.
-TokenDataset chapters() {
-  TokenDataset d;
-  std::mt19937_64 generator(11);
-  for (int chapter = 0; chapter < 200; ++chapter) {
-    for (char c : "A" + std::to_string(chapter % 9 + 1) + ":1 ") d.tokens.push_back(uint16_t(c));
-    const int letters = generator() % 4 == 0 ? int(10 + generator() % 6) : int(generator() % 2);
-    for (int n = 0; n < letters; ++n) d.tokens.push_back(uint16_t('a' + generator() % 26));
-    d.tokens.push_back(uint16_t('\n'));
-  }
-  d.vocab_size = 128;
-  d.source = "chapters";
-  return d;
-}
+// 200 chapters (tests/random_chapters.h): pairs of sequences at maxT 8 differ in length.
+TokenDataset chapters() { return random_chapters(200, "chapters"); }
 
 struct StepOutcome {
   StepResult result;

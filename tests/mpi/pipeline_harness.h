@@ -37,6 +37,7 @@
 #include "pipeline/schedule.h"
 #include "tests/device_buffer.h"
 #include "tests/mpi/trace_check.h"
+#include "tests/random_chapters.h"
 #include "tests/scaled_error.h"
 #include "trainer/data/data.h"
 #include "trainer/step/optimizer.h"
@@ -109,25 +110,10 @@ inline const TokenDataset& dataset() {
   return data;
 }
 
-// A text of 600 chapters (trainer/data/documents.h's separator: a line opening "A<n>:1 "), each
-// the 5 bytes of its reference, random lowercase letters and a newline: three in four with 0 or 1
-// letter (documents of 6 or 7 inputs), the others 10 to 15 (16 to 21 inputs: pieces of 8, 8 and
-// 0 to 5), so that microbatches of B = 2 at maxT = 8 have T of 6, 7 or 8, most with padding (the
-// first three: 7, 8 and 6).
+// 600 chapters of tests/random_chapters.h: microbatches of B = 2 at maxT = 8 have T of 6, 7 or 8,
+// most with padding (the first three: 7, 8 and 6).
 inline const TokenDataset& documents() {
-  static const TokenDataset data = [] {
-    TokenDataset d;
-    std::mt19937_64 generator(11);
-    for (int chapter = 0; chapter < 600; ++chapter) {
-      for (char c : "A" + std::to_string(chapter % 9 + 1) + ":1 ") d.tokens.push_back(uint16_t(c));
-      const int letters = generator() % 4 == 0 ? int(10 + generator() % 6) : int(generator() % 2);
-      for (int n = 0; n < letters; ++n) d.tokens.push_back(uint16_t('a' + generator() % 26));
-      d.tokens.push_back(uint16_t('\n'));
-    }
-    d.vocab_size = 128;
-    d.source = "chapters of random letters";
-    return d;
-  }();
+  static const TokenDataset data = random_chapters(600, "chapters of random letters");
   return data;
 }
 
