@@ -280,7 +280,8 @@ def tensor_parallel_ranks_have_their_own_tracks():
     """At tp 2 x pp 2 each stage's two tp ranks have a track each (tid 2 stage + tp rank, named
     "stage S, tp rank T"), each holding exactly its stage's predicted steps in order, its events never
     overlapping; every flow joins two tracks of one tp rank on neighbouring stages and ends after it
-    starts; tools/trace_svg.py labels the rows with the tracks' names."""
+    starts; tools/trace_svg.py labels the rows with the tracks' names and gives each row's group the
+    id of its name ("stage 1, tp rank 0" is stage_1_tp_rank_0), holding that track's events."""
     path, document = trace("measured", 1, TENSOR_PARALLEL)
     measured, predicted = tracks(document), tracks(trace("predicted", 1, TENSOR_PARALLEL)[1])
     if set(measured) != {(0, tid) for tid in range(4)} or set(predicted) != {(0, 0), (0, 1)}:
@@ -309,7 +310,17 @@ def tensor_parallel_ranks_have_their_own_tracks():
     summary = subprocess.run([TOOL, path, "--summary"], capture_output=True, text=True, timeout=60).stdout.splitlines()
     if [line.split(":")[0] for line in summary[:4]] != [names[tid] for tid in range(4)]:
         return False, "the summary's rows: %s" % summary
-    return True, "4 tracks named by stage and tp rank, each its stage's steps; %d flows within a tp rank" % len(starts)
+    output = path[:-len(".json")] + ".svg"
+    subprocess.run([TOOL, path, "-o", output], capture_output=True, text=True, timeout=60)
+    groups = {e.get("id"): e for e in ElementTree.parse(output).getroot().iter(SVG + "g")}
+    for tid in range(4):
+        row = groups.get("stage_%d_tp_rank_%d" % (tid // 2, tid % 2))
+        drawn = len(list(row.iter(SVG + "rect"))) if row is not None else -1
+        if drawn != len(measured[(0, tid)]):
+            return False, "the SVG's row of %s draws %d boxes of its %d events" % (names[tid], drawn,
+                                                                                len(measured[(0, tid)]))
+    return True, ("4 tracks named by stage and tp rank, each its stage's steps, each drawn in the SVG row of its "
+                  "name; %d flows within a tp rank" % len(starts))
 
 
 CHECKS = {

@@ -1196,6 +1196,10 @@ fault trace-tp-ranks-on-one-track trainer/program/measured_timeline.cpp \
 fault trace-stage-of-a-rank-without-tp trainer/program/measured_timeline.cpp \
   's/stage = rank \/ mesh.tp % mesh.pp,/stage = rank % mesh.pp,/' \
   'py:trace_test Trace.TensorParallelRanksHaveTheirOwnTracks'
+# The SVG's rows named by the raw track index again: at tp 2 "stage_3" holds stage 1's tp rank 1.
+fault trace-svg-rows-by-track-index tools/trace_svg.py \
+  's/        row_id = row_id_of(track_name(key, replicas, names))/        row_id = "stage_%d" % key[1]/' \
+  'py:trace_test Trace.TensorParallelRanksHaveTheirOwnTracks'
 
 # ---- running ----
 

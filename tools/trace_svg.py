@@ -16,6 +16,7 @@ import argparse
 import html
 import json
 import math
+import re
 import sys
 
 COLOURS = {"forward": "#4e79a7", "backward": "#f28e2b", "input gradient": "#e15759", "weight gradient": "#59a14f",
@@ -77,6 +78,12 @@ def track_name(key, replicas, names):
     return name if replicas == 1 else "replica %d %s" % (key[0], name)
 
 
+def row_id_of(name):
+    """The SVG group id of a track's row: its name in lower case, runs of other characters as one
+    "_" ("stage 1, tp rank 0" gives "stage_1_tp_rank_0"), so a row is found by what it shows."""
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
 def summary(tracks, names):
     """Per track: its idle share and each compute kind's mean duration (ms); then the means over all."""
     replicas = len({pid for pid, _ in tracks})
@@ -122,7 +129,7 @@ def svg(tracks, flows, title, draw_flows, names):
            '<rect width="100%" height="100%" fill="white"/>',
            '<text id="title" x="%d" y="20" font-size="13">%s</text>' % (LEFT, html.escape(title))]
     for key in keys:
-        row_id = "stage_%d" % key[1] if replicas == 1 else "replica_%d_stage_%d" % key
+        row_id = row_id_of(track_name(key, replicas, names))
         out.append('<g id="%s">' % row_id)
         out.append('<text x="%d" y="%.1f" text-anchor="end">%s</text>' % (LEFT - 8, y(key) + ROW / 2 + 4,
                                                                           track_name(key, replicas, names)))
