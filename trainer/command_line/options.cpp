@@ -5,6 +5,7 @@
 #include "trainer/command_line/layer_split_options.h"
 #include "trainer/command_line/document_options.h"
 #include "trainer/command_line/option_values.h"
+#include "trainer/command_line/pipedream_options.h"
 #include "trainer/command_line/tensor_parallel_options.h"
 
 #include <algorithm>
@@ -222,8 +223,14 @@ const std::vector<OptionSpec>& option_table() {
       int_option("tp", &O::tp, kAtLeastOne, "tensor-parallel ranks per stage (must divide the heads, 4 C and Vp)"),
       choice_option("schedule", &O::schedule,
                     {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "looped-bfs",
-                     "zb-interleaved", "dualpipev"},
+                     "zb-interleaved", "dualpipev", "pipedream"},
                     "pipeline schedule"),
+      int_option("update-every", &O::update_every, kAtLeastOne,
+                 "pipedream: backwards per weight update (must divide --microbatches)"),
+      choice_option("weight-stashing", &O::weight_stashing, {"on", "off"},
+                    "pipedream: a backward uses its forward's weights (on) or the latest (off)"),
+      switch_option("vertical-sync", &O::vertical_sync,
+                    "pipedream: every stage uses, for a microbatch, the weight version stage 0 used"),
       string_option("schedule-file", "FILE", &O::schedule_file,
                     "run the compute grid in FILE (as --print-schedule prints it) instead of --schedule"),
       int_option("virtual-stages", &O::virtual_stages, kAtLeastOne,
@@ -318,6 +325,7 @@ void check_consistency(const TrainOptions& options) {
   check_layer_split_options(options.layers_per_stage_auto, !options.pipeline_layout.empty(), options.plan_layouts,
                             options.print_memory);
   check_tensor_parallel_options(options.tp, options.plan_layouts);
+  check_pipedream_options(options);
   check_document_options(options.documents, options.seq_len_warmup, options.seq_len_warmup_start, options.seq_len,
                          options.tp, options.given);
   if (options.given.count("schedule-costs") && !options.print_schedule)
