@@ -1,9 +1,12 @@
 // `./train --schedule pipedream --print-schedule`'s report (trainer/program/pipedream_report.h): the
 // first steps' actions with their versions, and per stage the simulated idle share of a steady step
-// and the weight versions kept. Host code only; runs in both builds.
+// and the weight versions kept; and the rule's errors, one line each, before anything is printed.
+// Host code only; runs in both builds.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "tests/options_parsing.h"
 #include "trainer/program/pipedream_report.h"
@@ -28,4 +31,23 @@ TEST(PipeDreamReport, ShowsVersionsAndASteadyStepWithoutIdle) {
       << report;
   EXPECT_THROW(pipedream_report(parse({"--schedule", "pipedream", "--print-schedule", "--grad-clip", "0", "--pp", "2"}), 4),
                std::runtime_error);
+}
+
+TEST(PipeDreamReport, BadRulesAreRefusedInOneLine) {
+  const auto report_error = [](std::vector<std::string> more) {
+    std::vector<std::string> arguments = {"--schedule", "pipedream", "--print-schedule", "--grad-clip", "0"};
+    arguments.insert(arguments.end(), more.begin(), more.end());
+    try {
+      pipedream_report(parse(arguments), 4);
+    } catch (const std::runtime_error& error) {
+      return std::string(error.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_EQ(report_error({"--update-every", "3"}),
+            "--update-every 3 must divide --microbatches 4 (an update may not straddle the end of a step, where "
+            "checkpoints are written)");
+  EXPECT_EQ(report_error({"--weight-stashing", "off", "--vertical-sync"}),
+            "--vertical-sync needs --weight-stashing on (a backward must find the version its forward used)");
+  EXPECT_EQ(report_error({"--update-every", "2"}), "(no error)");
 }

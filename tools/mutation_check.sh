@@ -1214,13 +1214,13 @@ fault pipedream-vertical-sync-ignored pipeline/pipedream.cpp \
 # Item 5: --update-every not dividing --microbatches, and vertical sync without stashing, accepted.
 fault pipedream-update-every-not-dividing-accepted pipeline/pipedream.cpp \
   's/  if (rule.update_every < 1 || m % rule.update_every != 0)/  if (rule.update_every < 1)/' \
-  'unit PipeDreamOptions.*'
+  'unit PipeDreamReport.*'
 fault pipedream-vertical-sync-without-stashing-accepted pipeline/pipedream.cpp \
   's/  if (rule.vertical_sync \&\& !rule.weight_stashing)/  if (false)/' \
-  'unit PipeDreamOptions.*'
+  'unit PipeDreamReport.*'
 # Item 5: global-norm clipping accepted without vertical sync.
 fault pipedream-clipping-without-vertical-sync-accepted trainer/command_line/pipedream_options.cpp \
-  's/  if (options.grad_clip > 0 \&\& !options.vertical_sync)/  if (false)/' \
+  's/  if (grad_clip > 0 \&\& !vertical_sync)/  if (false)/' \
   'unit PipeDreamOptions.*'
 
 # ---- running ----

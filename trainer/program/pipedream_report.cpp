@@ -31,6 +31,7 @@ std::string pipedream_report(const TrainOptions& options, int world_size) {
   const int p = make_mesh(options.dp, options.tp, options.pp, world_size, 0).pp;
   const int m = options.microbatches;
   const PipeDreamRule rule{options.update_every, options.weight_stashing == "on", options.vertical_sync};
+  check_pipedream(rule, p, m, options.steps);
   const int shown = std::min(options.steps, 3);
   const StepCosts costs{options.schedule_costs[0], options.schedule_costs[1], options.schedule_costs[2],
                         options.schedule_costs[3]};

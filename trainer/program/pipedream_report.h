@@ -8,5 +8,6 @@
 struct TrainOptions;
 
 // The report for the world's pp stages (--pp, or the world size: pipedream runs dp = tp = 1), at
-// --schedule-costs. Throws std::runtime_error with one line for a --pp the world does not fit.
+// --schedule-costs. Throws std::runtime_error with one line for a --pp the world does not fit and
+// for a rule pipeline/pipedream.h's check_pipedream refuses.
 std::string pipedream_report(const TrainOptions& options, int world_size);
