@@ -1211,6 +1211,11 @@ fault pipedream-forward-message-in-the-receivers-step pipeline/pipedream.cpp \
 fault pipedream-vertical-sync-ignored pipeline/pipedream.cpp \
   's/  const int in_flight = rule.vertical_sync ? p : pipedream_in_flight(p, stage);/  const int in_flight = pipedream_in_flight(p, stage);/' \
   'unit PipeDream.*'
+# Item 2: a forward one update late: the reference's one stage with one update a step is no longer
+# the synchronous trainer.
+fault pipedream-forward-a-version-late pipeline/pipedream.cpp \
+  's/  return std::max(0, microbatch - in_flight + 1) \/ rule.update_every;/  return std::max(0, microbatch - in_flight) \/ rule.update_every;/' \
+  'unit PipeDreamReference.*'
 # Item 5: --update-every not dividing --microbatches, and vertical sync without stashing, accepted.
 fault pipedream-update-every-not-dividing-accepted pipeline/pipedream.cpp \
   's/  if (rule.update_every < 1 || m % rule.update_every != 0)/  if (rule.update_every < 1)/' \
