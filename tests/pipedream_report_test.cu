@@ -20,9 +20,15 @@ TEST(PipeDreamReport, ShowsVersionsAndASteadyStepWithoutIdle) {
       << report;
   // Stage 0 of 4 in step 2: F(k) after k - 3 updates, B(k) with its forward's version.
   EXPECT_NE(report.find("stage 0 | F7@4   B4@1   U5     F8@5   B5@2   U6"), std::string::npos) << report;
-  // 1F1B's (p - 1) / (m + p - 1) = 3/7 against none in a steady step; p - s versions with stashing.
+  // 1F1B's (p - 1) / (m + p - 1) = 3/7 against none in a steady step; p - s versions with stashing,
+  // each of the default model's stage 0 (wte 256 x 128, wpe 64 x 128 and one layer of 12 C^2 + 13 C:
+  // 239,232 floats) or of a middle stage (one layer: 198,272 floats).
   EXPECT_NE(report.find("stage 0: idle 0.200 over the 3 steps, 0.000 in step 2 (1f1b: 0.429 a step), weight versions "
-                        "kept 4 (the live weights and 3 older)\n"),
+                        "kept 4 (the live weights and 3 older: 3 x 956928 B more than 1f1b's parameters)\n"),
+            std::string::npos)
+      << report;
+  EXPECT_NE(report.find("stage 1: idle 0.200 over the 3 steps, 0.000 in step 2 (1f1b: 0.429 a step), weight versions "
+                        "kept 3 (the live weights and 2 older: 2 x 793088 B more than 1f1b's parameters)\n"),
             std::string::npos)
       << report;
   EXPECT_NE(report.find("stage 3: idle 0.200 over the 3 steps, 0.000 in step 2 (1f1b: 0.429 a step), weight versions "

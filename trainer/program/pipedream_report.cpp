@@ -5,9 +5,11 @@
 #include <cstdio>
 
 #include "comm/mesh.h"
+#include "model/parameter_layout.h"
 #include "pipeline/pipedream.h"
 #include "pipeline/simulate.h"
 #include "trainer/command_line/options.h"
+#include "trainer/program/memory_report.h"
 
 namespace {
 
@@ -56,6 +58,12 @@ std::string pipedream_report(const TrainOptions& options, int world_size) {
   const auto by_step = pipedream_step_schedules(p, m, shown);
   // The versions are counted over a run long enough to pass the warm-up and reach the steady state.
   const int counted_steps = 4 + 4 * p / m;
+  // Each stage's parameters, the size of one version: the model and split 1f1b would run (fp32: bf16
+  // is refused, trainer/command_line/pipedream_options.h).
+  TrainOptions synchronous = options;
+  synchronous.schedule = "1f1b";
+  const PlannedRun planned = planned_run(synchronous, world_size);
+  const std::vector<LayerRange> ranges = check_layout(planned.config, planned.mesh, planned.layout);
   for (int s = 0; s < p; s++) {
     std::string steady;
     if (shown >= 3) {
@@ -65,7 +73,10 @@ std::string pipedream_report(const TrainOptions& options, int world_size) {
       steady = line;
     }
     const int kept = pipedream_versions_kept(rule, p, m, counted_steps, s);
-    const std::string older = kept == 1 ? "" : " (the live weights and " + std::to_string(kept - 1) + " older)";
+    const size_t version_bytes = parameter_layout(planned.config, {ranges[s]}).size * sizeof(float);
+    const std::string older = kept == 1 ? "" : " (the live weights and " + std::to_string(kept - 1) + " older: " +
+                                                   std::to_string(kept - 1) + " x " + std::to_string(version_bytes) +
+                                                   " B more than 1f1b's parameters)";
     std::snprintf(line, sizeof(line), "stage %d: idle %.3f over the %d steps%s (1f1b: %.3f a step), weight versions kept %d%s\n",
                   s, simulation.stages[s].idle_share, shown, steady.c_str(), flushed.stages[s].idle_share, kept,
                   older.c_str());
