@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 #include <stdexcept>
 
 #include "pipeline/schedule.h"
@@ -101,14 +100,26 @@ std::vector<std::vector<PipeDreamAction>> pipedream_steps(const PipeDreamRule& r
 int pipedream_versions_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage) {
   std::vector<PipeDreamAction> order;
   for (const auto& step : pipedream_steps(rule, p, m, steps, stage)) order.insert(order.end(), step.begin(), step.end());
-  int current = 0, most = 1;
-  for (size_t i = 0; i < order.size(); i++) {
-    if (order[i].kind == PipeDreamKind::update) current = order[i].version;
-    std::set<int> held{current};
-    for (size_t j = i + 1; j < order.size(); j++)
-      if (order[j].kind != PipeDreamKind::update && order[j].version <= current) held.insert(order[j].version);
-    most = std::max(most, static_cast<int>(held.size()));
+  // After action i, version v is held when its update has run (v = 0: from the start) and it is
+  // still the current one or an action after i uses it: from born[v] to before max(born[v + 1],
+  // last_use[v]). One pass over those intervals, not a search of the rest of the order per action.
+  const int n = static_cast<int>(order.size());
+  std::vector<int> born = {0}, last_use = {-1};
+  for (int i = 0; i < n; i++) {
+    if (order[i].kind == PipeDreamKind::update) {
+      born.push_back(i);
+      last_use.push_back(-1);
+    } else {
+      last_use[order[i].version] = std::max(last_use[order[i].version], i);
+    }
   }
+  std::vector<int> change(n + 1, 0);
+  for (size_t v = 0; v < born.size(); v++) {
+    change[born[v]]++;
+    change[std::max(v + 1 < born.size() ? born[v + 1] : n, last_use[v])]--;
+  }
+  int held = 0, most = 1;
+  for (int i = 0; i < n; i++) most = std::max(most, held += change[i]);
   return most;
 }
 
