@@ -1211,6 +1211,10 @@ fault pipedream-forward-message-in-the-receivers-step pipeline/pipedream.cpp \
 fault pipedream-vertical-sync-ignored pipeline/pipedream.cpp \
   's/  const int in_flight = rule.vertical_sync ? p : pipedream_in_flight(p, stage);/  const int in_flight = pipedream_in_flight(p, stage);/' \
   'unit PipeDream.*'
+# Item 1: the versions kept counting only the current one, not those a later backward still uses.
+fault pipedream-versions-kept-forgets-later-uses pipeline/pipedream.cpp \
+  's/    change\[std::max(v + 1 < born.size() ? born\[v + 1\] : n, last_use\[v\])\]--;/    change[v + 1 < born.size() ? born[v + 1] : n]--;/' \
+  'unit PipeDream.VersionsKeptPerStage'
 # Item 2: a forward one update late: the reference's one stage with one update a step is no longer
 # the synchronous trainer.
 fault pipedream-forward-a-version-late pipeline/pipedream.cpp \
