@@ -63,8 +63,10 @@ std::string to_text(const std::vector<PipeDreamAction>& actions);
 std::vector<std::vector<PipeDreamAction>> pipedream_steps(const PipeDreamRule& rule, int p, int m, int steps,
                                                           int stage);
 // The most weight versions stage s holds at once over such a run: the current one and every older
-// one an action still to run uses (counted from the order, not from a formula). A run of at least
-// 2 + 2p / m steps reaches the steady state's count. With K = 1: p - s with stashing, 1 without.
+// one an action still to run uses (counted from the order, not from a formula). A run of
+// 4 + 4p / m steps reaches the steady state's count: 3 times as long a run kept no more for any
+// p <= 8, m in {1, 2, 3, 4, 8, 16}, K dividing m, each mode and stage (2026-11-27). With K = 1:
+// p - s with stashing, 1 without, p with vertical sync.
 int pipedream_versions_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage);
 
 // The run's lists with their sends and receives, per step: [step][stage]. Each is the 1F1B lowering

@@ -56,7 +56,7 @@ std::string pipedream_report(const TrainOptions& options, int world_size) {
   report += line + format_timeline(run, simulation, costs) + "\n";
   const Simulation flushed = simulate(make_all_schedules(ScheduleKind::one_f_one_b, p, m, 1), costs);
   const auto by_step = pipedream_step_schedules(p, m, shown);
-  // The versions are counted over a run long enough to pass the warm-up and reach the steady state.
+  // The versions are counted over a run long enough to reach the steady state (pipeline/pipedream.h).
   const int counted_steps = 4 + 4 * p / m;
   // Each stage's parameters, the size of one version: the model and split 1f1b would run (fp32: bf16
   // is refused, trainer/command_line/pipedream_options.h).
