@@ -55,10 +55,13 @@ TEST(PipeDream, VerticalSyncUsesStageZerosVersion) {
   EXPECT_EQ(step_texts(kVerticalSync, 2, 2, 2, 0), step_texts(kStashing, 2, 2, 2, 0));
 }
 
-// K = 2 on 4 stages: an update after every second backward, so F(k) on stage 0 uses
-// floor(max(0, k - 3) / 2), and each step of 4 microbatches ends with the update of its last B.
-TEST(PipeDream, FourStagesUpdatingEverySecondBackwardMatchHandDerivedOrder) {
+// K = 2: an update after every second backward, so F(k) on stage 0 uses floor(max(0, k - p + 1) / 2),
+// and each step ends with the update of its last B.
+TEST(PipeDream, UpdatingEverySecondBackwardMatchesHandDerivedOrders) {
   const PipeDreamRule rule{2, true, false};
+  EXPECT_EQ(step_texts(rule, 2, 2, 2, 0), (std::vector<std::string>{"F0@0 F1@0 B0@0 F2@0 B1@0 U1", "F3@1 B2@0 B3@1 U2"}));
+  EXPECT_EQ(step_texts(rule, 2, 2, 2, 1),
+            (std::vector<std::string>{"F0@0 B0@0 F1@0 B1@0 U1", "F2@1 B2@1 F3@1 B3@1 U2"}));
   EXPECT_EQ(step_texts(rule, 4, 4, 2, 0),
             (std::vector<std::string>{"F0@0 F1@0 F2@0 F3@0 B0@0 F4@0 B1@0 U1 F5@1 B2@0 F6@1 B3@0 U2",
                                       "F7@2 B4@0 B5@1 U3 B6@1 B7@2 U4"}));
