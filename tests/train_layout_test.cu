@@ -67,9 +67,19 @@ TEST(TrainLayout, InterleavedMicrobatchesThatLeaveAShortLastGroupFailOnEveryRank
                       "the interleaved schedule needs --microbatches at least --pp 4; got 2: use 4 or more");
 }
 
+// The asynchronous pipeline (issue 37): a rule the schedule refuses, found by every rank in the
+// --print-schedule report, and a run, whose executor is not built yet.
+TEST(TrainLayout, PipeDreamRefusalsFailOnEveryRank) {
+  expect_layout_error("--schedule pipedream --print-schedule --grad-clip 0 --update-every 3",
+                      "--update-every 3 must divide --microbatches 4 (an update may not straddle the end of a step, "
+                      "where checkpoints are written)");
+  expect_layout_error("--schedule pipedream --grad-clip 0",
+                      "--schedule pipedream runs with --print-schedule only: its executor is not built yet (issue 37)");
+}
+
 TEST(TrainLayout, UnknownScheduleFailsOnEveryRank) {
   expect_layout_error("--schedule zigzag",
-                      "--schedule zigzag is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved|dualpipev");
+                      "--schedule zigzag is not one of afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved|dualpipev|pipedream");
 }
 
 TEST(TrainLayout, ZeroBubbleVWithFewerLayersThanChunksFailsOnEveryRank) {

@@ -1201,6 +1201,41 @@ fault trace-svg-rows-by-track-index tools/trace_svg.py \
   's/        row_id = row_id_of(track_name(key, replicas, names))/        row_id = "stage_%d" % key[1]/' \
   'py:trace_test Trace.TensorParallelRanksHaveTheirOwnTracks'
 
+# h37b: issue 37 items 1 and 5 (PipeDream's asynchronous pipeline as data; its options).
+# Item 1: a backward with stashing takes the latest weights instead of its forward's version.
+fault pipedream-backward-uses-latest-weights pipeline/pipedream.cpp \
+  's/  if (rule.weight_stashing) return pipedream_forward_version(rule, p, stage, microbatch);/  if (false) return 0;/' \
+  'unit PipeDream.*'
+# Item 1: a forward's message put in the receiving stage's step, not its sender's: the crossing
+# forward's send and receive would fall in different steps.
+fault pipedream-forward-message-in-the-receivers-step pipeline/pipedream.cpp \
+  's/    case ActionKind::send_forward: return step_of_forward(p, m, stage, a.microbatch);/    case ActionKind::send_forward: return step_of_forward(p, m, stage + 1, a.microbatch);/' \
+  'unit PipeDream.*'
+# Item 1: vertical sync taken as each stage's own forward version.
+fault pipedream-vertical-sync-ignored pipeline/pipedream.cpp \
+  's/  const int in_flight = rule.vertical_sync ? p : pipedream_in_flight(p, stage);/  const int in_flight = pipedream_in_flight(p, stage);/' \
+  'unit PipeDream.*'
+# Item 1: the versions kept counting only the current one, not those a later backward still uses.
+fault pipedream-versions-kept-forgets-later-uses pipeline/pipedream.cpp \
+  's/    change\[std::max(v + 1 < born.size() ? born\[v + 1\] : n, last_use\[v\])\]--;/    change[v + 1 < born.size() ? born[v + 1] : n]--;/' \
+  'unit PipeDream.VersionsKeptPerStage'
+# Item 2: a forward one update late: the reference's one stage with one update a step is no longer
+# the synchronous trainer.
+fault pipedream-forward-a-version-late pipeline/pipedream.cpp \
+  's/  return std::max(0, microbatch - in_flight + 1) \/ rule.update_every;/  return std::max(0, microbatch - in_flight) \/ rule.update_every;/' \
+  'unit PipeDreamReference.*'
+# Item 5: --update-every not dividing --microbatches, and vertical sync without stashing, accepted.
+fault pipedream-update-every-not-dividing-accepted pipeline/pipedream.cpp \
+  's/  if (rule.update_every < 1 || m % rule.update_every != 0)/  if (rule.update_every < 1)/' \
+  'unit PipeDreamReport.*'
+fault pipedream-vertical-sync-without-stashing-accepted pipeline/pipedream.cpp \
+  's/  if (rule.vertical_sync \&\& !rule.weight_stashing)/  if (false)/' \
+  'unit PipeDreamReport.*'
+# Item 5: global-norm clipping accepted without vertical sync.
+fault pipedream-clipping-without-vertical-sync-accepted trainer/command_line/pipedream_options.cpp \
+  's/  if (grad_clip > 0 \&\& !vertical_sync)/  if (false)/' \
+  'unit PipeDreamOptions.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

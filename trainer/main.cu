@@ -21,6 +21,7 @@
 #include "comm/host_exchange.h"
 #include "trainer/program/layout_advisor.h"
 #include "trainer/program/memory_report.h"
+#include "trainer/program/pipedream_report.h"
 #include "trainer/program/run.h"
 #include "trainer/program/schedule_report.h"
 
@@ -40,6 +41,11 @@ int train(int argc, char** argv) {
       const PlannedRun run = planned_run(options, options.world > 0 ? options.world : world.size);
       const std::string table = memory_table(run, plan_run_memory(run));
       if (out) std::printf("%s", table.c_str());
+      return 0;
+    }
+    if (options.schedule == "pipedream") {  // --print-schedule only (trainer/command_line/pipedream_options.h)
+      const std::string report = pipedream_report(options, world.size);
+      if (out) std::printf("%s", report.c_str());
       return 0;
     }
     if (options.plan_layouts) {

@@ -5,6 +5,7 @@
 #include "trainer/command_line/layer_split_options.h"
 #include "trainer/command_line/document_options.h"
 #include "trainer/command_line/option_values.h"
+#include "trainer/command_line/pipedream_options.h"
 #include "trainer/command_line/tensor_parallel_options.h"
 
 #include <algorithm>
@@ -222,8 +223,14 @@ const std::vector<OptionSpec>& option_table() {
       int_option("tp", &O::tp, kAtLeastOne, "tensor-parallel ranks per stage (must divide the heads, 4 C and Vp)"),
       choice_option("schedule", &O::schedule,
                     {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "looped-bfs",
-                     "zb-interleaved", "dualpipev"},
+                     "zb-interleaved", "dualpipev", "pipedream"},
                     "pipeline schedule"),
+      int_option("update-every", &O::update_every, kAtLeastOne,
+                 "pipedream: backwards per weight update (must divide --microbatches)"),
+      choice_option("weight-stashing", &O::weight_stashing, {"on", "off"},
+                    "pipedream: a backward uses its forward's weights (on) or the latest (off)"),
+      switch_option("vertical-sync", &O::vertical_sync,
+                    "pipedream: every stage uses, for a microbatch, the weight version stage 0 used"),
       string_option("schedule-file", "FILE", &O::schedule_file,
                     "run the compute grid in FILE (as --print-schedule prints it) instead of --schedule"),
       int_option("virtual-stages", &O::virtual_stages, kAtLeastOne,
@@ -265,6 +272,19 @@ const OptionSpec* find_option(std::string_view name) {
     if (spec.name == name) return &spec;
   }
   return nullptr;
+}
+
+// The options given that --schedule pipedream does not run with yet (trainer/command_line/pipedream_options.h).
+std::vector<std::string> pipedream_not_built(const TrainOptions& options) {
+  std::vector<std::string> named;
+  if (options.dp > 1) named.push_back("--dp " + std::to_string(options.dp));
+  if (options.tp > 1) named.push_back("--tp " + std::to_string(options.tp));
+  if (options.zero == 1) named.push_back("--zero 1");
+  if (options.dtype == "bf16") named.push_back("--dtype bf16");
+  for (const char* name : {"recompute", "save", "resume", "init", "documents", "print-memory", "trace"})
+    if (options.given.count(name)) named.push_back(std::string("--") + name);
+  if (options.layers_per_stage_auto) named.push_back("--layers-per-stage auto");
+  return named;
 }
 
 // Checks between options, once all are parsed.
@@ -318,6 +338,8 @@ void check_consistency(const TrainOptions& options) {
   check_layer_split_options(options.layers_per_stage_auto, !options.pipeline_layout.empty(), options.plan_layouts,
                             options.print_memory);
   check_tensor_parallel_options(options.tp, options.plan_layouts);
+  check_pipedream_options(options.schedule == "pipedream", options.vertical_sync, options.grad_clip,
+                          options.print_schedule, pipedream_not_built(options), options.given);
   check_document_options(options.documents, options.seq_len_warmup, options.seq_len_warmup_start, options.seq_len,
                          options.tp, options.given);
   if (options.given.count("schedule-costs") && !options.print_schedule)

@@ -61,11 +61,15 @@ struct TrainOptions {
   int pp = 0;                     // pipeline stages; 0: world size / dp
   int dp = 1;                     // data-parallel replicas
   int tp = 1;                     // tensor-parallel ranks per stage (issue 33: world = dp x tp x pp)
-  std::string schedule = "1f1b";  // afab | 1f1b | interleaved | zb-h1 | zb-h2 | zb-v | v-half | v-min | looped-bfs | zb-interleaved | dualpipev
+  std::string schedule = "1f1b";  // afab | 1f1b | interleaved | zb-h1 | zb-h2 | zb-v | v-half | v-min | looped-bfs | zb-interleaved | dualpipev | pipedream
   std::string schedule_file;      // a compute grid to run instead of --schedule (pipeline/schedule_file.h)
   int virtual_stages = 1;         // model chunks per rank (interleaved; zb-v runs 2)
   int microbatch_group = 0;       // interleaved: microbatches each chunk runs in a row (N); 0: pp
   bool recompute = false;
+  // PipeDream's asynchronous pipeline (issue 37, trainer/command_line/pipedream_options.h)
+  int update_every = 1;                 // backwards per update (K)
+  std::string weight_stashing = "on";   // on | off: a backward uses its forward's weights, or the latest
+  bool vertical_sync = false;           // every stage uses stage 0's version for a microbatch
   int zero = 0;  // 1: ZeRO-1, the optimizer state sharded over the dp replicas (docs/pipeline.md)
   std::vector<int> layers_per_stage;  // empty: an even split
   bool layers_per_stage_auto = false;  // --layers-per-stage auto: measured (trainer/program/auto_layer_split.h)

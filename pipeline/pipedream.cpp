@@ -1,0 +1,188 @@
+// PipeDream's asynchronous pipeline as data (pipeline/pipedream.h): the rule's weight versions,
+// each stage's run-long 1F1B order with its updates, cut into steps, and its lowering to sends and
+// receives that never cross a step.
+#include "pipeline/pipedream.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include "pipeline/schedule.h"
+
+namespace {
+
+int step_of_backward(int m, int microbatch) { return microbatch / m; }
+
+// The step in which stage s runs its forward of microbatch k: F(k) follows B(k - w_s), so it is in
+// the step of B(k - w_s + 1) (the first step during the warm-up).
+int step_of_forward(int p, int m, int stage, int microbatch) {
+  return std::max(0, microbatch - pipedream_in_flight(p, stage) + 1) / m;
+}
+
+// The step of a send or receive: the sending stage's step of the compute that produces the tensor.
+int step_of_message(int p, int m, int stage, const Action& a) {
+  switch (a.kind) {
+    case ActionKind::send_forward: return step_of_forward(p, m, stage, a.microbatch);
+    case ActionKind::recv_forward: return step_of_forward(p, m, stage - 1, a.microbatch);
+    default: return step_of_backward(m, a.microbatch);
+  }
+}
+
+// Stage s's order for the whole run, not cut into steps.
+std::vector<PipeDreamAction> run_order(const PipeDreamRule& rule, int p, int m, int steps, int stage) {
+  std::vector<PipeDreamAction> order;
+  int backwards = 0;
+  for (const Action& a : one_f_one_b_order(p, m * steps, stage)) {
+    if (a.kind == ActionKind::forward) {
+      order.push_back({PipeDreamKind::forward, a.microbatch, pipedream_forward_version(rule, p, stage, a.microbatch)});
+      continue;
+    }
+    order.push_back({PipeDreamKind::backward, a.microbatch, pipedream_backward_version(rule, p, stage, a.microbatch)});
+    if (++backwards % rule.update_every == 0) order.push_back({PipeDreamKind::update, -1, backwards / rule.update_every});
+  }
+  return order;
+}
+
+}  // namespace
+
+void check_pipedream(const PipeDreamRule& rule, int p, int m, int steps) {
+  check_pipeline_stage(p, m, 0);
+  if (steps < 1) throw std::runtime_error("pipedream needs at least one step; got " + std::to_string(steps));
+  if (rule.update_every < 1 || m % rule.update_every != 0)
+    throw std::runtime_error("--update-every " + std::to_string(rule.update_every) + " must divide --microbatches " +
+                             std::to_string(m) + " (an update may not straddle the end of a step, where checkpoints are written)");
+  if (rule.vertical_sync && !rule.weight_stashing)
+    throw std::runtime_error("--vertical-sync needs --weight-stashing on (a backward must find the version its forward used)");
+}
+
+int pipedream_in_flight(int p, int stage) { return p - stage; }
+
+int pipedream_forward_version(const PipeDreamRule& rule, int p, int stage, int microbatch) {
+  const int in_flight = rule.vertical_sync ? p : pipedream_in_flight(p, stage);
+  return std::max(0, microbatch - in_flight + 1) / rule.update_every;
+}
+
+int pipedream_backward_version(const PipeDreamRule& rule, int p, int stage, int microbatch) {
+  if (rule.weight_stashing) return pipedream_forward_version(rule, p, stage, microbatch);
+  return microbatch / rule.update_every;
+}
+
+std::string to_text(const PipeDreamAction& action) {
+  switch (action.kind) {
+    case PipeDreamKind::forward: return "F" + std::to_string(action.microbatch) + "@" + std::to_string(action.version);
+    case PipeDreamKind::backward: return "B" + std::to_string(action.microbatch) + "@" + std::to_string(action.version);
+    case PipeDreamKind::update: return "U" + std::to_string(action.version);
+  }
+  throw std::logic_error("unknown PipeDreamKind");
+}
+
+std::string to_text(const std::vector<PipeDreamAction>& actions) {
+  std::string text;
+  for (const PipeDreamAction& a : actions) text += (text.empty() ? "" : " ") + to_text(a);
+  return text;
+}
+
+std::vector<std::vector<PipeDreamAction>> pipedream_steps(const PipeDreamRule& rule, int p, int m, int steps,
+                                                          int stage) {
+  check_pipedream(rule, p, m, steps);
+  check_pipeline_stage(p, m, stage);
+  std::vector<std::vector<PipeDreamAction>> cut(steps);
+  int step = 0;
+  for (const PipeDreamAction& a : run_order(rule, p, m, steps, stage)) {
+    cut[step].push_back(a);
+    // The cut: after B((t + 1) m - 1)'s update (K divides m, so every step ends with one).
+    const bool ends_step = a.kind == PipeDreamKind::update && a.version * rule.update_every % m == 0;
+    if (ends_step && step + 1 < steps) step++;
+  }
+  return cut;
+}
+
+int pipedream_versions_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage) {
+  std::vector<PipeDreamAction> order;
+  for (const auto& step : pipedream_steps(rule, p, m, steps, stage)) order.insert(order.end(), step.begin(), step.end());
+  // After action i, version v is held when its update has run (v = 0: from the start) and it is
+  // still the current one or an action after i uses it: from born[v] to before max(born[v + 1],
+  // last_use[v]). One pass over those intervals, not a search of the rest of the order per action.
+  const int n = static_cast<int>(order.size());
+  std::vector<int> born = {0}, last_use = {-1};
+  for (int i = 0; i < n; i++) {
+    if (order[i].kind == PipeDreamKind::update) {
+      born.push_back(i);
+      last_use.push_back(-1);
+    } else {
+      last_use[order[i].version] = std::max(last_use[order[i].version], i);
+    }
+  }
+  std::vector<int> change(n + 1, 0);
+  for (size_t v = 0; v < born.size(); v++) {
+    change[born[v]]++;
+    change[std::max(v + 1 < born.size() ? born[v + 1] : n, last_use[v])]--;
+  }
+  int held = 0, most = 1;
+  for (int i = 0; i < n; i++) most = std::max(most, held += change[i]);
+  return most;
+}
+
+std::vector<std::vector<StageSchedule>> pipedream_step_schedules(int p, int m, int steps) {
+  check_pipedream({}, p, m, steps);
+  const Placement ring{PlacementKind::ring, p, 1};
+  std::vector<std::vector<StageSchedule>> by_step(steps, std::vector<StageSchedule>(p));
+  for (int s = 0; s < p; s++) {
+    int current = 0;  // the step of the last compute so far
+    for (const Step& step : add_communication(one_f_one_b_order(p, m * steps, s), ring, s)) {
+      if (is_compute(step)) {
+        const Action& a = step[0];
+        current = a.kind == ActionKind::forward ? step_of_forward(p, m, s, a.microbatch) : step_of_backward(m, a.microbatch);
+        by_step[current][s].push_back(step);
+        continue;
+      }
+      // A group goes to the step of its messages: 1F1B posts each forward's receive right after the
+      // receiving stage's backward of microbatch k - w_s + 1, which is in the sender's step of F(k).
+      // In a cool-down longer than a step (m < p - 1) a group can join a gradient's send of one step
+      // with the next gradient's receive: it splits in two, the second part opening the next step.
+      std::map<int, Step> parts;
+      for (const Action& a : step) parts[step_of_message(p, m, s, a)].push_back(a);
+      for (const auto& [u, part] : parts) {
+        if (u < current) throw std::logic_error("pipedream: " + to_text(part) + " falls before its step");
+        current = u;
+        by_step[current][s].push_back(part);
+      }
+    }
+  }
+  return by_step;
+}
+
+std::vector<StageSchedule> pipedream_run_schedules(int p, int m, int steps) {
+  std::vector<StageSchedule> run(p);
+  for (const std::vector<StageSchedule>& step : pipedream_step_schedules(p, m, steps))
+    for (int s = 0; s < p; s++) run[s].insert(run[s].end(), step[s].begin(), step[s].end());
+  return run;
+}
+
+std::string format_pipedream(const PipeDreamRule& rule, int p, int m, int steps) {
+  std::vector<std::vector<std::vector<PipeDreamAction>>> stages;  // [stage][step]
+  size_t width = 0;
+  for (int s = 0; s < p; s++) {
+    stages.push_back(pipedream_steps(rule, p, m, steps, s));
+    for (const auto& step : stages.back())
+      for (const PipeDreamAction& a : step) width = std::max(width, to_text(a).size());
+  }
+  const std::string label = "stage " + std::to_string(p - 1);
+  std::string text;
+  for (int t = 0; t < steps; t++) {
+    text += "step " + std::to_string(t + 1) + ":\n";
+    for (int s = 0; s < p; s++) {
+      std::string row = "stage " + std::to_string(s);
+      row.resize(label.size(), ' ');
+      row += " |";
+      for (const PipeDreamAction& a : stages[s][t]) {
+        std::string cell = to_text(a);
+        cell.resize(width, ' ');
+        row += " " + cell;
+      }
+      while (!row.empty() && row.back() == ' ') row.pop_back();
+      text += row + "\n";
+    }
+  }
+  return text;
+}

@@ -1,0 +1,80 @@
+// PipeDream's asynchronous pipeline (Narayanan et al., "PipeDream: Generalized Pipeline Parallelism
+// for DNN Training", SOSP 2019) as data: 1F1B without a flush, each stage updating its weights after
+// every K-th backward, and which weight version each forward and backward uses (docs/pipeline.md,
+// "The asynchronous pipeline", derives the rule).
+//
+// Microbatches are numbered k = 0, 1, ... over the whole run. Stage s of p keeps w_s = p - s of them
+// in flight and runs 1F1B once for the run: F0 .. F(w_s - 1), then B(j), F(j + w_s), B(j + 1), ...
+// A version is the number of updates the stage has applied; an update U(v) runs after the stage's
+// (v K)-th backward. Then, for microbatch k on stage s:
+//   forward, with or without stashing      floor(max(0, k - w_s + 1) / K)   (the B's run before it)
+//   backward, weight stashing (default)    the forward's version
+//   backward, --weight-stashing off        floor(k / K), the latest (Pipelined BP's delayed updates)
+//   both, --vertical-sync                  stage 0's forward version, floor(max(0, k - p + 1) / K)
+//
+// Steps: a step of m microbatches is a unit of logging and checkpoints, not a flush. Each stage's
+// run-long list is cut after its backward of microbatch (t + 1) m - 1 (and the update after it), so
+// the warm-up falls in the first step and the cool-down in the last. The forward of microbatch
+// (t + 1) m + w_s - 2 ends step t on stage s, but stage s + 1 runs it in step t + 1. Its message is
+// received at the end of step t on stage s + 1, in the group 1F1B posts there anyway with the
+// gradient of the step's last backward, and the activation waits in its slot for the next step. So
+// every send and its receive fall in the same step on both ranks, a step's one host wait never waits
+// on a peer's next step (a GPU's large ncclSend completes only when the receive is posted), and no
+// stage idles at a step's end. Posting the send at the start of the next step instead would hold
+// stage s + 1 for one backward at every step's end (2 of 26 time units a step at p = 4, m = 8, with
+// B = 2 F: tests/pipedream_test.cu's simulation).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipeline/action.h"
+
+struct PipeDreamRule {
+  int update_every = 1;         // K: backwards per update
+  bool weight_stashing = true;  // a backward uses its forward's version
+  bool vertical_sync = false;   // every stage uses stage 0's forward version (needs stashing)
+};
+
+// Throws std::runtime_error with one line when p, m or steps is below 1, K does not divide m
+// (an update would straddle a step's end, where checkpoints are written), or vertical sync is
+// asked for without weight stashing.
+void check_pipedream(const PipeDreamRule& rule, int p, int m, int steps);
+
+// w_s = p - s: the microbatches stage s holds between its forward and its backward.
+int pipedream_in_flight(int p, int stage);
+// The weight version (updates applied) microbatch k's forward and backward use on stage s.
+int pipedream_forward_version(const PipeDreamRule& rule, int p, int stage, int microbatch);
+int pipedream_backward_version(const PipeDreamRule& rule, int p, int stage, int microbatch);
+
+enum class PipeDreamKind { forward, backward, update };
+struct PipeDreamAction {
+  PipeDreamKind kind;
+  int microbatch;  // -1 for an update
+  int version;     // the weights used (F, B), or the version an update makes (U)
+  bool operator==(const PipeDreamAction&) const = default;
+};
+// "F5@2" (the forward of microbatch 5 with version 2), "B3@1", "U2" (the update that makes version 2);
+// a list joins its actions with spaces.
+std::string to_text(const PipeDreamAction& action);
+std::string to_text(const std::vector<PipeDreamAction>& actions);
+
+// Stage s's actions over a run of `steps` steps of m microbatches, cut into steps (index = step).
+std::vector<std::vector<PipeDreamAction>> pipedream_steps(const PipeDreamRule& rule, int p, int m, int steps,
+                                                          int stage);
+// The most weight versions stage s holds at once over such a run: the current one and every older
+// one an action still to run uses (counted from the order, not from a formula). A run of
+// 4 + 4p / m steps reaches the steady state's count: 3 times as long a run kept no more for any
+// p <= 8, m in {1, 2, 3, 4, 8, 16}, K dividing m, each mode and stage (2026-11-27). With K = 1:
+// p - s with stashing, 1 without, p with vertical sync.
+int pipedream_versions_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage);
+
+// The run's lists with their sends and receives, per step: [step][stage]. Each is the 1F1B lowering
+// (pipeline/schedule.h's add_communication) of the run-long order, cut as the top says.
+std::vector<std::vector<StageSchedule>> pipedream_step_schedules(int p, int m, int steps);
+// The same lists joined per stage: the whole run as the simulator takes it (pipeline/simulate.h).
+std::vector<StageSchedule> pipedream_run_schedules(int p, int m, int steps);
+
+// The --print-schedule text: each stage's actions with versions, step by step, and the versions
+// each stage keeps.
+std::string format_pipedream(const PipeDreamRule& rule, int p, int m, int steps);

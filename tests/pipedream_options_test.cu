@@ -1,0 +1,57 @@
+// The options of PipeDream's asynchronous pipeline (trainer/command_line/pipedream_options.h)
+// refused in one line: the rule's options without the schedule, values out of range, clipping
+// without vertical sync, what pipedream does not run with yet, and a run without --print-schedule
+// (the rule's own errors: tests/pipedream_report_test.cu). Host code only; runs in both builds.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/options_parsing.h"
+
+namespace {
+
+// pipedream's --print-schedule with clipping off: the options every refusal below adds one to.
+std::vector<std::string> pipedream(std::vector<std::string> more) {
+  std::vector<std::string> arguments = {"--schedule", "pipedream", "--print-schedule", "--grad-clip", "0"};
+  arguments.insert(arguments.end(), more.begin(), more.end());
+  return arguments;
+}
+
+}  // namespace
+
+TEST(PipeDreamOptions, AreTakenWithThePrintedSchedule) {
+  const TrainOptions options = parse(pipedream({"--update-every", "2", "--weight-stashing", "off"}));
+  EXPECT_EQ(options.update_every, 2);
+  EXPECT_EQ(options.weight_stashing, "off");
+  EXPECT_FALSE(options.vertical_sync);
+  EXPECT_TRUE(parse({"--schedule", "pipedream", "--print-schedule", "--vertical-sync"}).vertical_sync);
+}
+
+TEST(PipeDreamOptions, RuleOptionsNeedThePipeDreamSchedule) {
+  EXPECT_EQ(error_of({"--update-every", "2"}), "--update-every needs --schedule pipedream");
+  EXPECT_EQ(error_of({"--weight-stashing", "off"}), "--weight-stashing needs --schedule pipedream");
+  EXPECT_EQ(error_of({"--schedule", "zb-h1", "--vertical-sync"}), "--vertical-sync needs --schedule pipedream");
+}
+
+TEST(PipeDreamOptions, BadValuesAreRefusedInOneLine) {
+  EXPECT_EQ(error_of(pipedream({"--update-every", "0"})), "--update-every 0 is out of range (must be at least 1)");
+  EXPECT_EQ(error_of(pipedream({"--weight-stashing", "maybe"})), "--weight-stashing maybe is not one of on|off");
+  EXPECT_EQ(error_of({"--schedule", "pipedream", "--print-schedule"}),
+            "--schedule pipedream clips the global gradient norm only with --vertical-sync (without it a stage "
+            "would wait for stage 0 at every update): add --vertical-sync or --grad-clip 0");
+}
+
+TEST(PipeDreamOptions, WhatIsNotBuiltYetIsRefusedByName) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--dp", "2"}, "--dp 2"},           {{"--tp", "2"}, "--tp 2"},
+      {{"--zero", "1"}, "--zero 1"},       {{"--dtype", "bf16"}, "--dtype bf16"},
+      {{"--recompute"}, "--recompute"},    {{"--save", "m.bin"}, "--save"},
+      {{"--resume", "m.bin"}, "--resume"}, {{"--init", "m.bin"}, "--init"},
+      {{"--documents"}, "--documents"},    {{"--layers-per-stage", "auto"}, "--layers-per-stage auto"},
+      {{"--trace", "t.json"}, "--trace"},  {{"--print-memory"}, "--print-memory"}};
+  for (const auto& [more, option] : cases)
+    EXPECT_EQ(error_of(pipedream(more)), "--schedule pipedream does not run with " + option + " yet (issue 37)");
+  EXPECT_EQ(error_of({"--schedule", "pipedream", "--grad-clip", "0"}),
+            "--schedule pipedream runs with --print-schedule only: its executor is not built yet (issue 37)");
+}
