@@ -8,7 +8,7 @@ void check_schedule_runs_tensor_parallel(const PipelineSchedule& schedule, int t
   for (const StageSchedule& stage : schedule.stages)
     for (const Step& step : stage)
       for (const Action& a : step)
-        if (a.kind == ActionKind::backward_input || a.overlapped)
-          throw std::runtime_error(name + (a.overlapped ? " overlaps a forward with a backward" : " splits the backward into I and W") +
-                                   ": not with --tp " + std::to_string(tp) + " yet (issue 33)");
+        if (a.overlapped)
+          throw std::runtime_error(name + " overlaps a forward with a backward: not with --tp " + std::to_string(tp) +
+                                   " yet (issue 33)");
 }
