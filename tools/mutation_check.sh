@@ -394,7 +394,7 @@ fault zero-one-replica-without-the-note trainer/program/run.cpp \
 # The NCCL calls counted by kind (cpu/runtime/call_counts.h, tools/step_counts' "nccl:" line): a
 # broadcast counted as a reduce.
 fault nccl-broadcast-counted-as-a-reduce cpu/nccl/nccl_operations.cpp \
-  's/cpu::count_nccl_call(cpu::NcclCall::broadcast, /cpu::count_nccl_call(cpu::NcclCall::reduce, /' \
+  's/count_call(comm, cpu::NcclCall::broadcast, /count_call(comm, cpu::NcclCall::reduce, /' \
   'cpumpi4 DataParallelBuckets.*'
 # Issue 29 item 5 (tests rewritten not to depend on the machine's load): they still catch what they
 # guard: a waiting rank that spins, transfers that wait for the computes.
@@ -1208,6 +1208,17 @@ fault split-backward-embedding-of-the-whole-vocabulary model/gpt_split_backward.
 fault weight-step-without-the-tensor-parallel-run pipeline/execute_steps.cu \
   's/e.cublas, e.stream, reports, e.tensor_parallel);/e.cublas, e.stream, reports);/' \
   'mpi4 TensorParallelLayouts.ZeroBubbleH1OnTwoTpRanksTimesTwoStagesGivesTheSingleProcess'
+
+# h33f: issue 33 item 7 (the tp communicator's calls and bytes in step_counts, derived by hand).
+# The loss's two sums (the exponentials' and the target logits') made as two all-reduces, not
+# one of 2 B T: the same losses, one call more a microbatch.
+fault loss-sums-in-two-tp-all-reduces model/vocab_parallel.cu \
+  's/  allreduce_tensor_parallel(groups, row_exp_sum, 2 \* BT, type, ncclSum, stream);/  allreduce_tensor_parallel(groups, row_exp_sum, BT, type, ncclSum, stream); allreduce_tensor_parallel(groups, target_logit, BT, type, ncclSum, stream);/' \
+  'cpumpi4 TensorParallelCounts.*'
+# A communicator's own count leaves out the bytes of its calls.
+fault communicator-counts-no-bytes cpu/nccl/nccl_operations.cpp \
+  's/  comm->counted.bytes += bytes;/  comm->counted.bytes += 0;/' \
+  'cpumpi4 TensorParallelCounts.*'
 
 # ---- running ----
 
