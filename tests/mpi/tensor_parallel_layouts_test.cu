@@ -2,8 +2,8 @@
 // -np 4, tp 2 x pp 2, tp 4 and dp 2 x tp 2 in fp32, and tp 2 x pp 2 and dp 2 x tp 2 in bf16, each
 // train a small GPT (L = 2, NH = 4, C = 16, T = 8, V = 100, Vp = 128, B = 2, 1F1B) for three
 // clipped steps from the same initialisation as the single process of the same element type and
-// global batch, which every rank runs itself; so do tp 2 x pp 2 with zb-h1, zb-v (L = 4),
-// recompute and the fused attention (C = 64), and, under -np 8, dp 2 x tp 2 x pp 2. Checked:
+// global batch, which every rank runs itself; so do tp 2 x pp 2 with zb-h1, zb-v and dualpipev
+// (L = 4), recompute and the fused attention (C = 64), and, under -np 8, dp 2 x tp 2 x pp 2. Checked:
 //  - the checkpoint's gather of the tp ranks' slices (trainer/checkpoints/gather_model.h) gives
 //    back, on world rank 0, the uploaded model bitwise (in bf16 rounded to nearest, as the upload
 //    rounds): every slice is placed where it was cut;
@@ -245,6 +245,12 @@ TEST(TensorParallelLayouts, RecomputeOnTwoTpRanksTimesTwoStagesGivesTheSinglePro
 // zb-h1's split backward (its I runs the fused attention's backward).
 TEST(TensorParallelLayouts, FusedAttentionOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
   expect_layout_matches_single_process<float>(1, 2, 2, {ScheduleKind::zb_h1, 2, true, AttentionKind::fused});
+}
+// DualPipeV's overlapped pairs: a pair's backward issues its tp all-reduces on the second compute
+// stream, after the forward's in the rank's one NCCL order (comm/nccl_order.h), alike on every tp
+// rank.
+TEST(TensorParallelLayouts, DualPipeVOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 2, {ScheduleKind::dual_pipe_v, 4});
 }
 // Every axis at once, under mpirun -np 8 (tools/run_tests.sh's np 8 mode; -np 4 leaves it out).
 TEST(TensorParallelLayouts, TwoReplicasOfTwoTpRanksTimesTwoStagesGiveTheSingleProcess) {

@@ -4,6 +4,5 @@
 #include <string>
 
 // Throws std::runtime_error with one line naming the option that --tp tp > 1 does not run with:
-// --plan-layouts. The split-backward and overlapped-pair schedules are refused by check_layout,
-// which sees a schedule file's grid too (pipeline/tensor_parallel_schedule.h).
+// --plan-layouts. Every schedule runs at tp > 1 (docs/pipeline.md, "Tensor parallelism").
 void check_tensor_parallel_options(int tp, bool plan_layouts);
