@@ -475,13 +475,13 @@ fault layout-advisor-changes-the-global-batch trainer/program/layout_advisor.cpp
   's/candidate.microbatches = global_microbatches \/ dp,/candidate.microbatches = options.microbatches,/' \
   'unit LayoutAdvisor.*'
 fault layout-advisor-head-costs-nothing trainer/program/layout_advisor.cpp \
-  's/chunk.has_head ? 2 \* tokens \* C \* config.padded_vocab_size : 0/0.0/' \
+  's/chunk.has_head ? 2 \* tokens \* C \* config.padded_vocab_size \/ tp : 0/0.0/' \
   'unit LayoutAdvisor.*'
 fault layout-advisor-latency-as-drawn trainer/program/layout_advisor.cpp \
   's/if (measured != std::string::npos) {/if (false) {/' \
   'unit LayoutAdvisor.*'
 fault layout-advisor-command-keeps-the-users-schedule trainer/program/layout_advisor.cpp \
-  's/{"pp", "dp", "schedule", /{"pp", "dp", /' \
+  's/{"pp", "dp", "tp", "schedule", /{"pp", "dp", "tp", /' \
   'unit LayoutAdvisor.*'
 fault plan-layouts-accepts-world-zero trainer/command_line/options.cpp \
   's/int_option("world", \&O::world, kAtLeastOne,/int_option("world", \&O::world, kAtLeastZero,/' \
@@ -1221,6 +1221,16 @@ fault loss-sums-in-two-tp-all-reduces model/vocab_parallel.cu \
 fault communicator-counts-no-bytes cpu/nccl/nccl_operations.cpp \
   's/  comm->counted.bytes += bytes;/  comm->counted.bytes += 0;/' \
   'cpumpi4 TensorParallelCounts.*'
+
+# h33f: issue 33 (--plan-layouts with a tp axis: a tp rank's FLOPs and its all-reduces' cost).
+# The tp all-reduces' bytes cost nothing (their latency alone): the largest tp wins.
+fault advisor-tp-bytes-cost-nothing trainer/program/layout_advisor.cpp \
+  's/  return calls \* rates.latency + 2.0 \* (tp - 1) \/ tp \* bytes \* rates.tp_byte;/  return calls * rates.latency;/' \
+  'unit LayoutAdvisor.*'
+# A tp rank's matmuls counted whole, not a tp-th.
+fault advisor-tp-rank-runs-the-whole-matmuls trainer/program/layout_advisor.cpp \
+  's/const double matmuls = 24 \* tokens \* C \* C \/ tp,/const double matmuls = 24 * tokens * C * C,/' \
+  'unit LayoutAdvisor.*'
 
 # ---- running ----
 
