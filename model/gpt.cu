@@ -26,17 +26,6 @@ using namespace gpt_internal;
 
 namespace {
 
-// The sizes a tp rank's buffers are cut to: the attention on NH / tp heads of C / tp channels, the
-// MLP's hidden layer of 4C / tp, the logits' Vp / tp vocabulary columns.
-struct LocalSizes {
-  size_t C, NH, hidden, Vp;
-};
-LocalSizes local_sizes(const GPTConfig& config, int tp) {
-  check_tensor_parallel_sizes(tp, config.num_heads, config.channels, config.padded_vocab_size);
-  return {size_t(config.channels / tp), size_t(config.num_heads / tp), size_t(4 * config.channels / tp),
-          size_t(config.padded_vocab_size / tp)};
-}
-
 template <typename Element>
 Activations<Element> point_activations(void* memory, const GPTConfig& config, int B, int T, const LayerRange& range,
                                        int tp, AttentionKind attention) {
@@ -130,29 +119,6 @@ BackwardScratch<Element> point_backward_scratch(void* memory, const GPTConfig& c
   }
   scratch.bytes = carve.bytes();
   return scratch;
-}
-
-// The groups the tensor-parallel layers are given: the run's, or with tp = 1 a stand-in whose mesh
-// says tp 1, with which the layers are today's kernels and call no collective.
-const CommGroups& layer_groups(const TensorParallelRun& tp) {
-  static const CommGroups single = [] {
-    CommGroups groups{};
-    groups.mesh.tp = 1;
-    return groups;
-  }();
-  return tp.groups ? *tp.groups : single;
-}
-
-void check_tensor_parallelism(int made_for, const TensorParallelRun& tp, const std::string& where) {
-  if (made_for != tp.tp())
-    throw std::runtime_error(where + ": buffers made for tp " + std::to_string(made_for) + ", run at tp " +
-                             std::to_string(tp.tp()));
-}
-
-// The tied output projection, lnf (B T, C) -> the rank's logits (B T, Vp / tp): column-parallel
-// over the vocabulary, the rank's wte rows as its weight.
-LinearSlice head_slice(const GPTConfig& config, const TensorParallelRun& tp) {
-  return column_parallel_slice(tp.tp(), tp.rank(), config.channels, config.padded_vocab_size);
 }
 
 }  // namespace

@@ -210,11 +210,14 @@ void gpt_backward(const GPTConfig& config, const LayerRange& range, const Parame
 // gradient, which the previous stage waits for, and W, the parameter gradients, which nobody
 // waits for. gpt_backward_input then gpt_backward_weight computes bitwise what gpt_backward
 // does: the same kernels on the same values, each gradient tensor receiving the same additions in
-// the same order (tp = 1 only: activations made for tp > 1 are refused in one line). Between the two a WeightGradientInputs holds everything W reads, copied or
-// written by I, so that I may give the microbatch's activations back at once: each linear
-// layer's input and output gradient, each LayerNorm's input, saved statistics and output
-// gradient, the embedding's tokens and output gradient. Per block that is 20 C + 4 values a
-// token (the activations hold 16 C + NH T + 4 and the attention's and MLP's forward buffers).
+// the same order, at any tp (tests/mpi/tensor_parallel_gpt_test.cu). With tp > 1 the
+// column-parallel layers' input-gradient all-reduces (and the head's) are I's, as the previous
+// stage waits for their sums; W communicates nothing (model/tensor_parallel_linear.h). Between
+// the two a WeightGradientInputs holds everything W reads, copied or written by I, so that I may
+// give the microbatch's activations back at once: each linear layer's input and output gradient,
+// each LayerNorm's input, saved statistics and output gradient, the embedding's tokens and output
+// gradient. Per block that is 20 C + 4 values a token, 8 C + 12 C / tp + 4 on a tp rank (the
+// activations hold 16 C + NH T + 4 and the attention's and MLP's forward buffers).
 template <typename Element>
 struct BlockWeightInputs {
   Element* ln1_input;              // (B, T, C)  the block's input x
@@ -222,16 +225,16 @@ struct BlockWeightInputs {
   Compute<Element>* ln1_rstd;      // (B, T)
   Element* dln1;                   // (B, T, C)  LayerNorm 1's output gradient
   Element* ln1;                    // (B, T, C)  the qkv projection's input
-  Element* dqkv;                   // (B, T, 3C) its output gradient
-  Element* attention_out;          // (B, T, C)  the attention projection's input
+  Element* dqkv;                   // (B, T, 3C / tp) its output gradient
+  Element* attention_out;          // (B, T, C / tp) the attention projection's input
   Element* dresidual2;             // (B, T, C)  its output gradient (the residual stream's at residual2)
   Element* residual2;              // (B, T, C)  LayerNorm 2's input
   Compute<Element>* ln2_mean;      // (B, T)
   Compute<Element>* ln2_rstd;      // (B, T)
   Element* dln2;                   // (B, T, C)  LayerNorm 2's output gradient
   Element* ln2;                    // (B, T, C)  the MLP's first layer's input
-  Element* dfch;                   // (B, T, 4C) its output gradient (through GELU's backward)
-  Element* fch_gelu;               // (B, T, 4C) the MLP projection's input
+  Element* dfch;                   // (B, T, 4C / tp) its output gradient (through GELU's backward)
+  Element* fch_gelu;               // (B, T, 4C / tp) the MLP projection's input
   Element* dresidual3;             // (B, T, C)  its output gradient (the residual stream's at residual3)
 };
 
@@ -241,6 +244,7 @@ struct WeightGradientInputs {
   size_t bytes;  // its size
   LayerRange range;
   int B, T;
+  int tp;             // the tensor parallelism they are sized for
   int* tokens;        // (B, T)  the embedding's (has_embedding only)
   Element* dencoded;  // (B, T, C) the embedding output's gradient (has_embedding only)
   std::vector<BlockWeightInputs<Element>> blocks;  // blocks[l - first_layer]
@@ -250,41 +254,43 @@ struct WeightGradientInputs {
   Compute<Element>* lnf_rstd;  // (B, T)
   Element* dlnf;               // (B, T, C)  its output gradient
   Element* lnf;                // (B, T, C)  the output projection's input
-  Element* dlogits;            // (B, T, Vp) its output gradient
+  Element* dlogits;            // (B, T, Vp / tp) its output gradient (the rank's vocabulary columns)
 };
 
-// Bytes of one WeightGradientInputs allocation (what create_weight_gradient_inputs allocates, exactly).
+// Bytes of one WeightGradientInputs allocation (what create_weight_gradient_inputs allocates,
+// exactly), for a rank of tp tensor-parallel ranks.
 template <typename Element>
-size_t weight_gradient_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range);
+size_t weight_gradient_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1);
 // Views into memory (weight_gradient_input_bytes of device memory the caller owns), or a new allocation.
 template <typename Element>
 WeightGradientInputs<Element> weight_gradient_inputs_at(void* memory, const GPTConfig& config, int B, int T,
-                                                        const LayerRange& range);
+                                                        const LayerRange& range, int tp = 1);
 template <typename Element>
 WeightGradientInputs<Element> create_weight_gradient_inputs(const GPTConfig& config, int B, int T,
-                                                            const LayerRange& range);
+                                                            const LayerRange& range, int tp = 1);
 template <typename Element>
 void destroy_weight_gradient_inputs(WeightGradientInputs<Element>& inputs);
 
 // I: as gpt_backward, without any parameter gradient: grad_input (B, T, C) = the gradient of
 // input (=) for a range without the embedding, and w (made for this range) filled (=) with what
 // gpt_backward_weight reads. acts, scratch, tokens, input and grad_output as for gpt_backward;
-// acts may be given back (or recomputed for another microbatch) once this is done.
+// acts may be given back (or recomputed for another microbatch) once this is done. tp as for
+// gpt_backward, acts, scratch and w made for its tp; collective over the tp ranks.
 template <typename Element>
 void gpt_backward_input(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
                         const Activations<Element>& acts, BackwardScratch<Element>& scratch, const int* tokens,
                         const Nullable<Element>* input, const Nullable<Element>* grad_output,
                         Nullable<Element>* grad_input, WeightGradientInputs<Element>& w, int B, int T,
-                        cublasHandle_t cublas, cudaStream_t stream);
+                        cublasHandle_t cublas, cudaStream_t stream, const TensorParallelRun& tp = {});
 
 // W: the range's parameter gradients from w, accumulated (+=) into grads and (the head's share of
 // wte's) into grad_wte_head, as gpt_backward does, calling layer_done as gpt_backward does. B and
-// T as given to gpt_backward_input.
+// T and tp as given to gpt_backward_input; no communication.
 template <typename Element>
 void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& grads,
                          Nullable<Element>* grad_wte_head, const WeightGradientInputs<Element>& w,
                          BackwardScratch<Element>& scratch, int B, int T, cublasHandle_t cublas, cudaStream_t stream,
-                         const LayerGradientsQueued& layer_done = {});
+                         const LayerGradientsQueued& layer_done = {}, const TensorParallelRun& tp = {});
 
 // grad_wte (Vp, C) += grad_wte_head (Vp, C): the tied embedding's two gradient shares,
 // added once per step in this fixed order, so every split of the model gives the same sum. A rank

@@ -1,12 +1,15 @@
 // What model/gpt.cu and model/gpt_split_backward.cu share: carving one allocation into views,
-// the checks every range function makes, and where a block's input is.
+// the checks every range function makes, where a block's input is, and a tp rank's sizes,
+// groups and head slice.
 #pragma once
 #include <stdexcept>
 #include <string>
 
+#include "comm/mesh.h"
 #include "kernels/attention.cuh"
 #include "kernels/fused_attention.cuh"
 #include "model/gpt.cuh"
+#include "model/tensor_parallel_linear.h"
 
 namespace gpt_internal {
 
@@ -37,6 +40,41 @@ inline std::string describe(const LayerRange& range) {
 inline bool same_range(const LayerRange& a, const LayerRange& b) {
   return a.first_layer == b.first_layer && a.end_layer == b.end_layer && a.has_embedding == b.has_embedding &&
          a.has_head == b.has_head;
+}
+
+// The sizes a tp rank's buffers are cut to: the attention on NH / tp heads of C / tp channels, the
+// MLP's hidden layer of 4C / tp, the logits' Vp / tp vocabulary columns.
+struct LocalSizes {
+  size_t C, NH, hidden, Vp;
+};
+inline LocalSizes local_sizes(const GPTConfig& config, int tp) {
+  check_tensor_parallel_sizes(tp, config.num_heads, config.channels, config.padded_vocab_size);
+  return {size_t(config.channels / tp), size_t(config.num_heads / tp), size_t(4 * config.channels / tp),
+          size_t(config.padded_vocab_size / tp)};
+}
+
+// The groups the tensor-parallel layers are given: the run's, or with tp = 1 a stand-in whose mesh
+// says tp 1, with which the layers are today's kernels and call no collective.
+inline const CommGroups& layer_groups(const TensorParallelRun& tp) {
+  static const CommGroups single = [] {
+    CommGroups groups{};
+    groups.mesh.tp = 1;
+    return groups;
+  }();
+  return tp.groups ? *tp.groups : single;
+}
+
+// Buffers (activations, scratch, weight-gradient inputs) run at the tp they were made for.
+inline void check_tensor_parallelism(int made_for, const TensorParallelRun& tp, const std::string& where) {
+  if (made_for != tp.tp())
+    throw std::runtime_error(where + ": buffers made for tp " + std::to_string(made_for) + ", run at tp " +
+                             std::to_string(tp.tp()));
+}
+
+// The tied output projection, lnf (B T, C) -> the rank's logits (B T, Vp / tp): column-parallel
+// over the vocabulary, the rank's wte rows as its weight.
+inline LinearSlice head_slice(const GPTConfig& config, const TensorParallelRun& tp) {
+  return column_parallel_slice(tp.tp(), tp.rank(), config.channels, config.padded_vocab_size);
 }
 
 // The checks shared by forward and backward: the parameters' views hold the range's layers (as

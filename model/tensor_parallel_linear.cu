@@ -147,9 +147,33 @@ template <typename Element>
 void row_parallel_backward(cublasHandle_t cublas, const LinearSlice& slice, Element* dinp, Element* dweight_slice,
                            Element* dbias, Compute<Element>* bias_workspace, const Element* dout, const Element* inp,
                            const Element* weight_slice, int N, cudaStream_t stream) {
+  row_parallel_backward_input(cublas, slice, dinp, dout, weight_slice, N, stream);
+  parallel_linear_backward_weight(cublas, slice, dweight_slice, dbias, bias_workspace, dout, inp, N, stream);
+}
+
+template <typename Element>
+void column_parallel_backward_input(const CommGroups& groups, cublasHandle_t cublas, const LinearSlice& slice,
+                                    Element* dinp, const Element* dout, const Element* weight_slice, int N,
+                                    cudaStream_t stream) {
+  check_groups(groups, slice);
   const int C = slice.local_in(), OC = slice.local_out();
   matmul_backward_input(cublas, dinp, dout, weight_slice, N, C, OC, stream);
-  matmul_backward_weight(cublas, dweight_slice, dbias, bias_workspace, dout, inp, N, C, OC, stream);
+  if (slice.tp > 1)
+    allreduce_tensor_parallel(groups, dinp, size_t(N) * C, nccl_data_type<Element>(), ncclSum, stream);
+}
+
+template <typename Element>
+void row_parallel_backward_input(cublasHandle_t cublas, const LinearSlice& slice, Element* dinp, const Element* dout,
+                                 const Element* weight_slice, int N, cudaStream_t stream) {
+  matmul_backward_input(cublas, dinp, dout, weight_slice, N, slice.local_in(), slice.local_out(), stream);
+}
+
+template <typename Element>
+void parallel_linear_backward_weight(cublasHandle_t cublas, const LinearSlice& slice, Element* dweight_slice,
+                                     Element* dbias, Compute<Element>* bias_workspace, const Element* dout,
+                                     const Element* inp, int N, cudaStream_t stream) {
+  matmul_backward_weight(cublas, dweight_slice, dbias, bias_workspace, dout, inp, N, slice.local_in(),
+                         slice.local_out(), stream);
 }
 
 size_t slice_row_start(const LinearSlice& slice, int row) {
@@ -179,7 +203,15 @@ template void place_linear_slice<double>(const LinearSlice&, double*, double*, c
                                               const Element*, const Element*, const Element*, int, cudaStream_t);   \
   template void row_parallel_backward<Element>(cublasHandle_t, const LinearSlice&, Element*, Element*, Element*,   \
                                                Compute<Element>*, const Element*, const Element*, const Element*, \
-                                               int, cudaStream_t);
+                                               int, cudaStream_t);                                           \
+  template void column_parallel_backward_input<Element>(const CommGroups&, cublasHandle_t, const LinearSlice&,     \
+                                                        Element*, const Element*, const Element*, int,             \
+                                                        cudaStream_t);                                             \
+  template void row_parallel_backward_input<Element>(cublasHandle_t, const LinearSlice&, Element*, const Element*, \
+                                                     const Element*, int, cudaStream_t);                           \
+  template void parallel_linear_backward_weight<Element>(cublasHandle_t, const LinearSlice&, Element*, Element*,  \
+                                                         Compute<Element>*, const Element*, const Element*, int,  \
+                                                         cudaStream_t);
 INSTANTIATE_TENSOR_PARALLEL_LINEAR(double)
 INSTANTIATE_TENSOR_PARALLEL_LINEAR(float)
 INSTANTIATE_TENSOR_PARALLEL_LINEAR(__nv_bfloat16)

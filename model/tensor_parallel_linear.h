@@ -128,3 +128,26 @@ template <typename Element>
 void row_parallel_backward(cublasHandle_t cublas, const LinearSlice& slice, Element* dinp, Element* dweight_slice,
                            Element* dbias, Compute<Element>* bias_workspace, const Element* dout, const Element* inp,
                            const Element* weight_slice, int N, cudaStream_t stream);
+
+// The two backwards above split into their input-gradient half (I) and weight-gradient half (W),
+// for the zero-bubble schedules (model/gpt.cuh, gpt_backward_input and gpt_backward_weight). The
+// column-parallel layer's all-reduce completes its input gradient, so it belongs to I, here on
+// `stream` itself: I has no weight-gradient GEMM to overlap it with. W communicates nothing, for
+// either kind: each rank's weight gradient is of its own slice, the row-parallel bias's of the
+// replicated dout. Each computes what the fused backward computes, bitwise: the same kernels on the
+// same values, and the same all-reduce of the same partial sums.
+// dinp (N, C) = the summed input gradient on every tp rank (=), as column_parallel_backward's.
+template <typename Element>
+void column_parallel_backward_input(const CommGroups& groups, cublasHandle_t cublas, const LinearSlice& slice,
+                                    Element* dinp, const Element* dout, const Element* weight_slice, int N,
+                                    cudaStream_t stream);
+// dinp (N, C / tp) = dout weight_slice (=), as row_parallel_backward's.
+template <typename Element>
+void row_parallel_backward_input(cublasHandle_t cublas, const LinearSlice& slice, Element* dinp, const Element* dout,
+                                 const Element* weight_slice, int N, cudaStream_t stream);
+// dweight_slice (local_out, local_in) += dout^T inp, dbias (local_out) += the sum of dout's rows
+// (nullptr: no bias), for a slice of either kind.
+template <typename Element>
+void parallel_linear_backward_weight(cublasHandle_t cublas, const LinearSlice& slice, Element* dweight_slice,
+                                     Element* dbias, Compute<Element>* bias_workspace, const Element* dout,
+                                     const Element* inp, int N, cudaStream_t stream);

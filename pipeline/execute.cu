@@ -161,7 +161,7 @@ Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const Sta
                               {},
                               -1,
                               {},
-                              make_pool(weight_gradient_input_bytes<Element>(config, B, T, range),
+                              make_pool(weight_gradient_input_bytes<Element>(config, B, T, range, tp),
                                         of_chunk + "weight-gradient inputs"),
                               {}};
     e.chunks.push_back(std::move(state));
@@ -203,7 +203,7 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
         state.acts.push_back(create_activations<Element>(config, B, T, state.range, e.tp, attention));
     allocate_pool(state.weight_pool);
     for (void* buffer : state.weight_pool.buffers)
-      state.weight_inputs.push_back(weight_gradient_inputs_at<Element>(buffer, config, B, T, state.range));
+      state.weight_inputs.push_back(weight_gradient_inputs_at<Element>(buffer, config, B, T, state.range, e.tp));
   }
   allocate_pool(e.sends);
   allocate_pool(e.grad_outputs);

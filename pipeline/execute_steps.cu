@@ -276,7 +276,7 @@ void backward_step(Executor<Element>& e, const ComputeStream& on, const std::vec
     record.weight_inputs = buffers.weight_inputs;
     gpt_backward_input(e.config, state.range, params[chunk], activations_of(e, chunk, slot), state.scratch, tokens,
                        input_activation, grad_output, grad_input, state.weight_inputs[record.weight_inputs], e.B, T,
-                       on.cublas, on.stream);
+                       on.cublas, on.stream, e.tensor_parallel);
   }
   give_back_backward_buffers(e, action);
 }
@@ -292,7 +292,7 @@ void weight_step(Executor<Element>& e, const std::vector<ParameterTensors<Elemen
   const LayerGradientsQueued reports = final_gradient_reports(e, action);
   gpt_backward_weight(e.config, state.range, grads[action.chunk], state.range.has_head ? grad_wte_head : nullptr,
                       state.weight_inputs[record.weight_inputs], state.scratch, e.B, length_of(e, action.microbatch),
-                      e.cublas, e.stream, reports);
+                      e.cublas, e.stream, reports, e.tensor_parallel);
   if (reports) reports(-1);
   give_back_weight_buffer(e, action);
 }

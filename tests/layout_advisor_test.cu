@@ -27,7 +27,7 @@ TrainOptions parse(std::vector<std::string> arguments) {
 const std::vector<std::string> kModel = {"--vocab", "256", "--plan-layouts"};
 
 bool same_layout_but_schedule(const RankedLayout& a, const RankedLayout& b) {
-  return a.pp == b.pp && a.dp == b.dp && a.options.microbatches == b.options.microbatches &&
+  return a.pp == b.pp && a.dp == b.dp && a.tp == b.tp && a.options.microbatches == b.options.microbatches &&
          a.options.recompute == b.options.recompute && a.options.dtype == b.options.dtype;
 }
 
@@ -55,7 +55,7 @@ TEST(LayoutAdvisor, EveryLayoutOfTheWorldKeepsTheGlobalBatchAndIsRankedByStep) {
     std::vector<std::string> schedules;
     for (size_t i = 0; i < layouts.size(); ++i) {
       const RankedLayout& l = layouts[i];
-      EXPECT_EQ(l.pp * l.dp, world);
+      EXPECT_EQ(l.pp * l.dp * l.tp, world);
       EXPECT_EQ(l.options.microbatches * l.dp, 8);  // 8 microbatches of the 1 replica asked for
       if (i > 0) {
         EXPECT_LE(layouts[i - 1].step, l.step * (1 + 1e-9));
@@ -151,12 +151,57 @@ TEST(LayoutAdvisor, AMalformedTraceIsOneLine) {
 TEST(LayoutAdvisor, TheCommandLineKeepsTheModelFlagsAndSetsTheLayout) {
   const std::vector<std::string> arguments = {"--plan-layouts", "--world", "8", "--dim=64", "--schedule", "afab",
                                               "--recompute", "--lr", "0.001", "--microbatches=2"};
-  RankedLayout layout{parse(kModel), 4, 2, 2, 1, 0, 0, false};
+  RankedLayout layout{parse(kModel), 4, 2, 1, 2, 1, 0, 0, false};
   layout.options.schedule = "interleaved", layout.options.virtual_stages = 2, layout.options.microbatches = 4;
   layout.options.dtype = "bf16";
   EXPECT_EQ(layout_command(layout, arguments, 8),
             "mpirun -np 8 ./train --dim=64 --lr 0.001 --pp 4 --dp 2 --schedule interleaved --virtual-stages 2 "
             "--microbatches 4 --dtype bf16");
+  layout.pp = 2, layout.tp = 2;  // and a --tp the user gave is the layout's
+  EXPECT_EQ(layout_command(layout, {"--tp", "4", "--dim=64"}, 8),
+            "mpirun -np 8 ./train --dim=64 --pp 2 --dp 2 --tp 2 --schedule interleaved --virtual-stages 2 "
+            "--microbatches 4 --dtype bf16");
+}
+
+// A tp rank's FLOPs are a tp-th; its all-reduces per microbatch are the ones step_counts counts
+// (TensorParallelCounts, tests/cpu/mpi/tensor_parallel_counts_test.cu), by hand: F 2 per block of
+// B T C, the embedding 1, the head's loss 2 (B T and 2 B T floats); I 2 per block and the head 1;
+// with recompute I also the forward's.
+TEST(LayoutAdvisor, TpRanksFlopsAndAllReducesOfAChunkAreCountedByHand) {
+  const GPTConfig config = make_gpt_config(2, 4, 64, 32, 256);
+  const int B = 3, T = 32;
+  const double tokens = B * T, btc = tokens * 64 * 4;
+  const ChunkFlops one = chunk_flops(config, B, T, {0, 2, true, true}, false),
+                   two = chunk_flops(config, B, T, {0, 2, true, true}, false, 2);
+  EXPECT_DOUBLE_EQ(two.forward, one.forward / 2);
+  EXPECT_DOUBLE_EQ(two.backward_input, one.backward_input / 2);
+  EXPECT_DOUBLE_EQ(two.backward_weight, one.backward_weight / 2);
+  const ChunkAllReduces none = chunk_all_reduces(config, B, T, {0, 2, true, true}, false, 1, 4);
+  EXPECT_EQ(none.forward_calls + none.forward_bytes + none.input_calls + none.input_bytes, 0);
+  const ChunkAllReduces whole = chunk_all_reduces(config, B, T, {0, 2, true, true}, false, 2, 4);
+  EXPECT_DOUBLE_EQ(whole.forward_calls, 2 * 2 + 1 + 2);
+  EXPECT_DOUBLE_EQ(whole.forward_bytes, 5 * btc + 3 * tokens * 4);
+  EXPECT_DOUBLE_EQ(whole.input_calls, 2 * 2 + 1);
+  EXPECT_DOUBLE_EQ(whole.input_bytes, 5 * btc);
+  const ChunkAllReduces middle = chunk_all_reduces(config, B, T, {1, 2, false, false}, true, 4, 2);
+  EXPECT_DOUBLE_EQ(middle.forward_calls, 2);
+  EXPECT_DOUBLE_EQ(middle.forward_bytes, 2 * btc / 2);  // bf16: 2 bytes an element
+  EXPECT_DOUBLE_EQ(middle.input_calls, 2 + 2);          // recompute: the forward's again
+  EXPECT_DOUBLE_EQ(middle.input_bytes, 2 * btc);
+}
+
+// Without a cost for the tp all-reduces, tp's FLOPs per rank (a tp-th) would tie dp's, and its
+// smaller plan would always pick the largest tp; with the stated cost (a byte as 1000 FLOPs), the
+// default model's (C = 128) all-reduces outweigh what tp saves, and the best keeps tp 1.
+TEST(LayoutAdvisor, TheAllReducesCostKeepsASmallModelOffTheLargestTp) {
+  const TrainOptions options = parse({"--vocab", "256", "--microbatches", "8", "--plan-layouts"});
+  CostRates free_all_reduces = flop_cost_rates();
+  free_all_reduces.tp_byte = 0;
+  EXPECT_EQ(all_layouts(options, 4, free_all_reduces).front().tp, 4);
+  const std::vector<RankedLayout> layouts = all_layouts(options, 4, flop_cost_rates());
+  EXPECT_EQ(layouts.front().tp, 1);
+  EXPECT_NE(std::find_if(layouts.begin(), layouts.end(), [](const RankedLayout& l) { return l.tp == 4; }),
+            layouts.end());
 }
 
 }  // namespace

@@ -145,13 +145,14 @@ TEST(Options, ScheduleCostsAreThreeOrFourNumbers) {
             "--schedule-costs: 'x' is not a finite number");
 }
 
-// --tp N (issue 33): at least 1; what is not wired at tp > 1 yet is refused by name (the sizes it
-// must divide are checked against the model by check_tensor_parallel_sizes, TrainLayout's tests).
-TEST(Options, TensorParallelIsAtLeastOneAndRefusesWhatIsNotWiredYet) {
+// --tp N (issue 33): at least 1, and with every other option (the sizes it must divide are checked
+// against the model by check_tensor_parallel_sizes, TrainLayout's tests; --plan-layouts chooses
+// its own tp).
+TEST(Options, TensorParallelIsAtLeastOneAndTakesEveryOption) {
   EXPECT_EQ(parse({"--tp", "2"}).tp, 2);
   EXPECT_EQ(parse({}).tp, 1);
   EXPECT_EQ(error_of({"--tp", "0"}), "--tp 0 is out of range (must be at least 1)");
-  EXPECT_EQ(error_of({"--tp", "2", "--plan-layouts"}), "--tp 2 does not run with --plan-layouts yet (issue 33)");
+  EXPECT_EQ(error_of({"--tp", "2", "--plan-layouts"}), "(no error)");
   EXPECT_EQ(error_of({"--tp", "1", "--dtype", "bf16", "--zero", "1"}), "(no error)");
   EXPECT_EQ(error_of({"--tp", "2", "--recompute", "--attention", "fused"}), "(no error)");
   EXPECT_EQ(error_of({"--tp", "2", "--dtype", "bf16", "--zero", "1"}), "(no error)");

@@ -24,7 +24,7 @@ TIMEOUT = 300
 SMALL_MODEL = ["--layers", "4", "--dim", "64", "--batch", "2", "--seq-len", "32", "--microbatches", "8",
                "--val-every", "0", "--sample-every", "0"]
 UNITS = {"B": 1, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
-ROW = re.compile(r"^(afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved|dualpipev) +(\d+) x (\d+) +(\d+) +(\d+) +(on|off) +(fp32|bf16)\*? +"
+ROW = re.compile(r"^(afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved|dualpipev) +(\d+) x (\d+) x (\d+) +(\d+) +(\d+) +(on|off) +(fp32|bf16)\*? +"
                  r"([0-9.e+]+) +([0-9.]+) +([0-9.]+) (B|KiB|MiB|GiB|TiB)$")
 
 
@@ -56,13 +56,15 @@ def ranked_table_and_best_trains(directory):
     commands = [line for line in lines if line.startswith("mpirun -np 8 ")]
     if status != 0 or len(rows) < 2 or len(commands) != 1:
         return False, "status %d, %d rows, command lines %s; output %s" % (status, len(rows), commands, lines[-5:])
-    steps = [float(row.group(8)) for row in rows]
-    peaks = [float(row.group(10)) * UNITS[row.group(11)] for row in rows]
-    if steps != sorted(steps) or max(peaks) > 2 * 2 ** 30 or any(int(r.group(2)) * int(r.group(3)) != 8 for r in rows):
+    steps = [float(row.group(9)) for row in rows]
+    peaks = [float(row.group(11)) * UNITS[row.group(12)] for row in rows]
+    if steps != sorted(steps) or max(peaks) > 2 * 2 ** 30 or any(
+            int(r.group(2)) * int(r.group(3)) * int(r.group(4)) != 8 for r in rows):
         return False, "not ranked by step, a peak above 2 GiB or not 8 ranks: %s" % [r.group(0) for r in rows]
     best = rows[0]
-    expected = "--pp %s --dp %s --schedule %s" % (best.group(2), best.group(3), best.group(1))
-    if expected not in commands[0] or "--microbatches %s" % best.group(5) not in commands[0]:
+    tp = "" if best.group(4) == "1" else " --tp %s" % best.group(4)
+    expected = "--pp %s --dp %s%s --schedule %s" % (best.group(2), best.group(3), tp, best.group(1))
+    if expected not in commands[0] or "--microbatches %s" % best.group(6) not in commands[0]:
         return False, "the command %s does not run the first row %s" % (commands[0], best.group(0))
     skipped = skipped_for_ranks(8)
     if skipped:
@@ -113,7 +115,7 @@ CASES = {
     "PlanLayouts.MeasuredCostsComeFromATraceRun": measured_costs,
     "PlanLayouts.ALimitNothingFitsNamesTheSmallestPlan": one_line_error(
         ["--world", "8", "--memory-limit", "1M"],
-        r"train: error: no layout of 8 ranks fits in 1\.00 MiB: the smallest plan \(--pp \d+ --dp \d+ --schedule .*\) "
+        r"train: error: no layout of 8 ranks fits in 1\.00 MiB: the smallest plan \(--pp \d+ --dp \d+ (--tp \d+ )?--schedule .*\) "
         r"needs [0-9.]+ MiB on its heaviest stage"),
     "PlanLayouts.WorldZeroIsOneLine": one_line_error(
         ["--world", "0"], r"train: error: --world 0 is out of range \(must be at least 1\)"),

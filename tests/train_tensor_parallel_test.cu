@@ -81,8 +81,6 @@ TEST(TrainTensorParallel, BadTpFailsOnEveryRank) {
   if (!std::filesystem::exists("./train")) GTEST_SKIP() << "./train is not built (make train)";
   expect_error_on_every_rank(kRun + " --tp 3", "--dp 1 x --tp 3 = 3 does not divide the world size 4");
   expect_error_on_every_rank(kRun + " --tp 4", "--tp 4 does not divide the 2 attention heads");
-  expect_error_on_every_rank(kRun + " --tp 2 --pp 2 --schedule zb-h1",
-                             "--schedule zb-h1 splits the backward into I and W: not with --tp 2 yet (issue 33)");
 }
 
 TEST(TrainTensorParallel, CheckpointMovesBetweenTpTwoAndOneProcess) {

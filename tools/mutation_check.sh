@@ -292,16 +292,11 @@ fault sigint-stop-exits-zero trainer/safety/preemption.cpp \
   'py:train_stop_test Preemption.SigintToOneRankSavesAndExitsWith130'
 
 # Issue 29 (faults for the refusals of issues 33 and 35): --attention fused with heads its kernels
-# do not take; a split-backward schedule at tp > 1, in ./train and in the model.
+# do not take (the refusals of the split-backward and overlapped-pair schedules at tp > 1 went
+# with h33f: its faults on what replaced them are in its block below).
 fault fused-attention-takes-any-heads trainer/step/trainer.cpp \
   's/  if (option == "fused" \&\& !takes) {/  if (false) {/' \
   'unit Trainer.AttentionAutoIsFusedWhereItsKernelsTakeTheHeads'
-fault split-backward-schedule-runs-at-tp pipeline/tensor_parallel_schedule.cpp \
-  's/        if (a.kind == ActionKind::backward_input || a.overlapped)/        if (false)/' \
-  'unit TrainTensorParallel.BadTpFailsOnEveryRank'
-fault model-split-backward-runs-at-tp model/gpt_split_backward.cu \
-  's/  if (tp != 1)$/  if (false)/' \
-  'mpi4 TensorParallelGpt.SplitBackwardRefusesTpInOneLine'
 
 # Issue 29 item 3 (the optimizer): the rounding key the same every step (a fixed t in the call, or
 # rounding_key ignoring its step), the key without the run's seed, and the device-side gate that
@@ -396,7 +391,7 @@ fault zero-one-replica-without-the-note trainer/program/run.cpp \
 # The NCCL calls counted by kind (cpu/runtime/call_counts.h, tools/step_counts' "nccl:" line): a
 # broadcast counted as a reduce.
 fault nccl-broadcast-counted-as-a-reduce cpu/nccl/nccl_operations.cpp \
-  's/cpu::count_nccl_call(cpu::NcclCall::broadcast, /cpu::count_nccl_call(cpu::NcclCall::reduce, /' \
+  's/count_call(comm, cpu::NcclCall::broadcast, /count_call(comm, cpu::NcclCall::reduce, /' \
   'cpumpi4 DataParallelBuckets.*'
 # Issue 29 item 5 (tests rewritten not to depend on the machine's load): they still catch what they
 # guard: a waiting rank that spins, transfers that wait for the computes.
@@ -480,13 +475,13 @@ fault layout-advisor-changes-the-global-batch trainer/program/layout_advisor.cpp
   's/candidate.microbatches = global_microbatches \/ dp,/candidate.microbatches = options.microbatches,/' \
   'unit LayoutAdvisor.*'
 fault layout-advisor-head-costs-nothing trainer/program/layout_advisor.cpp \
-  's/chunk.has_head ? 2 \* tokens \* C \* config.padded_vocab_size : 0/0.0/' \
+  's/chunk.has_head ? 2 \* tokens \* C \* config.padded_vocab_size \/ tp : 0/0.0/' \
   'unit LayoutAdvisor.*'
 fault layout-advisor-latency-as-drawn trainer/program/layout_advisor.cpp \
   's/if (measured != std::string::npos) {/if (false) {/' \
   'unit LayoutAdvisor.*'
 fault layout-advisor-command-keeps-the-users-schedule trainer/program/layout_advisor.cpp \
-  's/{"pp", "dp", "schedule", /{"pp", "dp", /' \
+  's/{"pp", "dp", "tp", "schedule", /{"pp", "dp", "tp", /' \
   'unit LayoutAdvisor.*'
 fault plan-layouts-accepts-world-zero trainer/command_line/options.cpp \
   's/int_option("world", \&O::world, kAtLeastOne,/int_option("world", \&O::world, kAtLeastZero,/' \
@@ -1235,6 +1230,46 @@ fault pipedream-vertical-sync-without-stashing-accepted pipeline/pipedream.cpp \
 fault pipedream-clipping-without-vertical-sync-accepted trainer/command_line/pipedream_options.cpp \
   's/  if (grad_clip > 0 \&\& !vertical_sync)/  if (false)/' \
   'unit PipeDreamOptions.*'
+
+# h33f: issue 33 item 5 (the split backward at tp > 1: I and W of the zero-bubble schedules).
+# I's column-parallel input gradients not summed over the tp ranks (each rank's partial sum goes on).
+fault split-backward-input-gradient-not-summed-over-tp model/tensor_parallel_linear.cu \
+  's/^  if (slice.tp > 1)$/  if (false)/' \
+  'mpi4 TensorParallelGpt.SplitBackwardGivesBitwiseTheFusedBackwardAtTheSameTp'
+# W's embedding gradient as if the rank held the whole vocabulary, not its Vp / tp rows of wte.
+fault split-backward-embedding-of-the-whole-vocabulary model/gpt_split_backward.cu \
+  's/  if (range.has_embedding \&\& tp.tp() > 1)$/  if (false)/' \
+  'mpi4 TensorParallelGpt.SplitBackwardGivesBitwiseTheFusedBackwardAtTheSameTp'
+# The tp all-reduces issued outside the rank's one NCCL order (comm/nccl_order.h): a DualPipeV
+# pair's backward's all-reduces (second compute stream) no longer wait for the forward's.
+fault tp-all-reduce-outside-the-nccl-order comm/tensor_parallel.cpp \
+  '/  issue_in_order(\*groups.order, groups.tensor_parallel, stream, \[\&\] {/d; /^  });$/d' \
+  'mpi4 TensorParallelLayouts.DualPipeVOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess'
+# The executor's W without the chunk's tp: the buffers made for tp 2 run as tp 1.
+fault weight-step-without-the-tensor-parallel-run pipeline/execute_steps.cu \
+  's/e.cublas, e.stream, reports, e.tensor_parallel);/e.cublas, e.stream, reports);/' \
+  'mpi4 TensorParallelLayouts.ZeroBubbleH1OnTwoTpRanksTimesTwoStagesGivesTheSingleProcess'
+
+# h33f: issue 33 item 7 (the tp communicator's calls and bytes in step_counts, derived by hand).
+# The loss's two sums (the exponentials' and the target logits') made as two all-reduces, not
+# one of 2 B T: the same losses, one call more a microbatch.
+fault loss-sums-in-two-tp-all-reduces model/vocab_parallel.cu \
+  's/  allreduce_tensor_parallel(groups, row_exp_sum, 2 \* BT, type, ncclSum, stream);/  allreduce_tensor_parallel(groups, row_exp_sum, BT, type, ncclSum, stream); allreduce_tensor_parallel(groups, target_logit, BT, type, ncclSum, stream);/' \
+  'cpumpi4 TensorParallelCounts.*'
+# A communicator's own count leaves out the bytes of its calls.
+fault communicator-counts-no-bytes cpu/nccl/nccl_operations.cpp \
+  's/  comm->counted.bytes += bytes;/  comm->counted.bytes += 0;/' \
+  'cpumpi4 TensorParallelCounts.*'
+
+# h33f: issue 33 (--plan-layouts with a tp axis: a tp rank's FLOPs and its all-reduces' cost).
+# The tp all-reduces' bytes cost nothing (their latency alone): the largest tp wins.
+fault advisor-tp-bytes-cost-nothing trainer/program/layout_advisor.cpp \
+  's/  return calls \* rates.latency + 2.0 \* (tp - 1) \/ tp \* bytes \* rates.tp_byte;/  return calls * rates.latency;/' \
+  'unit LayoutAdvisor.*'
+# A tp rank's matmuls counted whole, not a tp-th.
+fault advisor-tp-rank-runs-the-whole-matmuls trainer/program/layout_advisor.cpp \
+  's/const double matmuls = 24 \* tokens \* C \* C \/ tp,/const double matmuls = 24 * tokens * C * C,/' \
+  'unit LayoutAdvisor.*'
 
 # ---- running ----
 

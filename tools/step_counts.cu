@@ -4,10 +4,13 @@
 // launches: kernels and cuBLAS calls; host_waits: calls that block the host until device work
 // is done; nccl_calls: sends, receives and collectives; bytes_sent: what those calls hand to NCCL
 // (a send's bytes, an all-reduce's input), all four of the last step, and under each stage's line
-// its NCCL calls by kind, "  nccl: KIND N (B bytes), ..." (the kinds it made); allocations and frees:
+// its NCCL calls by kind, "  nccl: KIND N (B bytes), ..." (the kinds it made), and with --tp its
+// tensor-parallel communicator's share of them, "  tp: all_reduce N (B bytes)" (tp rank 0's; every
+// tp rank of a stage makes the same calls: tests/cpu/mpi/tensor_parallel_counts_test.cu derives
+// them by hand); allocations and frees:
 // device and pinned ones of each step in turn (each synchronises the device on a GPU; the
 // trainer makes them all before step 1). The model and pipeline come from ./train's flags
-// (--layers, --heads, --dim, --seq-len, --vocab, --batch, --microbatches, --dp, --pp, --schedule,
+// (--layers, --heads, --dim, --seq-len, --vocab, --batch, --microbatches, --dp, --tp, --pp, --schedule,
 // --virtual-stages, --recompute, --layers-per-stage, --dtype, --zero); the tokens are random. It runs
 // --steps steps (default 2).
 // Usage: mpirun -np 4 build/cpu/tools/step_counts [flags] (make bench).
@@ -33,7 +36,8 @@
 namespace {
 
 // The counts of the last of `steps` steps on this rank: launches, host waits, NCCL calls, bytes;
-// then each step's allocations, then each step's frees.
+// then each step's allocations, then each step's frees; then per NCCL kind its calls and bytes;
+// then the tensor-parallel communicator's calls and bytes (0 and 0 at tp 1).
 template <typename Element>
 std::vector<double> count_last_step(const TrainOptions& options, const GPTConfig& config, const CommGroups& groups,
                                     int steps) {
@@ -53,11 +57,15 @@ std::vector<double> count_last_step(const TrainOptions& options, const GPTConfig
   BatchReader reader = make_batch_reader(data, options.batch, options.seq_len, false, options.seed);
   const AdamWSettings settings{options.beta1, options.beta2, options.eps, options.weight_decay, options.grad_clip};
   cpu::CallCounts before, after;
+  cpu::NcclCommCounts tp_before, tp_after;
+  const bool tp = groups.mesh.tp > 1;
   std::vector<double> allocations, frees;
   for (int t = 1; t <= steps; ++t) {
     before = cpu::call_counts();
+    if (tp) tp_before = cpu::nccl_comm_counts(groups.tensor_parallel);
     train_step(trainer, reader, settings, options.lr, t);
     after = cpu::call_counts();
+    if (tp) tp_after = cpu::nccl_comm_counts(groups.tensor_parallel);
     allocations.push_back(double(after.allocations - before.allocations));
     frees.push_back(double(after.frees - before.frees));
   }
@@ -70,6 +78,8 @@ std::vector<double> count_last_step(const TrainOptions& options, const GPTConfig
     counts.push_back(double(after.nccl_calls_of[kind] - before.nccl_calls_of[kind]));
     counts.push_back(double(after.nccl_bytes_of[kind] - before.nccl_bytes_of[kind]));
   }
+  counts.push_back(double(tp_after.calls - tp_before.calls));
+  counts.push_back(double(tp_after.bytes - tp_before.bytes));
   return counts;
 }
 
@@ -84,12 +94,12 @@ int main(int argc, char** argv) {
     const int steps = options.given.count("steps") ? options.steps : 2;
     const GPTConfig config = make_gpt_config(options.layers, options.heads, options.dim, options.seq_len,
                                              options.vocab > 0 ? options.vocab : 256);
-    CommGroups groups = create_world_groups(make_mesh(options.dp, options.pp, world.size, world.rank));
+    CommGroups groups = create_world_groups(make_mesh(options.dp, options.tp, options.pp, world.size, world.rank));
     const std::vector<double> counts =
         options.dtype == "bf16" ? count_last_step<__nv_bfloat16>(options, config, groups, steps)
                                 : count_last_step<float>(options, config, groups, steps);
     const Mesh mesh = groups.mesh;
-    const size_t per_rank = counts.size();  // 4 + 2 steps + 2 kinds, alike on every rank
+    const size_t per_rank = counts.size();  // 4 + 2 steps + 2 kinds + 2, alike on every rank
     std::vector<double> all(per_rank * size_t(world.size));
     MPI_Gather(counts.data(), int(per_rank), MPI_DOUBLE, all.data(), int(per_rank), MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (world.rank == 0)
@@ -108,6 +118,9 @@ int main(int argc, char** argv) {
                      std::to_string(int64_t(by_kind[2 * kind])) + " (" + std::to_string(int64_t(by_kind[2 * kind + 1])) +
                      " bytes)";
         std::printf("  nccl: %s\n", kinds.empty() ? "none" : kinds.c_str());
+        const double* tp_counts = by_kind + 2 * int(cpu::NcclCall::kinds);
+        if (mesh.tp > 1)
+          std::printf("  tp: all_reduce %.0f (%.0f bytes)\n", tp_counts[0], tp_counts[1]);
       }
     destroy_world_groups(groups);
   } catch (const std::exception& e) {

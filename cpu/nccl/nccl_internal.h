@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cpu/nccl/nccl_call_matching.h"
+#include "cpu/runtime/call_counts.h"
 #include "cpu/runtime/settings.h"
 
 struct ncclComm {
@@ -31,6 +32,7 @@ struct ncclComm {
   std::unique_ptr<cpu::NcclMatcher> matcher;  // CUDA_CPU_NCCL_CHECK (cpu/nccl/nccl_call_matching.h), if on when made
   int device;
   int64_t calls = 0;  // calls made on it (the host's count: CUDA_CPU_NCCL_CHECK names calls by it)
+  cpu::NcclCommCounts counted;  // cpu::nccl_comm_counts: its calls and bytes, as cpu::count_nccl_call counts them
   std::atomic<bool> aborted{false};  // ncclCommAbort: queued work gives up waiting
   // An operation that failed on its stream (CUDA_CPU_NCCL_CHECK): ncclCommGetAsyncError's result,
   // and the message every later call on the communicator fails with.

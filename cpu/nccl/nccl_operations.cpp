@@ -87,7 +87,15 @@ MPI_Op reduction(ncclRedOp_t op, ncclDataType_t type, const char* function) {
   if (op == ncclMax) return MPI_MAX;
   cpu::unsupported((std::string(function) + " with op " + std::to_string(op) + " (supported: ncclSum, ncclMax)").c_str());
 }
+// cpu::count_nccl_call, and the same on the communicator's own counts (cpu::nccl_comm_counts).
+void count_call(ncclComm_t comm, cpu::NcclCall kind, uint64_t bytes) {
+  cpu::count_nccl_call(kind, bytes);
+  comm->counted.calls += 1;
+  comm->counted.bytes += bytes;
+}
 }  // namespace
+
+cpu::NcclCommCounts cpu::nccl_comm_counts(ncclComm_t comm) { return comm->counted; }
 
 extern "C" {
 
@@ -96,7 +104,7 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
   if (ncclResult_t r = check_rank(peer, comm, "ncclSend", "peer"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclSend");
   const int n = mpi_count(count, "ncclSend");
-  cpu::count_nccl_call(cpu::NcclCall::send, count * e.bytes);
+  count_call(comm, cpu::NcclCall::send, count * e.bytes);
   if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclSend", "sendbuff"); r != ncclSuccess) return r;
   const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::send, datatype, count, -1, -1, peer);
   return submit(comm, stream, "ncclSend", signature, [=](Staging& staging) {
@@ -111,7 +119,7 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
   if (ncclResult_t r = check_rank(peer, comm, "ncclRecv", "peer"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclRecv");
   const int n = mpi_count(count, "ncclRecv");
-  cpu::count_nccl_call(cpu::NcclCall::recv, 0);
+  count_call(comm, cpu::NcclCall::recv, 0);
   if (ncclResult_t r = check_buffer(recvbuff, count * e.bytes, comm, "ncclRecv", "recvbuff"); r != ncclSuccess) return r;
   const cpu::NcclSignature signature = cpu::nccl_signature(cpu::NcclCall::recv, datatype, count, -1, -1, peer);
   return submit(comm, stream, "ncclRecv", signature, [=](Staging& staging) {
@@ -128,7 +136,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   const Element e = element(datatype, "ncclAllReduce");
   const MPI_Op mpi_op = reduction(op, datatype, "ncclAllReduce");
   const int n = mpi_count(count, "ncclAllReduce");
-  cpu::count_nccl_call(cpu::NcclCall::all_reduce, count * e.bytes);
+  count_call(comm, cpu::NcclCall::all_reduce, count * e.bytes);
   const bool in_place = sendbuff == recvbuff;
   if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclAllReduce", "sendbuff"); r != ncclSuccess)
     return r;
@@ -161,7 +169,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   const MPI_Op mpi_op = reduction(op, datatype, "ncclReduceScatter");
   const int n = mpi_count(recvcount, "ncclReduceScatter");
   const size_t send_bytes = comm_size(comm) * recvcount * e.bytes;
-  cpu::count_nccl_call(cpu::NcclCall::reduce_scatter, send_bytes);
+  count_call(comm, cpu::NcclCall::reduce_scatter, send_bytes);
   if (ncclResult_t r = check_buffer(sendbuff, send_bytes, comm, "ncclReduceScatter", "sendbuff"); r != ncclSuccess)
     return r;
   if (ncclResult_t r = check_buffer(recvbuff, recvcount * e.bytes, comm, "ncclReduceScatter", "recvbuff");
@@ -190,7 +198,7 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   if (ncclResult_t r = check_comm(comm, "ncclAllGather"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclAllGather");
   const int n = mpi_count(sendcount, "ncclAllGather");
-  cpu::count_nccl_call(cpu::NcclCall::all_gather, sendcount * e.bytes);
+  count_call(comm, cpu::NcclCall::all_gather, sendcount * e.bytes);
   const char* own_row = static_cast<const char*>(recvbuff) + comm_rank(comm) * sendcount * e.bytes;
   const bool in_place = sendbuff == own_row;
   if (ncclResult_t r = check_buffer(sendbuff, sendcount * e.bytes, comm, "ncclAllGather", "sendbuff"); r != ncclSuccess)
@@ -215,7 +223,7 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   if (ncclResult_t r = check_rank(root, comm, "ncclBroadcast", "root"); r != ncclSuccess) return r;
   const Element e = element(datatype, "ncclBroadcast");
   const int n = mpi_count(count, "ncclBroadcast");
-  cpu::count_nccl_call(cpu::NcclCall::broadcast, count * e.bytes);
+  count_call(comm, cpu::NcclCall::broadcast, count * e.bytes);
   const bool copy_first = comm_rank(comm) == root && sendbuff != recvbuff;
   if (comm_rank(comm) == root)
     if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclBroadcast", "sendbuff"); r != ncclSuccess)
@@ -239,7 +247,7 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   const Element e = element(datatype, "ncclReduce");
   const MPI_Op mpi_op = reduction(op, datatype, "ncclReduce");
   const int n = mpi_count(count, "ncclReduce");
-  cpu::count_nccl_call(cpu::NcclCall::reduce, count * e.bytes);
+  count_call(comm, cpu::NcclCall::reduce, count * e.bytes);
   const bool is_root = comm_rank(comm) == root, in_place = is_root && sendbuff == recvbuff;
   if (ncclResult_t r = check_buffer(sendbuff, count * e.bytes, comm, "ncclReduce", "sendbuff"); r != ncclSuccess)
     return r;

@@ -4,6 +4,8 @@
 // frees), allocations and frees themselves (each synchronises the device on a GPU), kernel
 // launches, and NCCL calls and their bytes. Counts only grow; a caller takes the difference around what it measures.
 #pragma once
+#include <nccl.h>
+
 #include <cstdint>
 
 namespace cpu {
@@ -24,6 +26,14 @@ struct CallCounts {
   uint64_t nccl_bytes_of[int(NcclCall::kinds)] = {};
 };
 CallCounts call_counts();
+
+// The NCCL calls made on one communicator and their bytes, counted as nccl_calls and nccl_bytes
+// are: what tells one communicator's collectives from another's of the same kind (a step's
+// tensor-parallel all-reduces from its data-parallel ones). Counts only grow.
+struct NcclCommCounts {
+  uint64_t calls = 0, bytes = 0;
+};
+NcclCommCounts nccl_comm_counts(ncclComm_t comm);
 
 void count_host_wait();
 void count_launch();

@@ -3,14 +3,13 @@
 // parameter's gradient (each rank's slices placed back into llm.c's layout) match one process's
 // within the sum orders' tolerance, bitwise at tp 1; the loss and the replicated parameters'
 // gradients are bitwise equal on every tp rank; the model cut into two ranges gives bitwise the
-// whole range's step at the same tp; the split backward refuses tp > 1 in one line. The fused
-// attention's model (heads of 16 channels) matches one process in double at tp 2 and 4.
+// whole range's step at the same tp; the split backward (I then W) gives bitwise the fused
+// backward's step at the same tp, whole and cut. The fused attention's model (heads of 16
+// channels) matches one process in double at tp 2 and 4.
 // Runs under mpirun -np 4 as dp 4 x tp 1, dp 2 x tp 2 and tp 4: every replica checks its own tp group.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <stdexcept>
-#include <string>
 #include <vector>
 
 #include "comm/nccl_types.h"
@@ -110,6 +109,28 @@ std::vector<double> gathered(const TensorParallelRun& tp, const ParameterLayout&
   return full.to_host();
 }
 
+// Which backward a run takes: gpt_backward, or gpt_backward_input then gpt_backward_weight.
+enum class Backward { fused, split };
+
+// The stage's backward after its forward, of the kind asked; the split one through a
+// weight-gradient-input buffer made for the stage's tp.
+template <typename T>
+void backward(Backward kind, const GPTConfig& config, Stage<T>& stage, T* grad_wte_head, const int* tokens,
+              const T* input, const T* grad_output, T* grad_input, cublasHandle_t cublas, const TensorParallelRun& tp) {
+  if (kind == Backward::fused) {
+    gpt_backward<T>(config, stage.range, stage.p(), stage.g(), grad_wte_head, stage.acts, stage.scratch, tokens, input,
+                    grad_output, grad_input, kB, kT, cublas, kStream, {}, tp);
+    return;
+  }
+  WeightGradientInputs<T> w = create_weight_gradient_inputs<T>(config, kB, kT, stage.range, tp.tp());
+  gpt_backward_input<T>(config, stage.range, stage.p(), stage.acts, stage.scratch, tokens, input, grad_output,
+                        grad_input, w, kB, kT, cublas, kStream, tp);
+  gpt_backward_weight<T>(config, stage.range, stage.g(), grad_wte_head, w, stage.scratch, kB, kT, cublas, kStream, {},
+                         tp);
+  CUDA_CHECK(cudaStreamSynchronize(kStream));
+  destroy_weight_gradient_inputs(w);
+}
+
 TensorParallelRun run_on(const CommGroups* groups) {
   TensorParallelRun tp;
   tp.groups = groups;
@@ -120,7 +141,8 @@ TensorParallelRun run_on(const CommGroups* groups) {
 // One forward with targets and one backward of the whole model from zero gradients, at the tp of
 // groups (nullptr: one process, no groups). Collective over groups' tp ranks.
 template <typename T>
-GptResult run_gpt(const CommGroups* groups, const std::vector<double>& model, const Model& m = kMaterialized) {
+GptResult run_gpt(const CommGroups* groups, const std::vector<double>& model, const Model& m = kMaterialized,
+                  Backward kind = Backward::fused) {
   const GPTConfig& config = m.config;
   TensorParallelRun tp = run_on(groups);
   Stage<T> whole(m, whole_model(config), tp, model);
@@ -131,8 +153,7 @@ GptResult run_gpt(const CommGroups* groups, const std::vector<double>& model, co
   gpt_forward<T>(config, whole.range, whole.p(), whole.acts, tokens.data(), nullptr, targets.data(), 1.0 / (kB * kT),
                  kB, kT, cublas, kStream, tp);
   const double loss = mean_loss(whole.acts, kB, kT, kStream);
-  gpt_backward<T>(config, whole.range, whole.p(), whole.g(), grad_wte_head.data(), whole.acts, whole.scratch,
-                  tokens.data(), nullptr, nullptr, nullptr, kB, kT, cublas, kStream, {}, tp);
+  backward<T>(kind, config, whole, grad_wte_head.data(), tokens.data(), nullptr, nullptr, nullptr, cublas, tp);
   sum_tied_embedding_gradient<T>(config, whole.g().wte, grad_wte_head.data(), kStream, tp.tp());
   CUDA_CHECK(cudaStreamSynchronize(kStream));
   destroy_tensor_parallel_overlap(tp.overlap);
@@ -144,7 +165,8 @@ GptResult run_gpt(const CommGroups* groups, const std::vector<double>& model, co
 // the embedding, then layer 1 with the head, the second's input gradient the first's output
 // gradient, the head's share of wte's gradient added to the first's.
 template <typename T>
-GptResult run_two_ranges(const CommGroups* groups, const std::vector<double>& model) {
+GptResult run_two_ranges(const CommGroups* groups, const std::vector<double>& model,
+                         Backward kind = Backward::fused) {
   TensorParallelRun tp = run_on(groups);
   Stage<T> first(kMaterialized, {0, 1, true, false}, tp, model), last(kMaterialized, {1, 2, false, true}, tp, model);
   DeviceBuffer<T> grad_wte_head(convert<T>(std::vector<double>(size_t(kConfig.padded_vocab_size) / tp.tp() *
@@ -157,10 +179,9 @@ GptResult run_two_ranges(const CommGroups* groups, const std::vector<double>& mo
   gpt_forward<T>(kConfig, last.range, last.p(), last.acts, nullptr, range_output(first.acts), targets.data(),
                  1.0 / (kB * kT), kB, kT, cublas, kStream, tp);
   const double loss = mean_loss(last.acts, kB, kT, kStream);
-  gpt_backward<T>(kConfig, last.range, last.p(), last.g(), grad_wte_head.data(), last.acts, last.scratch, nullptr,
-                  range_output(first.acts), nullptr, grad_between.data(), kB, kT, cublas, kStream, {}, tp);
-  gpt_backward<T>(kConfig, first.range, first.p(), first.g(), nullptr, first.acts, first.scratch, tokens.data(),
-                  nullptr, grad_between.data(), nullptr, kB, kT, cublas, kStream, {}, tp);
+  backward<T>(kind, kConfig, last, grad_wte_head.data(), nullptr, range_output(first.acts), nullptr,
+              grad_between.data(), cublas, tp);
+  backward<T>(kind, kConfig, first, nullptr, tokens.data(), nullptr, grad_between.data(), nullptr, cublas, tp);
   sum_tied_embedding_gradient<T>(kConfig, first.g().wte, grad_wte_head.data(), kStream, tp.tp());
   CUDA_CHECK(cudaStreamSynchronize(kStream));
   destroy_tensor_parallel_overlap(tp.overlap);
@@ -256,26 +277,26 @@ TEST(TensorParallelGpt, TwoRangesGiveBitwiseTheWholeRangeAtTheSameTp) {
   }
 }
 
-TEST(TensorParallelGpt, SplitBackwardRefusesTpInOneLine) {
-  const LayerRange range = whole_model(kConfig);
-  Activations<float> acts = create_activations<float>(kConfig, kB, kT, range, 2);
-  BackwardScratch<float> scratch = create_backward_scratch<float>(kConfig, kB, kT, range, 2);
-  WeightGradientInputs<float> w = create_weight_gradient_inputs<float>(kConfig, kB, kT, range);
-  DeviceBuffer<float> params(parameter_layout(kConfig, {range}, {2, 0}).size);
-  DeviceBuffer<int> tokens(random_tokens(1));
-  const ParameterTensors<float> p = chunk_views(params.data(), parameter_layout(kConfig, {range}, {2, 0}), 0);
-  CublasHandle cublas;
-  try {
-    gpt_backward_input<float>(kConfig, range, p, acts, scratch, tokens.data(), nullptr, nullptr, nullptr, w, kB, kT,
-                              cublas, kStream);
-    ADD_FAILURE() << "gpt_backward_input ran at tp 2";
-  } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("tensor-parallel"), std::string::npos) << e.what();
-    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+// I then W runs gpt_backward's kernels on the same values, and the column-parallel input
+// gradients' all-reduces (I's) sum the same partial sums as the fused backward's (there on the
+// overlap's stream): bitwise the fused step at the same tp, for the whole model (embedding, blocks
+// and head on one range) and cut into two ranges (an input gradient handed between them), as at
+// tp 1 (tests/gpt_test.cu). The fused attention's model too (its own I and W of the attention).
+TEST(TensorParallelGpt, SplitBackwardGivesBitwiseTheFusedBackwardAtTheSameTp) {
+  const std::vector<double> model = random_model(), fused_model = random_model(kFused);
+  for (const int tp : kTensorParallelSizes) {
+    TensorParallelGroups g(tp);
+    const GptResult whole = run_gpt<float>(&g.groups, model),
+                    whole_split = run_gpt<float>(&g.groups, model, kMaterialized, Backward::split);
+    EXPECT_EQ(whole_split.loss, whole.loss) << "tp " << tp;
+    EXPECT_EQ(whole_split.stage_grads, whole.stage_grads) << "tp " << tp << ": the whole range";
+    const GptResult cut = run_two_ranges<float>(&g.groups, model),
+                    cut_split = run_two_ranges<float>(&g.groups, model, Backward::split);
+    EXPECT_EQ(cut_split.grads, cut.grads) << "tp " << tp << ": two ranges";
+    const GptResult fused = run_gpt<float>(&g.groups, fused_model, kFused),
+                    fused_split = run_gpt<float>(&g.groups, fused_model, kFused, Backward::split);
+    EXPECT_EQ(fused_split.stage_grads, fused.stage_grads) << "tp " << tp << ": the fused attention";
   }
-  destroy_weight_gradient_inputs(w);
-  destroy_backward_scratch(scratch);
-  destroy_activations(acts);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // -np 4, tp 2 x pp 2, tp 4 and dp 2 x tp 2 in fp32, and tp 2 x pp 2 and dp 2 x tp 2 in bf16, each
 // train a small GPT (L = 2, NH = 4, C = 16, T = 8, V = 100, Vp = 128, B = 2, 1F1B) for three
 // clipped steps from the same initialisation as the single process of the same element type and
-// global batch, which every rank runs itself. Checked:
+// global batch, which every rank runs itself; so do tp 2 x pp 2 with zb-h1, zb-v and dualpipev
+// (L = 4), recompute and the fused attention (C = 64), and, under -np 8, dp 2 x tp 2 x pp 2. Checked:
 //  - the checkpoint's gather of the tp ranks' slices (trainer/checkpoints/gather_model.h) gives
 //    back, on world rank 0, the uploaded model bitwise (in bf16 rounded to nearest, as the upload
 //    rounds): every slice is placed where it was cut;
@@ -10,7 +11,8 @@
 //    rank holds after step 1 (its slices cut from the single process's whole tensors), within
 //    the tolerance below of the single process;
 //  - every tp rank holds bitwise its tp rank 0's replicated tensors (wpe, the LayerNorms, lnf, the
-//    row-parallel biases) after the last step, and every rank has bitwise the same norm.
+//    row-parallel biases) after the last step, and every rank has bitwise the same norm;
+//  - another schedule or recompute gives bitwise the losses and norms of 1F1B on the same mesh.
 // The tp = 1 layouts are PipelineLayouts' (bitwise the single process).
 //
 // The tolerance in fp32 (bf16's is with kBf16Tolerance). tp > 1 adds partial sums in another
@@ -69,9 +71,21 @@ constexpr Tolerance kBf16Tolerance{2.44140625e-4, 4.6875e-2, 4.6875e-2};
 const AdamWSettings kSettings{0.9, 0.95, 1e-8, 0.1, 0.1};  // every step clips (norms near 1)
 constexpr double kLearningRate = 3e-3;
 
+// What a case runs besides its mesh: the schedule, the model's layers (zb-v's two chunks a stage
+// need 2 pp), recompute and the attention. The fused attention takes heads of 16 channels or more
+// (kernels/fused_attention.cuh): its model has C = 64.
+struct Case {
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int layers = 2;
+  bool recompute = false;
+  AttentionKind attention = AttentionKind::materialized;
+};
+
 // V = 100: every tp rank's rows of wte hold real tokens (at V = 64 and tp 2, tp rank 1's would all be
 // padding, zeros, which a lost slice would not change).
-GPTConfig config() { return make_gpt_config(2, 4, 16, kT, 100); }
+GPTConfig config(const Case& c) {
+  return make_gpt_config(c.layers, 4, c.attention == AttentionKind::fused ? 64 : 16, kT, 100);
+}
 
 const TokenDataset& dataset() {
   static const TokenDataset data = [] {
@@ -88,9 +102,9 @@ const TokenDataset& dataset() {
   return data;
 }
 
-std::vector<float> initial_parameters() {
+std::vector<float> initial_parameters(const Case& c) {
   std::vector<float> parameters;
-  init_gpt2_parameters(parameters, config(), 1234);
+  init_gpt2_parameters(parameters, config(c), 1234);
   return parameters;
 }
 
@@ -103,10 +117,11 @@ struct Run {
 };
 
 template <typename Element>
-Run train(const CommGroups& groups, int microbatches) {
-  const PipelineLayout layout{ScheduleKind::one_f_one_b, microbatches, 1, false, {}};
-  Trainer<Element> trainer = create_trainer<Element>(config(), kB, kT, layout, groups, MixedPrecision{true, 5});
-  upload_parameters(trainer, initial_parameters());
+Run train(const CommGroups& groups, int microbatches, const Case& c) {
+  PipelineLayout layout{c.schedule, microbatches, 1, c.recompute, {}};
+  layout.attention = c.attention;
+  Trainer<Element> trainer = create_trainer<Element>(config(c), kB, kT, layout, groups, MixedPrecision{true, 5});
+  upload_parameters(trainer, initial_parameters(c));
   Run run;
   run.gathered = gather_parameters(trainer);
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
@@ -132,19 +147,30 @@ std::vector<float> all_gathered(const std::vector<float>& mine) {
   return all;
 }
 
+// The case's run on the mesh dp x tp x pp of the world (the single process: 1 x 1 x 1, 1F1B).
 template <typename Element>
-void expect_layout_matches_single_process(int dp, int tp, int pp) {
-  if (size_of_world() != dp * tp * pp) GTEST_SKIP() << "needs mpirun -np " << dp * tp * pp;
+Run train_on(int dp, int tp, int pp, const Case& c, Mesh* mesh = nullptr) {
   const int microbatches = 4;  // the global batch; each replica runs microbatches / dp
-  const Run single = train<Element>(create_world_groups(make_mesh(1, 1, 1, 0)), microbatches);
-  CommGroups groups = create_world_groups(make_mesh(dp, tp, pp, size_of_world(), rank_in_world()));
-  const Mesh mesh = groups.mesh;
-  const Run run = train<Element>(groups, microbatches / dp);
+  CommGroups groups = create_world_groups(dp * tp * pp == 1 ? make_mesh(1, 1, 1, 0)
+                                                            : make_mesh(dp, tp, pp, size_of_world(), rank_in_world()));
+  if (mesh) *mesh = groups.mesh;
+  const Run run = train<Element>(groups, microbatches / dp, c);
+  if (dp * tp * pp > 1) destroy_world_groups(groups);
+  return run;
+}
+
+template <typename Element>
+void expect_layout_matches_single_process(int dp, int tp, int pp, const Case& c = {}) {
+  if (size_of_world() != dp * tp * pp) GTEST_SKIP() << "needs mpirun -np " << dp * tp * pp;
+  Case single_case = c;
+  single_case.schedule = ScheduleKind::one_f_one_b;
+  const Run single = train_on<Element>(1, 1, 1, single_case);
+  Mesh mesh;
+  const Run run = train_on<Element>(dp, tp, pp, c, &mesh);
   const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
-  destroy_world_groups(groups);
 
   if (mesh.world_rank == 0) {
-    std::vector<float> uploaded = initial_parameters();  // bf16: rounded to nearest by the upload
+    std::vector<float> uploaded = initial_parameters(c);  // bf16: rounded to nearest by the upload
     if (bf16)
       for (float& p : uploaded) p = __bfloat162float(__float2bfloat16(p));
     EXPECT_EQ(run.gathered, uploaded) << "the checkpoint's gather of the slices";
@@ -180,6 +206,18 @@ void expect_layout_matches_single_process(int dp, int tp, int pp) {
   }
   const std::vector<float> norms = all_gathered({float(run.norms.back())});
   for (float norm : norms) EXPECT_TRUE(same_bits(norm, norms[0])) << "the gradient norm differs between ranks";
+  // Another schedule or recompute on the same mesh runs the same kernels and the same sums on
+  // every microbatch: bitwise 1F1B's losses and norms without recompute, as at tp = 1 (and the
+  // parameters a rank holds, where both place the same layers on it: zb-v's V does not).
+  if (c.schedule == ScheduleKind::one_f_one_b && !c.recompute) return;
+  Case plain = c;
+  plain.schedule = ScheduleKind::one_f_one_b;
+  plain.recompute = false;
+  const Run one_f_one_b = train_on<Element>(dp, tp, pp, plain);
+  EXPECT_EQ(run.losses, one_f_one_b.losses) << "against 1F1B on the same mesh";
+  EXPECT_EQ(run.norms, one_f_one_b.norms) << "against 1F1B on the same mesh";
+  if (placement_of(c.schedule, pp, 1).kind == PlacementKind::ring)
+    EXPECT_EQ(run.parameters, one_f_one_b.parameters) << "against 1F1B on the same mesh";
 }
 
 }  // namespace
@@ -190,6 +228,33 @@ TEST(TensorParallelLayouts, TwoTpRanksTimesTwoStagesGiveTheSingleProcess) {
 TEST(TensorParallelLayouts, FourTpRanksGiveTheSingleProcess) { expect_layout_matches_single_process<float>(1, 4, 1); }
 TEST(TensorParallelLayouts, TwoReplicasOfTwoTpRanksGiveTheSingleProcess) {
   expect_layout_matches_single_process<float>(2, 2, 1);
+}
+// The zero-bubble schedules split each backward into I (the column-parallel input gradients'
+// all-reduces) and W (no communication); zb-v runs two chunks a stage in a V, on 4 layers.
+TEST(TensorParallelLayouts, ZeroBubbleH1OnTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 2, {ScheduleKind::zb_h1});
+}
+TEST(TensorParallelLayouts, ZeroBubbleVOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 2, {ScheduleKind::zb_v, 4});
+}
+// A recomputed forward issues the same tp all-reduces as the first, on every tp rank alike.
+TEST(TensorParallelLayouts, RecomputeOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 2, {ScheduleKind::one_f_one_b, 2, true});
+}
+// The fused attention on NH / tp heads of C / tp channels (heads of 16), with recompute and with
+// zb-h1's split backward (its I runs the fused attention's backward).
+TEST(TensorParallelLayouts, FusedAttentionOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 2, {ScheduleKind::zb_h1, 2, true, AttentionKind::fused});
+}
+// DualPipeV's overlapped pairs: a pair's backward issues its tp all-reduces on the second compute
+// stream, after the forward's in the rank's one NCCL order (comm/nccl_order.h), alike on every tp
+// rank.
+TEST(TensorParallelLayouts, DualPipeVOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 2, {ScheduleKind::dual_pipe_v, 4});
+}
+// Every axis at once, under mpirun -np 8 (tools/run_tests.sh's np 8 mode; -np 4 leaves it out).
+TEST(TensorParallelLayouts, TwoReplicasOfTwoTpRanksTimesTwoStagesGiveTheSingleProcess) {
+  expect_layout_matches_single_process<float>(2, 2, 2);
 }
 TEST(TensorParallelLayouts, TwoTpRanksTimesTwoStagesInBf16GiveTheSingleBf16Process) {
   expect_layout_matches_single_process<__nv_bfloat16>(1, 2, 2);

@@ -6,7 +6,6 @@
 #include "trainer/command_line/document_options.h"
 #include "trainer/command_line/option_values.h"
 #include "trainer/command_line/pipedream_options.h"
-#include "trainer/command_line/tensor_parallel_options.h"
 
 #include <algorithm>
 #include <charconv>
@@ -337,7 +336,6 @@ void check_consistency(const TrainOptions& options) {
     throw std::runtime_error("--layers-per-stage and --pipeline-layout both give the split: pass one");
   check_layer_split_options(options.layers_per_stage_auto, !options.pipeline_layout.empty(), options.plan_layouts,
                             options.print_memory);
-  check_tensor_parallel_options(options.tp, options.plan_layouts);
   check_pipedream_options(options.schedule == "pipedream", options.vertical_sync, options.grad_clip,
                           options.print_schedule, pipedream_not_built(options), options.given);
   check_document_options(options.documents, options.seq_len_warmup, options.seq_len_warmup_start, options.seq_len,

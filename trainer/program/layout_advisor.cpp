@@ -20,8 +20,8 @@ namespace {
 
 // The flags a layout sets, dropped from the user's command line before the layout's are added,
 // and the advisor's own, which a run does not take.
-const std::set<std::string> kReplacedFlags = {"pp", "dp", "schedule", "virtual-stages", "microbatches", "recompute",
-                                              "dtype", "plan-layouts", "world", "costs"};
+const std::set<std::string> kReplacedFlags = {"pp", "dp", "tp", "schedule", "virtual-stages", "microbatches",
+                                              "recompute", "dtype", "plan-layouts", "world", "costs"};
 
 std::string format(const char* pattern, double value) {
   char text[64];
@@ -61,22 +61,33 @@ double number_of(const std::string& text, const std::string& what) {
   return value;
 }
 
+// The time of a rank's tp all-reduces of `bytes` in `calls` calls: each a latency, and a ring's
+// 2 (tp - 1) / tp of its bytes sent.
+double all_reduce_time(double calls, double bytes, int tp, const CostRates& rates) {
+  return calls * rates.latency + 2.0 * (tp - 1) / tp * bytes * rates.tp_byte;
+}
+
 // The stages' costs for the simulator, which takes one cost per kind for every chunk: each stage's
-// chunks' FLOPs summed, over its v chunks, of the heaviest stage (the one the others wait for;
-// uneven chunks, the embedding's and the head's, are averaged within their stage).
+// chunks' FLOPs (on a tp rank) and tp all-reduces summed, over its v chunks, of the heaviest stage
+// (the one the others wait for; uneven chunks, the embedding's and the head's, are averaged within
+// their stage).
 StepCosts layout_costs(const GPTConfig& config, int B, int T, const std::vector<LayerRange>& virtual_stages,
-                       const Placement& placement, bool recompute, const CostRates& rates) {
+                       const Placement& placement, bool recompute, int tp, int element_bytes,
+                       const CostRates& rates) {
   StepCosts costs{0, 0, 0, rates.latency};
   for (int stage = 0; stage < placement.p; ++stage) {
-    ChunkFlops sum{0, 0, 0};
+    double forward = 0, backward_input = 0, backward_weight = 0;
     for (const LayerRange& chunk : chunks_of_stage(virtual_stages, placement, stage)) {
-      const ChunkFlops flops = chunk_flops(config, B, T, chunk, recompute);
-      sum.forward += flops.forward, sum.backward_input += flops.backward_input;
-      sum.backward_weight += flops.backward_weight;
+      const ChunkFlops flops = chunk_flops(config, B, T, chunk, recompute, tp);
+      const ChunkAllReduces sums = chunk_all_reduces(config, B, T, chunk, recompute, tp, element_bytes);
+      forward += rates.forward * flops.forward + all_reduce_time(sums.forward_calls, sums.forward_bytes, tp, rates);
+      backward_input += rates.backward_input * flops.backward_input +
+                        all_reduce_time(sums.input_calls, sums.input_bytes, tp, rates);
+      backward_weight += rates.backward_weight * flops.backward_weight;
     }
-    costs.forward = std::max(costs.forward, rates.forward * sum.forward / placement.v);
-    costs.backward_input = std::max(costs.backward_input, rates.backward_input * sum.backward_input / placement.v);
-    costs.backward_weight = std::max(costs.backward_weight, rates.backward_weight * sum.backward_weight / placement.v);
+    costs.forward = std::max(costs.forward, forward / placement.v);
+    costs.backward_input = std::max(costs.backward_input, backward_input / placement.v);
+    costs.backward_weight = std::max(costs.backward_weight, backward_weight / placement.v);
   }
   return costs;
 }
@@ -89,14 +100,14 @@ bool predict(const TrainOptions& options, int world, const GPTConfig& config, co
     // The schedule and layer split the plan holds are the ones the trainer would run.
     const MemoryPlanInput input = run_memory_input(run);
     const PipelineSchedule& schedule = input.schedule;
-    const StepCosts costs =
-        layout_costs(run.config, run.B, run.T, input.virtual_stages, schedule.placement, options.recompute, rates);
+    const StepCosts costs = layout_costs(run.config, run.B, run.T, input.virtual_stages, schedule.placement,
+                                         options.recompute, run.mesh.tp, options.dtype == "bf16" ? 2 : 4, rates);
     const Simulation simulation = simulate(schedule.stages, costs, schedule.placement.kind);
     if (!simulation.deadlock.empty()) return false;
     const std::vector<StageMemoryPlan> plans = plan_memory(input);
     double idle = 0;
     for (const StageSimulation& stage : simulation.stages) idle += stage.idle_share;
-    layout = {options, run.mesh.pp, run.mesh.dp, schedule.placement.v, simulation.makespan,
+    layout = {options, run.mesh.pp, run.mesh.dp, run.mesh.tp, schedule.placement.v, simulation.makespan,
               idle / simulation.stages.size(), plans[heaviest_stage(plans)].peak_bytes, false};
     return true;
   } catch (const std::runtime_error&) {
@@ -116,17 +127,31 @@ std::string shell_word(const std::string& word) {
 
 }  // namespace
 
-CostRates flop_cost_rates() { return {1e-9, 1e-9, 1e-9, 0.0, "Gflop"}; }
+CostRates flop_cost_rates() { return {1e-9, 1e-9, 1e-9, 0.0, "Gflop", kFlopsPerAllReduceByte * 1e-9}; }
 
-ChunkFlops chunk_flops(const GPTConfig& config, int B, int T, const LayerRange& chunk, bool recompute) {
+ChunkFlops chunk_flops(const GPTConfig& config, int B, int T, const LayerRange& chunk, bool recompute, int tp) {
   const double tokens = double(B) * T, C = config.channels, blocks = chunk.end_layer - chunk.first_layer;
-  const double matmuls = 24 * tokens * C * C, attention = 4 * tokens * T * C;
-  const double head = chunk.has_head ? 2 * tokens * C * config.padded_vocab_size : 0;
+  const double matmuls = 24 * tokens * C * C / tp, attention = 4 * tokens * T * C / tp;
+  const double head = chunk.has_head ? 2 * tokens * C * config.padded_vocab_size / tp : 0;
   ChunkFlops flops;
   flops.forward = blocks * (matmuls + attention) + head;
   flops.backward_input = blocks * (matmuls + 2 * attention) + head + (recompute ? flops.forward : 0);
   flops.backward_weight = blocks * matmuls + head;
   return flops;
+}
+
+ChunkAllReduces chunk_all_reduces(const GPTConfig& config, int B, int T, const LayerRange& chunk, bool recompute,
+                                  int tp, int element_bytes) {
+  if (tp == 1) return {0, 0, 0, 0};
+  const double tokens = double(B) * T, btc = tokens * config.channels * element_bytes;
+  const double blocks = chunk.end_layer - chunk.first_layer, embedding = chunk.has_embedding ? 1 : 0;
+  const double head = chunk.has_head ? 1 : 0;
+  ChunkAllReduces sums;
+  sums.forward_calls = 2 * blocks + embedding + 2 * head;
+  sums.forward_bytes = (2 * blocks + embedding) * btc + head * 3 * tokens * sizeof(float);
+  sums.input_calls = 2 * blocks + head + (recompute ? sums.forward_calls : 0);
+  sums.input_bytes = (2 * blocks + head) * btc + (recompute ? sums.forward_bytes : 0);
+  return sums;
 }
 
 CostRates measured_cost_rates(const std::string& trace_json, const GPTConfig& config, int B, int T) {
@@ -166,7 +191,8 @@ CostRates measured_cost_rates(const std::string& trace_json, const GPTConfig& co
   // Every replica runs every microbatch through the whole model: F, and B or both I and W.
   const ChunkFlops whole = chunk_flops(config, B, T, whole_model(config), recompute);
   const double runs = replicas.size() * microbatches;
-  CostRates rates{sum_ms["forward"] / (runs * whole.forward), 0, 0, std::max(shortest_transfer_ms, 0.0), "ms"};
+  CostRates rates{sum_ms["forward"] / (runs * whole.forward), 0, 0, std::max(shortest_transfer_ms, 0.0), "ms", 0};
+  rates.tp_byte = kFlopsPerAllReduceByte * rates.forward;
   if (sum_ms["backward"] > 0) {
     rates.backward_input = rates.backward_weight =
         sum_ms["backward"] / (runs * (whole.backward_input + whole.backward_weight));
@@ -186,32 +212,37 @@ std::vector<RankedLayout> all_layouts(const TrainOptions& options, int world, co
   std::vector<std::string> dtypes = {options.dtype};
   if (options.dtype == "fp32") dtypes.push_back("bf16");
   std::vector<RankedLayout> layouts;
-  for (int pp = 1; pp <= world; ++pp) {
-    const int dp = world / pp;
-    if (world % pp != 0 || global_microbatches % dp != 0) continue;
-    // (schedule, v): at pp = 1 every schedule runs the same computes, and 1F1B holds the fewest.
-    std::vector<std::pair<std::string, int>> schedules = {{"1f1b", 1}};
-    if (pp > 1) {
-      schedules.push_back({"afab", 1});
-      for (int v = 2; pp * v <= layers; ++v) {
-        schedules.push_back({"interleaved", v});
-        schedules.push_back({"zb-interleaved", v});
-      }
-      for (const char* name : {"zb-h1", "zb-h2", "zb-v", "v-half", "v-min"})
-        schedules.push_back({name, chunks_per_stage(parse_schedule_kind(name), 1)});
-    }
-    for (const auto& [schedule, v] : schedules)
-      for (bool recompute : {false, true})
-        for (const std::string& dtype : dtypes) {
-          TrainOptions candidate = options;
-          candidate.pp = pp, candidate.dp = dp, candidate.schedule = schedule, candidate.virtual_stages = v;
-          candidate.microbatches = global_microbatches / dp, candidate.recompute = recompute, candidate.dtype = dtype;
-          candidate.plan_layouts = false;
-          RankedLayout layout;
-          if (!predict(candidate, world, config, rates, layout)) continue;
-          layout.bf16_instead_of_fp32 = dtype != options.dtype;
-          layouts.push_back(layout);
+  for (int tp = 1; tp <= world; ++tp) {
+    for (int pp = 1; pp * tp <= world; ++pp) {
+      const int dp = world / (pp * tp);
+      if (world % (pp * tp) != 0 || global_microbatches % dp != 0) continue;
+      // A tp rank holds whole heads, hidden columns and vocabulary rows (check_tensor_parallel_sizes).
+      if (config.num_heads % tp != 0 || config.padded_vocab_size % tp != 0) continue;
+      // (schedule, v): at pp = 1 every schedule runs the same computes, and 1F1B holds the fewest.
+      std::vector<std::pair<std::string, int>> schedules = {{"1f1b", 1}};
+      if (pp > 1) {
+        schedules.push_back({"afab", 1});
+        for (int v = 2; pp * v <= layers; ++v) {
+          schedules.push_back({"interleaved", v});
+          schedules.push_back({"zb-interleaved", v});
         }
+        for (const char* name : {"zb-h1", "zb-h2", "zb-v", "v-half", "v-min"})
+          schedules.push_back({name, chunks_per_stage(parse_schedule_kind(name), 1)});
+      }
+      for (const auto& [schedule, v] : schedules)
+        for (bool recompute : {false, true})
+          for (const std::string& dtype : dtypes) {
+            TrainOptions candidate = options;
+            candidate.pp = pp, candidate.dp = dp, candidate.tp = tp, candidate.schedule = schedule;
+            candidate.virtual_stages = v;
+            candidate.microbatches = global_microbatches / dp, candidate.recompute = recompute, candidate.dtype = dtype;
+            candidate.plan_layouts = false;
+            RankedLayout layout;
+            if (!predict(candidate, world, config, rates, layout)) continue;
+            layout.bf16_instead_of_fp32 = dtype != options.dtype;
+            layouts.push_back(layout);
+          }
+    }
   }
   // Equal steps and bubbles (to rounding) go to the user's arithmetic (the costs do not know bf16's
   // speed), then to the smaller plan, then to the earlier enumerated (1F1B before AFAB).
@@ -253,7 +284,9 @@ std::string layout_command(const RankedLayout& layout, const std::vector<std::st
     if (separate_value) ++i;
   }
   const TrainOptions& o = layout.options;
-  command += " --pp " + std::to_string(layout.pp) + " --dp " + std::to_string(layout.dp) + " --schedule " + o.schedule;
+  command += " --pp " + std::to_string(layout.pp) + " --dp " + std::to_string(layout.dp);
+  if (layout.tp > 1) command += " --tp " + std::to_string(layout.tp);
+  command += " --schedule " + o.schedule;
   if (o.schedule == "interleaved") command += " --virtual-stages " + std::to_string(o.virtual_stages);
   command += " --microbatches " + std::to_string(o.microbatches);
   if (o.recompute) command += " --recompute";
@@ -270,18 +303,20 @@ std::string layouts_report(const std::vector<RankedLayout>& layouts, const std::
                      format_bytes(limit) + " (" + std::to_string(layouts.size()) + "; best first, at most " +
                      std::to_string(rows) + " shown)\n";
   text += "costs: " + std::string(rates.unit == "ms" ? "measured (--costs), ms" : "FLOPs, 1 per Gflop") +
-          "; the step leaves out the dp all-reduce and the optimizer\n\n";
+          "; a tp all-reduce's byte as " + format("%.0f", kFlopsPerAllReduceByte) +
+          " FLOPs; the step leaves out the dp all-reduce and the optimizer\n\n";
   char line[200];
-  std::snprintf(line, sizeof(line), "%-12s %-8s %2s %4s %-9s %-6s %12s %7s %12s\n", "schedule", "pp x dp", "v", "m",
-                "recompute", "dtype", ("step " + rates.unit).c_str(), "bubble", "peak");
+  std::snprintf(line, sizeof(line), "%-12s %-12s %2s %4s %-9s %-6s %12s %7s %12s\n", "schedule", "pp x dp x tp", "v",
+                "m", "recompute", "dtype", ("step " + rates.unit).c_str(), "bubble", "peak");
   text += line;
   bool any_bf16 = false;
   for (size_t i = 0; i < layouts.size() && i < rows; ++i) {
     const RankedLayout& l = layouts[i];
     const bool changes_arithmetic = l.bf16_instead_of_fp32;
     any_bf16 = any_bf16 || changes_arithmetic;
-    std::snprintf(line, sizeof(line), "%-12s %-8s %2d %4d %-9s %-6s %12s %7.3f %12s\n", l.options.schedule.c_str(),
-                  (std::to_string(l.pp) + " x " + std::to_string(l.dp)).c_str(), l.v, l.options.microbatches,
+    std::snprintf(line, sizeof(line), "%-12s %-12s %2d %4d %-9s %-6s %12s %7.3f %12s\n", l.options.schedule.c_str(),
+                  (std::to_string(l.pp) + " x " + std::to_string(l.dp) + " x " + std::to_string(l.tp)).c_str(), l.v,
+                  l.options.microbatches,
                   l.options.recompute ? "on" : "off", (l.options.dtype + (changes_arithmetic ? "*" : "")).c_str(),
                   format("%.4g", l.step).c_str(), l.bubble, format_bytes(l.peak).c_str());
     text += line;

@@ -1,10 +1,13 @@
 // The layout advisor (./train --plan-layouts): every layout of a world's ranks for the model and
-// global batch of the options (schedule, pp x dp, chunks per stage, microbatches, recompute,
+// global batch of the options (schedule, pp x dp x tp, chunks per stage, microbatches, recompute,
 // dtype), kept when its heaviest stage's memory plan (pipeline/memory_plan.h) fits a limit, ranked
 // by the simulator's predicted step time (pipeline/simulate.h), with the command line of the best.
 //
-// The costs of the simulator's actions come from a FLOP count of each chunk (chunk_flops) times a
-// time per FLOP: one unit per GFLOP by default, or measured in a --trace run (measured_cost_rates).
+// The costs of the simulator's actions come from a FLOP count of each chunk on a tp rank
+// (chunk_flops) times a time per FLOP: one unit per GFLOP by default, or measured in a --trace run
+// (measured_cost_rates); with tp > 1 plus the tp all-reduces the action waits for
+// (chunk_all_reduces), each a latency and its ring's bytes times a time per byte. Without that
+// cost the advisor would always pick the largest tp, whose FLOPs per rank are the fewest.
 // What the prediction leaves out: the data-parallel all-reduce and the optimizer step (each rank's
 // share of them shrinks with pp; docs/pipeline.md, "Choosing a layout").
 #pragma once
@@ -22,9 +25,18 @@ struct CostRates {
   double forward, backward_input, backward_weight;  // per FLOP; a fused B takes I's and W's
   double latency;
   std::string unit;  // "Gflop" (the FLOP model's time: 1 per 10^9 FLOP) or "ms" (measured)
+  // Per byte a tp rank sends in a tp all-reduce (a ring sends 2 (tp - 1) / tp of its buffer): the
+  // time of kFlopsPerAllReduceByte forward FLOPs (see there); each all-reduce also costs `latency`.
+  double tp_byte;
 };
 
-// One unit per 10^9 FLOP of every kind, no latency.
+// What a byte of a tp all-reduce costs, in FLOPs' time: about an A100's ratio of its bf16 matmul
+// throughput (312 TFLOP/s dense) to its NVLink bandwidth each way (300 GB/s), the machine
+// Megatron's tp runs on. A stated model, not a measurement (the CPU build's all-reduces are MPI
+// copies and say nothing of NVLink); a machine with slower links pays more per byte.
+inline constexpr double kFlopsPerAllReduceByte = 1000;
+
+// One unit per 10^9 FLOP of every kind, no latency; a tp all-reduce's byte as 1000 FLOPs.
 CostRates flop_cost_rates();
 
 // The rates of a `--trace FILE` run's measured step (trainer/program/measured_timeline.h) of the
@@ -39,17 +51,30 @@ CostRates measured_cost_rates(const std::string& trace_json, const GPTConfig& co
 // attention's two batched products (4 B T^2 C per block, llm.c's full T x T); the embedding's
 // look-up, the LayerNorms and GELU count nothing. The backward's two halves: I takes each matmul's
 // input gradient and attention's backward (twice its forward), W the weight gradients; together
-// about twice the forward. With recompute, I also runs the chunk's forward again.
+// about twice the forward. With recompute, I also runs the chunk's forward again. On a rank of tp
+// tensor-parallel ranks every one of these is a tp-th (its heads, hidden columns and vocabulary
+// columns).
 struct ChunkFlops {
   double forward, backward_input, backward_weight;
 };
-ChunkFlops chunk_flops(const GPTConfig& config, int B, int T, const LayerRange& chunk, bool recompute);
+ChunkFlops chunk_flops(const GPTConfig& config, int B, int T, const LayerRange& chunk, bool recompute, int tp = 1);
+
+// The tp all-reduces one microbatch through the chunk makes on a rank (none at tp 1), as
+// tools/step_counts counts them (docs/pipeline.md, "The tensor-parallel column"): the forward 2
+// per block of B T C elements, 1 more for the embedding, and for the head the loss's 2 of B T and
+// 2 B T fp32 values; I 2 per block and 1 for the head, of B T C (with recompute also the
+// forward's); W none. Bytes: the buffers handed to NCCL, element_bytes per element.
+struct ChunkAllReduces {
+  double forward_calls, forward_bytes, input_calls, input_bytes;
+};
+ChunkAllReduces chunk_all_reduces(const GPTConfig& config, int B, int T, const LayerRange& chunk, bool recompute,
+                                  int tp, int element_bytes);
 
 // One layout the trainer runs, with its prediction and plan.
 struct RankedLayout {
-  TrainOptions options;  // the user's, with the layout's --pp, --dp, --schedule, --virtual-stages,
+  TrainOptions options;  // the user's, with the layout's --pp, --dp, --tp, --schedule, --virtual-stages,
                          // --microbatches, --recompute and --dtype
-  int pp, dp, v;
+  int pp, dp, tp, v;
   double step;    // the simulator's makespan, in the rates' unit
   double bubble;  // the stages' mean idle share
   uint64_t peak;  // the heaviest stage's planned peak (bytes)

@@ -11,12 +11,13 @@ namespace {
 
 bool is_bf16(const RunSetup& setup) { return setup.options.dtype == "bf16"; }
 
-// Bytes of one chunk's activations in the run's element type.
+// Bytes of one chunk's activations in the run's element type, on a tp rank.
 size_t chunk_activation_bytes(const RunSetup& setup, const LayerRange& range) {
   const GPTConfig& config = setup.start.config;
   const AttentionKind attention = setup.layout.attention;
-  return is_bf16(setup) ? activation_bytes<__nv_bfloat16>(config, setup.B, setup.T, range, 1, attention)
-                        : activation_bytes<float>(config, setup.B, setup.T, range, 1, attention);
+  const int tp = setup.mesh.tp;
+  return is_bf16(setup) ? activation_bytes<__nv_bfloat16>(config, setup.B, setup.T, range, tp, attention)
+                        : activation_bytes<float>(config, setup.B, setup.T, range, tp, attention);
 }
 
 // Bytes of one activation slot of a chunk, as the executor allocates it.
@@ -27,11 +28,12 @@ size_t slot_bytes(const RunSetup& setup, const LayerRange& range) {
   return input + (setup.layout.recompute ? 0 : chunk_activation_bytes(setup, range));
 }
 
-// Bytes of one weight-gradient-input buffer of a chunk (split backwards).
+// Bytes of one weight-gradient-input buffer of a chunk (split backwards), on a tp rank.
 size_t weight_buffer_bytes(const RunSetup& setup, const LayerRange& range) {
   const GPTConfig& config = setup.start.config;
-  return is_bf16(setup) ? weight_gradient_input_bytes<__nv_bfloat16>(config, setup.B, setup.T, range)
-                                : weight_gradient_input_bytes<float>(config, setup.B, setup.T, range);
+  const int tp = setup.mesh.tp;
+  return is_bf16(setup) ? weight_gradient_input_bytes<__nv_bfloat16>(config, setup.B, setup.T, range, tp)
+                        : weight_gradient_input_bytes<float>(config, setup.B, setup.T, range, tp);
 }
 
 // --schedule-costs and --pair-cost, for the simulators.

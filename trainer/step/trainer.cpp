@@ -24,7 +24,6 @@
 #include "pipeline/layer_split.h"
 #include "pipeline/layout_string.h"
 #include "pipeline/pytorch_csv.h"
-#include "pipeline/tensor_parallel_schedule.h"
 #include "trainer/safety/failure_injection.h"
 #include "trainer/safety/nonfinite.h"
 #include "trainer/safety/preemption.h"
@@ -158,9 +157,6 @@ std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, 
                              " is fewer than 2 x --pp " + std::to_string(mesh.pp) + " = " + std::to_string(2 * mesh.pp) +
                              " pipeline chunks (each needs at least one layer)");
   const PipelineSchedule schedule = layout_schedule(layout, mesh.pp);
-  if (mesh.tp > 1)
-    check_schedule_runs_tensor_parallel(schedule, mesh.tp, layout.schedule_file ? "the schedule file"
-                                                                                : "--schedule " + schedule_name(layout.schedule));
   const int v = schedule.placement.v;
   if (layout.pipeline_layout.empty()) return split_layers(config.num_layers, mesh.pp, v, layout.layers_per_stage);
   return split_layers(config.num_layers, mesh.pp, v,
