@@ -272,7 +272,7 @@ def dualpipev_pairs_on_the_second_track():
     return True, "%d pairs' backwards on the 4 second compute tracks, every track its predicted steps" % pairs
 
 
-# Tensor parallelism: tp 2 x pp 2 with 1F1B (the schedules that split the backward do not run at tp > 1).
+# Tensor parallelism: tp 2 x pp 2 with 1F1B (one compute track per stage and tp rank).
 TENSOR_PARALLEL = ("--tp", "2", "--pp", "2", "--schedule", "1f1b")
 
 
