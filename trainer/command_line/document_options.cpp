@@ -10,8 +10,7 @@ void check_document_options(bool documents, int warmup_steps, int warmup_start, 
   if (given.count("seq-len-warmup") && (warmup_start < 1 || warmup_start > seq_len))
     throw std::runtime_error("--seq-len-warmup-start " + std::to_string(warmup_start) + " is not in [1, --seq-len " +
                              std::to_string(seq_len) + "]");
-  if (warmup_steps > 0 && !documents)
-    throw std::runtime_error("--seq-len-warmup needs --documents (the warm-up cuts the document reader's sequences)");
-  if (documents && tp > 1)
-    throw std::runtime_error("--documents does not run with --tp " + std::to_string(tp) + " yet (issue 34)");
+  if (tp > 1 && (documents || warmup_steps > 0))
+    throw std::runtime_error(std::string(documents ? "--documents" : "--seq-len-warmup") + " does not run with --tp " +
+                             std::to_string(tp) + " yet (issue 34)");
 }
