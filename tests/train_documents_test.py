@@ -97,7 +97,7 @@ def step_tokens(pieces, step, cap, microbatches=M):
 def tokens_per_s_problems(log, real_tokens):
     """The steps whose tokens_per_s is not real_tokens[i] over the step's time, within the log's
     rounding (ms to 0.0005 of its value, tok/s to 0.05); a count of every position, padding
-    included (2 to 8% more here), is far outside it."""
+    included (4 to 16% more here), is far outside it."""
     problems = []
     for step, real in zip(log, real_tokens):
         expected = real / (step["ms"] / 1e3)
@@ -110,7 +110,10 @@ def documents_at_four_ranks_match_one_process():
     skipped = skipped_for_ranks(4)
     if skipped:
         return skipped
-    options = ["--documents", "--steps", "4"]
+    # At maxT 64 (the last --seq-len wins), microbatches 3 and 5 are shorter than maxT: the padding
+    # counts each microbatch's positions at its own T.
+    max_t = 64
+    options = ["--documents", "--steps", "4", "--seq-len", str(max_t)]
     mpirun = os.environ.get("MPIRUN", "mpirun").split()
     pipeline, why = log_of("pp4", mpirun + ["-np", "4"], options)
     if pipeline is None:
@@ -121,8 +124,10 @@ def documents_at_four_ranks_match_one_process():
     figures = lambda log: [(step["loss"], step["grad_norm"]) for step in log]
     if figures(pipeline) != figures(single):
         return False, "losses and norms differ: pp 4 %s, one process %s" % (figures(pipeline), figures(single))
-    pieces = document_pieces(chapters_text(), MAX_T)
-    tokens = [step_tokens(pieces, step["step"], MAX_T) for step in single]
+    pieces = document_pieces(chapters_text(), max_t)
+    if all(microbatch_shape(pieces, k, max_t)[0] == max_t for k in range(len(single) * M)):
+        return False, "some microbatch should be shorter than maxT"
+    tokens = [step_tokens(pieces, step["step"], max_t) for step in single]
     # The log's padding has 6 decimals: within half of the last (5e-7, and a hair for the
     # decimal's binary form) of the share derived here.
     expected = [1 - real / positions for real, positions in tokens]
