@@ -5,10 +5,10 @@ losses and gradient norms of one process, each step's padding share exactly as t
 it from the text and the rule (chapter starts, pieces of at most --seq-len), and real tokens per
 second (padding excluded); --seq-len-warmup logs a T that grows from its start to --seq-len, with
 --documents and on packed sequences (bitwise the same at -np 4 and in one process);
---print-schedule --documents shows the first step's lengths and predicts the step from them; the
-bad inputs (a warm-up start of 0 or above the maximum, a start without a warm-up, a shard without an
-end-of-text token, --documents with --tp 2) each give one line and status 1 on every rank of
-mpirun -np 4.
+--print-schedule --documents shows the first step's lengths and predicts the step from them;
+--documents with a warm-up at tp 2 x pp 2 within tp's tolerance of one process; the bad inputs (a
+warm-up start of 0 or above the maximum, a start without a warm-up, a shard without an end-of-text
+token) each give one line and status 1 on every rank of mpirun -np 4.
 
     /usr/bin/python3 tests/train_documents_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun). One line per
@@ -205,6 +205,29 @@ def packed_seq_len_warmup_matches_at_four_ranks():
     return True, "T %s, 6 steps bitwise alike (losses %s)" % (lengths, ["%.4f" % step["loss"] for step in single])
 
 
+def tensor_parallel_documents_match_one_process():
+    """--documents with the warm-up at tp 2 x pp 2 (-np 4) against one process: the same T per
+    step, the losses and norms within TensorParallelLayouts' fp32 bound of 2e-5 relative
+    (tests/mpi/tensor_parallel_layouts_test.cu: tp's partial sums in another order)."""
+    skipped = skipped_for_ranks(4)
+    if skipped:
+        return skipped
+    options = ["--documents", "--seq-len", "64", "--seq-len-warmup", "2", "--seq-len-warmup-start", "48", "--steps", "3"]
+    mpirun = os.environ.get("MPIRUN", "mpirun").split()
+    tp, why = log_of("tp2", mpirun + ["-np", "4"], options + ["--tp", "2"])
+    if tp is None:
+        return False, "mpirun -np 4 --tp 2: " + why
+    single, why = log_of("tp_single", [], options)
+    if single is None:
+        return False, "one process: " + why
+    if [step["seq_len"] for step in tp] != [step["seq_len"] for step in single]:
+        return False, "T per step %s, one process %s" % ([s["seq_len"] for s in tp], [s["seq_len"] for s in single])
+    worst = max(max(abs(a[key] - b[key]) / b[key] for key in ("loss", "grad_norm")) for a, b in zip(tp, single))
+    paddings = [step["padding"] for step in single]
+    return worst <= 2e-5 and any(paddings), "T %s, padding %s, losses and norms within %.2g relative" % (
+        [step["seq_len"] for step in single], ["%.3f" % p for p in paddings], worst)
+
+
 def write_shard_without_separator():
     path = os.path.join(DIRECTORY.name, "plain_000000.bin")
     tokens = list(range(100, 2100))
@@ -229,7 +252,6 @@ def bad_inputs_give_one_line():
          "train: error: --seq-len-warmup-start 40 is not in [1, --seq-len 32]"),
         (text + ["--documents", "--seq-len-warmup-start", "16"],
          "train: error: --seq-len-warmup-start needs --seq-len-warmup STEPS"),
-        (text + ["--documents", "--tp", "2"], "train: error: --documents does not run with --tp 2 yet (issue 34)"),
         (["--train-data", os.path.join(DIRECTORY.name, "plain_*.bin"), "--documents", "--vocab", "4096"],
          "train: error: %s: no document separator (the end-of-text token 50256) in 2000 tokens" % shard),
     ]
@@ -249,6 +271,7 @@ CHECKS = {
     "TrainDocuments.SeqLenWarmupLogsAGrowingT": seq_len_warmup_logs_a_growing_t,
     "TrainDocuments.PackedSeqLenWarmupMatchesAtFourRanks": packed_seq_len_warmup_matches_at_four_ranks,
     "TrainDocuments.PrintScheduleCostsEachMicrobatchAtItsT": print_schedule_costs_each_microbatch_at_its_t,
+    "TrainDocuments.TensorParallelMatchesOneProcess": tensor_parallel_documents_match_one_process,
     "TrainDocuments.BadInputsGiveOneLineAndStatus1": bad_inputs_give_one_line,
 }
 

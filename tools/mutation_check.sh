@@ -1241,6 +1241,12 @@ fault bad-input-status-on-rank-zero-only trainer/main.cu \
   '/if (out) std::fprintf(stderr, "train: error: %s\\n", error.what());/{n;s/    return 1;/    return out ? 1 : 0;/}' \
   'py:train_documents_test TrainDocuments.BadInputs*'
 
+# h34d: issue 34 item 3 at tp > 1 (document-aligned microbatches on tensor-parallel stages).
+# The padding's loss counted on the vocab-parallel head: only microbatches with padding show it.
+fault masked-target-enters-the-tp-loss kernels/vocab_parallel_cross_entropy.cu \
+  's/losses\[row\] = valid ? logarithm(row_exp_sum\[row\]) + max - target_logit\[row\] : C(0);/losses[row] = logarithm(row_exp_sum[row]) + max - target_logit[row];/' \
+  'mpi4 TensorParallelVariableLength.* 120'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -318,8 +318,7 @@ void check_consistency(const TrainOptions& options) {
   check_layer_split_options(options.layers_per_stage_auto, !options.pipeline_layout.empty(), options.plan_layouts,
                             options.print_memory);
   check_tensor_parallel_options(options.tp, options.plan_layouts);
-  check_document_options(options.documents, options.seq_len_warmup, options.seq_len_warmup_start, options.seq_len,
-                         options.tp, options.given);
+  check_document_options(options.seq_len_warmup_start, options.seq_len, options.given);
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");
   if (options.given.count("format") && !options.print_schedule)
