@@ -209,7 +209,8 @@ const std::vector<OptionSpec>& option_table() {
                     "end each sequence at a document boundary (a chapter, or llm.c's end-of-text token), each "
                     "microbatch padded to its longest: --seq-len is the maximum T"),
       int_option("seq-len-warmup", &O::seq_len_warmup, kAtLeastZero,
-                 "steps over which the step's T grows linearly to --seq-len (0: none): packed sequences cut to it, or document-aligned ones with --documents"),
+                 "steps over which the step's T grows linearly to --seq-len (0: none): packed sequences cut to it, "
+                 "or document-aligned ones with --documents"),
       int_option("seq-len-warmup-start", &O::seq_len_warmup_start, kAtLeastZero,
                  "the warm-up's first T (then rounded down to multiples of 8, never below it)"),
       string_option("log", "FILE", &O::log, "JSON lines, one per step"),

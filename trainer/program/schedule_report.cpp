@@ -119,7 +119,8 @@ std::string schedule_report(const RunSetup& setup) {
   for (const StageSchedule& steps : schedule.stages) orders.push_back(compute_actions(steps));
   const Simulation dataflow = simulate_dataflow(orders, costs, schedule.placement.kind);
   char line[512];
-  const std::string column = costs.lengths.empty() ? "t_f" : format_number(timeline_column(costs) / costs.forward) + " t_f";
+  const std::string column =
+      costs.lengths.empty() ? "t_f" : format_number(timeline_column(costs) / costs.forward) + " t_f";
   std::snprintf(line, sizeof(line), "timeline (a column per %s; t_f, t_i, t_w = %g, %g, %g, B = I + W, latency %g%s):\n",
                 column.c_str(), costs.forward, costs.backward_input, costs.backward_weight, costs.latency,
                 !has_overlapped_pairs(schedule) ? "" : costs.pair == PairCost::sum ? "; a pair F&B: F + B" : "; a pair F&B: max(F, B)");
