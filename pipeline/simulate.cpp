@@ -167,7 +167,7 @@ class Simulator {
       if (vs > 0 && !has_input(s, {Tensor::activation, vs - 1, a.microbatch}, true))
         fail(s, "runs " + to_text(a) + " before receiving its input");
       state.forwarded.insert(key);
-      cost = costs_.forward;
+      cost = compute_time(costs_, a);
       if (vs == 0) take_slot(state, a.chunk);
       if (vs < layout_.virtual_stages() - 1 && layout_.stage_of(vs + 1) == s)
         take_slot(state, layout_.chunk_of(vs + 1));  // the local hand-over
@@ -175,7 +175,7 @@ class Simulator {
       if (state.weighted.count(key)) fail(s, "repeats " + to_text(a));
       if (!state.split.count(key)) fail(s, "runs " + to_text(a) + " before its I" + to_text(a).substr(1));
       state.weighted.insert(key);
-      cost = costs_.backward_weight;
+      cost = compute_time(costs_, a);
       state.pending--;
       state.chunk_pending[a.chunk]--;
     } else {
@@ -186,7 +186,7 @@ class Simulator {
       if (vs < layout_.virtual_stages() - 1 && !has_input(s, {Tensor::gradient, vs + 1, a.microbatch}, false))
         fail(s, "runs " + to_text(a) + " before receiving its output gradient");
       state.backwarded.insert(key);
-      cost = costs_.backward_input + (split ? 0 : costs_.backward_weight);
+      cost = compute_time(costs_, a);
       state.in_flight--;
       state.chunk_in_flight[a.chunk]--;
       if (split) {
@@ -308,12 +308,25 @@ class Simulator {
 
 }  // namespace
 
+LengthScale length_scale(int T, int maxT, double quadratic_share) {
+  const double r = double(T) / maxT;
+  return {(1 - quadratic_share) * r + quadratic_share * r * r, r};
+}
+
 double compute_time(const StepCosts& costs, const Action& a) {
+  LengthScale scale{1, 1};
+  if (!costs.lengths.empty()) {
+    if (a.microbatch < 0 || size_t(a.microbatch) >= costs.lengths.size())
+      throw std::runtime_error("simulate: " + to_text(a) + " has no length among the " +
+                               std::to_string(costs.lengths.size()) + " microbatches' lengths");
+    scale = costs.lengths[a.microbatch];
+  }
+  const double input = costs.backward_input * scale.forward_and_input, weight = costs.backward_weight * scale.weight;
   switch (a.kind) {
-    case ActionKind::forward: return costs.forward;
-    case ActionKind::backward: return costs.backward_input + costs.backward_weight;
-    case ActionKind::backward_input: return costs.backward_input;
-    default: return costs.backward_weight;
+    case ActionKind::forward: return costs.forward * scale.forward_and_input;
+    case ActionKind::backward: return input + weight;
+    case ActionKind::backward_input: return input;
+    default: return weight;
   }
 }
 
@@ -325,10 +338,17 @@ Simulation simulate(const std::vector<StageSchedule>& stages, const StepCosts& c
   return Simulator(stages, costs, placement).run();
 }
 
+double timeline_column(const StepCosts& costs) {
+  double shortest = 1;
+  for (const LengthScale& scale : costs.lengths) shortest = std::min(shortest, scale.forward_and_input);
+  return costs.forward * shortest;
+}
+
 std::string format_timeline(const std::vector<StageSchedule>& stages, const Simulation& simulation,
                             const StepCosts& costs) {
   if (!simulation.deadlock.empty()) throw std::runtime_error("format_timeline: the simulation deadlocked");
-  const auto columns = [&](double time) { return static_cast<size_t>(std::lround(time / costs.forward)); };
+  const double column = timeline_column(costs);
+  const auto columns = [&](double time) { return static_cast<size_t>(std::lround(time / column)); };
   size_t width = 2;
   for (const StageSchedule& steps : stages)
     for (const Action& a : compute_actions(steps)) width = std::max(width, to_text(a).size());
@@ -344,7 +364,7 @@ std::string format_timeline(const std::vector<StageSchedule>& stages, const Simu
       if (!is_compute(stages[s][i])) continue;
       const Action& a = stages[s][i][0];
       const size_t first = columns(simulation.start_time[s][i]);
-      const size_t span = columns(simulation.end_time[s][i] - simulation.start_time[s][i]);
+      const size_t span = std::max<size_t>(1, columns(simulation.end_time[s][i] - simulation.start_time[s][i]));
       if (a.overlapped && first < cells.size()) {  // the pair's second compute, in its first's slot
         if (span > 1 && first + 1 < cells.size()) cells[first + 1] = to_text(a);
         else cells[first] += to_text(a);

@@ -27,15 +27,30 @@
 // GPU of its own (an upper bound on what overlapping can give).
 enum class PairCost { sum, max };
 
+// A microbatch's computes against one at maxT (issue 34: microbatches of different lengths).
+struct LengthScale {
+  double forward_and_input;  // F and I: the matrix products linear in T, the attention's T x T ones
+  double weight;             // W: the weight gradients, matrix products linear in T only
+};
+
 struct StepCosts {
   double forward;          // t_f: one chunk's forward of one microbatch
   double backward_input;   // t_i: its I
   double backward_weight;  // t_w: its W; a fused B takes t_i + t_w
   double latency;          // one message, from the later of send and receive being posted
   PairCost pair = PairCost::sum;
+  // Microbatch k's computes take t_f, t_i and t_w times lengths[k]; empty: every microbatch at
+  // maxT. A message keeps its latency (the model's latency does not grow with the bytes).
+  std::vector<LengthScale> lengths = {};
 };
 
-// The time of one compute (F, B, I or W), and of a pair's slot from its two computes' times.
+// The scale of a microbatch of T tokens against one of maxT, when the attention's T x T products
+// are quadratic_share of a forward's work at maxT: F and I take (1 - q) r + q r^2, W takes r,
+// with r = T / maxT and q = quadratic_share.
+LengthScale length_scale(int T, int maxT, double quadratic_share);
+
+// The time of one compute (F, B, I or W) of its microbatch, and of a pair's slot from its two
+// computes' times. Throws for a microbatch that costs.lengths, when given, does not hold.
 double compute_time(const StepCosts& costs, const Action& compute);
 double pair_time(const StepCosts& costs, double first, double second);
 
@@ -104,9 +119,10 @@ Simulation simulate_dataflow(const std::vector<std::vector<Action>>& compute, co
 Simulation simulate_transfer_stream(const std::vector<StageSchedule>& stages, const StepCosts& costs,
                                     PlacementKind placement = PlacementKind::ring);
 
-// The compute actions on a time axis: one column per costs.forward of time, an action of k
-// forwards' time spans k columns ("B3" then "--"), idle columns are ".". Needs a run without
-// deadlock.
+// The compute actions on a time axis: one column per timeline_column(costs) of time, an action of
+// k columns' time spans k (at least one: "B3" then "--"), idle columns are ".". Needs a run
+// without deadlock.
+double timeline_column(const StepCosts& costs);  // t_f of the shortest microbatch (costs.lengths)
 std::string format_timeline(const std::vector<StageSchedule>& stages, const Simulation& simulation,
                             const StepCosts& costs);
 // The same for simulate_dataflow's run of compute orders.

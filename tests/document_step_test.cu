@@ -1,6 +1,7 @@
 // The trainer's step over document-aligned microbatches (issue 34, train_step with a
 // DocumentReader): its loss and gradient are the mean over the step's real tokens, so the same
-// sequences split into other microbatches (other T, other padding) give the same step. One process,
+// sequences split into other microbatches (other T, other padding) give the same step; the
+// executor refuses lengths outside [1, maxT] that a front end might hand it. One process,
 // a tiny model (L=2, NH=2, C=16, maxT=8, V=128) on a text of short chapters.
 #include <gtest/gtest.h>
 
@@ -75,5 +76,28 @@ TEST(DocumentStep, CapAboveMaxTIsAnError) {
   } catch (const std::runtime_error& error) {
     EXPECT_STREQ(error.what(), "chapters: microbatch length 9 is not in [1, maxT = 8]");
   }
+  destroy_trainer(trainer);
+}
+
+// The executor's own check (issue 34 item 6): lengths handed to the step past what the reader
+// guards (a front end's bug), one above maxT, one of 0, or fewer lengths than microbatches, are
+// each refused in one line before any kernel runs, instead of overrunning the buffers sized for maxT.
+TEST(DocumentStep, ExecutorRefusesALengthOutsideOneToMaxT) {
+  const GPTConfig config = make_gpt_config(2, 2, 16, kMaxT, 128);
+  Trainer<float> trainer = create_trainer<float>(config, 2, kMaxT, 2);
+  const auto error_of = [&](std::vector<int> lengths) -> std::string {
+    trainer.shape.lengths = lengths;
+    trainer.shape.loss_scale = 1.0 / 16;
+    trainer.shape.loss_divisor = 1.0;
+    try {
+      run_step(trainer, AdamWSettings{0.9, 0.95, 1e-8, 0.1, 1.0}, 1e-3, 1, 16.0);
+    } catch (const std::runtime_error& error) {
+      return error.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(error_of({8, kMaxT + 1}), "execute_step: microbatch 1 has T = 9, not in [1, maxT = 8]");
+  EXPECT_EQ(error_of({0, 8}), "execute_step: microbatch 0 has T = 0, not in [1, maxT = 8]");
+  EXPECT_EQ(error_of({8}), "execute_step: 1 microbatch lengths for a schedule of 2 microbatches");
   destroy_trainer(trainer);
 }

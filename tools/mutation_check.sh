@@ -1271,6 +1271,56 @@ fault advisor-tp-rank-runs-the-whole-matmuls trainer/program/layout_advisor.cpp 
   's/const double matmuls = 24 \* tokens \* C \* C \/ tp,/const double matmuls = 24 * tokens * C * C,/' \
   'unit LayoutAdvisor.*'
 
+# h34d: issue 34 item 5 (the simulator at per-microbatch lengths, --print-schedule --documents).
+# Every microbatch costed at maxT, whatever its length.
+fault simulate-lengths-ignored pipeline/simulate.cpp \
+  's/    scale = costs.lengths\[a.microbatch\];/    scale = LengthScale{1, 1};/' \
+  'unit SimulatorLengths.*'
+# W scaled like F and I (with the attention's T^2), though it holds no attention.
+fault simulate-weight-gradient-scaled-with-attention pipeline/simulate.cpp \
+  's/return {(1 - quadratic_share) \* r + quadratic_share \* r \* r, r};/return {(1 - quadratic_share) * r + quadratic_share * r * r, (1 - quadratic_share) * r + quadratic_share * r * r};/' \
+  'unit SimulatorLengths.*'
+# --print-schedule --documents costs every microbatch at maxT.
+fault print-schedule-documents-at-max-t trainer/program/schedule_report.cpp \
+  's/costs.lengths.push_back(length_scale(T, setup.T, /costs.lengths.push_back(length_scale(setup.T, setup.T, /' \
+  'py:train_documents_test TrainDocuments.PrintSchedule*'
+# The attention's share leaves the head out.
+fault print-schedule-attention-share-without-head trainer/program/schedule_report.cpp \
+  's/ + config.padded_vocab_size);/);/' \
+  'py:train_documents_test TrainDocuments.PrintSchedule*'
+# h34d: issue 34 item 1 (--seq-len-warmup on packed data).
+# The rows not packed to (B, cap): rows past the first read the window's padding of row 0.
+fault packed-warmup-rows-not-packed trainer/step/step_batches.cpp \
+  's/for (size_t b = 1; cap < T \&\& b < B; ++b) {/for (size_t b = 1; false \&\& b < B; ++b) {/' \
+  'unit PackedWarmUp.*'
+# The warm-up's cap not passed to a packed step: every step at --seq-len (the log's T still grows).
+fault packed-warmup-cap-ignored trainer/program/run.cpp \
+  's/capped ? seq_len : size_t(setup.T), settings/size_t(setup.T), settings/' \
+  'py:train_documents_test TrainDocuments.PackedSeqLen*'
+# h34d: issue 34 item 5 (honest throughput) and item 6 (bad input).
+# The step's positions counted at the cap, not each microbatch's T: a smaller padding share.
+fault documents-positions-at-the-cap trainer/step/step_batches.cpp \
+  's/positions += double(trainer.B) \* double(microbatch_length(reader, k, cap));/positions += double(trainer.B) * double(cap);/' \
+  'py:train_documents_test TrainDocuments.FourRanks*'
+# Tokens per second over every position, padding included.
+fault tokens-per-second-counts-padding trainer/program/run.cpp \
+  's/seconds \* 1e3, step.real_tokens \/ seconds,/seconds * 1e3, step.positions \/ seconds,/' \
+  'py:train_documents_test TrainDocuments.FourRanks*'
+# The executor takes a microbatch longer than its buffers' maxT.
+fault executor-length-above-max-t-accepted pipeline/execute.cu \
+  's/if (lengths\[k\] < 1 || lengths\[k\] > e.T)/if (lengths[k] < 1)/' \
+  'unit DocumentStep.ExecutorRefuses*'
+# A bad input exits 1 on world rank 0 only, 0 on the others.
+fault bad-input-status-on-rank-zero-only trainer/main.cu \
+  '/if (out) std::fprintf(stderr, "train: error: %s\\n", error.what());/{n;s/    return 1;/    return out ? 1 : 0;/}' \
+  'py:train_documents_test TrainDocuments.BadInputs*'
+
+# h34d: issue 34 item 3 at tp > 1 (document-aligned microbatches on tensor-parallel stages).
+# The padding's loss counted on the vocab-parallel head: only microbatches with padding show it.
+fault masked-target-enters-the-tp-loss kernels/vocab_parallel_cross_entropy.cu \
+  's/losses\[row\] = valid ? logarithm(row_exp_sum\[row\]) + max - target_logit\[row\] : C(0);/losses[row] = logarithm(row_exp_sum[row]) + max - target_logit[row];/' \
+  'mpi4 TensorParallelVariableLength.* 120'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -3,15 +3,10 @@
 
 #include <stdexcept>
 
-void check_document_options(bool documents, int warmup_steps, int warmup_start, int seq_len, int tp,
-                            const std::set<std::string>& given) {
+void check_document_options(int warmup_start, int seq_len, const std::set<std::string>& given) {
   if (given.count("seq-len-warmup-start") && !given.count("seq-len-warmup"))
     throw std::runtime_error("--seq-len-warmup-start needs --seq-len-warmup STEPS");
   if (given.count("seq-len-warmup") && (warmup_start < 1 || warmup_start > seq_len))
     throw std::runtime_error("--seq-len-warmup-start " + std::to_string(warmup_start) + " is not in [1, --seq-len " +
                              std::to_string(seq_len) + "]");
-  if (warmup_steps > 0 && !documents)
-    throw std::runtime_error("--seq-len-warmup needs --documents (the warm-up cuts the document reader's sequences)");
-  if (documents && tp > 1)
-    throw std::runtime_error("--documents does not run with --tp " + std::to_string(tp) + " yet (issue 34)");
 }

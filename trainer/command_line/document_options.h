@@ -6,8 +6,5 @@
 #include <string>
 
 // Throws std::runtime_error with one line naming the option: a warm-up start of 0 or above
-// --seq-len, a start without a warm-up, a warm-up without --documents (the warm-up cuts the
-// document reader's sequences), --documents with --tp above 1 (issue 33's tensor-parallel stages
-// are not checked at a T below maxT yet).
-void check_document_options(bool documents, int warmup_steps, int warmup_start, int seq_len, int tp,
-                            const std::set<std::string>& given);
+// --seq-len, or a start without a warm-up.
+void check_document_options(int warmup_start, int seq_len, const std::set<std::string>& given);

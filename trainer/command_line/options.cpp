@@ -209,7 +209,8 @@ const std::vector<OptionSpec>& option_table() {
                     "end each sequence at a document boundary (a chapter, or llm.c's end-of-text token), each "
                     "microbatch padded to its longest: --seq-len is the maximum T"),
       int_option("seq-len-warmup", &O::seq_len_warmup, kAtLeastZero,
-                 "with --documents: steps over which the step's T grows linearly to --seq-len (0: none)"),
+                 "steps over which the step's T grows linearly to --seq-len (0: none): packed sequences cut to it, "
+                 "or document-aligned ones with --documents"),
       int_option("seq-len-warmup-start", &O::seq_len_warmup_start, kAtLeastZero,
                  "the warm-up's first T (then rounded down to multiples of 8, never below it)"),
       string_option("log", "FILE", &O::log, "JSON lines, one per step"),
@@ -338,8 +339,7 @@ void check_consistency(const TrainOptions& options) {
                             options.print_memory);
   check_pipedream_options(options.schedule == "pipedream", options.vertical_sync, options.grad_clip,
                           options.print_schedule, pipedream_not_built(options), options.given);
-  check_document_options(options.documents, options.seq_len_warmup, options.seq_len_warmup_start, options.seq_len,
-                         options.tp, options.given);
+  check_document_options(options.seq_len_warmup_start, options.seq_len, options.given);
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");
   if (options.given.count("format") && !options.print_schedule)

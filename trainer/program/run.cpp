@@ -96,11 +96,10 @@ struct RunFiles {
 void open_run_files(const RunSetup& setup, RunFiles& files) {
   const TrainOptions& options = setup.options;
   files.train_reader = make_batch_reader(setup.data.train, setup.B, setup.T, options.shuffle, options.seed);
-  if (options.documents) {
+  if (options.documents)
     files.document_reader = make_document_reader(setup.data.train, setup.B, setup.T, options.shuffle, options.seed);
-    files.warmup = make_seq_len_warmup(options.seq_len_warmup > 0 ? options.seq_len_warmup_start : setup.T, setup.T,
-                                       options.seq_len_warmup);
-  }
+  files.warmup = make_seq_len_warmup(options.seq_len_warmup > 0 ? options.seq_len_warmup_start : setup.T, setup.T,
+                                     options.seq_len_warmup);
   if (options.val_every > 0)
     files.val_reader = make_batch_reader(setup.data.val, setup.B, setup.T, false, options.seed);
   if (options.sample_every > 0) files.tokenizer = setup.tokenizer;
@@ -148,11 +147,14 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
     activity.phase = kTrainingStepPhase;
     const bool traced = position.step + 1 == traced_step;
     const TimelineStart timeline_start = traced ? start_measured_timeline(trainer) : TimelineStart{};
-    // --documents: the warm-up's T caps every sequence of the step (seq_len: 0 at fixed length).
-    const size_t seq_len = files.document_reader ? warmup_seq_len(files.warmup, position.step) : 0;
+    // --documents or a warm-up: the warm-up's T caps every sequence of the step (seq_len: 0 at
+    // fixed length, where the step line and log show no T).
+    const bool capped = files.document_reader || files.warmup.steps > 0;
+    const size_t seq_len = capped ? warmup_seq_len(files.warmup, position.step) : 0;
     const StepResult step = files.document_reader
                                 ? train_step(trainer, *files.document_reader, seq_len, settings, lr, position.step + 1)
-                                : train_step(trainer, train_reader, settings, lr, position.step + 1);
+                                : train_step(trainer, train_reader, capped ? seq_len : size_t(setup.T), settings, lr,
+                                             position.step + 1);
     if (traced) {
       write_measured_timeline(trainer, timeline_start, layout_schedule(setup.layout, mesh.pp), options.trace,
                               trace_about(setup, "the measured timeline of step " + std::to_string(traced_step) +
@@ -335,10 +337,11 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandl
     say(out, "documents: %zu in the training data, sequences end at their boundaries, each microbatch at the T of "
         "its longest (at most %d), padding out of the loss and the token counts\n",
         files.document_reader->starts.size(), setup.T);
-    if (options.seq_len_warmup > 0)
-      say(out, "sequence-length warm-up: T from %d to %d over %d steps, in multiples of 8\n",
-          options.seq_len_warmup_start, setup.T, options.seq_len_warmup);
   }
+  if (options.seq_len_warmup > 0)
+    say(out, "sequence-length warm-up: T from %d to %d over %d steps, in multiples of 8%s\n",
+        options.seq_len_warmup_start, setup.T, options.seq_len_warmup,
+        files.document_reader ? "" : " (each packed sequence's first T tokens)");
   const Placement placement = layout_schedule(setup.layout, mesh.pp).placement;
   const char* zero = options.zero == 0 ? "" : mesh.dp > 1 ? ", zero 1 (each replica keeps its shard of the optimizer "
                     "state)" : "; note: --zero 1 with dp=1 has nothing to shard: runs as --zero 0";

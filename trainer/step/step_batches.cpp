@@ -1,6 +1,7 @@
-// train_step's two front ends (trainer/step/trainer.h): a step's microbatches read into the
+// train_step's front ends (trainer/step/trainer.h): a step's microbatches read into the
 // trainer's pinned host buffers, each at its length, with the step's loss normalisation, then
-// run_step. At fixed length every microbatch is at T; with documents each at its own.
+// run_step. Packed, every microbatch is at T, or at the warm-up's cap; with documents each at its own.
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -9,20 +10,39 @@
 template <typename Element>
 StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
                       double learning_rate, int t) {
+  return train_step(trainer, reader, size_t(trainer.T), settings, learning_rate, t);
+}
+
+template <typename Element>
+StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, size_t cap, const AdamWSettings& settings,
+                      double learning_rate, int t) {
   const Mesh& mesh = trainer.groups.mesh;
   const int m = trainer.microbatches;
-  const size_t BT = size_t(trainer.B) * trainer.T;
+  const size_t B = size_t(trainer.B), T = size_t(trainer.T), BT = B * T, rows = B * cap;
+  if (cap == 0 || cap > T)
+    throw std::runtime_error("train_step: sequence length " + std::to_string(cap) + " is not in [1, T = " +
+                             std::to_string(T) + "]");
   const uint64_t step_start = reader.next_microbatch;
   reader.next_microbatch = step_start + uint64_t(mesh.dp_rank) * m;
-  for (int k = 0; k < m; ++k)
-    read_microbatch(reader, trainer.host_tokens + k * BT, trainer.host_targets + k * BT);
+  for (int k = 0; k < m; ++k) {
+    int* tokens = trainer.host_tokens + k * BT;
+    int* targets = trainer.host_targets + k * BT;
+    read_microbatch(reader, tokens, targets);
+    // Below T (the warm-up): each row's first cap tokens, rows packed to (B, cap); a row's
+    // destination never lies past its source, so moving them in row order is safe.
+    for (size_t b = 1; cap < T && b < B; ++b) {
+      std::memmove(tokens + b * cap, tokens + b * T, cap * sizeof(int));
+      std::memmove(targets + b * cap, targets + b * T, cap * sizeof(int));
+    }
+  }
   reader.next_microbatch = step_start + uint64_t(mesh.dp) * m;
-  // Each microbatch's mean loss, their sum divided by m dp on the host: today's figures, bitwise.
-  trainer.shape.lengths.assign(m, trainer.T);
-  trainer.shape.loss_scale = 1.0 / (double(BT) * m * mesh.dp);
-  trainer.shape.loss_divisor = double(BT);
+  // Each microbatch's mean loss, their sum divided by m dp on the host: at cap = T today's
+  // figures, bitwise.
+  trainer.shape.lengths.assign(m, int(cap));
+  trainer.shape.loss_scale = 1.0 / (double(rows) * m * mesh.dp);
+  trainer.shape.loss_divisor = double(rows);
   StepResult result = run_step(trainer, settings, learning_rate, t, double(m) * mesh.dp);
-  result.real_tokens = result.positions = double(BT) * m * mesh.dp;
+  result.real_tokens = result.positions = double(rows) * m * mesh.dp;
   return result;
 }
 
@@ -64,6 +84,8 @@ StepResult train_step(Trainer<Element>& trainer, DocumentReader& reader, size_t 
 
 #define INSTANTIATE_TRAIN_STEP(Element)                                                                            \
   template StepResult train_step<Element>(Trainer<Element>&, BatchReader&, const AdamWSettings&, double, int);   \
+  template StepResult train_step<Element>(Trainer<Element>&, BatchReader&, size_t, const AdamWSettings&, double,  \
+                                          int);                                                                  \
   template StepResult train_step<Element>(Trainer<Element>&, DocumentReader&, size_t, const AdamWSettings&, double, \
                                           int);
 

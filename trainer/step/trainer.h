@@ -181,6 +181,14 @@ template <typename Element>
 StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
                       double learning_rate, int t);
 
+// The same step with packed sequences cut to cap <= T tokens (the sequence-length warm-up without
+// --documents): each sequence of the window keeps its first cap tokens, every microbatch at T = cap
+// and each loss scaled by 1 / (B cap m dp). cap = T is the step above, bitwise. Throws (one line) for
+// a cap of 0 or above T.
+template <typename Element>
+StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, size_t cap, const AdamWSettings& settings,
+                      double learning_rate, int t);
+
 // The step whose microbatches the caller has put in host_tokens and host_targets at trainer.shape
 // (train_step's front ends, trainer/step/step_batches.cpp): the schedule, the gradients' sums,
 // the update; the loss is the world's sum of the head stages' loss sums over loss_denominator.
