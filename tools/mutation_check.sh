@@ -1321,6 +1321,12 @@ fault masked-target-enters-the-tp-loss kernels/vocab_parallel_cross_entropy.cu \
   's/losses\[row\] = valid ? logarithm(row_exp_sum\[row\]) + max - target_logit\[row\] : C(0);/losses[row] = logarithm(row_exp_sum[row]) + max - target_logit[row];/' \
   'mpi4 TensorParallelVariableLength.* 120'
 
+# Issue 34 item 2 (every schedule at variable lengths, PipelineLayouts.VariableLength*):
+# a W runs at maxT, not its microbatch's T: the weight gradients take the padding's rows.
+fault weight-step-at-max-T pipeline/execute_steps.cu \
+  's/state.weight_inputs\[record.weight_inputs\], state.scratch, e.B, length_of(e, action.microbatch),/state.weight_inputs[record.weight_inputs], state.scratch, e.B, e.T,/' \
+  'mpi4 PipelineLayouts.VariableLength*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -159,10 +159,6 @@ TEST(PipelineLayouts, ZeroBubbleH1GivesTheSingleStageRun) { expect_zero_bubble_l
 TEST(PipelineLayouts, ZeroBubbleH2GivesTheSingleStageRun) { expect_zero_bubble_layouts_match(ScheduleKind::zb_h2); }
 TEST(PipelineLayouts, ZeroBubbleVGivesTheSingleStageRun) { expect_zero_bubble_layouts_match(ScheduleKind::zb_v); }
 
-// The controllable-memory V schedules (pipeline/controllable_memory.h) where the zero-bubble ones
-// run (2 or 4 stages, 1 or 2 replicas): v-half and v-min at m = pp + 1, one layer per chunk,
-// v-min with recompute. Their orders differ from zb-v's only in where each compute sits, which
-// these cases cover; the bitwise sums come from each chunk's W's in microbatch order.
 // Document-aligned microbatches (issue 34), each at its own T with padding, on the layouts with 2,
 // 4 or 8 stages and 1 or 2 replicas: 1F1B recompute off and on, interleaved v = 2, zb-h1 and zb-v.
 // Every rank computes every microbatch's T from the data position: a message's two ends must
@@ -195,6 +191,36 @@ TEST(PipelineLayouts, VariableLengthGivesTheSingleStageRun) {
   EXPECT_TRUE(ran) << "no layout of " << size_of_world() << " ranks has 2, 4 or 8 stages and 1 or 2 replicas";
 }
 
+// The schedules the test above leaves out, with document-aligned microbatches of different
+// lengths in each step, on every rank as a stage of one replica (p = 2, 4 and 8 in the np 2, 4
+// and 8 modes): afab, zb-h2, v-half, v-min, looped BFS, zb-interleaved and DualPipeV, each at its
+// fewest microbatches (m = p + 1; zb-interleaved one round, m = p; DualPipeV m = 2 p). Lengths
+// change no message's order, only its count, so each is the single run bitwise or the CPU NCCL's
+// check names the two counts.
+TEST(PipelineLayouts, VariableLengthRunsEveryOtherSchedule) {
+  const int pp = size_of_world();
+  ASSERT_GE(pp, 2) << kOneRank;
+  const int m = pp + 1, layers = std::max(4, pp);
+  std::vector<Case> cases = {{1, pp, ScheduleKind::afab, 1, false, m, layers},
+                             {1, pp, ScheduleKind::zb_h2, 1, false, m, layers},
+                             {1, pp, ScheduleKind::v_half, 2, false, m, 2 * pp},
+                             {1, pp, ScheduleKind::v_min, 2, true, m, 2 * pp},
+                             {1, pp, ScheduleKind::looped_bfs, 2, false, m, 2 * pp},
+                             {1, pp, ScheduleKind::zb_interleaved, 2, false, pp, 2 * pp},
+                             {1, pp, ScheduleKind::dual_pipe_v, 2, false, 2 * pp, 2 * pp}};
+  for (Case& c : cases) c.documents = true;
+  expect_cases_match(cases, kSteps, kBitwise);
+  for (const Case& c : cases) {
+    const Outcome& single = reference(c, kSteps);
+    EXPECT_GT(std::set<int>(single.lengths.begin(), single.lengths.end()).size(), 1u)
+        << describe(c) << ": step 1's microbatches should differ in length";
+  }
+}
+
+// The controllable-memory V schedules (pipeline/controllable_memory.h) where the zero-bubble ones
+// run (2 or 4 stages, 1 or 2 replicas): v-half and v-min at m = pp + 1, one layer per chunk,
+// v-min with recompute. Their orders differ from zb-v's only in where each compute sits, which
+// these cases cover; the bitwise sums come from each chunk's W's in microbatch order.
 TEST(PipelineLayouts, ControllableMemoryVGivesTheSingleStageRun) {
   ASSERT_GE(size_of_world(), 2) << kOneRank;
   bool ran = false;
