@@ -9,6 +9,7 @@
 template <typename Element>
 StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
                       double learning_rate, int t) {
+  if (trainer.pipedream) return pipedream_step(trainer, reader, settings, learning_rate, t);
   const Mesh& mesh = trainer.groups.mesh;
   const int m = trainer.microbatches;
   const size_t BT = size_t(trainer.B) * trainer.T;
