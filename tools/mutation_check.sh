@@ -1232,6 +1232,17 @@ fault pipedream-clipping-without-vertical-sync-accepted trainer/command_line/pip
   's/  if (grad_clip > 0 \&\& !vertical_sync)/  if (false)/' \
   'unit PipeDreamOptions.*'
 
+# h37c: issue 37 items 1 and 2 (PipeDream's executor and its layout tests).
+# Item 2: the executor's backward reads the latest weights instead of its forward's stashed version.
+fault pipedream-executor-backward-uses-latest-weights pipeline/pipedream_walk.cu \
+  's/  if (planned.version == run.current) return params;/  if (planned.version == run.current || kind == PipeDreamKind::backward) return params;/' \
+  'mpi4 PipelineLayouts.PipeDream*'
+# Item 1: the last stage reads wte from a stash (a version of its own tensors) instead of its live
+# copy, which has stage 0's version sequence.
+fault pipedream-tied-copy-read-from-a-stash pipeline/pipedream_walk.cu \
+  's/    if (run.tied_copy) views\[c\].wte = params\[c\].wte;.*//' \
+  'mpi4 PipelineLayouts.PipeDream*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
