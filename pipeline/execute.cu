@@ -16,6 +16,7 @@
 #include "kernels/device_memory.cuh"
 #include "kernels/gemm.cuh"
 #include "pipeline/execute_steps.h"
+#include "pipeline/pipedream_walk.h"
 
 namespace {
 
@@ -70,22 +71,6 @@ void update_accounting(Executor<Element>& e) {
   }
   e.origin_marked = false;
   a.span_ms = last_end - first_start;
-}
-
-// Every microbatch of the schedule has a length in [1, T]: a longer one would overrun the buffers
-// sized for T, a missing one would be read past the lengths' end.
-template <typename Element>
-void check_lengths(const Executor<Element>& e, const std::vector<int>& lengths) {
-  int microbatches = 0;
-  for (const Step& step : e.schedule)
-    for (const Action& a : step) microbatches = std::max(microbatches, a.microbatch + 1);
-  if (int(lengths.size()) < microbatches)
-    throw std::runtime_error("execute_step: " + std::to_string(lengths.size()) + " microbatch lengths for a schedule of " +
-                             std::to_string(microbatches) + " microbatches");
-  for (size_t k = 0; k < lengths.size(); ++k)
-    if (lengths[k] < 1 || lengths[k] > e.T)
-      throw std::runtime_error("execute_step: microbatch " + std::to_string(k) + " has T = " +
-                               std::to_string(lengths[k]) + ", not in [1, maxT = " + std::to_string(e.T) + "]");
 }
 
 // Work queued on `later` from now on runs after all work queued on `earlier` so far.
@@ -241,6 +226,7 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
 
 template <typename Element>
 void destroy_executor(Executor<Element>& e) {
+  destroy_pipedream(e);
   for (ChunkState<Element>& state : e.chunks) {
     destroy_pool(state.inputs);
     for (Activations<Element>& acts : state.acts) destroy_activations(acts);
@@ -275,6 +261,7 @@ void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
                   const int* host_tokens, const int* host_targets, const StepShape& shape) {
   check_views(e, params, "execute_step");
   check_views(e, grads, "execute_step");
+  if (e.pipedream) begin_pipedream_step(e);
   check_lengths(e, shape.lengths);
   e.shape = shape;
   CUDA_CHECK(cudaMemsetAsync(e.loss_sum, 0, sizeof(double), e.stream));  // all bits zero: 0.0
@@ -300,8 +287,12 @@ void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
     const bool compute = is_compute(step);
     const ComputeStream on = on_second_stream(e, i) ? e.pair_backwards : ComputeStream{e.stream, e.cublas};
     if (!compute) {
-      transfer_step(e, i, step, e.trace[i]);  // records its start on the transfer stream
+      transfer_step(e, i, step, e.trace[i]);
+      if (e.pipedream) after_pipedream_transfer(e, step);  // records its start on the transfer stream
     } else {
+      // PipeDream's weight version of the microbatch and its share of wte's gradient; else params, grad_wte_head.
+      const std::vector<ParameterTensors<Element>> used = e.pipedream ? pipedream_views(e, step[0], params) : params;
+      Element* const head_share = pipedream_head_share(e, step[0], grad_wte_head);
       // An overlapped pair: its backward starts on the second stream from where the caller's stood
       // before the forward (every compute it depends on is before the pair), beside the forward;
       // the two touch different chunks' slots, working sets and scratch, and the forward no gradient.
@@ -313,11 +304,11 @@ void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
       record_step_event(e, e.step_start[i], on.stream);
       if (e.before_compute) e.before_compute(int(i), on.stream);
       if (step[0].kind == ActionKind::forward) {
-        forward_step(e, params, step[0].microbatch, step[0].chunk, host_tokens, host_targets, e.trace[i]);
+        forward_step(e, used, step[0].microbatch, step[0].chunk, host_tokens, host_targets, e.trace[i]);
       } else if (step[0].kind == ActionKind::backward_weight) {
-        weight_step(e, grads, grad_wte_head, step[0], e.trace[i]);
+        weight_step(e, grads, head_share, step[0], e.trace[i]);
       } else {
-        backward_step(e, on, params, grads, grad_wte_head, step[0], host_targets, e.trace[i]);
+        backward_step(e, on, used, grads, head_share, step[0], host_targets, e.trace[i]);
       }
       for (int k = 0; k < uses.count; ++k) uses.uses[k].pool->compute_step[uses.uses[k].index] = int(i);
     }
@@ -328,8 +319,10 @@ void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
     }
     // After the pair, the caller's stream waits for its backward: what follows may read what it wrote.
     if (on.stream != e.stream) CUDA_CHECK(cudaStreamWaitEvent(e.stream, e.step_end[i], 0));
+    if (compute && e.pipedream) after_pipedream_compute(e);  // an update's time is outside the backward's
     nvtxRangePop();
   }
+  if (e.pipedream) end_pipedream_step(e);
   order_after(e.stream, e.transfer_stream, e.transfers_done);
 }
 

@@ -105,6 +105,9 @@ void destroy_executor(Executor<Element>& executor);
 // the microbatches of their loss sums each divided by shape.loss_divisor, else 0. Throws (one line)
 // for a length outside [1, T] or lengths that do not cover the schedule's microbatches. Does not
 // wait for the device: the caller waits once for its whole step, then calls finish_step.
+// An executor that enable_pipedream (pipeline/pipedream_walk.h) made run PipeDream's asynchronous
+// pipeline walks the run's next step instead, whose microbatches are numbered over the run: the
+// data's microbatch 0 is its first, and stage 0 reads up to p - 1 after the step's m.
 template <typename Element>
 void execute_step(Executor<Element>& executor, const std::vector<ParameterTensors<Element>>& params,
                   const std::vector<ParameterTensors<Element>>& grads, Element* grad_wte_head,

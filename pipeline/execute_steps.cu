@@ -56,7 +56,23 @@ template <typename Element>
 int key_of(const Executor<Element>& e, int microbatch, int chunk) { return microbatch * e.v + chunk; }
 
 template <typename Element>
-int length_of(const Executor<Element>& e, int microbatch) { return e.shape.lengths[microbatch]; }
+int length_of(const Executor<Element>& e, int microbatch) { return e.shape.lengths[microbatch - e.first_microbatch]; }
+
+// Every microbatch of the schedule has a length in [1, T]: a longer one would overrun the buffers
+// sized for T, a missing one would be read past the lengths' end.
+template <typename Element>
+void check_lengths(const Executor<Element>& e, const std::vector<int>& lengths) {
+  int microbatches = 0;
+  for (const Step& step : e.schedule)
+    for (const Action& a : step) microbatches = std::max(microbatches, a.microbatch - e.first_microbatch + 1);
+  if (int(lengths.size()) < microbatches)
+    throw std::runtime_error("execute_step: " + std::to_string(lengths.size()) + " microbatch lengths for a schedule of " +
+                             std::to_string(microbatches) + " microbatches");
+  for (size_t k = 0; k < lengths.size(); ++k)
+    if (lengths[k] < 1 || lengths[k] > e.T)
+      throw std::runtime_error("execute_step: microbatch " + std::to_string(k) + " has T = " +
+                               std::to_string(lengths[k]) + ", not in [1, maxT = " + std::to_string(e.T) + "]");
+}
 
 template <typename Element>
 int stage_of(const Executor<Element>& e, int virtual_stage) { return e.placement.stage_of(virtual_stage); }
@@ -214,10 +230,11 @@ void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
   const ForwardBuffers buffers = take_forward_buffers(e, microbatch, chunk);
   const int slot = buffers.slot;
   if (state.range.has_embedding)
-    CUDA_CHECK(cudaMemcpyAsync(state.inputs.buffers[slot], microbatch_of(host_tokens, microbatch, block),
+    CUDA_CHECK(cudaMemcpyAsync(state.inputs.buffers[slot],
+                               microbatch_of(host_tokens, microbatch - e.first_microbatch, block),
                                size_t(e.B) * T * sizeof(int), cudaMemcpyHostToDevice, e.stream));
-  forward_chunk(e, {e.stream, e.cublas}, params, chunk, slot, microbatch_of(host_targets, microbatch, block),
-                e.shape.loss_scale, e.B, T);
+  forward_chunk(e, {e.stream, e.cublas}, params, chunk, slot,
+                microbatch_of(host_targets, microbatch - e.first_microbatch, block), e.shape.loss_scale, e.B, T);
   record_compute(record, ActionKind::forward, microbatch, chunk, slot);
   record.output_buffer = buffers.output_buffer;
   if (e.recompute) state.working_microbatch = microbatch;
@@ -250,8 +267,9 @@ void backward_step(Executor<Element>& e, const ComputeStream& on, const std::vec
   record_compute(record, action.kind, microbatch, chunk, slot);
   record.stream = on.stream == e.stream ? 0 : 1;
   if (e.recompute && state.working_microbatch != microbatch) {
-    forward_chunk(e, on, params, chunk, slot, microbatch_of(host_targets, microbatch, size_t(e.B) * e.T),
-                  e.shape.loss_scale, e.B, T);
+    forward_chunk(e, on, params, chunk, slot,
+                  microbatch_of(host_targets, microbatch - e.first_microbatch, size_t(e.B) * e.T), e.shape.loss_scale,
+                  e.B, T);
     state.working_microbatch = microbatch;
     record.recomputed = true;
   }
@@ -395,6 +413,7 @@ void record_step_event(Executor<Element>& e, cudaEvent_t event, cudaStream_t str
 #define INSTANTIATE_EXECUTOR_STEPS(Element)                                                                         \
   template int key_of<Element>(const Executor<Element>&, int, int);                                                 \
   template int length_of<Element>(const Executor<Element>&, int);                                                   \
+  template void check_lengths<Element>(const Executor<Element>&, const std::vector<int>&);                          \
   template int local_next_chunk<Element>(const Executor<Element>&, int);                                            \
   template int local_previous_chunk<Element>(const Executor<Element>&, int);                                        \
   template int stage_of<Element>(const Executor<Element>&, int);                                                    \

@@ -38,6 +38,9 @@ void forward_chunk(Executor<Element>& e, const ComputeStream& on, const std::vec
 // Microbatch k's T in the current step (e.shape's).
 template <typename Element>
 int length_of(const Executor<Element>& e, int microbatch);
+// Throws (one line) unless every microbatch of the schedule has a length in lengths, in [1, T].
+template <typename Element>
+void check_lengths(const Executor<Element>& e, const std::vector<int>& lengths);
 // F: on the chunk with the head, adds the microbatch's loss sum / e.shape.loss_divisor to e.loss_sum
 // (device). host_tokens and host_targets are the step's (m, B, T), microbatch k's (B, T_k) at the
 // start of its block.

@@ -15,6 +15,7 @@
 #include "comm/groups.h"
 #include "model/gpt.cuh"
 #include "pipeline/buffer_pool.h"
+#include "pipeline/pipedream_run.h"
 #include "pipeline/schedule.h"
 
 // One training step's shape (issue 34): each microbatch's T, and how its losses are normalised.
@@ -140,6 +141,8 @@ struct Executor {
   BufferPool grad_outputs;         // gradients of chunk outputs, received or handed over locally
   BufferPool grad_inputs;          // gradients of chunk inputs waiting for their send
   StepShape shape;                 // the current execute_step's (its lengths' capacity kept: no allocation)
+  int first_microbatch;            // the schedule's index of the step's microbatch 0 (pipedream's run-long
+                                   // numbering; else 0): microbatch k's data and length are k - first_microbatch's
   int* targets;                    // (B, T) the head's targets of the current forward
   double* loss_sum;                // (1) execute_step's sum of the microbatches' mean losses (head), else 0
   std::vector<cudaEvent_t> step_start, step_end;  // one pair per schedule step, on the stream that runs it
@@ -158,4 +161,6 @@ struct Executor {
   std::function<void(int step, cudaStream_t stream)> before_compute;
   ExecutorAccounting accounting;
   std::shared_ptr<ExecutorProgress> progress;  // shared with whoever watches
+  // The asynchronous pipeline's run (pipeline/pipedream_walk.h); null for every other schedule.
+  std::shared_ptr<PipeDreamRun<Element>> pipedream;
 };

@@ -1326,6 +1326,16 @@ fault masked-target-enters-the-tp-loss kernels/vocab_parallel_cross_entropy.cu \
 fault weight-step-at-max-T pipeline/execute_steps.cu \
   's/state.weight_inputs\[record.weight_inputs\], state.scratch, e.B, length_of(e, action.microbatch),/state.weight_inputs[record.weight_inputs], state.scratch, e.B, e.T,/' \
   'mpi4 PipelineLayouts.VariableLength*'
+# h37c: issue 37 items 1 and 2 (PipeDream's executor and its layout tests).
+# Item 2: the executor's backward reads the latest weights instead of its forward's stashed version.
+fault pipedream-executor-backward-uses-latest-weights pipeline/pipedream_walk.cu \
+  's/  if (planned.version == run.current) return params;/  if (planned.version == run.current || kind == PipeDreamKind::backward) return params;/' \
+  'mpi4 PipelineLayouts.PipeDream*'
+# Item 1: the last stage reads wte from a stash (a version of its own tensors) instead of its live
+# copy, which has stage 0's version sequence.
+fault pipedream-tied-copy-read-from-a-stash pipeline/pipedream_walk.cu \
+  's/    if (run.tied_copy) views\[c\].wte = params\[c\].wte;.*//' \
+  'mpi4 PipelineLayouts.PipeDream*'
 
 # ---- running ----
 

@@ -10,6 +10,7 @@
 template <typename Element>
 StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
                       double learning_rate, int t) {
+  if (trainer.pipedream) return pipedream_step(trainer, reader, settings, learning_rate, t);
   return train_step(trainer, reader, size_t(trainer.T), settings, learning_rate, t);
 }
 

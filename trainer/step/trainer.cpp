@@ -127,6 +127,11 @@ PipelineLayout layout_from_options(const TrainOptions& options, const GPTConfig&
 }
 
 PipelineSchedule layout_schedule(const PipelineLayout& layout, int pp) {
+  if (layout.pipedream) {
+    check_pipedream(layout.pipedream->rule, pp, layout.microbatches, layout.pipedream->steps);
+    const PipeDreamLayout& run = *layout.pipedream;
+    return {Placement{PlacementKind::ring, pp, 1}, pipedream_run_schedules(pp, layout.microbatches, run.steps)};
+  }
   if (layout.schedule_file) return schedule_from_grid(*layout.schedule_file, pp, layout.microbatches);
   return make_pipeline_schedule(layout.schedule, pp, layout.microbatches, layout.virtual_stages,
                                 layout.microbatch_group);
@@ -216,9 +221,10 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   trainer.optimizer = create_optimizer(config, trainer.parameter_layout, master_weights, precision.rounding_seed, shard);
   CUDA_CHECK(cudaMallocHost(&trainer.figures, sizeof(StepFigures)));
   const size_t microbatch_bytes = size_t(B) * T * sizeof(int);
-  CUDA_CHECK(cudaMallocHost(&trainer.host_tokens, layout.microbatches * microbatch_bytes));
-  CUDA_CHECK(cudaMallocHost(&trainer.host_targets, layout.microbatches * microbatch_bytes));
-  const size_t step_tokens = layout.microbatches * size_t(B) * T;
+  const int held = layout.microbatches + (layout.pipedream ? mesh.pp - 1 : 0);
+  CUDA_CHECK(cudaMallocHost(&trainer.host_tokens, held * microbatch_bytes));
+  CUDA_CHECK(cudaMallocHost(&trainer.host_targets, held * microbatch_bytes));
+  const size_t step_tokens = held * size_t(B) * T;
   std::fill_n(trainer.host_tokens, step_tokens, 0);  // token 0 until a step reads its own
   std::fill_n(trainer.host_targets, step_tokens, 0);
   trainer.host_logits.resize(config.padded_vocab_size);
@@ -227,6 +233,7 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
     throw std::runtime_error("create_trainer: stage " + std::to_string(mesh.pp_rank) + " allocated " +
                              std::to_string(allocated) + " bytes, its memory plan " +
                              std::to_string(plan.resident_bytes) + " (pipeline/memory_plan.cpp is out of date)");
+  if (layout.pipedream) enable_pipedream_updates(trainer, *layout.pipedream);
   connect_communicators(trainer.groups, trainer.stream);
   return trainer;
 }
@@ -246,6 +253,7 @@ void destroy_trainer(Trainer<Element>& trainer) {
   device_free(trainer.gradient_memory);
   device_free(trainer.grad_wte_head);
   destroy_executor(trainer.executor);
+  trainer.pipedream.reset();
   destroy_optimizer(trainer.optimizer);
   CUDA_CHECK(cudaFreeHost(trainer.figures));
   CUDA_CHECK(cudaFreeHost(trainer.host_tokens));

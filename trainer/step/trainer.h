@@ -32,7 +32,14 @@
 #include "comm/data_parallel_sum.h"
 #include "trainer/step/stage_record.h"
 #include "trainer/step/optimizer.h"
+#include "trainer/step/pipedream_updates.h"
 #include "comm/host_exchange.h"
+
+// --schedule pipedream (pipeline/pipedream.h): its rule, and the run's steps, on which its lists depend.
+struct PipeDreamLayout {
+  PipeDreamRule rule;
+  int steps;
+};
 
 // How the model is cut and scheduled (the mesh, dp x pp, is in the CommGroups).
 struct PipelineLayout {
@@ -46,6 +53,8 @@ struct PipelineLayout {
   std::string pipeline_layout = {};  // --pipeline-layout (pipeline/layout_string.h); empty: layers_per_stage
   bool zero = false;  // --zero 1: with dp > 1, ZeRO-1's optimizer-state shards (model/optimizer_shards.h)
   AttentionKind attention = AttentionKind::materialized;  // --attention: sizes the activation slots and the scratch
+  // --schedule pipedream: the run's lists instead of `schedule`'s (which is then 1f1b, the split it runs)
+  std::optional<PipeDreamLayout> pipedream = {};
 };
 
 // The layout the options ask for (--schedule, --microbatches, --virtual-stages, --recompute,
@@ -93,10 +102,12 @@ struct Trainer {
   // Pinned host memory (cudaMallocHost), which a copy reads in stream order without the host
   // waiting; CUDA may make a copy from pageable memory above 64 KB wait ("API synchronization
   // behavior"). The host writes them only between steps, after its wait.
-  int* host_tokens;                // (microbatches, B, T): microbatch k's (B, T_k) at the start of its block
-  int* host_targets;               // (microbatches, B, T)
+  int* host_tokens;                // (microbatches, B, T): microbatch k's (B, T_k) at the start of its block;
+                                   // pipedream: microbatches + pp - 1 of them (stage 0 reads ahead)
+  int* host_targets;               // (the same count, B, T)
   StepShape shape;                 // the current step's lengths and loss normalisation (pipeline/executor_state.h)
   std::vector<float> host_logits;  // (Vp) one row of logits, for sampling
+  std::shared_ptr<TrainerPipeDreamUpdates<Element>> pipedream;  // --schedule pipedream's updates; else null
 };
 
 // Checks the layout against the mesh and the model without communicating (throws: too few
@@ -188,6 +199,18 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
 template <typename Element>
 StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, size_t cap, const AdamWSettings& settings,
                       double learning_rate, int t);
+// --schedule pipedream's step t (trainer/step/pipedream_step.cpp; train_step above calls it): reads the
+// step's m microbatches and the p - 1 after them (stage 0's forwards run ahead; the reader advances by
+// m), each loss scaled by 1 / (B T K), and runs the step's part of the run, whose updates the
+// executor queues after every K-th backward (pipeline/pipedream_walk.h). loss: the mean of the step's
+// microbatch losses; grad_norm: 0 (no norm is computed: no clipping, no guard).
+template <typename Element>
+StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
+                          double learning_rate, int t);
+// create_trainer's last part for a pipedream layout: the updates (the head's ring allocated) and
+// the executor made to run the run (its stashes allocated).
+template <typename Element>
+void enable_pipedream_updates(Trainer<Element>& trainer, const PipeDreamLayout& layout);
 
 // The step whose microbatches the caller has put in host_tokens and host_targets at trainer.shape
 // (train_step's front ends, trainer/step/step_batches.cpp): the schedule, the gradients' sums,

@@ -1,0 +1,42 @@
+// The executor's steps of PipeDream's asynchronous pipeline (pipeline/pipedream_run.h says what it
+// keeps): which weight version each forward and backward reads, the stashes, and the update after
+// every K-th backward. Used by pipeline/execute.cu's walk.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "pipeline/executor_state.h"
+
+// Makes an executor created on the stage's list of pipedream_run_schedules(p, m, steps) run that
+// run under rule, one step of m microbatches per execute_step. parameters (layout.size) are the
+// stage's own, the views the caller passes to execute_step; the stashes are allocated here.
+template <typename Element>
+void enable_pipedream(Executor<Element>& e, const PipeDreamRule& rule, int m, int steps, const ParameterLayout& layout,
+                      Element* parameters, std::shared_ptr<PipeDreamUpdates<Element>> updates);
+// Frees the stashes (destroy_executor calls it).
+template <typename Element>
+void destroy_pipedream(Executor<Element>& e);
+
+// Before execute_step's walk: the step's list becomes e.schedule, its first microbatch
+// e.first_microbatch. Throws (one line) past the run's last step.
+template <typename Element>
+void begin_pipedream_step(Executor<Element>& e);
+// After a group: on the stage with wte's tied copy, the send of the gradient of an update's last
+// microbatch is followed by that update's exchange of wte's gradient with stage 0.
+template <typename Element>
+void after_pipedream_transfer(Executor<Element>& e, const Step& step);
+// The views a compute reads, of the version its microbatch uses (params: the stage's own, the
+// latest), and where the head's share of wte's gradient of its microbatch goes (grad_wte_head, the
+// stage's one buffer or nullptr, when not running pipedream or without the head).
+template <typename Element>
+std::vector<ParameterTensors<Element>> pipedream_views(Executor<Element>& e, const Action& action,
+                                                       const std::vector<ParameterTensors<Element>>& params);
+template <typename Element>
+Element* pipedream_head_share(Executor<Element>& e, const Action& action, Element* grad_wte_head);
+// After a compute is queued: frees a stash it used last, and after the K-th backward stashes the
+// version later actions still use and queues the update.
+template <typename Element>
+void after_pipedream_compute(Executor<Element>& e);
+// After the walk: the next step; after the last, the tied copy brought to stage 0's last version.
+template <typename Element>
+void end_pipedream_step(Executor<Element>& e);

@@ -1,0 +1,72 @@
+// PipeDream's asynchronous pipeline on every rank of the world, one stage each (p = 2, 4 or 8 by
+// mpirun's -np: tools/run_tests.sh runs PipelineLayouts.* at each), several steps, bitwise equal to
+// the one-process reference of its rule (tests/pipedream_reference.h): each step's loss and the
+// parameters after the last update, the tied copy of wte on the last stage among them. Both run
+// fp32 on the same kernels in the same order of additions, so nothing but a version taken wrong can
+// move a bit. Kept in the PipelineLayouts suite for those modes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "pipeline/pipedream.h"
+#include "tests/mpi/pipeline_harness.h"
+#include "tests/pipedream_reference.h"
+
+namespace {
+
+using namespace pipeline_harness;
+
+// No clipping: pipedream clips only with vertical sync, and the reference does not clip.
+const AdamWSettings kUnclipped{0.9, 0.95, 1e-8, 0.1, 0.0};
+constexpr int kLayers = 8, kM = 4, kSteps = 3;
+
+struct PipeDreamOutcome {
+  std::vector<double> losses;
+  std::vector<float> parameters;  // llm.c's layout, zeros outside the rank's stage
+  std::vector<ParameterRegion> regions;
+};
+
+PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& groups) {
+  const GPTConfig config = config_of(kLayers);
+  PipelineLayout layout{ScheduleKind::one_f_one_b, kM, 1, false, {}};
+  layout.pipedream = PipeDreamLayout{rule, kSteps};
+  Trainer<float> trainer = create_trainer<float>(config, kB, kT, layout, groups);
+  upload_parameters(trainer, initial_parameters(config));
+  BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
+  PipeDreamOutcome outcome;
+  for (int t = 1; t <= kSteps; ++t)
+    outcome.losses.push_back(train_step(trainer, reader, kUnclipped, kLearningRate, t).loss);
+  outcome.parameters = download_parameters(trainer);
+  outcome.regions = stage_regions(trainer, groups.mesh.pp_rank);
+  destroy_trainer(trainer);
+  return outcome;
+}
+
+void expect_reference(const PipeDreamRule& rule) {
+  const int p = size_of_world();
+  WorldGroups world(1, p);
+  SCOPED_TRACE("p " + std::to_string(p) + " K " + std::to_string(rule.update_every) +
+               (rule.weight_stashing ? " stashing" : " no stashing") + (rule.vertical_sync ? " vertical sync" : ""));
+  const GPTConfig config = config_of(kLayers);
+  const pipedream_reference::Run expected =
+      pipedream_reference::run(config, kB, kT, p, kM, kSteps, rule, kUnclipped, kLearningRate,
+                               initial_parameters(config), make_batch_reader(dataset(), kB, kT, false, 1));
+  const PipeDreamOutcome outcome = run_pipeline(rule, world.groups);
+  EXPECT_EQ(outcome.losses, expected.losses);
+  for (const ParameterRegion& r : outcome.regions) {
+    const auto got = outcome.parameters.begin() + r.full_offset;
+    const auto want = expected.parameters.begin() + r.full_offset;
+    EXPECT_TRUE(std::equal(got, got + r.count, want))
+        << parameter_tensor_name(r.tensor) << (r.tied_copy ? " (the tied copy)" : "") << " at " << r.full_offset
+        << " differs from the reference's after the last update";
+  }
+}
+
+TEST(PipelineLayouts, PipeDreamWithStashingGivesTheReference) { expect_reference({1, true, false}); }
+TEST(PipelineLayouts, PipeDreamUpdatingEveryTwoGivesTheReference) { expect_reference({2, true, false}); }
+TEST(PipelineLayouts, PipeDreamWithoutStashingGivesTheReference) { expect_reference({1, false, false}); }
+TEST(PipelineLayouts, PipeDreamWithVerticalSyncGivesTheReference) { expect_reference({1, true, true}); }
+
+}  // namespace

@@ -1,0 +1,51 @@
+// --schedule pipedream's step (trainer/step/trainer.h's pipedream_step): the step's microbatches and
+// those stage 0 reads ahead, the executor's part of the run with its updates, the step's loss; and
+// the trainer's set-up for it.
+#include "comm/host_exchange.h"
+#include "kernels/cuda_check.cuh"
+#include "pipeline/pipedream_walk.h"
+#include "trainer/step/trainer.h"
+
+template <typename Element>
+void enable_pipedream_updates(Trainer<Element>& trainer, const PipeDreamLayout& layout) {
+  trainer.pipedream = std::make_shared<TrainerPipeDreamUpdates<Element>>(
+      trainer.config, layout.rule, trainer.groups.mesh.pp, trainer.microbatches, trainer.parameter_layout,
+      trainer.groups, trainer.optimizer, trainer.parameter_memory, trainer.gradient_memory, trainer.grad_wte_head);
+  enable_pipedream(trainer.executor, layout.rule, trainer.microbatches, layout.steps, trainer.parameter_layout,
+                   trainer.parameter_memory, std::shared_ptr<PipeDreamUpdates<Element>>(trainer.pipedream));
+}
+
+template <typename Element>
+StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
+                          double learning_rate, int t) {
+  const int m = trainer.microbatches, ahead = trainer.groups.mesh.pp - 1;
+  const size_t BT = size_t(trainer.B) * trainer.T;
+  const uint64_t step_start = reader.next_microbatch;
+  for (int k = 0; k < m + ahead; ++k)
+    read_microbatch(reader, trainer.host_tokens + k * BT, trainer.host_targets + k * BT);
+  reader.next_microbatch = step_start + m;
+  trainer.shape.lengths.assign(m + ahead, trainer.T);
+  trainer.shape.loss_scale = 1.0 / (double(BT) * trainer.pipedream->update_every());
+  trainer.shape.loss_divisor = double(BT);
+  trainer.pipedream->set_step(settings, t, learning_rate);
+  execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens,
+               trainer.host_targets, trainer.shape);
+  StepFigures& figures = *trainer.figures;
+  CUDA_CHECK(cudaMemcpyAsync(&figures.loss_sum, trainer.executor.loss_sum, sizeof(double), cudaMemcpyDeviceToHost,
+                             trainer.stream));
+  CUDA_CHECK(cudaStreamSynchronize(trainer.stream));  // the step's one host wait
+  finish_step(trainer.executor);
+  double loss_sum = figures.loss_sum;  // only the head stage's is not 0
+  sum_over_world(trainer.world, &loss_sum, 1);
+  StepResult result;
+  result.loss = loss_sum / m;
+  result.grad_norm = 0;
+  result.real_tokens = result.positions = double(BT) * m;
+  return result;
+}
+
+template void enable_pipedream_updates<float>(Trainer<float>&, const PipeDreamLayout&);
+template void enable_pipedream_updates<__nv_bfloat16>(Trainer<__nv_bfloat16>&, const PipeDreamLayout&);
+template StepResult pipedream_step<float>(Trainer<float>&, BatchReader&, const AdamWSettings&, double, int);
+template StepResult pipedream_step<__nv_bfloat16>(Trainer<__nv_bfloat16>&, BatchReader&, const AdamWSettings&, double,
+                                                  int);

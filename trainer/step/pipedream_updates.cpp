@@ -1,0 +1,118 @@
+// The trainer's side of PipeDream's asynchronous pipeline (trainer/step/pipedream_updates.h).
+#include "trainer/step/pipedream_updates.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "comm/collectives.h"
+#include "comm/nccl_types.h"
+#include "kernels/adamw.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/device_memory.cuh"
+#include "model/gpt.cuh"
+
+template <typename Element>
+TrainerPipeDreamUpdates<Element>::TrainerPipeDreamUpdates(const GPTConfig& config, const PipeDreamRule& rule, int p,
+                                                          int m, const ParameterLayout& layout,
+                                                          const CommGroups& groups, const Optimizer& optimizer,
+                                                          Element* parameters, Element* gradients,
+                                                          Element* grad_wte_head)
+    : config_(config), rule_(rule), m_(m), layout_(layout), groups_(groups), optimizer_(optimizer),
+      parameters_(parameters), gradients_(gradients), grad_wte_(nullptr), embedding_(false), head_(false),
+      owns_ring_(false) {
+  for (const ParameterRegion& r : layout.regions)
+    if (r.tensor == kWte) grad_wte_ = gradients + r.offset;
+  for (const LayerRange& range : layout.chunks) {
+    embedding_ = embedding_ || range.has_embedding;
+    head_ = head_ || range.has_head;
+  }
+  // The gradients add up from here to each update, which zeroes them (a synchronous step zeroes
+  // them at its start instead).
+  CUDA_CHECK(cudaMemset(gradients, 0, layout.size * sizeof(Element)));
+  const size_t wte_count = size_t(config.padded_vocab_size) * config.channels;
+  if (head_ && embedding_) {  // one stage: each update's share is summed at once
+    ring_ = {grad_wte_head};
+    CUDA_CHECK(cudaMemset(grad_wte_head, 0, wte_count * sizeof(Element)));
+  }
+  if (head_ && !embedding_) {
+    owns_ring_ = true;
+    for (int i = 0; i < (p - 2) / rule.update_every + 2; ++i) {
+      ring_.push_back(device_alloc<Element>(wte_count));
+      CUDA_CHECK(cudaMemset(ring_.back(), 0, wte_count * sizeof(Element)));
+    }
+  }
+}
+
+template <typename Element>
+TrainerPipeDreamUpdates<Element>::~TrainerPipeDreamUpdates() {
+  if (owns_ring_)
+    for (Element* share : ring_) device_free(share);
+}
+
+template <typename Element>
+void TrainerPipeDreamUpdates<Element>::set_step(const AdamWSettings& settings, int t, double learning_rate) {
+  if (t != int(learning_rates_.size()) + 1)
+    throw std::logic_error("pipedream: step " + std::to_string(t) + " after step " +
+                           std::to_string(learning_rates_.size()));
+  settings_ = settings;
+  learning_rates_.push_back(learning_rate);
+}
+
+template <typename Element>
+Element* TrainerPipeDreamUpdates<Element>::share_of_update(int version) {
+  return ring_[size_t(version) % ring_.size()];
+}
+
+template <typename Element>
+Element* TrainerPipeDreamUpdates<Element>::head_share(int microbatch) {
+  return share_of_update(microbatch / rule_.update_every + 1);
+}
+
+template <typename Element>
+void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, cudaStream_t stream) {
+  // Update v's microbatches are (v - 1) K .. v K - 1, all in one step (K divides m).
+  const double learning_rate = learning_rates_.at(size_t(version * rule_.update_every - 1) / m_);
+  for (const ParameterRegion& r : layout_.regions) {
+    if (r.tied_copy != tied) continue;
+    const double decay = parameter_tensor_has_weight_decay(r.tensor) ? settings_.weight_decay : 0.0;
+    adamw_update<Element>(parameters_ + r.offset, nullptr, gradients_ + r.offset, optimizer_.m + r.offset,
+                          optimizer_.v + r.offset, r.count, learning_rate, settings_.beta1, settings_.beta2,
+                          settings_.eps, decay, 1.0, version, {0, 0}, stream);
+  }
+}
+
+template <typename Element>
+void TrainerPipeDreamUpdates<Element>::update(int version, cudaStream_t stream) {
+  const size_t wte_count = size_t(config_.padded_vocab_size) * config_.channels;
+  if (embedding_ && head_) {
+    sum_tied_embedding_gradient(config_, grad_wte_, ring_[0], stream);
+    CUDA_CHECK(cudaMemsetAsync(ring_[0], 0, wte_count * sizeof(Element), stream));
+  } else if (embedding_) {  // with the last stage's bring_tied_embedding_to(version)
+    allreduce_tied_embedding_gradient(groups_, grad_wte_, wte_count, nccl_data_type<Element>(), stream);
+  }
+  adamw(version, false, stream);
+  CUDA_CHECK(cudaMemsetAsync(gradients_, 0, layout_.size * sizeof(Element), stream));
+}
+
+template <typename Element>
+void TrainerPipeDreamUpdates<Element>::exchange_tied_gradient(int version, cudaStream_t stream) {
+  const size_t wte_count = size_t(config_.padded_vocab_size) * config_.channels;
+  allreduce_tied_embedding_gradient(groups_, share_of_update(version), wte_count, nccl_data_type<Element>(), stream);
+}
+
+template <typename Element>
+void TrainerPipeDreamUpdates<Element>::bring_tied_embedding_to(int version, cudaStream_t stream) {
+  const size_t wte_count = size_t(config_.padded_vocab_size) * config_.channels;
+  while (tied_version_ < version) {
+    tied_version_ += 1;
+    Element* share = share_of_update(tied_version_);  // the two shares' sum (exchange_tied_gradient)
+    // The tied copy's gradient region is zero here: only this function writes it.
+    sum_tied_embedding_gradient(config_, grad_wte_, share, stream);
+    adamw(tied_version_, true, stream);
+    CUDA_CHECK(cudaMemsetAsync(grad_wte_, 0, wte_count * sizeof(Element), stream));
+    CUDA_CHECK(cudaMemsetAsync(share, 0, wte_count * sizeof(Element), stream));
+  }
+}
+
+template class TrainerPipeDreamUpdates<float>;
+template class TrainerPipeDreamUpdates<__nv_bfloat16>;
