@@ -1307,7 +1307,7 @@ fault tokens-per-second-counts-padding trainer/program/run.cpp \
   's/seconds \* 1e3, step.real_tokens \/ seconds,/seconds * 1e3, step.positions \/ seconds,/' \
   'py:train_documents_test TrainDocuments.FourRanks*'
 # The executor takes a microbatch longer than its buffers' maxT.
-fault executor-length-above-max-t-accepted pipeline/execute.cu \
+fault executor-length-above-max-t-accepted pipeline/execute_steps.cu \
   's/if (lengths\[k\] < 1 || lengths\[k\] > e.T)/if (lengths[k] < 1)/' \
   'unit DocumentStep.ExecutorRefuses*'
 # A bad input exits 1 on world rank 0 only, 0 on the others.
