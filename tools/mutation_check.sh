@@ -1327,6 +1327,13 @@ fault weight-step-at-max-T pipeline/execute_steps.cu \
   's/state.weight_inputs\[record.weight_inputs\], state.scratch, e.B, length_of(e, action.microbatch),/state.weight_inputs[record.weight_inputs], state.scratch, e.B, e.T,/' \
   'mpi4 PipelineLayouts.VariableLength*'
 
+# h33g: issue 33 item 6 and Checks (PyTorch at tp 2, tp 2 x pp 4 layouts at -np 8, the fixed-tp
+# layouts bitwise their pp = 1 run).
+# Item 6: the PyTorch check at tp = 2 sees the positions added on both tp ranks (twice in the sum).
+fault pytorch-tp2-positions-on-every-tp-rank model/vocab_parallel.cu \
+  's/groups.mesh.tp_rank == 0 ? wpe : nullptr/wpe/' \
+  'pytorch PyTorchTp2.*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
