@@ -1333,14 +1333,14 @@ fault weight-step-at-max-T pipeline/execute_steps.cu \
 fault pytorch-tp2-positions-on-every-tp-rank model/vocab_parallel.cu \
   's/groups.mesh.tp_rank == 0 ? wpe : nullptr/wpe/' \
   'pytorch PyTorchTp2.*'
-# Item 6 ("each fixed-tp layout bitwise equal to the same tp with pp = 1"): the norm's squares
-# summed in one slot a stage, not one a tensor, add in another order on each split of the layers:
-# within every tolerance, but not bitwise the run on fewer stages.
-fault norm-summed-by-stage-at-tp-2 trainer/step/optimizer.cpp \
-  's/slots.push_back(slot_of(r, config.num_layers));/slots.push_back(slot_of(optimizer.regions.front(), config.num_layers));/' \
+# Item 6 ("each fixed-tp layout bitwise equal to the same tp with pp = 1"): the squared norm summed
+# per stage, then the stages' sums added: the slots' squares in another grouping on each split of
+# the layers, within every tolerance but not bitwise the run on fewer stages.
+fault norm-summed-per-stage-at-tp-2 comm/collectives.cpp \
+  's/NCCL_CHECK(ncclAllReduce(partials, partials, num_slots, nccl_type(partials), ncclSum, groups.pipeline, stream));/sum_rows_in_fixed_order(total, partials, 1, num_slots, stream); NCCL_CHECK(ncclAllReduce(total, total, 1, nccl_type(partials), ncclSum, groups.pipeline, stream));/; s/^  sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);$/  if (groups.mesh.pp == 1) sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);/' \
   'mpi4 TensorParallelLayouts.TwoTpRanksTimesTwoStagesGiveTheSingleProcess'
-fault norm-summed-by-stage-at-tp-2-pp-4 trainer/step/optimizer.cpp \
-  's/slots.push_back(slot_of(r, config.num_layers));/slots.push_back(slot_of(optimizer.regions.front(), config.num_layers));/' \
+fault norm-summed-per-stage-at-tp-2-pp-4 comm/collectives.cpp \
+  's/NCCL_CHECK(ncclAllReduce(partials, partials, num_slots, nccl_type(partials), ncclSum, groups.pipeline, stream));/sum_rows_in_fixed_order(total, partials, 1, num_slots, stream); NCCL_CHECK(ncclAllReduce(total, total, 1, nccl_type(partials), ncclSum, groups.pipeline, stream));/; s/^  sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);$/  if (groups.mesh.pp == 1) sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);/' \
   'mpi8 TensorParallelLayouts.ZeroBubbleH1OnTwoTpRanksTimesFourStagesGivesTheSingleProcess'
 # Checks (tp 2 x pp 4 at -np 8): the head's share of the tied wte gradient reaches the first stage.
 fault tied-wte-share-not-sent-at-tp-2-pp-4 trainer/step/trainer.cpp \
