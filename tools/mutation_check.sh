@@ -1346,6 +1346,14 @@ fault norm-summed-per-stage-at-tp-2-pp-4 comm/collectives.cpp \
 fault tied-wte-share-not-sent-at-tp-2-pp-4 trainer/step/trainer.cpp \
   's/^  if (head != has_embedding(trainer.chunks))$/  if (false)/' \
   'mpi8 TensorParallelLayouts.InterleavedOnTwoTpRanksTimesFourStagesGivesTheSingleProcess'
+# Checks (bf16 at tp 4, -np 4): the row-parallel output's sum counts elements, not bytes.
+fault bf16-row-parallel-sum-counts-half-at-tp-4 model/tensor_parallel_linear.cu \
+  's/allreduce_tensor_parallel(groups, out, size_t(N) \* OC, nccl_data_type<Element>(), ncclSum, stream);/allreduce_tensor_parallel(groups, out, size_t(N) * OC \/ (sizeof(Element) == 2 ? 2 : 1), nccl_data_type<Element>(), ncclSum, stream);/' \
+  'mpi4 TensorParallelLayouts.FourTpRanksInBf16GiveTheSingleBf16Process'
+# Checks (ZeRO-1 at dp 2 x tp 2 x pp 2, -np 8): the norm's replica shards are summed at tp > 1 too.
+fault zero-norm-without-replicas-at-tp-2 trainer/step/optimizer.cpp \
+  's/  if (optimizer.shard.of_replicas) sum_norm_partials_over_replicas(/  if (optimizer.shard.of_replicas \&\& groups.mesh.tp == 1) sum_norm_partials_over_replicas(/' \
+  'mpi8 ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages'
 
 # ---- running ----
 
