@@ -2,7 +2,7 @@
 // before anything is allocated; the start-up line shows the mesh; and a checkpoint moves between
 // tp 2 x pp 2 and one process: the model file written at tp 2 is the one written at tp 1 within
 // the tolerance below, and each resumes at the other layout to continue the uninterrupted run
-// within it; and with --zero 1 at dp 2 x tp 2 it saves the files of --zero 0. (The layouts'
+// within it, and the tp 2 x pp 2 file at tp 1 x pp 4 too; and with --zero 1 at dp 2 x tp 2 it saves the files of --zero 0. (The layouts'
 // losses, gradients and the checkpoint gather's placement, bitwise where it can be, are
 // TensorParallelLayouts', tests/mpi/tensor_parallel_layouts_test.cu.)
 //
@@ -105,9 +105,14 @@ TEST(TrainTensorParallel, CheckpointMovesBetweenTpTwoAndOneProcess) {
   const Outcome resumed_tp2 = train(4, kRun + at_tp2 + " --steps 4 --resume " + dir.file("tp1.bin") + " --log " +
                                            dir.file("resumed_tp2.jsonl"));
   ASSERT_EQ(resumed_tp2.status, 0) << resumed_tp2.err;
+  // The issue's move: saved at tp 2 x pp 2, resumed at tp 1 x pp 4 (the middle stages' layers and
+  // AdamW moments from the file's whole tensors).
+  const Outcome resumed_pp4 = train(4, kRun + " --pp 4 --steps 4 --resume " + dir.file("tp2.bin") + " --log " +
+                                           dir.file("resumed_pp4.jsonl"));
+  ASSERT_EQ(resumed_pp4.status, 0) << resumed_pp4.err;
   const std::vector<double> whole = losses_of(dir.file("whole.jsonl"));
   ASSERT_EQ(whole.size(), 4u);
-  for (const std::string log : {"resumed_tp1.jsonl", "resumed_tp2.jsonl"}) {
+  for (const std::string log : {"resumed_tp1.jsonl", "resumed_tp2.jsonl", "resumed_pp4.jsonl"}) {
     const std::vector<double> resumed = losses_of(dir.file(log));
     ASSERT_EQ(resumed.size(), 2u) << log;
     for (int i = 0; i < 2; ++i)

@@ -1354,6 +1354,11 @@ fault bf16-row-parallel-sum-counts-half-at-tp-4 model/tensor_parallel_linear.cu 
 fault zero-norm-without-replicas-at-tp-2 trainer/step/optimizer.cpp \
   's/  if (optimizer.shard.of_replicas) sum_norm_partials_over_replicas(/  if (optimizer.shard.of_replicas \&\& groups.mesh.tp == 1) sum_norm_partials_over_replicas(/' \
   'mpi8 ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages'
+# Checks (saved at tp 2 x pp 2, resumed at tp 1 x pp 4): a middle stage, with neither the
+# embedding nor the head, takes its AdamW moments from the file too.
+fault resume-moments-skip-middle-stages trainer/step/trainer.cpp \
+  's/^  upload_full_layout(trainer, trainer.optimizer.m, m, \&trainer.optimizer.shard);$/  if (!has_embedding(trainer.chunks) \&\& !has_head(trainer.chunks)) return;\n&/' \
+  'unit TrainTensorParallel.CheckpointMovesBetweenTpTwoAndOneProcess'
 
 # ---- running ----
 
