@@ -2,9 +2,10 @@
 // before anything is allocated; the start-up line shows the mesh; and a checkpoint moves between
 // tp 2 x pp 2 and one process: the model file written at tp 2 is the one written at tp 1 within
 // the tolerance below, and each resumes at the other layout to continue the uninterrupted run
-// within it, and the tp 2 x pp 2 file at tp 1 x pp 4 too; and with --zero 1 at dp 2 x tp 2 it saves the files of --zero 0. (The layouts'
-// losses, gradients and the checkpoint gather's placement, bitwise where it can be, are
-// TensorParallelLayouts', tests/mpi/tensor_parallel_layouts_test.cu.)
+// within it, and the tp 2 x pp 2 file at tp 1 x pp 4 too; and with --zero 1 at dp 2 x tp 2 it
+// saves the files of --zero 0. (The layouts' losses, gradients and the checkpoint gather's
+// placement, bitwise where it can be, are TensorParallelLayouts',
+// tests/mpi/tensor_parallel_layouts_test.cu.)
 //
 // The tolerance. A tp 2 step adds partial sums in another order than one process (docs/pipeline.md,
 // "Their tolerance"): the losses differ by about K u relative, K <= Vp = 256, 1.5e-5 in fp32;

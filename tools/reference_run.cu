@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
     if (argc > 2 && std::string(argv[1]) == "--tp") {
       tp = std::stoi(argv[2]);
       if (tp < 1) throw std::runtime_error("--tp " + std::string(argv[2]) + " is below 1");
-      argv[2] = argv[0];
+      argv[2] = argv[0];  // the program's name, where run() and MPI_Init look for it
       argc -= 2;
       argv += 2;
     }

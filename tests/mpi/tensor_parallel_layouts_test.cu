@@ -110,8 +110,9 @@ const TokenDataset& dataset(bool repeating = false) {
       state = state * 6364136223846793005ull + 1442695040888963407ull;
       d.tokens.push_back(uint16_t((state >> 33) % 100));
     }
+    const size_t period = kMicrobatches * kB * kT;
     if (repeat)
-      for (size_t i = kMicrobatches * kB * kT; i < d.tokens.size(); ++i) d.tokens[i] = d.tokens[i % (kMicrobatches * kB * kT)];
+      for (size_t i = period; i < d.tokens.size(); ++i) d.tokens[i] = d.tokens[i % period];
     d.vocab_size = 100;
     d.source = repeat ? "repeating random tokens" : "random tokens";
     return d;
