@@ -29,9 +29,9 @@
 // steps of lr 3e-3 carry a gradient's relative error into the parameters as at most lr times it.
 // Measured, CPU build, 2026-11-27: losses within 5.2e-8 (1.1e-8 relative), norms within 3.8e-8 (5e-8
 // relative), gradients within 8.0e-7 of their scale; tp 2 x pp 4 (-np 8): losses within 8.1e-9
-// relative, norms 2.4e-7 relative, gradients 6.9e-7 of their scale. The ten cases of -np 4 take 26 s (10 s before
-// the comparison with fewer stages ran the tp 2 x pp 2 layouts twice more), the four of -np 8 24 s. A
-// wrong slice, a sum over the whole wte or a replicated tensor counted tp times is off by the
+// relative, norms 2.4e-7 relative, gradients 6.9e-7 of their scale. The eleven cases of -np 4
+// take 28 s (10 s before the comparison with fewer stages ran each tp 2 x pp 2 layout twice more:
+// 16 s of it), the four of -np 8 24 s. A wrong slice, a sum over the whole wte or a replicated tensor counted tp times is off by the
 // order of the values themselves.
 #include <gtest/gtest.h>
 #include <mpi.h>
