@@ -1359,6 +1359,10 @@ fault zero-norm-without-replicas-at-tp-2 trainer/step/optimizer.cpp \
 fault resume-moments-skip-middle-stages trainer/step/trainer.cpp \
   's/^  upload_full_layout(trainer, trainer.optimizer.m, m, \&trainer.optimizer.shard);$/  if (!has_embedding(trainer.chunks) \&\& !has_head(trainer.chunks)) return;\n&/' \
   'unit TrainTensorParallel.CheckpointMovesBetweenTpTwoAndOneProcess'
+# Done when: ./train at dp 2 x tp 2 x pp 2 trains the default model; the tp ranks' sums skipped.
+fault default-model-at-dp-2-tp-2-pp-2-without-tp-sums comm/tensor_parallel.cpp \
+  's/  if (groups.mesh.tp == 1) return;/  return;/' \
+  'unit TrainTensorParallel.DefaultModelTrainsOnDpTwoTpTwoPpTwo'
 
 # ---- running ----
 
