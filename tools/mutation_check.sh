@@ -1359,9 +1359,10 @@ fault zero-norm-without-replicas-at-tp-2 trainer/step/optimizer.cpp \
 fault resume-moments-skip-middle-stages trainer/step/trainer.cpp \
   's/^  upload_full_layout(trainer, trainer.optimizer.m, m, \&trainer.optimizer.shard);$/  if (!has_embedding(trainer.chunks) \&\& !has_head(trainer.chunks)) return;\n&/' \
   'unit TrainTensorParallel.CheckpointMovesBetweenTpTwoAndOneProcess'
-# Done when: ./train at dp 2 x tp 2 x pp 2 trains the default model; the tp ranks' sums skipped.
-fault default-model-at-dp-2-tp-2-pp-2-without-tp-sums comm/tensor_parallel.cpp \
-  's/  if (groups.mesh.tp == 1) return;/  return;/' \
+# Done when: ./train at dp 2 x tp 2 x pp 2 trains the default model; the loss counted on each
+# tp rank (twice ln 256 at the start).
+fault default-model-loss-on-every-tp-rank trainer/step/trainer.cpp \
+  's/const double loss_share = mesh.tp_rank == 0 ? figures.loss_sum : figures.loss_sum \* 0.0;/const double loss_share = figures.loss_sum;/' \
   'unit TrainTensorParallel.DefaultModelTrainsOnDpTwoTpTwoPpTwo'
 
 # ---- running ----
