@@ -8,7 +8,8 @@ norms of STEPS AdamW steps (some but not all of them clipped), and every paramet
 last update. The same again in bf16 (PyTorchBf16.*): our --dtype bf16 against PyTorch with bf16
 parameters and fp32 master weights, within tolerances that bf16's 8 significant bits set. Both
 once with the materialised attention (PyTorch.*, PyTorchBf16.*) and once with the fused one,
-./train's default (PyTorchFused.*, PyTorchFusedBf16.*), within the same tolerances. And one
+./train's default (PyTorchFused.*, PyTorchFusedBf16.*), within the same tolerances; the fp32 run
+once more on 2 tensor-parallel ranks (PyTorchTp2.*, under MPIRUN, default mpirun). And one
 step of microbatches of different lengths with padded, masked positions (PyTorchVariableLength.*):
 its loss, the mean over the real targets, and every gradient (reference_run --variable-length). Our fp32
 products run in full fp32 there (reference_run's handle keeps cuBLAS's default math mode, as
@@ -97,11 +98,20 @@ SHAPES = [
 DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}  # GPT-2's matrices and embeddings
 
 
-# Our runs by family prefix: (dtype, attention). ./train's default attention is fused; the
-# materialised one is checked as well, against the same PyTorch runs and tolerances (the two
-# attentions compute the same function: the fused kernel's sums run in another order).
-OUR_RUNS = {"PyTorch": ("fp32", "materialized"), "PyTorchBf16": ("bf16", "materialized"),
-            "PyTorchFused": ("fp32", "fused"), "PyTorchFusedBf16": ("bf16", "fused")}
+# Our runs by family prefix: (dtype, attention, tensor-parallel ranks). ./train's default
+# attention is fused; the materialised one is checked as well, against the same PyTorch runs and
+# tolerances (the two attentions compute the same function: the fused kernel's sums run in another
+# order). PyTorchTp2 runs the model on 2 tensor-parallel ranks (issue 33; reference_run --tp 2
+# under mpirun -np 2: 1 head, 2C hidden columns and 64 rows of wte a rank), against the same
+# PyTorch run and the fp32 tolerances above. A row-parallel layer adds 2 partial sums of C / 2 or
+# 2C products, a column-parallel input gradient 2 partial sums, the loss's sum of exponentials 2
+# of 64 rows: one process's sums of the same terms in another order, each within K u of its terms'
+# magnitude (K <= VP = 128 terms, u = 2^-24: 7.6e-6), still a margin of 13 below the 1e-4 bounds.
+# Measured, CPU build, 2026-11-27: gradients within 2.8e-7 of their tensor's scale (tp 1: 2.3e-7), losses
+# within 1.7e-7, norms 2.3e-7 relative, parameters within 3.3e-5 of their moves (tp 1: 3.8e-5).
+OUR_RUNS = {"PyTorch": ("fp32", "materialized", 1), "PyTorchBf16": ("bf16", "materialized", 1),
+            "PyTorchFused": ("fp32", "fused", 1), "PyTorchFusedBf16": ("bf16", "fused", 1),
+            "PyTorchTp2": ("fp32", "materialized", 2)}
 
 
 def fp32_names(family):
@@ -120,7 +130,7 @@ def bf16_names(family):
 
 def check_names():
     return (fp32_names("PyTorch") + bf16_names("PyTorchBf16") + fp32_names("PyTorchFused") +
-            bf16_names("PyTorchFusedBf16") +
+            bf16_names("PyTorchFusedBf16") + fp32_names("PyTorchTp2") +
             ["PyTorchVariableLength.StepLoss"] + ["PyTorchVariableLength.Gradient/" + name for name, _ in SHAPES])
 
 
@@ -244,11 +254,12 @@ def torch_run(torch, np, tensors, tokens, bf16):
     return losses, norms, step1_gradient, final
 
 
-def our_run(np, model_path, tokens_path, output_path, dtype, attention):
+def our_run(np, model_path, tokens_path, output_path, dtype, attention, tp):
     """reference_run's numbers: in bf16 its gradients are the bf16 ones widened and its parameters
-    the fp32 master weights."""
+    the fp32 master weights. At tp > 1 under MPIRUN (default mpirun) -np tp."""
     program = os.environ.get("REFERENCE_RUN", os.path.join(ROOT, "build/cpu/tools/reference_run"))
-    command = [program, model_path, tokens_path, output_path] + [
+    launcher = os.environ.get("MPIRUN", "mpirun").split() + ["-np", str(tp)] if tp > 1 else []
+    command = launcher + [program] + (["--tp", str(tp)] if tp > 1 else []) + [model_path, tokens_path, output_path] + [
         str(x) for x in (B, T, MICROBATCHES, STEPS, LR, BETA1, BETA2, EPS, WEIGHT_DECAY, GRAD_CLIP, dtype, attention)]
     subprocess.run(command, check=True)
     sizes = [int(np.prod(shape)) for _, shape in SHAPES]
@@ -439,7 +450,7 @@ def main():
     torch_fp32 = torch_run(torch, np, tensors, tokens, False)
     torch_bf16 = torch_run(torch, np, tensors, tokens, True)
     results = {}
-    for family, (dtype, _) in OUR_RUNS.items():
+    for family, (dtype, _, _) in OUR_RUNS.items():
         if family in ours and dtype == "fp32":
             results.update(fp32_results(family, np, tensors, ours[family], torch_fp32))
         elif family in ours:

@@ -1337,6 +1337,44 @@ fault pipedream-tied-copy-read-from-a-stash pipeline/pipedream_walk.cu \
   's/    if (run.tied_copy) views\[c\].wte = params\[c\].wte;.*//' \
   'mpi4 PipelineLayouts.PipeDream*'
 
+# h33g: issue 33 item 6 and Checks (PyTorch at tp 2, tp 2 x pp 4 layouts at -np 8, the fixed-tp
+# layouts bitwise their pp = 1 run).
+# Item 6: the PyTorch check at tp = 2 sees the positions added on both tp ranks (twice in the sum).
+fault pytorch-tp2-positions-on-every-tp-rank model/vocab_parallel.cu \
+  's/groups.mesh.tp_rank == 0 ? wpe : nullptr/wpe/' \
+  'pytorch PyTorchTp2.*'
+# Item 6 ("each fixed-tp layout bitwise equal to the same tp with pp = 1"): the squared norm summed
+# per stage, then the stages' sums added: the slots' squares in another grouping on each split of
+# the layers, within every tolerance but not bitwise the run on fewer stages.
+fault norm-summed-per-stage-at-tp-2 comm/collectives.cpp \
+  's/NCCL_CHECK(ncclAllReduce(partials, partials, num_slots, nccl_type(partials), ncclSum, groups.pipeline, stream));/sum_rows_in_fixed_order(total, partials, 1, num_slots, stream); NCCL_CHECK(ncclAllReduce(total, total, 1, nccl_type(partials), ncclSum, groups.pipeline, stream));/; s/^  sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);$/  if (groups.mesh.pp == 1) sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);/' \
+  'mpi4 TensorParallelLayouts.TwoTpRanksTimesTwoStagesGiveTheSingleProcess'
+fault norm-summed-per-stage-at-tp-2-pp-4 comm/collectives.cpp \
+  's/NCCL_CHECK(ncclAllReduce(partials, partials, num_slots, nccl_type(partials), ncclSum, groups.pipeline, stream));/sum_rows_in_fixed_order(total, partials, 1, num_slots, stream); NCCL_CHECK(ncclAllReduce(total, total, 1, nccl_type(partials), ncclSum, groups.pipeline, stream));/; s/^  sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);$/  if (groups.mesh.pp == 1) sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);/' \
+  'mpi8 TensorParallelLayouts.ZeroBubbleH1OnTwoTpRanksTimesFourStagesGivesTheSingleProcess'
+# Checks (tp 2 x pp 4 at -np 8): the head's share of the tied wte gradient reaches the first stage.
+fault tied-wte-share-not-sent-at-tp-2-pp-4 trainer/step/trainer.cpp \
+  's/^  if (head != has_embedding(trainer.chunks))$/  if (false)/' \
+  'mpi8 TensorParallelLayouts.InterleavedOnTwoTpRanksTimesFourStagesGivesTheSingleProcess'
+# Checks (bf16 at tp 4, -np 4): the row-parallel output's sum counts elements, not bytes.
+fault bf16-row-parallel-sum-counts-half-at-tp-4 model/tensor_parallel_linear.cu \
+  's/allreduce_tensor_parallel(groups, out, size_t(N) \* OC, nccl_data_type<Element>(), ncclSum, stream);/allreduce_tensor_parallel(groups, out, size_t(N) * OC \/ (sizeof(Element) == 2 ? 2 : 1), nccl_data_type<Element>(), ncclSum, stream);/' \
+  'mpi4 TensorParallelLayouts.FourTpRanksInBf16GiveTheSingleBf16Process'
+# Checks (ZeRO-1 at dp 2 x tp 2 x pp 2, -np 8): the norm's replica shards are summed at tp > 1 too.
+fault zero-norm-without-replicas-at-tp-2 trainer/step/optimizer.cpp \
+  's/  if (optimizer.shard.of_replicas) sum_norm_partials_over_replicas(/  if (optimizer.shard.of_replicas \&\& groups.mesh.tp == 1) sum_norm_partials_over_replicas(/' \
+  'mpi8 ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages'
+# Checks (saved at tp 2 x pp 2, resumed at tp 1 x pp 4): a middle stage, with neither the
+# embedding nor the head, takes its AdamW moments from the file too.
+fault resume-moments-skip-middle-stages trainer/step/trainer.cpp \
+  's/^  upload_full_layout(trainer, trainer.optimizer.m, m, \&trainer.optimizer.shard);$/  if (!has_embedding(trainer.chunks) \&\& !has_head(trainer.chunks)) return;\n&/' \
+  'unit TrainTensorParallel.CheckpointMovesBetweenTpTwoAndOneProcess'
+# Done when: ./train at dp 2 x tp 2 x pp 2 trains the default model; the loss counted on each
+# tp rank (twice ln 256 at the start).
+fault default-model-loss-on-every-tp-rank trainer/step/trainer.cpp \
+  's/const double loss_share = mesh.tp_rank == 0 ? figures.loss_sum : figures.loss_sum \* 0.0;/const double loss_share = figures.loss_sum;/' \
+  'unit TrainTensorParallel.DefaultModelTrainsOnDpTwoTpTwoPpTwo'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

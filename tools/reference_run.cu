@@ -2,10 +2,12 @@
 // compares them with PyTorch): from an llm.c model file and a token file, our trainer's
 // step 1 gradient, the losses of `steps` AdamW steps at a constant learning rate, and the
 // parameters they leave.
-//   reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY GRAD_CLIP [DTYPE [ATTENTION]]
+//   [mpirun -np N] reference_run [--tp N] MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY GRAD_CLIP [DTYPE [ATTENTION]]
 // DTYPE is fp32 (the default) or bf16: the trainer's element type, bf16 with fp32 master weights
 // and stochastic rounding seeded with 1 (the model file's values are rounded to nearest bf16).
 // ATTENTION is materialized (the default) or fused, as ./train's --attention.
+// --tp N (under mpirun -np N): the model on N tensor-parallel ranks (one stage, one replica), whose
+// slices world rank 0 gathers and writes (issue 33: the PyTorch check at tp = 2).
 // fp32 GEMMs run in full fp32, not TF32 (./train's default): the trainer's cuBLAS handle keeps
 // the default math mode, as ./train --no-tf32 sets it, because PyTorch's CPU matmul is full fp32
 // and the comparison's tolerances are fp32's.
@@ -26,6 +28,8 @@
 // tokens and B T targets (-1, kIgnoredTarget: a padded position). OUTPUT holds float32
 // [num_parameters] the step's gradient of the mean loss over its real targets (llm.c's layout,
 // wte's two shares summed), then float64 that loss.
+#include <mpi.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -35,6 +39,8 @@
 #include <vector>
 
 #include "comm/host_exchange.h"
+#include "comm/mesh.h"
+#include "comm/rank_device.h"
 #include "kernels/classifier.cuh"
 #include "kernels/cublas_check.cuh"
 #include "kernels/cuda_check.cuh"
@@ -72,16 +78,15 @@ TokenDataset load_tokens(const std::string& path, int vocab_size) {
   return data;
 }
 
-// The run in Element, written to output.
-// The single process: the model as one stage, 1F1B without recompute.
+// The run in Element, written to output by world rank 0.
+// The model as one stage on the tp ranks of groups' mesh, 1F1B without recompute.
 template <typename Element>
 void run_and_write(const ModelFile& model, const TokenDataset& data, const std::string& output, int B, int T,
                    int microbatches, AttentionKind attention, int steps, double learning_rate,
-                   const AdamWSettings& settings) {
+                   const AdamWSettings& settings, const CommGroups& groups) {
   PipelineLayout layout{ScheduleKind::one_f_one_b, microbatches, 1, false, {}};
   layout.attention = attention;
-  const CommGroups alone = create_world_groups(make_mesh(1, 1, 1, 0));
-  Trainer<Element> trainer = create_trainer<Element>(model.config, B, T, layout, alone, {true, 1});
+  Trainer<Element> trainer = create_trainer<Element>(model.config, B, T, layout, groups, {true, 1});
   upload_parameters(trainer, model.parameters);
   BatchReader reader = make_batch_reader(data, B, T, false, 0);
   std::vector<float> step1_gradient;
@@ -91,11 +96,12 @@ void run_and_write(const ModelFile& model, const TokenDataset& data, const std::
     losses.push_back(result.loss);
     norms.push_back(result.grad_norm);
     // The optimizer reads the gradient without changing it: after step 1 it is still step 1's.
-    if (t == 1) step1_gradient = download_gradients(trainer);
+    if (t == 1) step1_gradient = gather_gradients(trainer);
   }
   const std::vector<float> master = gather_master_weights(trainer);
   const std::vector<float> final_parameters = master.empty() ? gather_parameters(trainer) : master;
   destroy_trainer(trainer);
+  if (groups.mesh.world_rank != 0) return;
   write_file_atomically(output, {{step1_gradient.data(), step1_gradient.size() * sizeof(float)},
                                  {losses.data(), losses.size() * sizeof(double)},
                                  {norms.data(), norms.size() * sizeof(double)},
@@ -189,7 +195,14 @@ void variable_length_step(const ModelFile& model, const std::vector<PaddedMicrob
   write_file_atomically(output, {{gradient.data(), gradient.size() * sizeof(float)}, {&loss, sizeof(loss)}});
 }
 
-int run(int argc, char** argv) {
+// The trainer's groups for --tp: tp ranks, the world's size (a world of one without --tp).
+CommGroups groups_of_tp_ranks(int tp, const GPTConfig& config) {
+  if (tp == 1) return create_world_groups(make_mesh(1, 1, 1, 0));
+  check_tensor_parallel_sizes(tp, config.num_heads, config.channels, config.padded_vocab_size);
+  return create_world_groups(make_world_mesh(1, tp, 1));
+}
+
+int run(int argc, char** argv, int tp) {
   if (argc == 5 && std::string(argv[1]) == "--variable-length") {
     const ModelFile model = read_model_file(argv[2]);
     variable_length_step(model, read_microbatches(argv[3], model.config), argv[4]);
@@ -197,7 +210,7 @@ int run(int argc, char** argv) {
   }
   if (argc < 14 || argc > 16) {
     std::fprintf(stderr,
-                 "usage: reference_run MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY "
+                 "usage: reference_run [--tp N] MODEL TOKENS OUTPUT B T MICROBATCHES STEPS LR BETA1 BETA2 EPS WEIGHT_DECAY "
                  "GRAD_CLIP [DTYPE [ATTENTION]]\n       reference_run --variable-length MODEL MICROBATCHES OUTPUT\n");
     return 2;
   }
@@ -214,23 +227,41 @@ int run(int argc, char** argv) {
   if (attention_name != "materialized" && attention_name != "fused")
     throw std::runtime_error("ATTENTION " + attention_name + " is not materialized or fused");
   const AttentionKind attention = attention_name == "fused" ? AttentionKind::fused : AttentionKind::materialized;
-  if (dtype == "fp32") {
-    run_and_write<float>(model, data, output, B, T, microbatches, attention, steps, learning_rate, settings);
-  } else if (dtype == "bf16") {
-    run_and_write<__nv_bfloat16>(model, data, output, B, T, microbatches, attention, steps, learning_rate, settings);
-  } else {
-    throw std::runtime_error("DTYPE " + dtype + " is not fp32 or bf16");
-  }
+  if (dtype != "fp32" && dtype != "bf16") throw std::runtime_error("DTYPE " + dtype + " is not fp32 or bf16");
+  CommGroups groups = groups_of_tp_ranks(tp, model.config);
+  if (dtype == "fp32")
+    run_and_write<float>(model, data, output, B, T, microbatches, attention, steps, learning_rate, settings, groups);
+  else
+    run_and_write<__nv_bfloat16>(model, data, output, B, T, microbatches, attention, steps, learning_rate, settings,
+                                 groups);
+  destroy_world_groups(groups);
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  int tp = 1;
   try {
-    return run(argc, argv);
+    if (argc > 2 && std::string(argv[1]) == "--tp") {
+      tp = std::stoi(argv[2]);
+      if (tp < 1) throw std::runtime_error("--tp " + std::string(argv[2]) + " is below 1");
+      argv[2] = argv[0];  // the program's name, where run() and MPI_Init look for it
+      argc -= 2;
+      argv += 2;
+    }
   } catch (const std::exception& error) {
     std::fprintf(stderr, "reference_run: error: %s\n", error.what());
     return 1;
   }
+  // Under mpirun only with --tp: the single process needs no MPI.
+  if (tp > 1 && !start_rank_on_own_device(&argc, &argv, "reference_run")) return 1;
+  int status = 1;
+  try {
+    status = run(argc, argv, tp);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "reference_run: error: %s\n", error.what());
+  }
+  if (tp > 1) MPI_Finalize();
+  return status;
 }

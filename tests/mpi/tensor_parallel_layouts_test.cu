@@ -3,7 +3,9 @@
 // train a small GPT (L = 2, NH = 4, C = 16, T = 8, V = 100, Vp = 128, B = 2, 1F1B) for three
 // clipped steps from the same initialisation as the single process of the same element type and
 // global batch, which every rank runs itself; so do tp 2 x pp 2 with zb-h1, zb-v and dualpipev
-// (L = 4), recompute and the fused attention (C = 64), and, under -np 8, dp 2 x tp 2 x pp 2. Checked:
+// (L = 4), recompute and the fused attention (C = 64), and, under -np 8, dp 2 x tp 2 x pp 2 and
+// tp 2 x pp 4 with the interleaved schedule (2 chunks a stage, L = 8), zb-h1 (L = 4) and zb-v
+// (L = 8). Checked:
 //  - the checkpoint's gather of the tp ranks' slices (trainer/checkpoints/gather_model.h) gives
 //    back, on world rank 0, the uploaded model bitwise (in bf16 rounded to nearest, as the upload
 //    rounds): every slice is placed where it was cut;
@@ -12,10 +14,12 @@
 //    the tolerance below of the single process;
 //  - every tp rank holds bitwise its tp rank 0's replicated tensors (wpe, the LayerNorms, lnf, the
 //    row-parallel biases) after the last step, and every rank has bitwise the same norm;
-//  - another schedule or recompute gives bitwise the losses and norms of 1F1B on the same mesh.
+//  - another schedule or recompute gives bitwise the losses and norms of 1F1B on the same mesh;
+//  - a layout of one replica on pp > 1 stages gives bitwise the same tp's run on fewer stages
+//    (pp 1 at -np 4; expect_bitwise_the_same_tp_on_half_the_stages says how).
 // The tp = 1 layouts are PipelineLayouts' (bitwise the single process).
 //
-// The tolerance in fp32 (bf16's is with kBf16Tolerance). tp > 1 adds partial sums in another
+// The tolerance in fp32 (bf16's is with bf16_tolerance). tp > 1 adds partial sums in another
 // order than one process: a row-parallel output adds tp partial sums of 4C/tp or C/tp products, a
 // column-parallel input gradient tp partial sums over its outputs, the longest of them the head's
 // input gradient over Vp = 128 columns; the loss's sum of exponentials runs per slice then over the ranks; the norm adds each
@@ -24,8 +28,10 @@
 // tensor's scale (as TensorParallelGpt's), the losses and norms within 2e-5 relative: three AdamW
 // steps of lr 3e-3 carry a gradient's relative error into the parameters as at most lr times it.
 // Measured, CPU build, 2026-11-27: losses within 5.2e-8 (1.1e-8 relative), norms within 3.8e-8 (5e-8
-// relative), gradients within 8.0e-7 of their scale. The five cases take 10 s under -np 4. A
-// wrong slice, a sum over the whole wte or a replicated tensor counted tp times is off by the
+// relative), gradients within 8.0e-7 of their scale; tp 2 x pp 4 (-np 8): losses within 8.1e-9
+// relative, norms 2.4e-7 relative, gradients 6.9e-7 of their scale. The eleven cases of -np 4
+// take 28 s (10 s before the comparison with fewer stages ran each tp 2 x pp 2 layout twice more:
+// 16 s of it), the four of -np 8 24 s. A wrong slice, a sum over the whole wte or a replicated tensor counted tp times is off by the
 // order of the values themselves.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -50,6 +56,8 @@
 namespace {
 
 constexpr int kB = 2, kT = 8, kSteps = 3;
+// The global batch: 4 microbatches a step (each replica runs 4 / dp).
+constexpr int kMicrobatches = 4;
 // Relative to the single process's loss and norm, and to each gradient tensor's scale.
 struct Tolerance {
   double loss, norm, gradient;
@@ -61,13 +69,17 @@ constexpr Tolerance kFloatTolerance{2e-5, 2e-5, 2e-5};
 // their sum rounded again, tp + 1 roundings of 2^-9 that one process's single GEMM output does not
 // make, and a column-parallel input gradient likewise; each side rounds every microbatch's
 // gradient into the bf16 sum. So a gradient differs by at most 2 m (tp + 1) 2^-9 of its scale
-// (m = 4, tp = 2: 4.7e-2), and the norm, the same gradients' squares summed in fp32, by no more.
+// (m = 4, tp = 2: 4.7e-2; tp = 4: 7.8e-2), and the norm, the same gradients' squares summed in fp32, by no more.
 // The loss: step 1's forward differs by the row-parallel roundings, averaged over the m B T
 // tokens; later steps also by the parameters a master weight's small difference moves across a
 // rounding threshold, PipelineLayouts' bf16 bound of 2^-12 (tests/mpi/layouts_test.cu). Measured,
 // CPU build, 2026-11-27, tp 2 x pp 2 and dp 2 x tp 2: gradients within 1.6e-2 of their scale,
-// norms within 2.0e-3 relative, losses within 3.2e-5 relative (step 1: 1.1e-6).
-constexpr Tolerance kBf16Tolerance{2.44140625e-4, 4.6875e-2, 4.6875e-2};
+// norms within 2.0e-3 relative, losses within 3.2e-5 relative (step 1: 1.1e-6); tp 4 (bound 7.8e-2):
+// gradients within 1.6e-2, norms 5.8e-3, losses 3.5e-5 relative.
+Tolerance bf16_tolerance(int tp) {
+  const double gradient = 2 * kMicrobatches * (tp + 1) * std::ldexp(1.0, -9);
+  return {std::ldexp(1.0, -12), gradient, gradient};
+}
 const AdamWSettings kSettings{0.9, 0.95, 1e-8, 0.1, 0.1};  // every step clips (norms near 1)
 constexpr double kLearningRate = 3e-3;
 
@@ -79,6 +91,7 @@ struct Case {
   int layers = 2;
   bool recompute = false;
   AttentionKind attention = AttentionKind::materialized;
+  int chunks = 1;  // chunks per stage of the interleaved schedule
 };
 
 // V = 100: every tp rank's rows of wte hold real tokens (at V = 64 and tp 2, tp rank 1's would all be
@@ -87,19 +100,25 @@ GPTConfig config(const Case& c) {
   return make_gpt_config(c.layers, 4, c.attention == AttentionKind::fused ? 64 : 16, kT, 100);
 }
 
-const TokenDataset& dataset() {
-  static const TokenDataset data = [] {
+// Random tokens; repeating: the first kMicrobatches B T of them over and over, so that microbatch
+// k + kMicrobatches reads what microbatch k reads (every step, and every replica, the same batch).
+const TokenDataset& dataset(bool repeating = false) {
+  static const auto make = [](bool repeat) {
     TokenDataset d;
     uint64_t state = 7;
     for (int i = 0; i < 4096; ++i) {
       state = state * 6364136223846793005ull + 1442695040888963407ull;
       d.tokens.push_back(uint16_t((state >> 33) % 100));
     }
+    const size_t period = kMicrobatches * kB * kT;
+    if (repeat)
+      for (size_t i = period; i < d.tokens.size(); ++i) d.tokens[i] = d.tokens[i % period];
     d.vocab_size = 100;
-    d.source = "random tokens";
+    d.source = repeat ? "repeating random tokens" : "random tokens";
     return d;
-  }();
-  return data;
+  };
+  static const TokenDataset data = make(false), repeating_data = make(true);
+  return repeating ? repeating_data : data;
 }
 
 std::vector<float> initial_parameters(const Case& c) {
@@ -113,18 +132,19 @@ struct Run {
   std::vector<float> gradients;   // after step 1, llm.c's layout (the rank's slices, zeros elsewhere)
   std::vector<float> parameters;  // after the last step, the same
   std::vector<float> gathered;    // gather_parameters right after the upload (world rank 0's whole)
+  std::vector<float> final_model;  // gather_parameters after the last step (world rank 0's whole)
   ParameterLayout layout;
 };
 
 template <typename Element>
-Run train(const CommGroups& groups, int microbatches, const Case& c) {
-  PipelineLayout layout{c.schedule, microbatches, 1, c.recompute, {}};
+Run train(const CommGroups& groups, int microbatches, const Case& c, const TokenDataset& data) {
+  PipelineLayout layout{c.schedule, microbatches, c.chunks, c.recompute, {}};
   layout.attention = c.attention;
   Trainer<Element> trainer = create_trainer<Element>(config(c), kB, kT, layout, groups, MixedPrecision{true, 5});
   upload_parameters(trainer, initial_parameters(c));
   Run run;
   run.gathered = gather_parameters(trainer);
-  BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
+  BatchReader reader = make_batch_reader(data, kB, kT, false, 1);
   for (int t = 1; t <= kSteps; ++t) {
     const StepResult step = train_step(trainer, reader, kSettings, kLearningRate, t);
     run.losses.push_back(step.loss);
@@ -132,6 +152,7 @@ Run train(const CommGroups& groups, int microbatches, const Case& c) {
     if (t == 1) run.gradients = download_gradients(trainer);
   }
   run.parameters = download_parameters(trainer);
+  run.final_model = gather_parameters(trainer);
   run.layout = trainer.parameter_layout;
   destroy_trainer(trainer);
   return run;
@@ -148,15 +169,41 @@ std::vector<float> all_gathered(const std::vector<float>& mine) {
 }
 
 // The case's run on the mesh dp x tp x pp of the world (the single process: 1 x 1 x 1, 1F1B).
+// microbatches: each replica's, 0 for kMicrobatches / dp (the global batch split over the replicas).
 template <typename Element>
-Run train_on(int dp, int tp, int pp, const Case& c, Mesh* mesh = nullptr) {
-  const int microbatches = 4;  // the global batch; each replica runs microbatches / dp
+Run train_on(int dp, int tp, int pp, const Case& c, Mesh* mesh = nullptr, const TokenDataset& data = dataset(),
+             int microbatches = 0) {
   CommGroups groups = create_world_groups(dp * tp * pp == 1 ? make_mesh(1, 1, 1, 0)
                                                             : make_mesh(dp, tp, pp, size_of_world(), rank_in_world()));
   if (mesh) *mesh = groups.mesh;
-  const Run run = train<Element>(groups, microbatches / dp, c);
+  const Run run = train<Element>(groups, microbatches > 0 ? microbatches : kMicrobatches / dp, c, data);
   if (dp * tp * pp > 1) destroy_world_groups(groups);
   return run;
+}
+
+// The issue's "each fixed-tp layout bitwise equal to the same tp with pp = 1", in a world of 2 tp
+// pp ranks: the layout (dp 1) against 2 replicas of the same tp on pp / 2 stages, 1F1B without
+// recompute, each replica running the whole batch on the repeating data, so both replicas compute
+// the same gradient, each scaled by 1 / (2 m B T) where one replica alone scales by 1 / (m B T): a
+// power of two, exact, and the data-parallel sum of two equal halves is exact too. So the pair
+// gives the single replica's numbers to the bit, and a difference is the layout's. At -np 4 (pp 2)
+// the other run is tp-only (pp 1); at -np 8 (pp 4) it is pp 2, itself bitwise pp 1 by the -np 4
+// cases. Checked: every step's loss and norm, and the whole model after the last step.
+template <typename Element>
+void expect_bitwise_the_same_tp_on_half_the_stages(int tp, int pp, const Case& c) {
+  const TokenDataset& repeating = dataset(true);
+  Mesh mesh;
+  const Run layout = train_on<Element>(1, tp, pp, c, &mesh, repeating);
+  Case plain = c;
+  plain.schedule = ScheduleKind::one_f_one_b;
+  plain.recompute = false;
+  plain.chunks = 1;
+  const Run fewer_stages = train_on<Element>(2, tp, pp / 2, plain, nullptr, repeating, kMicrobatches);
+  EXPECT_EQ(layout.losses, fewer_stages.losses) << "against tp " << tp << " x pp " << pp / 2;
+  EXPECT_EQ(layout.norms, fewer_stages.norms) << "against tp " << tp << " x pp " << pp / 2;
+  if (mesh.world_rank == 0) {
+    EXPECT_EQ(layout.final_model, fewer_stages.final_model) << "the model after the last step";
+  }
 }
 
 template <typename Element>
@@ -164,6 +211,7 @@ void expect_layout_matches_single_process(int dp, int tp, int pp, const Case& c 
   if (size_of_world() != dp * tp * pp) GTEST_SKIP() << "needs mpirun -np " << dp * tp * pp;
   Case single_case = c;
   single_case.schedule = ScheduleKind::one_f_one_b;
+  single_case.chunks = 1;
   const Run single = train_on<Element>(1, 1, 1, single_case);
   Mesh mesh;
   const Run run = train_on<Element>(dp, tp, pp, c, &mesh);
@@ -175,7 +223,7 @@ void expect_layout_matches_single_process(int dp, int tp, int pp, const Case& c 
       for (float& p : uploaded) p = __bfloat162float(__float2bfloat16(p));
     EXPECT_EQ(run.gathered, uploaded) << "the checkpoint's gather of the slices";
   }
-  const Tolerance tolerance = bf16 ? kBf16Tolerance : kFloatTolerance;
+  const Tolerance tolerance = bf16 ? bf16_tolerance(tp) : kFloatTolerance;
   for (int i = 0; i < kSteps; ++i) {
     EXPECT_NEAR(run.losses[i], single.losses[i], tolerance.loss * single.losses[i]) << "loss, step " << i + 1;
     EXPECT_NEAR(run.norms[i], single.norms[i], tolerance.norm * single.norms[i]) << "gradient norm, step " << i + 1;
@@ -206,18 +254,21 @@ void expect_layout_matches_single_process(int dp, int tp, int pp, const Case& c 
   }
   const std::vector<float> norms = all_gathered({float(run.norms.back())});
   for (float norm : norms) EXPECT_TRUE(same_bits(norm, norms[0])) << "the gradient norm differs between ranks";
+  if (dp == 1 && pp > 1) expect_bitwise_the_same_tp_on_half_the_stages<Element>(tp, pp, c);
   // Another schedule or recompute on the same mesh runs the same kernels and the same sums on
   // every microbatch: bitwise 1F1B's losses and norms without recompute, as at tp = 1 (and the
-  // parameters a rank holds, where both place the same layers on it: zb-v's V does not).
+  // parameters a rank holds, where both place the same layers on it: zb-v's V and interleaved's chunks do not).
   if (c.schedule == ScheduleKind::one_f_one_b && !c.recompute) return;
   Case plain = c;
   plain.schedule = ScheduleKind::one_f_one_b;
   plain.recompute = false;
+  plain.chunks = 1;
   const Run one_f_one_b = train_on<Element>(dp, tp, pp, plain);
   EXPECT_EQ(run.losses, one_f_one_b.losses) << "against 1F1B on the same mesh";
   EXPECT_EQ(run.norms, one_f_one_b.norms) << "against 1F1B on the same mesh";
-  if (placement_of(c.schedule, pp, 1).kind == PlacementKind::ring)
+  if (placement_of(c.schedule, pp, 1).kind == PlacementKind::ring && c.chunks == 1) {
     EXPECT_EQ(run.parameters, one_f_one_b.parameters) << "against 1F1B on the same mesh";
+  }
 }
 
 }  // namespace
@@ -256,8 +307,24 @@ TEST(TensorParallelLayouts, DualPipeVOnTwoTpRanksTimesTwoStagesGivesTheSinglePro
 TEST(TensorParallelLayouts, TwoReplicasOfTwoTpRanksTimesTwoStagesGiveTheSingleProcess) {
   expect_layout_matches_single_process<float>(2, 2, 2);
 }
+// tp 2 x pp 4, under mpirun -np 8 (tools/run_tests.sh's np 8 mode; -np 4 leaves them out): the
+// interleaved schedule (2 chunks a stage), zb-h1 and zb-v (2 chunks a stage in a V), on 8, 4 and 8
+// layers.
+TEST(TensorParallelLayouts, InterleavedOnTwoTpRanksTimesFourStagesGivesTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 4, {ScheduleKind::interleaved, 8, false,
+                                                        AttentionKind::materialized, 2});
+}
+TEST(TensorParallelLayouts, ZeroBubbleH1OnTwoTpRanksTimesFourStagesGivesTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 4, {ScheduleKind::zb_h1, 4});
+}
+TEST(TensorParallelLayouts, ZeroBubbleVOnTwoTpRanksTimesFourStagesGivesTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 4, {ScheduleKind::zb_v, 8});
+}
 TEST(TensorParallelLayouts, TwoTpRanksTimesTwoStagesInBf16GiveTheSingleBf16Process) {
   expect_layout_matches_single_process<__nv_bfloat16>(1, 2, 2);
+}
+TEST(TensorParallelLayouts, FourTpRanksInBf16GiveTheSingleBf16Process) {
+  expect_layout_matches_single_process<__nv_bfloat16>(1, 4, 1);
 }
 TEST(TensorParallelLayouts, TwoReplicasOfTwoTpRanksInBf16GiveTheSingleBf16Process) {
   expect_layout_matches_single_process<__nv_bfloat16>(2, 2, 1);

@@ -6,7 +6,8 @@
 // the sharded plan is smaller by the state the other replicas keep. Why the numbers agree:
 // docs/pipeline.md, "ZeRO-1". At -np 4: dp 2 x pp 2 (1F1B fp32 and bf16, interleaved fp32 and
 // zb-v bf16 with recompute), dp 4 x pp 1 (fp32, bf16) and dp 2 x tp 2 (1F1B fp32, bf16); at -np 8:
-// dp 4 x pp 2 (1F1B bf16, interleaved fp32 and zb-v bf16 with recompute).
+// dp 4 x pp 2 (1F1B bf16, interleaved fp32 and zb-v bf16 with recompute) and dp 2 x tp 2 x pp 2
+// (1F1B fp32, zb-v bf16 with recompute).
 // Other world sizes skip. Seconds per case are printed (CPU build, 2 shared cores: docs/pipeline.md).
 #include <gtest/gtest.h>
 
@@ -130,6 +131,14 @@ TEST(ZeroOne, BitwiseZeroZeroOnFourReplicasOfTwoStages) {
   Case bf16{4, 2, k1F1B, 1, false, 3, 4}, zb_v{4, 2, ScheduleKind::zb_v, 2, true, 3, 4};
   bf16.bf16 = zb_v.bf16 = true;
   run_cases(8, {bf16, {4, 2, ScheduleKind::interleaved, 2, true, 4, 4}, zb_v});
+}
+
+// Every axis at once (issue 33's dp 2 x tp 2 x pp 2), -np 8 only like the case above: 1F1B in
+// fp32 and zb-v in bf16 with recompute, each tp rank's stage sharded over its 2 replicas.
+TEST(ZeroOne, BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages) {
+  Case zb_v{2, 2, ScheduleKind::zb_v, 2, true, 3, 4};
+  zb_v.bf16 = true;
+  run_cases(8, {{2, 2, k1F1B, 1, false, 3, 4}, zb_v}, 2);
 }
 
 }  // namespace

@@ -95,8 +95,14 @@ std::vector<float> gather_master_weights(const Trainer<Element>& trainer) {
   return master.empty() ? master : gather_stages(trainer, gather_replicas(trainer, std::move(master)));
 }
 
+template <typename Element>
+std::vector<float> gather_gradients(const Trainer<Element>& trainer) {
+  return gather_stages(trainer, download_gradients(trainer));
+}
+
 #define INSTANTIATE_GATHER_MODEL(Element)                                                                   \
   template std::vector<float> gather_parameters<Element>(const Trainer<Element>&);                          \
+  template std::vector<float> gather_gradients<Element>(const Trainer<Element>&);                           \
   template void gather_moments<Element>(const Trainer<Element>&, std::vector<float>&, std::vector<float>&); \
   template std::vector<float> gather_master_weights<Element>(const Trainer<Element>&);
 

@@ -17,3 +17,8 @@ void gather_moments(const Trainer<Element>& trainer, std::vector<float>& m, std:
 // The same for the master weights (and as collective); empty when the trainer has none.
 template <typename Element>
 std::vector<float> gather_master_weights(const Trainer<Element>& trainer);
+// The last step's gradient the same way (wte's two tied shares summed, as download_gradients
+// gives it): the whole model's gradient, for a comparison with another implementation
+// (tools/reference_run.cu). Collective over replica 0.
+template <typename Element>
+std::vector<float> gather_gradients(const Trainer<Element>& trainer);
