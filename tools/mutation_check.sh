@@ -130,7 +130,7 @@ fault embedding-communicator-not-connected comm/connect.cpp \
   '/if (groups.embedding != nullptr) used.push_back(groups.embedding);/d' \
   'cpumpi4 ConnectCommunicators.*'
 fault trainer-tokens-in-pageable-memory trainer/step/trainer.cpp \
-  's/CUDA_CHECK(cudaMallocHost(\&trainer.host_tokens, layout.microbatches \* microbatch_bytes));/trainer.host_tokens = new int[layout.microbatches * microbatch_bytes \/ sizeof(int)];/; s/CUDA_CHECK(cudaFreeHost(trainer.host_tokens));/delete[] trainer.host_tokens;/' \
+  's/CUDA_CHECK(cudaMallocHost(\&trainer.host_tokens, held \* microbatch_bytes));/trainer.host_tokens = new int[held * microbatch_bytes \/ sizeof(int)];/; s/CUDA_CHECK(cudaFreeHost(trainer.host_tokens));/delete[] trainer.host_tokens;/' \
   'cpumpi4 StepCounts.*'
 fault v-placement-is-the-ring pipeline/action.cpp \
   's/return chunk == 0 ? stage : 2 \* p - 1 - stage;/return chunk * p + stage;/' \
