@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tests/pipedream_reference.h"
+#include "tests/random_tokens.h"
 #include "trainer/step/trainer.h"
 
 namespace {
@@ -20,18 +21,6 @@ const GPTConfig kConfig = make_gpt_config(4, 2, 16, kT, 64);
 // No clipping: the reference's updates do not clip (docs/pipeline.md: pipedream clips with vertical sync only).
 const AdamWSettings kSettings{0.9, 0.95, 1e-8, 0.1, 0.0};
 constexpr double kLearningRate = 3e-3;
-
-const TokenDataset& random_tokens() {
-  static const TokenDataset data = [] {
-    TokenDataset d;
-    std::mt19937_64 generator(7);
-    for (int i = 0; i < 4096; ++i) d.tokens.push_back(uint16_t(generator() % 64));
-    d.vocab_size = 64;
-    d.source = "random tokens";
-    return d;
-  }();
-  return data;
-}
 
 std::vector<float> initial_parameters() {
   std::vector<float> parameters;

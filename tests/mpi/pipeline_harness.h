@@ -38,6 +38,7 @@
 #include "tests/device_buffer.h"
 #include "tests/mpi/trace_check.h"
 #include "tests/random_chapters.h"
+#include "tests/random_tokens.h"
 #include "tests/scaled_error.h"
 #include "trainer/data/data.h"
 #include "trainer/step/optimizer.h"
@@ -98,17 +99,7 @@ inline int size_of_world() {
   return size;
 }
 
-inline const TokenDataset& dataset() {
-  static const TokenDataset data = [] {
-    TokenDataset d;
-    std::mt19937_64 generator(7);
-    for (int i = 0; i < 4096; ++i) d.tokens.push_back(uint16_t(generator() % 64));
-    d.vocab_size = 64;
-    d.source = "random tokens";
-    return d;
-  }();
-  return data;
-}
+inline const TokenDataset& dataset() { return random_tokens(); }
 
 // 600 chapters of tests/random_chapters.h: microbatches of B = 2 at maxT = 8 have T of 6, 7 or 8,
 // most with padding (the first three: 7, 8 and 6).
