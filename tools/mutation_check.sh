@@ -31,8 +31,11 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 
 # ---- the faults ----
-# fault NAME FILE SED TESTS: SED is a GNU sed script run as `sed -i -e SED FILE`, which must
-# change FILE. TESTS: runs separated by ';', each "[VAR=VALUE ...] BINARY FILTER [SECONDS]":
+# fault NAME FILE SED... TESTS: each SED is one GNU sed command (an `s`, or an address with its
+# command or block), all run as one `sed -i -e SED -e SED... FILE`; each must change FILE, applied
+# after the ones before it (--applies checks it: a fault whose second expression stopped matching
+# still changes its file, but is no longer the fault its name says). TESTS: runs separated by
+# ';', each "[VAR=VALUE ...] BINARY FILTER [SECONDS]":
 #   unit, cpu       build/cpu/tests/unit_tests, cpu_tests
 #   mpi2/4/8        build/cpu/tests/mpi_tests under mpirun -np 2, 4 or 8
 #   cpumpi4         build/cpu/tests/cpu_mpi_tests (the CPU build's own MPI tests) under mpirun -np 4
@@ -42,7 +45,12 @@ cd "$(dirname "$0")/.." || exit 2
 # A fault is caught when one of its runs fails: a non-zero exit status or a timeout. Faults
 # tried and found neutral (no behaviour changed) are listed in docs/testing.md, with the reason.
 names=() files=() scripts=() tests=()
-fault() { names+=("$1"); files+=("$2"); scripts+=("$3"); tests+=("$4"); }
+# A fault's expressions are kept in one string, separated by the unit separator (0x1f).
+fault() {
+  names+=("$1") files+=("$2") tests+=("${@: -1}")
+  local IFS=$'\x1f'
+  scripts+=("${*:3:$#-3}")
+}
 
 # kernels/: backward terms with the wrong sign, an element a forward never writes (fresh device
 # memory is NaN in the CPU build), barriers taken out, an accumulation turned into a write.
@@ -87,7 +95,8 @@ fault mlp-residual-from-block-input model/gpt.cu \
   's/residual_forward(a.residual3, a.residual2,/residual_forward(a.residual3, x,/' \
   'unit GPT.*'
 fault model-file-layers-and-heads-swapped model/checkpoint_format.cpp \
-  's/header\[4\] = config.num_layers;/header[4] = config.num_heads;/; s/header\[5\] = config.num_heads;/header[5] = config.num_layers;/' \
+  's/header\[4\] = config.num_layers;/header[4] = config.num_heads;/' \
+  's/header\[5\] = config.num_heads;/header[5] = config.num_layers;/' \
   'unit Checkpoint.*'
 
 # pipeline/. The step times are read from events (cudaEventElapsedTime), which is only valid
@@ -99,7 +108,8 @@ fault one-f-one-b-warmup-one-too-long pipeline/schedule.cpp \
   's/std::min(p - stage - 1, m);/std::min(p - stage, m);/' \
   'unit Schedule.*:Simulator.*; mpi4 Pipeline.*'
 fault step-times-read-before-the-step-ends trainer/step/trainer.cpp \
-  '/^  CUDA_CHECK(cudaStreamSynchronize(trainer.stream));  \/\/ the step.s one host wait$/{h;d}; /^  finish_step(trainer.executor);$/G' \
+  '/^  CUDA_CHECK(cudaStreamSynchronize(trainer.stream));  \/\/ the step.s one host wait$/{h;d}' \
+  '/^  finish_step(trainer.executor);$/G' \
   'CUDA_CPU_STREAM_DELAY_US=200 unit Trainer.*'
 fault slot-freed-before-its-backward pipeline/execute_steps.cu \
   '/^  if (e.recompute) state.working_microbatch = microbatch;$/a\  state.inputs.free.push_back(slot);' \
@@ -124,13 +134,15 @@ fault pool-plan-without-receives pipeline/execute_steps.cu \
   '/^      for (const Action\& a : step) take_message_buffer(e, a);$/d' \
   'mpi4 Pipeline.*'
 fault pool-grows-after-set-up pipeline/buffer_pool.cpp \
-  's/^    if (pool.allocated)$/    if (false)/; s/pool.buffers.push_back(nullptr);/pool.buffers.push_back(pool.allocated ? device_alloc_bytes(pool.bytes) : nullptr);/' \
+  's/^    if (pool.allocated)$/    if (false)/' \
+  's/pool.buffers.push_back(nullptr);/pool.buffers.push_back(pool.allocated ? device_alloc_bytes(pool.bytes) : nullptr);/' \
   'mpi4 Pipeline.APoolThatWouldGrowAfterSetUpThrowsNamingItself'
 fault embedding-communicator-not-connected comm/connect.cpp \
   '/if (groups.embedding != nullptr) used.push_back(groups.embedding);/d' \
   'cpumpi4 ConnectCommunicators.*'
 fault trainer-tokens-in-pageable-memory trainer/step/trainer.cpp \
-  's/CUDA_CHECK(cudaMallocHost(\&trainer.host_tokens, held \* microbatch_bytes));/trainer.host_tokens = new int[held * microbatch_bytes \/ sizeof(int)];/; s/CUDA_CHECK(cudaFreeHost(trainer.host_tokens));/delete[] trainer.host_tokens;/' \
+  's/CUDA_CHECK(cudaMallocHost(\&trainer.host_tokens, held \* microbatch_bytes));/trainer.host_tokens = new int[held * microbatch_bytes \/ sizeof(int)];/' \
+  's/CUDA_CHECK(cudaFreeHost(trainer.host_tokens));/delete[] trainer.host_tokens;/' \
   'cpumpi4 StepCounts.*'
 fault v-placement-is-the-ring pipeline/action.cpp \
   's/return chunk == 0 ? stage : 2 \* p - 1 - stage;/return chunk * p + stage;/' \
@@ -157,7 +169,8 @@ fault tied-embedding-allreduce-skipped comm/collectives.cpp \
   's/if (groups.embedding == nullptr) return;/if (groups.embedding == nullptr || groups.mesh.pp > 1) return;/' \
   'mpi4 Collectives.*:Pipeline.*'
 fault mesh-ranks-in-the-other-order comm/mesh.cpp \
-  's@mesh.pp_rank = world_rank / tp % pp;@mesh.pp_rank = world_rank / (tp * dp);@; s@mesh.dp_rank = world_rank / (tp \* pp);@mesh.dp_rank = world_rank / tp % dp;@' \
+  's@mesh.pp_rank = world_rank / tp % pp;@mesh.pp_rank = world_rank / (tp * dp);@' \
+  's@mesh.dp_rank = world_rank / (tp \* pp);@mesh.dp_rank = world_rank / tp % dp;@' \
   'mpi4 Mesh.*'
 
 # trainer/. The optimizer's faults change the single-stage reference as much as the pipeline,
@@ -199,7 +212,8 @@ fault cublas-transposes-swapped cpu/blas/cublas.cpp \
   '0,/to_cblas(s.transa), to_cblas(s.transb)/s//to_cblas(s.transb), to_cblas(s.transa)/' \
   'unit Cublas.*'
 fault tf32-truncated-not-rounded cpu/blas/gemm_operands.cpp \
-  's/bits = (bits + 0x1000u) \& ~0x1fffu;/bits \&= ~0x1fffu;/; s/(((bits + 0x1000u) \& ~0x1fffu) \& ~not_finite)/((bits \& ~0x1fffu) \& ~not_finite)/' \
+  's/bits = (bits + 0x1000u) \& ~0x1fffu;/bits \&= ~0x1fffu;/' \
+  's/(((bits + 0x1000u) \& ~0x1fffu) \& ~not_finite)/((bits \& ~0x1fffu) \& ~not_finite)/' \
   'cpu Blas.Tf32*'
 # h36a: issue 36 item 2 (the TF32 copy eight elements at a time): NaN and infinities rounded like
 # finite values in the vector lanes.
@@ -225,7 +239,8 @@ fault communicators-aborted-in-a-fixed-order comm/groups.cpp \
 # h29c: issue 29 item 1 (nccl-sum-is-max: the sums' own addition, add_rows, a maximum in every element
 # type: MPI's reduction no longer sees a sum, so faulting reduction()'s ncclSum changed nothing)
 fault nccl-sum-is-max cpu/nccl/nccl_operations.cpp \
-  's/sum = sum + rows\[size_t(r) \* count + i\];/sum = std::max(sum, rows[size_t(r) * count + i]);/; s/sum = __float2bfloat16(__bfloat162float(sum) + __bfloat162float(rows\[r \* count + i\]));/sum = __float2bfloat16(std::max(__bfloat162float(sum), __bfloat162float(rows[r * count + i])));/' \
+  's/sum = sum + rows\[size_t(r) \* count + i\];/sum = std::max(sum, rows[size_t(r) * count + i]);/' \
+  's/sum = __float2bfloat16(__bfloat162float(sum) + __bfloat162float(rows\[r \* count + i\]));/sum = __float2bfloat16(std::max(__bfloat162float(sum), __bfloat162float(rows[r * count + i])));/' \
   'mpi4 Nccl.*; cpumpi4 NcclOrder.*'
 fault syncthreads-does-not-wait cpu/launch/block_scheduler.cpp \
   's/void __syncthreads(const char\* file, unsigned line) { cpu::block_barrier(1, {file, line}); }/void __syncthreads(const char*, unsigned) {}/' \
@@ -351,7 +366,8 @@ fault send-does-not-wait-for-its-compute pipeline/execute_steps.cu \
   '/^  for (const int after : after_compute)$/,/^      CUDA_CHECK(cudaStreamWaitEvent(e.transfer_stream, e.step_end\[after\], 0));$/d' \
   'cpumpi4 TransferStream.*'
 fault step-figures-in-pageable-memory trainer/step/trainer.cpp \
-  's/CUDA_CHECK(cudaMallocHost(\&trainer.figures, sizeof(StepFigures)));/trainer.figures = new StepFigures();/; s/CUDA_CHECK(cudaFreeHost(trainer.figures));/delete trainer.figures;/' \
+  's/CUDA_CHECK(cudaMallocHost(\&trainer.figures, sizeof(StepFigures)));/trainer.figures = new StepFigures();/' \
+  's/CUDA_CHECK(cudaFreeHost(trainer.figures));/delete trainer.figures;/' \
   'cpumpi4 StepCounts.*'
 
 # Issue 29 item 2: the trace checked against the world. The ranks' origins from one barrier (and
@@ -368,7 +384,8 @@ fault trace-flows-at-the-drawn-groups trainer/program/measured_timeline.cpp \
   's/^  const std::string json = chrome_trace_json(timeline);/  set_flow_ends(timeline);\n&/' \
   'py:trace_test Trace.EverySendHasItsFlowToTheMatchingReceive:Trace.FlowsEndAfterTheyStart*'
 fault trace-compute-clamped-to-the-previous-end trainer/program/measured_timeline.cpp \
-  's/^    if (e.category == "transfer") {/    {/; s/std::min(std::max(start_us, drawn_end_us), next_start_us - kShortestEventMs \* 1e3)/std::max(start_us, drawn_end_us)/' \
+  's/^    if (e.category == "transfer") {/    {/' \
+  's/std::min(std::max(start_us, drawn_end_us), next_start_us - kShortestEventMs \* 1e3)/std::max(start_us, drawn_end_us)/' \
   'py:trace_test Trace.ComputesAreDrawnAsMeasured'
 fault trace-step-one-late trainer/program/run.cpp \
   's/const bool traced = position.step + 1 == traced_step;/const bool traced = position.step == traced_step;/' \
@@ -499,14 +516,16 @@ fault loss-summed-in-float kernels/classifier.cu \
 
 # Issue 30: the refusal's advice lists only changes whose plan fits (its first one must train).
 fault memory-refusal-suggests-what-does-not-fit trainer/program/memory_report.cpp \
-  's/    if (peak <= limit) families_fit += change.family + " ";/    if (peak <= 2 * limit) families_fit += change.family + " ";/; s/    std::string\& list = peak <= limit ? fit : other;/    std::string\& list = peak <= 2 * limit ? fit : other;/' \
+  's/    if (peak <= limit) families_fit += change.family + " ";/    if (peak <= 2 * limit) families_fit += change.family + " ";/' \
+  's/    std::string\& list = peak <= limit ? fit : other;/    std::string\& list = peak <= 2 * limit ? fit : other;/' \
   'py:train_memory_test TrainMemory.TooLarge*'
 
 # Issue 30: cuBLAS's workspace is the trainer's, planned: bound after the stream (cublasSetStream
 # resets it), an item of the plan, the GEMMs checking their stream rather than setting it, and the
 # CPU build's cuBLAS going back to its own pool on cublasSetStream as the documentation says.
 fault cublas-workspace-bound-before-the-stream kernels/gemm.cuh \
-  '/CUBLAS_CHECK(cublasSetStream(cublas, stream));/{h;d};/CUBLAS_CHECK(cublasSetWorkspace(cublas, workspace, bytes));/G' \
+  '/CUBLAS_CHECK(cublasSetStream(cublas, stream));/{h;d}' \
+  '/CUBLAS_CHECK(cublasSetWorkspace(cublas, workspace, bytes));/G' \
   'cpu CublasWorkspace.*'
 fault cublas-workspace-not-planned pipeline/memory_plan.cpp \
   '/b.device("cuBLAS workspace"/d' \
@@ -529,7 +548,8 @@ fault v-schedules-ignore-the-cap pipeline/controllable_memory.cpp \
   's/if (peak_units(g, s, implied_weights) <= g.cap) break;/if (peak_units(g, s, implied_weights) <= 2 * g.cap) break;/' \
   'unit ControllableMemory.*'
 fault v-schedules-forget-the-turns-slot pipeline/controllable_memory.cpp \
-  's/if (kind == forward0) return turn ? 2 : 1;/if (kind == forward0) return 1;/; s/if (kind == forward1) return turn ? 0 : 1;/if (kind == forward1) return 1;/' \
+  's/if (kind == forward0) return turn ? 2 : 1;/if (kind == forward0) return 1;/' \
+  's/if (kind == forward1) return turn ? 0 : 1;/if (kind == forward1) return 1;/' \
   'unit ControllableMemory.*'
 fault v-schedules-weights-newest-first pipeline/controllable_memory.cpp \
   's/const int k = placed\[chunk\];/const int k = g.m - 1 - placed[chunk];/' \
@@ -617,7 +637,8 @@ fault zb-interleaved-weights-from-the-first-step pipeline/interleaved_zero_bubbl
   's/    if (k >= stage) weight();/    weight();/' \
   'unit InterleavedZeroBubble.*'
 fault zb-interleaved-weights-newest-first pipeline/interleaved_zero_bubble.cpp \
-  's/waiting_weights.front()/waiting_weights.back()/; s/waiting_weights.pop_front()/waiting_weights.pop_back()/' \
+  's/waiting_weights.front()/waiting_weights.back()/' \
+  's/waiting_weights.pop_front()/waiting_weights.pop_back()/' \
   'unit InterleavedZeroBubble.*; mpi4 PipelineLayouts.InterleavedZeroBubbleGivesTheSingleStageRun 120'
 fault zb-interleaved-any-microbatches pipeline/interleaved_zero_bubble.cpp \
   's/  if (!fits_rounds(p, m)) {/  if (false) {/' \
@@ -685,10 +706,12 @@ fault resume-takes-the-rounding-seed-from-the-flag trainer/checkpoints/save_and_
 # Issue 31 item 1 (DualPipeV): its order action for action, its m >= 2p refusal, and each chunk's
 # W's in microbatch order (first in, first out), which the bitwise sums need.
 fault dualpipev-weights-newest-first pipeline/dual_pipe_v.cpp \
-  's/order.push_back(waiting_weights.front());/order.push_back(waiting_weights.back());/; s/waiting_weights.pop_front();/waiting_weights.pop_back();/' \
+  's/order.push_back(waiting_weights.front());/order.push_back(waiting_weights.back());/' \
+  's/waiting_weights.pop_front();/waiting_weights.pop_back();/' \
   'unit DualPipeV.*:Schedule.EveryScheduleAddsGradientsInMicrobatchOrder; mpi4 PipelineLayouts.DualPipeVGivesTheSingleStageRun 300'
 fault dualpipev-pair-backward-first pipeline/dual_pipe_v.cpp \
-  's/    forward(forward_chunk);/    backward(1 - forward_chunk, false);/; 0,/    backward(1 - forward_chunk, false);/{/    backward(1 - forward_chunk, false);/{n;s/.*/    forward(forward_chunk);/}}' \
+  's/    forward(forward_chunk);/    backward(1 - forward_chunk, false);/' \
+  '0,/    backward(1 - forward_chunk, false);/{/    backward(1 - forward_chunk, false);/{n;s/.*/    forward(forward_chunk);/}}' \
   'unit DualPipeV.*'
 fault dualpipev-split-on-the-wrong-stages pipeline/dual_pipe_v.cpp \
   's/if (i == (s + 1) \/ 2 \&\& s % 2 == 1) split = true;/if (i == (s + 1) \/ 2 \&\& s % 2 == 0) split = true;/' \
@@ -856,7 +879,8 @@ fault row-slice-from-the-first-columns model/tensor_parallel_linear.cu \
   'mpi4 TensorParallelLinear.RowSliceHoldsItsInputColumnsAndTheWholeBias; mpi4 TensorParallelLinear.EveryRanksSlicePlacedGivesBackTheFullLayer; mpi4 TensorParallelLinear.DoubleBlocksMatchOneProcess'
 # The row-parallel bias is added once, after the sum, not by every rank before it.
 fault row-parallel-bias-before-the-sum model/tensor_parallel_linear.cu \
-  's/static_cast<const Element\*>(nullptr), N, C, OC, stream);/bias, N, C, OC, stream);/; /if (bias != nullptr) matmul_add_bias(out, bias, N, OC, stream);/d' \
+  's/static_cast<const Element\*>(nullptr), N, C, OC, stream);/bias, N, C, OC, stream);/' \
+  '/if (bias != nullptr) matmul_add_bias(out, bias, N, OC, stream);/d' \
   'mpi4 TensorParallelLinear.MlpGradientsMatchFiniteDifferencesOnTwoRanks; mpi4 TensorParallelLinear.DoubleBlocksMatchOneProcess'
 # The row-parallel forward sums its partial products over tp.
 fault row-parallel-sum-skipped model/tensor_parallel_linear.cu \
@@ -902,7 +926,8 @@ fault gpt-attention-projection-not-summed model/gpt.cu \
   'mpi4 TensorParallelGpt.LossAndReplicatedGradientsAreBitwiseEqualOnEveryTpRank; mpi4 TensorParallelGpt.FloatLossAndEveryGradientMatchOneProcess'
 # The row-parallel biases are added once, after the sum, in the GPT too.
 fault gpt-row-parallel-bias-before-the-sum model/tensor_parallel_linear.cu \
-  's/static_cast<const Element\*>(nullptr), N, C, OC, stream);/bias, N, C, OC, stream);/; /if (bias != nullptr) matmul_add_bias(out, bias, N, OC, stream);/d' \
+  's/static_cast<const Element\*>(nullptr), N, C, OC, stream);/bias, N, C, OC, stream);/' \
+  '/if (bias != nullptr) matmul_add_bias(out, bias, N, OC, stream);/d' \
   'mpi4 TensorParallelGpt.FloatLossAndEveryGradientMatchOneProcess'
 # With tp > 1 the embedding is the vocabulary-parallel one, on the rank's slice.
 fault gpt-whole-vocabulary-embedding-on-a-slice model/gpt.cu \
@@ -1243,7 +1268,8 @@ fault split-backward-embedding-of-the-whole-vocabulary model/gpt_split_backward.
 # The tp all-reduces issued outside the rank's one NCCL order (comm/nccl_order.h): a DualPipeV
 # pair's backward's all-reduces (second compute stream) no longer wait for the forward's.
 fault tp-all-reduce-outside-the-nccl-order comm/tensor_parallel.cpp \
-  '/  issue_in_order(\*groups.order, groups.tensor_parallel, stream, \[\&\] {/d; /^  });$/d' \
+  '/  issue_in_order(\*groups.order, groups.tensor_parallel, stream, \[\&\] {/d' \
+  '/^  });$/d' \
   'mpi4 TensorParallelLayouts.DualPipeVOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess'
 # The executor's W without the chunk's tp: the buffers made for tp 2 run as tp 1.
 fault weight-step-without-the-tensor-parallel-run pipeline/execute_steps.cu \
@@ -1347,10 +1373,12 @@ fault pytorch-tp2-positions-on-every-tp-rank model/vocab_parallel.cu \
 # per stage, then the stages' sums added: the slots' squares in another grouping on each split of
 # the layers, within every tolerance but not bitwise the run on fewer stages.
 fault norm-summed-per-stage-at-tp-2 comm/collectives.cpp \
-  's/NCCL_CHECK(ncclAllReduce(partials, partials, num_slots, nccl_type(partials), ncclSum, groups.pipeline, stream));/sum_rows_in_fixed_order(total, partials, 1, num_slots, stream); NCCL_CHECK(ncclAllReduce(total, total, 1, nccl_type(partials), ncclSum, groups.pipeline, stream));/; s/^  sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);$/  if (groups.mesh.pp == 1) sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);/' \
+  's/NCCL_CHECK(ncclAllReduce(partials, partials, num_slots, nccl_type(partials), ncclSum, groups.pipeline, stream));/sum_rows_in_fixed_order(total, partials, 1, num_slots, stream); NCCL_CHECK(ncclAllReduce(total, total, 1, nccl_type(partials), ncclSum, groups.pipeline, stream));/' \
+  's/^  sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);$/  if (groups.mesh.pp == 1) sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);/' \
   'mpi4 TensorParallelLayouts.TwoTpRanksTimesTwoStagesGiveTheSingleProcess'
 fault norm-summed-per-stage-at-tp-2-pp-4 comm/collectives.cpp \
-  's/NCCL_CHECK(ncclAllReduce(partials, partials, num_slots, nccl_type(partials), ncclSum, groups.pipeline, stream));/sum_rows_in_fixed_order(total, partials, 1, num_slots, stream); NCCL_CHECK(ncclAllReduce(total, total, 1, nccl_type(partials), ncclSum, groups.pipeline, stream));/; s/^  sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);$/  if (groups.mesh.pp == 1) sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);/' \
+  's/NCCL_CHECK(ncclAllReduce(partials, partials, num_slots, nccl_type(partials), ncclSum, groups.pipeline, stream));/sum_rows_in_fixed_order(total, partials, 1, num_slots, stream); NCCL_CHECK(ncclAllReduce(total, total, 1, nccl_type(partials), ncclSum, groups.pipeline, stream));/' \
+  's/^  sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);$/  if (groups.mesh.pp == 1) sum_rows_in_fixed_order(total, partials, 1, num_slots, stream);/' \
   'mpi8 TensorParallelLayouts.ZeroBubbleH1OnTwoTpRanksTimesFourStagesGivesTheSingleProcess'
 # Checks (tp 2 x pp 4 at -np 8): the head's share of the tied wte gradient reaches the first stage.
 fault tied-wte-share-not-sent-at-tp-2-pp-4 trainer/step/trainer.cpp \
@@ -1476,32 +1504,70 @@ execute() {
 # build TARGET...: make's incremental build of the CPU build, output in $log_dir/build.log.
 build() { make -j2 GPU=0 "$@" >"$log_dir/build.log" 2>&1; }
 
+# sed_expressions I: the arguments `-e SED` of fault I's expressions, in the array sed_args.
+sed_expressions() {
+  local -a expressions
+  IFS=$'\x1f' read -r -d '' -a expressions < <(printf '%s\0' "${scripts[$1]}")
+  sed_args=()
+  local e
+  for e in "${expressions[@]}"; do sed_args+=(-e "$e"); done
+}
+
 list_faults() {
-  local i
+  local i k
   for i in "${!names[@]}"; do
-    printf '%s\n  file:  %s\n  sed:   %s\n  tests: %s\n' "${names[$i]}" "${files[$i]}" "${scripts[$i]}" "${tests[$i]}"
+    sed_expressions "$i"
+    printf '%s\n  file:  %s\n' "${names[$i]}" "${files[$i]}"
+    for ((k = 1; k < ${#sed_args[@]}; k += 2)); do printf '  sed:   %s\n' "${sed_args[$k]}"; done
+    printf '  tests: %s\n' "${tests[$i]}"
   done
 }
 
-# Each fault's file exists and its sed script changes it (on a copy): one line per fault that
-# does not; status 1 when any.
-check_faults_apply() {
-  local i copy bad=0
-  copy=$(mktemp)
-  for i in "${!names[@]}"; do
-    if [ ! -f "${files[$i]}" ]; then
-      echo "mutation_check: fault ${names[$i]}: no file ${files[$i]}"
-      bad=1
-      continue
+# commands_in SED: how many top-level commands the sed expression holds, counted in GNU sed's
+# trace of one line that no fault's address matches (a block counts once, its body not).
+commands_in() {
+  printf '\001\n' | sed --debug -n -e "$1" 2>/dev/null | grep -c '^COMMAND: [^ }]'
+}
+
+# idle_expression I: why fault I is not the fault it was written as, or nothing: its file is
+# missing, an expression holds more than one command, or an expression changes nothing once
+# the ones before it are applied (each prefix of the expressions is applied in one sed run, so
+# that the hold space carries from one to the next as in the fault itself).
+idle_expression() {
+  local file=${files[$1]} before after k
+  [ -f "$file" ] || { echo "no file $file"; return; }
+  sed_expressions "$1"
+  for ((k = 1; k < ${#sed_args[@]}; k += 2)); do
+    if [ "$(commands_in "${sed_args[$k]}")" -gt 1 ]; then
+      echo "its expression '${sed_args[$k]}' holds more than one command (give each its own argument)"
+      return
     fi
-    cp "${files[$i]}" "$copy"
-    if ! sed -i -e "${scripts[$i]}" "$copy" || cmp -s "${files[$i]}" "$copy"; then
-      echo "mutation_check: fault ${names[$i]} changes nothing in ${files[$i]}"
+  done
+  before=$(mktemp) after=$(mktemp)
+  cp "$file" "$before"
+  for ((k = 2; k <= ${#sed_args[@]}; k += 2)); do
+    cp "$file" "$after"
+    if ! sed -i "${sed_args[@]:0:k}" "$after" 2>/dev/null || cmp -s "$before" "$after"; then
+      echo "its expression '${sed_args[$((k - 1))]}' changes nothing in $file"
+      break
+    fi
+    cp "$after" "$before"
+  done
+  rm -f "$before" "$after"
+}
+
+# Each fault's file exists and each of its expressions changes it (on a copy): one line per
+# fault that is not what it says; status 1 when any.
+check_faults_apply() {
+  local i why bad=0
+  for i in "${!names[@]}"; do
+    why=$(idle_expression "$i")
+    if [ -n "$why" ]; then
+      echo "mutation_check: fault ${names[$i]}: $why"
       bad=1
     fi
   done
-  rm -f "$copy"
-  [ "$bad" = 0 ] && echo "mutation_check: all ${#names[@]} faults change their files"
+  [ "$bad" = 0 ] && echo "mutation_check: all ${#names[@]} faults change their files, each expression"
   return "$bad"
 }
 
@@ -1618,10 +1684,12 @@ for i in "${selected[@]}"; do
   fault_log_dir="$log_dir/$name"
   mkdir -p "$fault_log_dir"
   current_file=$file
-  sed -i -e "${scripts[$i]}" "$file"
+  why=$(idle_expression "$i")
+  sed_expressions "$i"
+  sed -i "${sed_args[@]}" "$file"
   result="" cells=()
-  if git diff --quiet -- "$file"; then
-    result="NOT APPLIED (the sed changed nothing)"
+  if [ -n "$why" ]; then
+    result="NOT APPLIED ($why)"
   else
     git diff -- "$file" >"$fault_log_dir/fault.diff"
     mapfile -t targets < <(targets_of "${tests[$i]}")
