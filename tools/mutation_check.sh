@@ -1337,6 +1337,29 @@ fault pipedream-tied-copy-read-from-a-stash pipeline/pipedream_walk.cu \
   's/    if (run.tied_copy) views\[c\].wte = params\[c\].wte;.*//' \
   'mpi4 PipelineLayouts.PipeDream*'
 
+# h37d: issue 37 items 1 to 4 (PipeDream from ./train, its memory, its trace and its measurements).
+# Item 1: ./train's layout ignores --update-every: one stage updating once a step is not the
+# synchronous trainer.
+fault pipedream-train-ignores-update-every trainer/step/trainer.cpp \
+  's/        {options.update_every, options.weight_stashing == "on", options.vertical_sync}, options.steps};/        {1, options.weight_stashing == "on", options.vertical_sync}, options.steps};/' \
+  'unit TrainLayout.PipeDreamOnOneStage*'
+# Item 1: a step's loss divided over the read-ahead microbatches too (m + p - 1, not m).
+fault pipedream-step-loss-over-read-ahead trainer/step/pipedream_step.cpp \
+  's/  result.loss = sums\[0\] \/ m;/  result.loss = sums[0] \/ (m + ahead);/' \
+  'unit TrainLayout.PipeDreamFourStages*'
+# Item 1: the stages' records not gathered: no stages line under the step line.
+fault pipedream-step-without-stage-records trainer/step/pipedream_step.cpp \
+  's/^  result.stages = gather_stage_records(/  if (false) result.stages = gather_stage_records(/' \
+  'unit TrainLayout.PipeDreamFourStages*'
+# Item 1: validation between steps, while microbatches in flight hold every slot.
+fault pipedream-validation-mid-run trainer/program/run.cpp \
+  's/  if (setup.layout.pipedream \&\& options.val_every > 0) options.val_every = options.steps;//' \
+  'unit TrainLayout.PipeDreamFourStages*'
+# Item 1: clipping in a run accepted (the norm is not computed).
+fault pipedream-clipping-in-a-run-accepted trainer/command_line/pipedream_options.cpp \
+  's/  if (grad_clip > 0 \&\& !print_schedule)/  if (false)/' \
+  'unit PipeDreamOptions.*'
+
 # h33g: issue 33 item 6 and Checks (PyTorch at tp 2, tp 2 x pp 4 layouts at -np 8, the fixed-tp
 # layouts bitwise their pp = 1 run).
 # Item 6: the PyTorch check at tp = 2 sees the positions added on both tp ranks (twice in the sum).

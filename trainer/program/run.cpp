@@ -106,12 +106,22 @@ void open_run_files(const RunSetup& setup, RunFiles& files) {
   if (!options.log.empty() && setup.mesh.world_rank == 0) files.log.emplace(options.log, setup.start.resumed);
 }
 
+// PipeDream's pipeline drains only at the run's end: before, its microbatches in flight hold every
+// activation slot a forward-only pass would take, and its stages hold weights of different
+// versions. So it validates and samples after the last step only, the model one then.
+TrainOptions run_intervals(const RunSetup& setup) {
+  TrainOptions options = setup.options;
+  if (setup.layout.pipedream && options.val_every > 0) options.val_every = options.steps;
+  if (setup.layout.pipedream && options.sample_every > 0) options.sample_every = options.steps;
+  return options;
+}
+
 // The step loop with validation, samples, checkpoints and logging, on a trainer created for setup;
 // what it does goes to activity, for the watchdog.
 template <typename Element>
 RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& files, RunActivity& activity,
                     std::FILE* out) {
-  const TrainOptions& options = setup.options;
+  const TrainOptions options = run_intervals(setup);
   const StartingPoint& start = setup.start;
   const GPTConfig& config = start.config;
   const Mesh& mesh = setup.mesh;
@@ -174,6 +184,7 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
                       seconds * 1e3, step.real_tokens / seconds, step.stages, step.skipped};
     record.seq_len = int(seq_len);
     record.padding = 1.0 - step.real_tokens / step.positions;
+    record.has_norm = step.has_norm;
     if (val_reader && (every(options.val_every, position.step) || position.step == options.steps)) {
       record.has_val_loss = true;
       activity.phase = "validation";
@@ -352,6 +363,8 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandl
     say(out, "  stage %d chunk %d: %s\n", placement.stage_of(vs), placement.chunk_of(vs),
         layers_text(setup.virtual_stages[vs]).c_str());
   say(out, "%s\n", planned_peaks_line(plan_run_memory(planned_run(setup))).c_str());
+  if (setup.layout.pipedream && (options.val_every > 0 || options.sample_every > 0))
+    say(out, "pipedream: validation and samples after the last step only, once the pipeline has drained\n");
 
   CommGroups groups = create_world_groups(mesh);
   // On the watchdog's thread: report, and nothing that touches the communicators.

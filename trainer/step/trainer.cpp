@@ -79,15 +79,6 @@ void upload_full_layout(const Trainer<Element>& trainer, T* memory, const std::v
 }
 
 
-// The device bytes are the project's own count (a rank holds one stage): on a GPU the driver's
-// figure would add the CUDA context, cuBLAS's and NCCL's buffers and its rounding.
-template <typename Element>
-StageRecord measure_stage(const Trainer<Element>& trainer) {
-  const ExecutorAccounting& a = trainer.executor.accounting;
-  return {trainer.groups.mesh.pp_rank, a.span_ms > 0 ? 1.0 - a.busy_ms / a.span_ms : 0.0,
-          double(a.activation_bytes), double(device_memory_counts().bytes_in_use)};
-}
-
 // --schedule-file's grid, read and parsed (each rank reads it itself): our grid text or PyTorch's
 // CSV, told apart by the content (pipeline/pytorch_csv.h).
 ScheduleGrid read_schedule_file(const std::string& path) {
@@ -116,8 +107,12 @@ AttentionKind choose_attention(const std::string& option, const GPTConfig& confi
 }  // namespace
 
 PipelineLayout layout_from_options(const TrainOptions& options, const GPTConfig& config) {
-  PipelineLayout layout{parse_schedule_kind(options.schedule), options.microbatches, options.virtual_stages,
-                        options.recompute, options.layers_per_stage};
+  const bool pipedream = options.schedule == "pipedream";  // runs 1f1b's split (trainer.h)
+  PipelineLayout layout{pipedream ? ScheduleKind::one_f_one_b : parse_schedule_kind(options.schedule),
+                        options.microbatches, options.virtual_stages, options.recompute, options.layers_per_stage};
+  if (pipedream)
+    layout.pipedream = PipeDreamLayout{
+        {options.update_every, options.weight_stashing == "on", options.vertical_sync}, options.steps};
   if (!options.schedule_file.empty()) layout.schedule_file = read_schedule_file(options.schedule_file);
   layout.microbatch_group = options.microbatch_group;
   layout.pipeline_layout = options.pipeline_layout;
@@ -381,7 +376,7 @@ StepResult run_step(Trainer<Element>& trainer, const AdamWSettings& settings, do
     result.skipped = skipped_step_reason(
         figures.norm, first_nonfinite_gradient(partials, config, trainer.virtual_stages, trainer.placement));
   }
-  result.stages = gather_stage_records(trainer.world, mesh, measure_stage(trainer));
+  result.stages = gather_stage_records(trainer.world, mesh, measure_stage(mesh.pp_rank, trainer.executor.accounting));
   return result;
 }
 
