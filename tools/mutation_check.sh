@@ -1359,6 +1359,21 @@ fault pipedream-validation-mid-run trainer/program/run.cpp \
 fault pipedream-clipping-in-a-run-accepted trainer/command_line/pipedream_options.cpp \
   's/  if (grad_clip > 0 \&\& !print_schedule)/  if (false)/' \
   'unit PipeDreamOptions.*'
+# Item 2: the memory plan without pipedream's stashed versions, without the head's ring, or with
+# the step's microbatches only in the pinned buffers (not stage 0's read-ahead).
+fault pipedream-plan-without-stashes pipeline/memory_plan.cpp \
+  's/^  if (in.pipedream)$/  if (false)/' \
+  'unit MemoryPlan.PipeDream*'
+fault pipedream-plan-without-the-heads-ring pipeline/memory_plan.cpp \
+  's/^  if (in.pipedream \&\& has_part(chunks, \&LayerRange::has_head)/  if (false \&\& has_part(chunks, \&LayerRange::has_head)/' \
+  'mpi4 PipelineLayouts.PipeDream*'
+fault pipedream-plan-without-the-read-ahead pipeline/memory_plan.cpp \
+  's/  const uint64_t held = in.microbatches + (in.pipedream ? p - 1 : 0);/  const uint64_t held = in.microbatches;/' \
+  'unit MemoryPlan.PipeDream*'
+# Item 2: the refusal suggests --recompute, which pipedream refuses.
+fault pipedream-refusal-suggests-recompute trainer/program/memory_report.cpp \
+  's/  if (!o.recompute \&\& !pipedream) changes.push_back/  if (!o.recompute) changes.push_back/' \
+  'py:train_memory_test TrainMemory.PipeDream*'
 
 # h33g: issue 33 item 6 and Checks (PyTorch at tp 2, tp 2 x pp 4 layouts at -np 8, the fixed-tp
 # layouts bitwise their pp = 1 run).

@@ -148,7 +148,9 @@ MemoryPlanInput memory_plan_input(const GPTConfig& config, int B, int T, const P
                          cublas_workspace_bytes(),
                          layout.attention,
                          layout.zero && mesh.dp > 1,
-                         mesh.tp};
+                         mesh.tp,
+                         layout.pipedream ? std::optional(layout.pipedream->rule) : std::nullopt,
+                         layout.pipedream ? layout.pipedream->steps : 0};
 }
 
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout) {
@@ -223,12 +225,12 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   std::fill_n(trainer.host_tokens, step_tokens, 0);  // token 0 until a step reads its own
   std::fill_n(trainer.host_targets, step_tokens, 0);
   trainer.host_logits.resize(config.padded_vocab_size);
+  if (layout.pipedream) enable_pipedream_updates(trainer, *layout.pipedream);  // the stashes and the ring
   const uint64_t allocated = device_memory_counts().bytes_in_use - bytes_before;
   if (allocated != plan.resident_bytes)
     throw std::runtime_error("create_trainer: stage " + std::to_string(mesh.pp_rank) + " allocated " +
                              std::to_string(allocated) + " bytes, its memory plan " +
                              std::to_string(plan.resident_bytes) + " (pipeline/memory_plan.cpp is out of date)");
-  if (layout.pipedream) enable_pipedream_updates(trainer, *layout.pipedream);
   connect_communicators(trainer.groups, trainer.stream);
   return trainer;
 }
