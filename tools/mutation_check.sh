@@ -1366,7 +1366,7 @@ fault pipedream-plan-without-stashes pipeline/memory_plan.cpp \
   'unit MemoryPlan.PipeDream*'
 fault pipedream-plan-without-the-heads-ring pipeline/memory_plan.cpp \
   's/^  if (in.pipedream \&\& has_part(chunks, \&LayerRange::has_head)/  if (false \&\& has_part(chunks, \&LayerRange::has_head)/' \
-  'mpi4 PipelineLayouts.PipeDream*'
+  'unit MemoryPlan.PipeDream*'
 fault pipedream-plan-without-the-read-ahead pipeline/memory_plan.cpp \
   's/  const uint64_t held = in.microbatches + (in.pipedream ? p - 1 : 0);/  const uint64_t held = in.microbatches;/' \
   'unit MemoryPlan.PipeDream*'
