@@ -49,7 +49,7 @@ TEST(PipeDreamOptions, WhatIsNotBuiltYetIsRefusedByName) {
       {{"--recompute"}, "--recompute"},    {{"--save", "m.bin"}, "--save"},
       {{"--resume", "m.bin"}, "--resume"}, {{"--init", "m.bin"}, "--init"},
       {{"--documents"}, "--documents"},    {{"--layers-per-stage", "auto"}, "--layers-per-stage auto"},
-      {{"--trace", "t.json"}, "--trace"}};
+      {{"--trace", "t.json"}, "--print-schedule --trace"}};
   for (const auto& [more, option] : cases)
     EXPECT_EQ(error_of(pipedream(more)), "--schedule pipedream does not run with " + option + " yet (issue 37)");
 }

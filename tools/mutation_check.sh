@@ -1374,6 +1374,11 @@ fault pipedream-plan-without-the-read-ahead pipeline/memory_plan.cpp \
 fault pipedream-refusal-suggests-recompute trainer/program/memory_report.cpp \
   's/  if (!o.recompute \&\& !pipedream) changes.push_back/  if (!o.recompute) changes.push_back/' \
   'py:train_memory_test TrainMemory.PipeDream*'
+# Item 4: --trace with the whole run's messages as the traced step's flows (PipeDream's step
+# lists are a part of the run's).
+fault pipedream-trace-flows-of-the-whole-run trainer/program/run.cpp \
+  's/                              step.loss, step_begin);/                              step.loss);/' \
+  'py:trace_test Trace.PipeDream*'
 
 # h33g: issue 33 item 6 and Checks (PyTorch at tp 2, tp 2 x pp 4 layouts at -np 8, the fixed-tp
 # layouts bitwise their pp = 1 run).

@@ -13,6 +13,7 @@
 
 #include "kernels/cublas_check.cuh"
 #include "model/parameters.h"
+#include "pipeline/pipedream.h"
 #include "trainer/step/lr_schedule.h"
 #include "trainer/step/optimizer.h"
 #include "trainer/safety/preemption.h"
@@ -49,6 +50,26 @@ TrainValSplit load_data(const TrainOptions& options, int vocab_size) {
 }
 
 bool every(int interval, int step) { return interval > 0 && step % interval == 0; }
+
+// The lists through step t (1, 2, ...) and where step t begins in each stage's: the layout's
+// schedule from 0, or PipeDream's run through step t, whose forwards may take an input received in
+// the step before (pipeline/pipedream.h); a send and its receive always share a step.
+std::pair<PipelineSchedule, std::vector<size_t>> lists_through_step(const PipelineLayout& layout, int pp, int t) {
+  PipelineSchedule schedule = layout_schedule(layout, pp);
+  std::vector<size_t> begin(pp, 0);
+  if (!layout.pipedream) return {schedule, begin};
+  // The run's own lists (its last step holds the cool-down), joined through step t.
+  const std::vector<std::vector<StageSchedule>> steps =
+      pipedream_step_schedules(pp, layout.microbatches, layout.pipedream->steps);
+  for (int s = 0; s < pp; ++s) {
+    schedule.stages[s].clear();
+    for (int step = 0; step < t; ++step) {
+      begin[s] = schedule.stages[s].size();
+      schedule.stages[s].insert(schedule.stages[s].end(), steps[step][s].begin(), steps[step][s].end());
+    }
+  }
+  return {schedule, begin};
+}
 
 double seconds_since(std::chrono::steady_clock::time_point begin) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
@@ -166,10 +187,11 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
                                 : train_step(trainer, train_reader, capped ? seq_len : size_t(setup.T), settings, lr,
                                              position.step + 1);
     if (traced) {
-      write_measured_timeline(trainer, timeline_start, layout_schedule(setup.layout, mesh.pp), options.trace,
+      const auto [lists, step_begin] = lists_through_step(setup.layout, mesh.pp, traced_step);
+      write_measured_timeline(trainer, timeline_start, lists, options.trace,
                               trace_about(setup, "the measured timeline of step " + std::to_string(traced_step) +
                                                      "; each rank's times from an event recorded right after a barrier"),
-                              step.loss);
+                              step.loss, step_begin);
       say(out, "wrote the timeline of step %d to %s\n", traced_step, options.trace.c_str());
       timeline_written = true;
     }
