@@ -1379,6 +1379,10 @@ fault pipedream-refusal-suggests-recompute trainer/program/memory_report.cpp \
 fault pipedream-trace-flows-of-the-whole-run trainer/program/run.cpp \
   's/                              step.loss, step_begin);/                              step.loss);/' \
   'py:trace_test Trace.PipeDream*'
+# Item 4: plot_log.py's --beside draws the other runs' validation losses only, not their training loss.
+fault plot-log-beside-without-training-loss tools/plot_log.py \
+  's/        line, = loss.plot(other_steps, trailing_mean(other_losses, smooth), color=color, linewidth=1.2,/        line, = loss.plot([], [], color=color, linewidth=1.2,/' \
+  'py:plot_log_test PlotLog.Beside*'
 
 # h33g: issue 33 item 6 and Checks (PyTorch at tp 2, tp 2 x pp 4 layouts at -np 8, the fixed-tp
 # layouts bitwise their pp = 1 run).
