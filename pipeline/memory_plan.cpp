@@ -89,6 +89,11 @@ void plan_executor_memory(const MemoryPlanInput& in, int stage, const std::vecto
   b.device("input gradients", e.grad_inputs.buffers.size(), e.grad_inputs.bytes);
   b.device("targets", 1, uint64_t(in.B) * in.T * sizeof(int));
   b.device("loss sum", 1, sizeof(double));
+  // PipeDream's stashes, each a copy of the stage's parameters (pipeline/pipedream_walk.h's enable_pipedream).
+  if (in.pipedream)
+    b.device("stashed weight versions", pipedream_versions_kept(*in.pipedream, in.schedule.placement.p,
+                                                                 in.microbatches, in.steps, stage) - 1,
+             multiply(parameter_layout(in.config, chunks, {in.tp, 0}).size, sizeof(Element)));
   // The second compute stream's cuBLAS handle has a workspace of its own (an overlapped pair's
   // backward runs its GEMMs beside the forward's); its backward uses its chunk's scratch above.
   for (const Step& step : in.schedule.stages[stage])
@@ -126,11 +131,17 @@ StageMemoryPlan plan_stage(const MemoryPlanInput& in, int stage) {
   b.device("non-finite ranks, norm", 2, sizeof(double));
   b.device("AdamW gate", 1, sizeof(AdamWGate));
   b.device("AdamW region table", 1, layout.regions.size() * sizeof(AdamWRegion));
+  // PipeDream's head sums its shares of wte's gradient per update (trainer/step/pipedream_updates.h).
+  if (in.pipedream && has_part(chunks, &LayerRange::has_head) && !has_part(chunks, &LayerRange::has_embedding))
+    b.device("head's wte gradient ring", pipedream_head_ring_size(*in.pipedream, in.schedule.placement.p),
+             uint64_t(config.padded_vocab_size / in.tp) * config.channels * sizeof(Element));
   const int p = in.schedule.placement.p;
   const Mesh mesh = make_mesh(in.dp, in.tp, p, in.dp * in.tp * p, 0);
   b.plan.transient_bytes = connection_scratch_bytes(mesh);
   b.plan.peak_bytes = add(b.plan.resident_bytes, b.plan.transient_bytes);
-  const uint64_t step_tokens = multiply(multiply(in.microbatches, in.B), uint64_t(in.T) * sizeof(int));
+  // PipeDream's stage 0 reads p - 1 microbatches of the next step ahead.
+  const uint64_t held = in.microbatches + (in.pipedream ? p - 1 : 0);
+  const uint64_t step_tokens = multiply(multiply(held, in.B), uint64_t(in.T) * sizeof(int));
   b.pinned("step's tokens", step_tokens);
   b.pinned("step's targets", step_tokens);
   b.pinned("step's figures", in.step_figures_bytes);

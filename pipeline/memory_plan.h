@@ -14,12 +14,14 @@
 // (docs/pipeline.md, "The memory plan").
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "model/attention_kind.h"
 #include "model/config.h"
 #include "model/gpt.cuh"
+#include "pipeline/pipedream.h"
 #include "pipeline/schedule.h"
 
 struct MemoryItem {
@@ -59,6 +61,11 @@ struct MemoryPlanInput {
   AttentionKind attention = AttentionKind::materialized;  // sizes the activations and the backward scratch
   bool zero = false;  // ZeRO-1 over dp > 1: the optimizer state of the stage's largest shard (model/optimizer_shards.h)
   int tp = 1;  // tensor-parallel ranks per stage: each plans its shard (model/tensor_parallel_shard.h), alike on every tp rank
+  // --schedule pipedream's rule over a run of `steps` (the schedule is then the run's lists): the
+  // stashed weight versions, the head's ring of wte gradient shares, and stage 0's read-ahead
+  // microbatches in the pinned buffers (pipeline/pipedream_run.h)
+  std::optional<PipeDreamRule> pipedream = {};
+  int steps = 0;
 };
 
 // One plan per stage (index = stage); every replica of a stage holds the same. Throws

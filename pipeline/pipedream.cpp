@@ -57,6 +57,8 @@ void check_pipedream(const PipeDreamRule& rule, int p, int m, int steps) {
 
 int pipedream_in_flight(int p, int stage) { return p - stage; }
 
+int pipedream_head_ring_size(const PipeDreamRule& rule, int p) { return (p - 2) / rule.update_every + 2; }
+
 int pipedream_forward_version(const PipeDreamRule& rule, int p, int stage, int microbatch) {
   const int in_flight = rule.vertical_sync ? p : pipedream_in_flight(p, stage);
   return std::max(0, microbatch - in_flight + 1) / rule.update_every;

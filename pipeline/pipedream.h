@@ -69,6 +69,11 @@ std::vector<std::vector<PipeDreamAction>> pipedream_steps(const PipeDreamRule& r
 // p - s with stashing, 1 without, p with vertical sync.
 int pipedream_versions_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage);
 
+// The buffers of Vp C in which the head stage (without the embedding) sums its shares of wte's
+// gradient until each update's exchange with stage 0 (trainer/step/pipedream_updates.h):
+// (p - 2) / K + 2, the updates whose shares are open at once. The memory plan counts them.
+int pipedream_head_ring_size(const PipeDreamRule& rule, int p);
+
 // The run's lists with their sends and receives, per step: [step][stage]. Each is the 1F1B lowering
 // (pipeline/schedule.h's add_communication) of the run-long order, cut as the top says.
 std::vector<std::vector<StageSchedule>> pipedream_step_schedules(int p, int m, int steps);

@@ -13,6 +13,7 @@
 #include "model/parameters.h"
 #include "pipeline/layer_split.h"
 #include "pipeline/memory_plan.h"
+#include "pipeline/pipedream.h"
 #include "pipeline/simulate.h"
 
 namespace {
@@ -172,4 +173,40 @@ TEST(MemoryPlan, BytesForPeople) {
   EXPECT_EQ(format_bytes(uint64_t(24) << 20), "24.0 MiB");
   EXPECT_EQ(format_bytes(uint64_t(500) << 30), "500 GiB");
   EXPECT_EQ(format_bytes(~uint64_t(0)), "16.0 EiB");
+}
+
+// PipeDream at p = 4, m = 4 over 6 steps, counts derived by hand (docs/pipeline.md, "Versions
+// kept"): with stashing and K = 1 stage s keeps p - s versions, p - s - 1 of them stashed copies of
+// its parameters; without stashing none; the head stage (without the embedding) sums its shares of
+// wte's gradient in (p - 2) / K + 2 buffers of Vp C (4 at K = 1, 3 at K = 2); stage 0 reads p - 1
+// microbatches ahead, so every stage's pinned tokens and targets hold m + p - 1 = 7 of them.
+TEST(MemoryPlan, PipeDreamCountsTheStashedVersionsTheHeadsRingAndTheReadAhead) {
+  constexpr int p = 4, m = 4, steps = 6;
+  MemoryPlanInput input = input_of(ScheduleKind::one_f_one_b, p, m, 1, 8);
+  input.schedule = {Placement{PlacementKind::ring, p, 1}, pipedream_run_schedules(p, m, steps)};
+  input.steps = steps;
+  const uint64_t wte = uint64_t(input.config.padded_vocab_size) * 16 * sizeof(float);
+  struct Case {
+    PipeDreamRule rule;
+    std::vector<uint64_t> stashed;  // per stage
+    uint64_t ring;                  // on the last stage
+  };
+  const std::vector<Case> cases = {{{1, true, false}, {3, 2, 1, 0}, 4},
+                                   {{1, false, false}, {0, 0, 0, 0}, 4},
+                                   {{2, true, false}, {2, 1, 1, 0}, 3}};
+  for (const auto& [rule, stashed, ring] : cases) {
+    input.pipedream = rule;
+    const std::vector<StageMemoryPlan> plans = plan_memory(input);
+    for (int s = 0; s < p; ++s) {
+      const std::string where = "K " + std::to_string(rule.update_every) + (rule.weight_stashing ? " stashing" : "") +
+                                " stage " + std::to_string(s);
+      EXPECT_EQ(item(plans[s], "stashed weight versions").count, stashed[s]) << where;
+      if (stashed[s] > 0) {
+        EXPECT_EQ(item(plans[s], "stashed weight versions").bytes_each, item(plans[s], "parameters").bytes) << where;
+      }
+      EXPECT_EQ(item(plans[s], "head's wte gradient ring").count, s == p - 1 ? ring : 0u) << where;
+      EXPECT_EQ(item(plans[s], "head's wte gradient ring").bytes_each, s == p - 1 ? wte : 0u) << where;
+      EXPECT_EQ(plans[s].pinned_host_bytes, 2 * 7 * uint64_t(kB) * kT * sizeof(int) + 24) << where;
+    }
+  }
 }

@@ -1,7 +1,7 @@
 // The options of PipeDream's asynchronous pipeline (trainer/command_line/pipedream_options.h)
 // refused in one line: the rule's options without the schedule, values out of range, clipping
-// without vertical sync, what pipedream does not run with yet, and a run without --print-schedule
-// (the rule's own errors: tests/pipedream_report_test.cu). Host code only; runs in both builds.
+// without vertical sync, what pipedream does not run with yet, and clipping in a run (the rule's
+// own errors: tests/pipedream_report_test.cu). Host code only; runs in both builds.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -49,9 +49,16 @@ TEST(PipeDreamOptions, WhatIsNotBuiltYetIsRefusedByName) {
       {{"--recompute"}, "--recompute"},    {{"--save", "m.bin"}, "--save"},
       {{"--resume", "m.bin"}, "--resume"}, {{"--init", "m.bin"}, "--init"},
       {{"--documents"}, "--documents"},    {{"--layers-per-stage", "auto"}, "--layers-per-stage auto"},
-      {{"--trace", "t.json"}, "--trace"},  {{"--print-memory"}, "--print-memory"}};
+      {{"--trace", "t.json"}, "--print-schedule --trace"}};
   for (const auto& [more, option] : cases)
     EXPECT_EQ(error_of(pipedream(more)), "--schedule pipedream does not run with " + option + " yet (issue 37)");
-  EXPECT_EQ(error_of({"--schedule", "pipedream", "--grad-clip", "0"}),
-            "--schedule pipedream runs with --print-schedule only: its executor is not built yet (issue 37)");
+}
+
+// A run takes the rule without clipping; with vertical sync it would clip, which is not built yet.
+TEST(PipeDreamOptions, RunWithoutClippingIsTakenAndClippingIsRefused) {
+  const TrainOptions options = parse({"--schedule", "pipedream", "--grad-clip", "0", "--update-every", "2"});
+  EXPECT_EQ(options.schedule, "pipedream");
+  EXPECT_EQ(options.update_every, 2);
+  EXPECT_EQ(error_of({"--schedule", "pipedream", "--vertical-sync"}),
+            "--schedule pipedream --vertical-sync does not clip in a run yet (issue 37): add --grad-clip 0");
 }

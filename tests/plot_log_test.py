@@ -53,10 +53,10 @@ def edited_copy(name, source, edit):
     return path
 
 
-def plot(log):
+def plot(log, more=()):
     """(exit status, stderr, the SVG's root element or None) of the tool on log."""
     output = log[:-len(".jsonl")] + ".svg"
-    done = subprocess.run([TOOL, log, "-o", output], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([TOOL, log, "-o", output] + list(more), capture_output=True, text=True, timeout=120)
     root = ElementTree.parse(output).getroot() if done.returncode == 0 else None
     return done.returncode, done.stderr.strip(), root
 
@@ -131,6 +131,21 @@ def missing_log():
     return status == 1 and said == expected, "status %d, said %r" % (status, said)
 
 
+def beside_another_run():
+    """--beside draws another run's training loss (one point per step) and validation losses on the
+    loss panel, labelled; a --beside without LABEL= fails in one line."""
+    other = edited_copy("other", real_log(1), lambda lines: lines[:6])
+    status, said, root = plot(real_log(1), ["--beside", "shorter=" + other])
+    if root is None:
+        return False, "status %d: %s" % (status, said)
+    counts = {gid: points(root, gid) for gid in ["training_loss", "beside_0_loss", "beside_0_validation"]}
+    labelled = "shorter, training, mean of 20 steps" in texts(root)
+    bad_status, bad_said, _ = plot(real_log(1), ["--beside", other])
+    ok = (counts == {"training_loss": 8, "beside_0_loss": 6, "beside_0_validation": 1} and labelled
+          and bad_status == 1 and bad_said == "plot_log.py: --beside %s: give LABEL=LOG" % other)
+    return ok, "points %s, labelled %s; without a label: status %d, %r" % (counts, labelled, bad_status, bad_said)
+
+
 CHECKS = {
     "PlotLog.PipelineRunGivesAnSvgWithEveryPanelAndOnePointPerValue": pipeline_run,
     "PlotLog.SingleProcessIdlePanelSaysThereIsOneStage": single_process,
@@ -138,6 +153,7 @@ CHECKS = {
     "PlotLog.NonFiniteLossDoesNotStopThePicture": non_finite_loss,
     "PlotLog.MalformedLineFailsNamingIt": malformed_line,
     "PlotLog.MissingLogFailsInOneLine": missing_log,
+    "PlotLog.BesideDrawsAnotherRunsLosses": beside_another_run,
 }
 
 

@@ -10,7 +10,8 @@ what the executor ran), one track's events never overlap, no compute is drawn el
 measured, every send has one flow to the receive of the same message on the neighbouring stage,
 inside both groups' measured times; against the world: every flow ends after it starts (the
 ranks' clocks aligned by the barrier, also with one rank's device slowed), and --trace-step's step
-has the loss --log gives that step; dualpipev's pairs' backwards on each stage's second compute
+has the loss --log gives that step; pipedream's traced step holds the computes --print-schedule
+gives it; dualpipev's pairs' backwards on each stage's second compute
 track, as predicted; at tp 2 x pp 2 a track per stage and tp rank, the flows within a tp rank; and
 tools/trace_svg.py draws every event and sums them up. Run by tools/run_tests.sh with Debian's /usr/bin/python3:
     /usr/bin/python3 tests/trace_test.py [--gtest_filter=PATTERN]
@@ -323,6 +324,32 @@ def tensor_parallel_ranks_have_their_own_tracks():
                   "name; %d flows within a tp rank" % len(starts))
 
 
+def pipedream_step_is_the_printed_step():
+    """--schedule pipedream (issue 37), step 2 of 3 traced: each stage's computes are the ones
+    --print-schedule gives that step ("F7@4" ran as F7; the updates are not steps of their own), in
+    order, although some of its forwards take an input received in step 1; every send has one flow
+    (the step's messages alone: a send and its receive share a step), each ending after it starts;
+    the file's loss is step 2's in the log."""
+    options = ["--schedule", "pipedream", "--grad-clip", "0", "--steps", "3", "--microbatches", "4"]
+    path, document = trace("measured", 1, tuple(options + ["--trace-step", "2"]))
+    printed = subprocess.run([MPIRUN, "-np", "4", TRAIN, "--print-schedule"] + SMALL_RUN + options, cwd=ROOT,
+                             check=True, capture_output=True, text=True, timeout=120).stdout
+    step_2 = printed.split("step 2:\n", 1)[1].split("step 3:", 1)[0]
+    planned = {int(stage): [a.split("@")[0] for a in actions.split() if not a.startswith("U")]
+               for stage, actions in re.findall(r"^stage (\d) \| (.*)$", step_2, re.M)}
+    by_track = tracks(document)
+    for (_, stage), events in by_track.items():
+        ran = [e["name"] for e in events if e["cat"] != "transfer"]
+        if ran != planned.get(stage):
+            return False, "stage %d computed %s, --print-schedule's step 2 is %s" % (stage, ran, planned.get(stage))
+    sends = sum(len(re.findall(r"(?:^|\+)s[FB]\d+", e["name"])) for events in by_track.values() for e in events)
+    flows = [e for e in document["traceEvents"] if e["ph"] == "s"]
+    forward, what = flows_point_forward(document)
+    loss = float(document["otherData"].get("loss", "nan"))
+    ok = len(by_track) == 4 and len(flows) == sends and forward and loss == logged_losses(path)[2]
+    return ok, "4 tracks of step 2's computes; %d sends, %d flows; %s; loss %r" % (sends, len(flows), what, loss)
+
+
 CHECKS = {
     "Trace.EveryTrackHoldsExactlyItsSchedulesSteps": exactly_the_schedules_steps,
     "Trace.EventsOfATrackNeverOverlap": events_never_overlap,
@@ -333,6 +360,7 @@ CHECKS = {
     "Trace.DualPipeVPairsBackwardsAreOnTheSecondComputeTrack": dualpipev_pairs_on_the_second_track,
     "Trace.TraceStepChoosesTheStepAndTheFileSaysWhatItIs": trace_step_and_about,
     "Trace.TensorParallelRanksHaveTheirOwnTracks": tensor_parallel_ranks_have_their_own_tracks,
+    "Trace.PipeDreamStepIsThePrintedStep": pipedream_step_is_the_printed_step,
     "TraceSvg.DrawsEveryEventOfEveryTrack": svg_draws_every_event,
     "TraceSvg.SummaryGivesIdleSharesAndMeanCosts": summary_names_idle_and_costs,
     "TraceSvg.BadTraceFailsInOneLine": bad_trace_fails_in_one_line,

@@ -20,6 +20,7 @@
     /usr/bin/python3 tests/train_memory_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun).
 """
+import json
 import os
 import re
 import struct
@@ -160,6 +161,36 @@ def materialized_attention_refused_suggests_the_fused_one():
         fused, materialized, status, "" if done else ", " + str(lines[-3:]))
 
 
+def pipedream_plan_is_what_each_stage_holds():
+    """--schedule pipedream at -np 4: each stage's printed peak less its set-up transient is the
+    device bytes the stage holds during the run (its stashed weight versions and the head's ring
+    among them, from the --log's stage records), and a --memory-limit one byte below stage 0's peak
+    (3 stashed versions of its parameters above 1f1b's) refuses the run before anything is allocated."""
+    layout = ["--schedule", "pipedream", "--grad-clip", "0", "--steps", "2"]
+    peaks = peaks_of(["--world", "4"] + layout)
+    status, lines, _ = run([TRAIN, "--print-memory", "--world", "4"] + layout)
+    row = next(line for line in lines if line.startswith("set-up's transient"))
+    transients = [int(cell) for cell in re.findall(r"(\d+) B", row)]
+    with tempfile.TemporaryDirectory() as folder:
+        log = os.path.join(folder, "log.jsonl")
+        status, lines, _ = run(MPIRUN + ["-np", "4", TRAIN, "--log", log] + layout + SMALL_RUN[:4])
+        if status != 0:
+            return False, "the run: status %d, %s" % (status, lines[-3:])
+        with open(log) as f:
+            held = [[stage["device_bytes"] for stage in json.loads(line)["stages"]] for line in f]
+    planned = [peak - transient for peak, transient in zip(peaks, transients)]
+    if any(step != planned for step in held):
+        return False, "planned %s, held %s" % (planned, held)
+    status, lines, _ = run(MPIRUN + ["-np", "4", TRAIN, "--memory-limit", str(peaks[0] - 1)] + layout + SMALL_RUN[:4])
+    error = refusal(lines)
+    fits = [line for line in error or [] if line.startswith("  would fit")]
+    # Only changes pipedream runs with: neither --recompute nor bf16 (refused with it).
+    ok = (status == 1 and error is not None and re.match(r"train: error: rank 0 \(stage 0\) plans ", error[0])
+          and len(fits) == 1 and "--recompute" not in fits[0] and "bf16" not in fits[0])
+    return bool(ok), "planned %s held each step; limit %d: status %d, %s" % (planned, peaks[0] - 1, status,
+                                                                               error or lines[-3:])
+
+
 BAD_INPUT = {
     "MemoryBadInput.LimitNotANumber": (["--memory-limit", "12X"], "--memory-limit: '12X' is not a byte count"),
     "MemoryBadInput.LimitNegative": (["--memory-limit", "-1G"], "--memory-limit: '-1G' is not a byte count"),
@@ -189,6 +220,7 @@ CHECKS = {
     "TrainMemory.OnlyTheLastStageAboveTheLimitIsRefusedOnEveryRank":
         only_the_last_stage_above_the_limit_is_refused_on_every_rank,
     "TrainMemory.MaterializedAttentionRefusedSuggestsTheFusedOne": materialized_attention_refused_suggests_the_fused_one,
+    "TrainMemory.PipeDreamPlanIsWhatEachStageHolds": pipedream_plan_is_what_each_stage_holds,
 }
 
 

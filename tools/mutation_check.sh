@@ -1363,6 +1363,53 @@ fault pipedream-tied-copy-read-from-a-stash pipeline/pipedream_walk.cu \
   's/    if (run.tied_copy) views\[c\].wte = params\[c\].wte;.*//' \
   'mpi4 PipelineLayouts.PipeDream*'
 
+# h37d: issue 37 items 1 to 4 (PipeDream from ./train, its memory, its trace and its measurements).
+# Item 1: ./train's layout ignores --update-every: one stage updating once a step is not the
+# synchronous trainer.
+fault pipedream-train-ignores-update-every trainer/step/trainer.cpp \
+  's/        {options.update_every, options.weight_stashing == "on", options.vertical_sync}, options.steps};/        {1, options.weight_stashing == "on", options.vertical_sync}, options.steps};/' \
+  'unit TrainLayout.PipeDreamOnOneStage*'
+# Item 1: a step's loss divided over the read-ahead microbatches too (m + p - 1, not m).
+fault pipedream-step-loss-over-read-ahead trainer/step/pipedream_step.cpp \
+  's/  result.loss = sums\[0\] \/ m;/  result.loss = sums[0] \/ (m + ahead);/' \
+  'unit TrainLayout.PipeDreamFourStages*'
+# Item 1: the stages' records not gathered: no stages line under the step line.
+fault pipedream-step-without-stage-records trainer/step/pipedream_step.cpp \
+  's/^  result.stages = gather_stage_records(/  if (false) result.stages = gather_stage_records(/' \
+  'unit TrainLayout.PipeDreamFourStages*'
+# Item 1: validation between steps, while microbatches in flight hold every slot.
+fault pipedream-validation-mid-run trainer/program/run.cpp \
+  's/  if (setup.layout.pipedream \&\& options.val_every > 0) options.val_every = options.steps;//' \
+  'unit TrainLayout.PipeDreamFourStages*'
+# Item 1: clipping in a run accepted (the norm is not computed).
+fault pipedream-clipping-in-a-run-accepted trainer/command_line/pipedream_options.cpp \
+  's/  if (grad_clip > 0 \&\& !print_schedule)/  if (false)/' \
+  'unit PipeDreamOptions.*'
+# Item 2: the memory plan without pipedream's stashed versions, without the head's ring, or with
+# the step's microbatches only in the pinned buffers (not stage 0's read-ahead).
+fault pipedream-plan-without-stashes pipeline/memory_plan.cpp \
+  's/^  if (in.pipedream)$/  if (false)/' \
+  'unit MemoryPlan.PipeDream*'
+fault pipedream-plan-without-the-heads-ring pipeline/memory_plan.cpp \
+  's/^  if (in.pipedream \&\& has_part(chunks, \&LayerRange::has_head)/  if (false \&\& has_part(chunks, \&LayerRange::has_head)/' \
+  'unit MemoryPlan.PipeDream*'
+fault pipedream-plan-without-the-read-ahead pipeline/memory_plan.cpp \
+  's/  const uint64_t held = in.microbatches + (in.pipedream ? p - 1 : 0);/  const uint64_t held = in.microbatches;/' \
+  'unit MemoryPlan.PipeDream*'
+# Item 2: the refusal suggests --recompute, which pipedream refuses.
+fault pipedream-refusal-suggests-recompute trainer/program/memory_report.cpp \
+  's/  if (!o.recompute \&\& !pipedream) changes.push_back/  if (!o.recompute) changes.push_back/' \
+  'py:train_memory_test TrainMemory.PipeDream*'
+# Item 4: --trace with the whole run's messages as the traced step's flows (PipeDream's step
+# lists are a part of the run's).
+fault pipedream-trace-flows-of-the-whole-run trainer/program/run.cpp \
+  's/                              step.loss, step_begin);/                              step.loss);/' \
+  'py:trace_test Trace.PipeDream*'
+# Item 4: plot_log.py's --beside draws the other runs' validation losses only, not their training loss.
+fault plot-log-beside-without-training-loss tools/plot_log.py \
+  's/        line, = loss.plot(other_steps, trailing_mean(other_losses, smooth), color=color, linewidth=1.2,/        line, = loss.plot([], [], color=color, linewidth=1.2,/' \
+  'py:plot_log_test PlotLog.Beside*'
+
 # h33g: issue 33 item 6 and Checks (PyTorch at tp 2, tp 2 x pp 4 layouts at -np 8, the fixed-tp
 # layouts bitwise their pp = 1 run).
 # Item 6: the PyTorch check at tp = 2 sees the positions added on both tp ranks (twice in the sum).

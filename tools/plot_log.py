@@ -3,7 +3,9 @@
 loss (each step faint, the mean of the last --smooth steps solid) and the validation loss on top,
 and below it small panels of the learning rate, the gradient norm before clipping, tokens/s and
 each pipeline stage's idle share of the step.
-    tools/plot_log.py run.jsonl -o run.svg [--title TEXT] [--smooth 20]
+    tools/plot_log.py run.jsonl -o run.svg [--title TEXT] [--smooth 20] [--beside LABEL=OTHER.jsonl ...]
+--beside draws other runs' training loss (the same mean) and validation loss on the loss panel, to
+compare runs (ids beside_0_loss, beside_0_validation, ...); the small panels stay the first run's.
 Needs Debian's python3-matplotlib (make test installs it). The format follows the output's
 extension (svg, png, pdf). An SVG keeps its text as text and names each panel and curve by id
 (loss, training_loss, validation_loss, learning_rate, grad_norm, tokens_per_s, stage_idle,
@@ -66,7 +68,7 @@ def series(records, key):
     return [r["step"] for r in chosen], [float(r[key]) for r in chosen]
 
 
-def draw(records, output, title, smooth):
+def draw(records, output, title, smooth, beside=()):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -87,6 +89,17 @@ def draw(records, output, title, smooth):
         val_line, = loss.plot(val_steps, val_losses, color="tab:orange", marker="o", markersize=3, linewidth=1.2,
                               label="validation")
         val_line.set_gid("validation_loss")
+    for i, (label, other) in enumerate(beside):
+        color = "C%d" % (i + 2)  # after the first run's blue and orange
+        other_steps, other_losses = series(other, "loss")
+        line, = loss.plot(other_steps, trailing_mean(other_losses, smooth), color=color, linewidth=1.2,
+                          linestyle="--", label="%s, training, mean of %d steps" % (label, smooth))
+        line.set_gid("beside_%d_loss" % i)
+        other_val_steps, other_val = series(other, "val_loss")
+        if other_val_steps:
+            line, = loss.plot(other_val_steps, other_val, color=color, marker="s", markersize=3, linewidth=0,
+                              label="%s, validation" % label)
+            line.set_gid("beside_%d_validation" % i)
     loss.set_title(title or "loss", loc="left")
     loss.set_xlabel("step")
     loss.set_ylabel("loss (nats per token)")
@@ -136,14 +149,22 @@ def main():
     parser.add_argument("-o", "--output", required=True, help="the picture to write (.svg, .png, .pdf)")
     parser.add_argument("--title", default="", help="the loss panel's title (default: loss)")
     parser.add_argument("--smooth", type=int, default=20, help="steps in the training loss's and idle shares' mean")
+    parser.add_argument("--beside", action="append", default=[], metavar="LABEL=LOG",
+                        help="another run's log whose losses the loss panel also draws, labelled")
     arguments = parser.parse_args()
     if arguments.smooth < 1:
         fail("--smooth must be at least 1")
+    beside = []
+    for given in arguments.beside:
+        label, equals, path = given.partition("=")
+        if not equals or not label or not path:
+            fail("--beside %s: give LABEL=LOG" % given)
+        beside.append((label, read_log(path)))
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         fail("needs matplotlib: apt-get install python3-matplotlib (and run with /usr/bin/python3)")
-    draw(read_log(arguments.log), arguments.output, arguments.title, arguments.smooth)
+    draw(read_log(arguments.log), arguments.output, arguments.title, arguments.smooth, beside)
 
 
 if __name__ == "__main__":

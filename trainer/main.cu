@@ -43,7 +43,7 @@ int train(int argc, char** argv) {
       if (out) std::printf("%s", table.c_str());
       return 0;
     }
-    if (options.schedule == "pipedream") {  // --print-schedule only (trainer/command_line/pipedream_options.h)
+    if (options.schedule == "pipedream" && options.print_schedule) {  // its versions and steps
       const std::string report = pipedream_report(options, world.size);
       if (out) std::printf("%s", report.c_str());
       return 0;

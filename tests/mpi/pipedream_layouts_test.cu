@@ -1,7 +1,8 @@
 // PipeDream's asynchronous pipeline on every rank of the world, one stage each (p = 2, 4 or 8 by
 // mpirun's -np: tools/run_tests.sh runs PipelineLayouts.* at each), several steps, bitwise equal to
 // the one-process reference of its rule (tests/pipedream_reference.h): each step's loss and the
-// parameters after the last update, the tied copy of wte on the last stage among them. Both run
+// parameters after the last update, the tied copy of wte on the last stage among them; and the
+// run's device peak, which is its memory plan to the byte (the stashes, the ring). Both run
 // fp32 on the same kernels in the same order of additions, so nothing but a version taken wrong can
 // move a bit. Kept in the PipelineLayouts suite for those modes.
 #include <gtest/gtest.h>
@@ -32,12 +33,19 @@ PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& group
   const GPTConfig config = config_of(kLayers);
   PipelineLayout layout{ScheduleKind::one_f_one_b, kM, 1, false, {}};
   layout.pipedream = PipeDreamLayout{rule, kSteps};
+  const StageMemoryPlan plan =
+      plan_memory(memory_plan_input(config, kB, kT, layout, groups.mesh, false, {}))[groups.mesh.pp_rank];
+  reset_device_memory_peak();
+  const size_t bytes_before = device_memory_counts().bytes_in_use;
   Trainer<float> trainer = create_trainer<float>(config, kB, kT, layout, groups);
   upload_parameters(trainer, initial_parameters(config));
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
   PipeDreamOutcome outcome;
   for (int t = 1; t <= kSteps; ++t)
     outcome.losses.push_back(train_step(trainer, reader, kUnclipped, kLearningRate, t).loss);
+  // The memory plan, stashes and the head's ring included, is the run's peak to the byte.
+  EXPECT_EQ(device_memory_counts().peak_bytes - bytes_before, plan.peak_bytes)
+      << "stage " << groups.mesh.pp_rank << "'s measured peak against its memory plan";
   outcome.parameters = download_parameters(trainer);
   outcome.regions = stage_regions(trainer, groups.mesh.pp_rank);
   destroy_trainer(trainer);

@@ -27,7 +27,7 @@ std::string format_step_line(const StepRecord& r) {
   line += " | loss " + format("%.4f", r.loss);
   if (r.has_val_loss) line += " | val " + format("%.4f", r.val_loss);
   line += " | lr " + format("%.1e", r.lr);
-  line += " | norm " + format("%.2f", r.grad_norm);
+  if (r.has_norm) line += " | norm " + format("%.2f", r.grad_norm);
   line += " | " + format("%.0f", r.ms) + " ms";
   line += " | " + short_count(r.tokens_per_s) + " tok/s";
   if (r.seq_len > 0) line += " | T " + std::to_string(r.seq_len) + " | padding " + format("%.1f%%", 100 * r.padding);
@@ -49,7 +49,7 @@ std::string format_step_json(const StepRecord& r) {
   json += ", \"loss\": " + format("%.17g", r.loss);
   if (r.has_val_loss) json += ", \"val_loss\": " + format("%.17g", r.val_loss);
   json += ", \"lr\": " + format("%.17g", r.lr);
-  json += ", \"grad_norm\": " + format("%.17g", r.grad_norm);
+  if (r.has_norm) json += ", \"grad_norm\": " + format("%.17g", r.grad_norm);
   json += ", \"ms\": " + format("%.3f", r.ms);
   json += ", \"tokens_per_s\": " + format("%.1f", r.tokens_per_s);
   if (r.seq_len > 0) {

@@ -21,9 +21,10 @@ struct StepRecord {
   std::string skipped;  // why the step was not applied (the non-finite guard), else empty
   int seq_len = 0;      // --documents: the step's largest T (the warm-up's); 0: fixed length
   double padding = 0;   // --documents: the share of the step's positions that are padding
+  bool has_norm = true;  // false: the step computed no norm (--schedule pipedream), none shown
 };
 
-// "step 12/300 | loss 2.4817 | lr 3.0e-04 | norm 0.84 | 412 ms | 9.9k tok/s", with
+// "step 12/300 | loss 2.4817 | lr 3.0e-04 | norm 0.84 | 412 ms | 9.9k tok/s" (no norm without one), with
 // " | val 2.5012" after the loss when validation ran, " | T 64 | padding 1.2%" after the tokens
 // with --documents, and " | skipped: non-finite gradient (...)" at the end when the step was not applied.
 std::string format_step_line(const StepRecord& record);
@@ -31,7 +32,7 @@ std::string format_step_line(const StepRecord& record);
 // "stages | 0: idle 21% act 1.2MB dev 40.1MB | 1: ...", one entry per stage.
 std::string format_stages_line(const std::vector<StageRecord>& stages);
 
-// {"step": 12, "loss": 2.4817..., "val_loss": ... (only when computed), "lr": ..., "grad_norm": ...,
+// {"step": 12, "loss": 2.4817..., "val_loss": ... (only when computed), "lr": ..., "grad_norm": ... (likewise),
 //  "ms": ..., "tokens_per_s": ..., "seq_len": ..., "padding": ... (only with --documents), "stages": [{"stage": 0, "idle": 0.21, "activation_bytes": ...,
 //  "device_bytes": ...}, ...], "skipped": "..." (only when skipped)}, numbers with enough digits to
 //  read back the doubles exactly (printf's nan and inf when not finite, as tools/compare_losses.py reads them).

@@ -137,7 +137,7 @@ TimelineStart start_measured_timeline(Trainer<Element>& trainer) {
 template <typename Element>
 void write_measured_timeline(const Trainer<Element>& trainer, const TimelineStart& start, const PipelineSchedule& schedule,
                              const std::string& path, const std::vector<std::pair<std::string, std::string>>& about,
-                             double loss) {
+                             double loss, const std::vector<size_t>& step_begin) {
   const std::vector<std::string> texts = gather_text_to_rank0(trainer.world, own_events(trainer, start));
   if (trainer.world.rank != 0) return;
   const Mesh& mesh = trainer.groups.mesh;
@@ -177,7 +177,18 @@ void write_measured_timeline(const Trainer<Element>& trainer, const TimelineStar
   }
   // The flows follow the schedule's matching of sends and receives, which the executor ran
   // (tests/mpi/trace_check.h checks it does); the costs do not change the matching.
-  timeline.flows = timeline_flows(simulate(schedule.stages, {1, 1, 1, 0}, schedule.placement.kind), first_event);
+  Simulation simulation = simulate(schedule.stages, {1, 1, 1, 0}, schedule.placement.kind);
+  if (!step_begin.empty()) {  // the traced step's messages (a send and its receive share a step), at its indices
+    std::vector<MessageLink> messages;
+    for (MessageLink link : simulation.messages)
+      if (size_t(link.send_step) >= step_begin[link.send_stage]) {
+        link.send_step -= int(step_begin[link.send_stage]);
+        link.recv_step -= int(step_begin[link.recv_stage]);
+        messages.push_back(link);
+      }
+    simulation.messages = messages;
+  }
+  timeline.flows = timeline_flows(simulation, first_event);
   timeline.about.push_back({"clock corrections", align_clocks(timeline, rank_of_event, barrier_ms)});
   for (size_t rank = 0; rank < texts.size(); ++rank)
     draw_track(timeline.events, first_of_rank[rank],
@@ -191,7 +202,8 @@ void write_measured_timeline(const Trainer<Element>& trainer, const TimelineStar
   template void write_measured_timeline<Element>(const Trainer<Element>&, const TimelineStart&,             \
                                                  const PipelineSchedule&,                                  \
                                                  const std::string&,                                       \
-                                                 const std::vector<std::pair<std::string, std::string>>&, double);
+                                                 const std::vector<std::pair<std::string, std::string>>&, double, \
+                                                 const std::vector<size_t>&);
 
 INSTANTIATE_TIMELINE(float)
 INSTANTIATE_TIMELINE(__nv_bfloat16)

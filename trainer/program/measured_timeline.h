@@ -36,7 +36,10 @@ TimelineStart start_measured_timeline(Trainer<Element>& trainer);
 // (every stage's steps: the flows follow its matching of sends and receives); about names the run
 // (written as "otherData", with "loss": the step's loss, as --log writes it, which identifies the
 // step apart from its label). Throws std::runtime_error naming the file when it cannot be written.
+// step_begin: when schedule holds the steps before the traced one too (PipeDream's run, whose
+// forwards take inputs received in the step before), where the traced step begins in each stage's
+// list; its messages are the flows. Empty: the schedule is the traced step's.
 template <typename Element>
 void write_measured_timeline(const Trainer<Element>& trainer, const TimelineStart& start, const PipelineSchedule& schedule,
                              const std::string& path, const std::vector<std::pair<std::string, std::string>>& about,
-                             double loss);
+                             double loss, const std::vector<size_t>& step_begin = {});

@@ -13,6 +13,7 @@
 
 #include "kernels/cublas_check.cuh"
 #include "model/parameters.h"
+#include "pipeline/pipedream.h"
 #include "trainer/step/lr_schedule.h"
 #include "trainer/step/optimizer.h"
 #include "trainer/safety/preemption.h"
@@ -49,6 +50,26 @@ TrainValSplit load_data(const TrainOptions& options, int vocab_size) {
 }
 
 bool every(int interval, int step) { return interval > 0 && step % interval == 0; }
+
+// The lists through step t (1, 2, ...) and where step t begins in each stage's: the layout's
+// schedule from 0, or PipeDream's run through step t, whose forwards may take an input received in
+// the step before (pipeline/pipedream.h); a send and its receive always share a step.
+std::pair<PipelineSchedule, std::vector<size_t>> lists_through_step(const PipelineLayout& layout, int pp, int t) {
+  PipelineSchedule schedule = layout_schedule(layout, pp);
+  std::vector<size_t> begin(pp, 0);
+  if (!layout.pipedream) return {schedule, begin};
+  // The run's own lists (its last step holds the cool-down), joined through step t.
+  const std::vector<std::vector<StageSchedule>> steps =
+      pipedream_step_schedules(pp, layout.microbatches, layout.pipedream->steps);
+  for (int s = 0; s < pp; ++s) {
+    schedule.stages[s].clear();
+    for (int step = 0; step < t; ++step) {
+      begin[s] = schedule.stages[s].size();
+      schedule.stages[s].insert(schedule.stages[s].end(), steps[step][s].begin(), steps[step][s].end());
+    }
+  }
+  return {schedule, begin};
+}
 
 double seconds_since(std::chrono::steady_clock::time_point begin) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
@@ -106,12 +127,22 @@ void open_run_files(const RunSetup& setup, RunFiles& files) {
   if (!options.log.empty() && setup.mesh.world_rank == 0) files.log.emplace(options.log, setup.start.resumed);
 }
 
+// PipeDream's pipeline drains only at the run's end: before, its microbatches in flight hold every
+// activation slot a forward-only pass would take, and its stages hold weights of different
+// versions. So it validates and samples after the last step only, the model one then.
+TrainOptions run_intervals(const RunSetup& setup) {
+  TrainOptions options = setup.options;
+  if (setup.layout.pipedream && options.val_every > 0) options.val_every = options.steps;
+  if (setup.layout.pipedream && options.sample_every > 0) options.sample_every = options.steps;
+  return options;
+}
+
 // The step loop with validation, samples, checkpoints and logging, on a trainer created for setup;
 // what it does goes to activity, for the watchdog.
 template <typename Element>
 RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& files, RunActivity& activity,
                     std::FILE* out) {
-  const TrainOptions& options = setup.options;
+  const TrainOptions options = run_intervals(setup);
   const StartingPoint& start = setup.start;
   const GPTConfig& config = start.config;
   const Mesh& mesh = setup.mesh;
@@ -156,10 +187,11 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
                                 : train_step(trainer, train_reader, capped ? seq_len : size_t(setup.T), settings, lr,
                                              position.step + 1);
     if (traced) {
-      write_measured_timeline(trainer, timeline_start, layout_schedule(setup.layout, mesh.pp), options.trace,
+      const auto [lists, step_begin] = lists_through_step(setup.layout, mesh.pp, traced_step);
+      write_measured_timeline(trainer, timeline_start, lists, options.trace,
                               trace_about(setup, "the measured timeline of step " + std::to_string(traced_step) +
                                                      "; each rank's times from an event recorded right after a barrier"),
-                              step.loss);
+                              step.loss, step_begin);
       say(out, "wrote the timeline of step %d to %s\n", traced_step, options.trace.c_str());
       timeline_written = true;
     }
@@ -174,6 +206,7 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
                       seconds * 1e3, step.real_tokens / seconds, step.stages, step.skipped};
     record.seq_len = int(seq_len);
     record.padding = 1.0 - step.real_tokens / step.positions;
+    record.has_norm = step.has_norm;
     if (val_reader && (every(options.val_every, position.step) || position.step == options.steps)) {
       record.has_val_loss = true;
       activity.phase = "validation";
@@ -352,6 +385,8 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandl
     say(out, "  stage %d chunk %d: %s\n", placement.stage_of(vs), placement.chunk_of(vs),
         layers_text(setup.virtual_stages[vs]).c_str());
   say(out, "%s\n", planned_peaks_line(plan_run_memory(planned_run(setup))).c_str());
+  if (setup.layout.pipedream && (options.val_every > 0 || options.sample_every > 0))
+    say(out, "pipedream: validation and samples after the last step only, once the pipeline has drained\n");
 
   CommGroups groups = create_world_groups(mesh);
   // On the watchdog's thread: report, and nothing that touches the communicators.

@@ -1,9 +1,12 @@
 // --schedule pipedream's step (trainer/step/trainer.h's pipedream_step): the step's microbatches and
 // those stage 0 reads ahead, the executor's part of the run with its updates, the step's loss; and
 // the trainer's set-up for it.
+#include <csignal>
+
 #include "comm/host_exchange.h"
 #include "kernels/cuda_check.cuh"
 #include "pipeline/pipedream_walk.h"
+#include "trainer/safety/preemption.h"
 #include "trainer/step/trainer.h"
 
 template <typename Element>
@@ -35,12 +38,19 @@ StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const 
                              trainer.stream));
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));  // the step's one host wait
   finish_step(trainer.executor);
-  double loss_sum = figures.loss_sum;  // only the head stage's is not 0
-  sum_over_world(trainer.world, &loss_sum, 1);
+  // Only the head stage's loss sum is not 0: its forwards of the step's own microbatches (the last
+  // stage runs each microbatch's forward and backward in the same step). Also counts the stop signals.
+  const int stop_signal = received_stop_signal();
+  double sums[3] = {figures.loss_sum, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
+  sum_over_world(trainer.world, sums, 3);
   StepResult result;
-  result.loss = loss_sum / m;
+  result.loss = sums[0] / m;
   result.grad_norm = 0;
+  result.has_norm = false;
+  result.stop_signal = sums[2] > 0 ? SIGINT : sums[1] > 0 ? SIGTERM : 0;
   result.real_tokens = result.positions = double(BT) * m;
+  result.stages = gather_stage_records(trainer.world, trainer.groups.mesh,
+                                       measure_stage(trainer.groups.mesh.pp_rank, trainer.executor.accounting));
   return result;
 }
 

@@ -36,7 +36,7 @@ TrainerPipeDreamUpdates<Element>::TrainerPipeDreamUpdates(const GPTConfig& confi
   }
   if (head_ && !embedding_) {
     owns_ring_ = true;
-    for (int i = 0; i < (p - 2) / rule.update_every + 2; ++i) {
+    for (int i = 0; i < pipedream_head_ring_size(rule, p); ++i) {
       ring_.push_back(device_alloc<Element>(wte_count));
       CUDA_CHECK(cudaMemset(ring_.back(), 0, wte_count * sizeof(Element)));
     }

@@ -5,6 +5,7 @@
 
 #include "comm/host_exchange.h"
 #include "comm/mesh.h"
+#include "pipeline/executor_state.h"
 
 // What one pipeline stage measured in a step.
 struct StageRecord {
@@ -14,6 +15,11 @@ struct StageRecord {
   double device_bytes;      // the stage's device allocations (kernels/device_memory.cuh's bytes in use):
                             // parameters, gradients, moments, slots and buffers; not CUDA's, cuBLAS's or NCCL's own
 };
+
+// The stage's record of its executor's last step. The device bytes are the project's own count (a
+// rank holds one stage): on a GPU the driver's figure would add the CUDA context, cuBLAS's and
+// NCCL's buffers and its rounding.
+StageRecord measure_stage(int stage, const ExecutorAccounting& accounting);
 
 // Replica 0's stages' records (each stage's tp rank 0's) on world rank 0, in stage order, from every
 // rank's own; the other ranks get none. Collective over the world.

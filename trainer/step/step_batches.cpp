@@ -10,13 +10,13 @@
 template <typename Element>
 StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
                       double learning_rate, int t) {
-  if (trainer.pipedream) return pipedream_step(trainer, reader, settings, learning_rate, t);
   return train_step(trainer, reader, size_t(trainer.T), settings, learning_rate, t);
 }
 
 template <typename Element>
 StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, size_t cap, const AdamWSettings& settings,
                       double learning_rate, int t) {
+  if (trainer.pipedream) return pipedream_step(trainer, reader, settings, learning_rate, t);  // at T: no warm-up
   const Mesh& mesh = trainer.groups.mesh;
   const int m = trainer.microbatches;
   const size_t B = size_t(trainer.B), T = size_t(trainer.T), BT = B * T, rows = B * cap;

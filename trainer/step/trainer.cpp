@@ -79,15 +79,6 @@ void upload_full_layout(const Trainer<Element>& trainer, T* memory, const std::v
 }
 
 
-// The device bytes are the project's own count (a rank holds one stage): on a GPU the driver's
-// figure would add the CUDA context, cuBLAS's and NCCL's buffers and its rounding.
-template <typename Element>
-StageRecord measure_stage(const Trainer<Element>& trainer) {
-  const ExecutorAccounting& a = trainer.executor.accounting;
-  return {trainer.groups.mesh.pp_rank, a.span_ms > 0 ? 1.0 - a.busy_ms / a.span_ms : 0.0,
-          double(a.activation_bytes), double(device_memory_counts().bytes_in_use)};
-}
-
 // --schedule-file's grid, read and parsed (each rank reads it itself): our grid text or PyTorch's
 // CSV, told apart by the content (pipeline/pytorch_csv.h).
 ScheduleGrid read_schedule_file(const std::string& path) {
@@ -116,8 +107,12 @@ AttentionKind choose_attention(const std::string& option, const GPTConfig& confi
 }  // namespace
 
 PipelineLayout layout_from_options(const TrainOptions& options, const GPTConfig& config) {
-  PipelineLayout layout{parse_schedule_kind(options.schedule), options.microbatches, options.virtual_stages,
-                        options.recompute, options.layers_per_stage};
+  const bool pipedream = options.schedule == "pipedream";  // runs 1f1b's split (trainer.h)
+  PipelineLayout layout{pipedream ? ScheduleKind::one_f_one_b : parse_schedule_kind(options.schedule),
+                        options.microbatches, options.virtual_stages, options.recompute, options.layers_per_stage};
+  if (pipedream)
+    layout.pipedream = PipeDreamLayout{
+        {options.update_every, options.weight_stashing == "on", options.vertical_sync}, options.steps};
   if (!options.schedule_file.empty()) layout.schedule_file = read_schedule_file(options.schedule_file);
   layout.microbatch_group = options.microbatch_group;
   layout.pipeline_layout = options.pipeline_layout;
@@ -153,7 +148,9 @@ MemoryPlanInput memory_plan_input(const GPTConfig& config, int B, int T, const P
                          cublas_workspace_bytes(),
                          layout.attention,
                          layout.zero && mesh.dp > 1,
-                         mesh.tp};
+                         mesh.tp,
+                         layout.pipedream ? std::optional(layout.pipedream->rule) : std::nullopt,
+                         layout.pipedream ? layout.pipedream->steps : 0};
 }
 
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout) {
@@ -228,12 +225,12 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   std::fill_n(trainer.host_tokens, step_tokens, 0);  // token 0 until a step reads its own
   std::fill_n(trainer.host_targets, step_tokens, 0);
   trainer.host_logits.resize(config.padded_vocab_size);
+  if (layout.pipedream) enable_pipedream_updates(trainer, *layout.pipedream);  // the stashes and the ring
   const uint64_t allocated = device_memory_counts().bytes_in_use - bytes_before;
   if (allocated != plan.resident_bytes)
     throw std::runtime_error("create_trainer: stage " + std::to_string(mesh.pp_rank) + " allocated " +
                              std::to_string(allocated) + " bytes, its memory plan " +
                              std::to_string(plan.resident_bytes) + " (pipeline/memory_plan.cpp is out of date)");
-  if (layout.pipedream) enable_pipedream_updates(trainer, *layout.pipedream);
   connect_communicators(trainer.groups, trainer.stream);
   return trainer;
 }
@@ -381,7 +378,7 @@ StepResult run_step(Trainer<Element>& trainer, const AdamWSettings& settings, do
     result.skipped = skipped_step_reason(
         figures.norm, first_nonfinite_gradient(partials, config, trainer.virtual_stages, trainer.placement));
   }
-  result.stages = gather_stage_records(trainer.world, mesh, measure_stage(trainer));
+  result.stages = gather_stage_records(trainer.world, mesh, measure_stage(mesh.pp_rank, trainer.executor.accounting));
   return result;
 }
 

@@ -168,6 +168,7 @@ std::vector<float> download_gradients(const Trainer<Element>& trainer);
 struct StepResult {
   double loss;       // the mean of the step's microbatch losses over all replicas (every rank)
   double grad_norm;  // the global gradient norm before clipping
+  bool has_norm = true;  // false: not computed (--schedule pipedream)
   std::vector<StageRecord> stages;  // on world rank 0: replica 0's stages, in order
   // The non-finite guard: a step whose loss or norm is not finite (the same on every rank and
   // every layout) is not applied: no rank changes its parameters or moments.
@@ -203,7 +204,9 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, size_t cap
 // step's m microbatches and the p - 1 after them (stage 0's forwards run ahead; the reader advances by
 // m), each loss scaled by 1 / (B T K), and runs the step's part of the run, whose updates the
 // executor queues after every K-th backward (pipeline/pipedream_walk.h). loss: the mean of the step's
-// microbatch losses; grad_norm: 0 (no norm is computed: no clipping, no guard).
+// microbatch losses (the head stage runs each microbatch's forward in its own step, with the version
+// docs/pipeline.md's rule gives); has_norm false (no norm is computed: no clipping, no guard); the
+// stages' records and the stop signals as train_step's.
 template <typename Element>
 StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
                           double learning_rate, int t);
