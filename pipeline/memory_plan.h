@@ -59,6 +59,7 @@ struct MemoryPlanInput {
   AttentionKind attention = AttentionKind::materialized;  // sizes the activations and the backward scratch
   bool zero = false;  // ZeRO-1 over dp > 1: the optimizer state of the stage's largest shard (model/optimizer_shards.h)
   int tp = 1;  // tensor-parallel ranks per stage: each plans its shard (model/tensor_parallel_shard.h), alike on every tp rank
+  bool sequence_parallel = false;  // tp > 1: the residual stream's activations and the messages are B T / tp rows
 };
 
 // One plan per stage (index = stage); every replica of a stage holds the same. Throws
