@@ -963,7 +963,7 @@ fault gpt-fused-qkv-overwritten-by-next-layer model/gpt.cu \
 # Item 2: the memory plan sizing the slots for the materialised attention whatever the run's:
 # the plan's slots above what the model allocates (create_trainer then refuses the run).
 fault memory-plan-ignores-attention pipeline/memory_plan.cpp \
-  's/activation_bytes<Element>(in.config, in.B, in.T, state.range, in.tp, in.attention)/activation_bytes<Element>(in.config, in.B, in.T, state.range, in.tp)/' \
+  's/activation_bytes<Element>(in.config, in.B, in.T, state.range, in.tp, in.attention, in.sequence_parallel)/activation_bytes<Element>(in.config, in.B, in.T, state.range, in.tp, AttentionKind::materialized, in.sequence_parallel)/' \
   'unit MemoryPlan.FusedAttention*'
 # Item 2: the fused attention at tp > 1 given the whole model's channels instead of the rank's
 # C / tp (its NH / tp heads then twice as wide, reading and writing beyond the rank's buffers).
