@@ -186,7 +186,8 @@ void destroy_backward_scratch(BackwardScratch<Element>& scratch);
 // With tp > 1 (acts made for the same tp): params are the rank's shard (parameter_layout with its
 // TensorParallelRank), acts.logits its vocabulary columns, and the range's output, the losses and
 // bad_target_row are the same on every tp rank (the losses bitwise: each rank computes them from
-// the same reduced values).
+// the same reduced values). With tp.sequence_parallel (acts made for it, tp dividing T) input and
+// range_output are the rank's shard, rows [r B T / tp, (r + 1) B T / tp) of the (B T, C) rows.
 template <typename Element>
 void gpt_forward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
                  Activations<Element>& acts, const int* tokens, const Nullable<Element>* input, const int* targets,
@@ -215,7 +216,9 @@ using LayerGradientsQueued = std::function<void(int layer)>;
 // grad_input is the same on every tp rank, and the replicated parameters (LayerNorms, wpe, the
 // row-parallel biases, lnf) get bitwise the same gradient on every tp rank: each is computed from
 // replicated values (the residual stream's gradient, the summed input gradients of the
-// column-parallel layers) by the same kernels.
+// column-parallel layers) by the same kernels. With tp.sequence_parallel grad_output and
+// grad_input are the rank's shard (B T / tp, C), and the LayerNorms' gradients are summed over tp
+// before they are added (model/gpt_sequence_parallel.cu), so they too are the same on every rank.
 template <typename Element>
 void gpt_backward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
                   const ParameterTensors<Element>& grads, Nullable<Element>* grad_wte_head,

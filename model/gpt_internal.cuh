@@ -70,9 +70,15 @@ inline int sequence_shards(int T, int tp, bool sequence_parallel) {
   if (!sequence_parallel) return 1;
   if (tp < 2) throw std::runtime_error("sequence parallelism needs tp > 1 (tp " + std::to_string(tp) + ")");
   if (T % tp != 0)
-    throw std::runtime_error("sequence parallelism: tp " + std::to_string(tp) + " does not divide the sequence length " +
-                             std::to_string(T));
+    throw std::runtime_error("sequence parallelism: tp " + std::to_string(tp) +
+                             " does not divide the sequence length " + std::to_string(T));
   return tp;
+}
+
+// The split backward (gpt_backward_input, gpt_backward_weight) is not built with sequence parallelism.
+inline void check_not_sequence_parallel(const TensorParallelRun& tp, const std::string& where) {
+  if (tp.sequence_parallel)
+    throw std::runtime_error(where + ": the split backward is not built with sequence parallelism");
 }
 
 // Buffers (activations, scratch, weight-gradient inputs) run at the tp they were made for.

@@ -370,7 +370,9 @@ TEST(TensorParallelLayouts, TwoReplicasOfTwoTpRanksInBf16GiveTheSingleBf16Proces
 TEST(TensorParallelLayouts, SequenceParallelOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
   expect_sequence_parallel_layout(1, 2, 2);
 }
-TEST(TensorParallelLayouts, SequenceParallelOnFourTpRanksGivesTheSingleProcess) { expect_sequence_parallel_layout(1, 4, 1); }
+TEST(TensorParallelLayouts, SequenceParallelOnFourTpRanksGivesTheSingleProcess) {
+  expect_sequence_parallel_layout(1, 4, 1);
+}
 TEST(TensorParallelLayouts, SequenceParallelOnTwoReplicasOfTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
   expect_sequence_parallel_layout(2, 2, 2);
 }
