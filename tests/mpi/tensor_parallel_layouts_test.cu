@@ -5,7 +5,8 @@
 // global batch, which every rank runs itself; so do tp 2 x pp 2 with zb-h1, zb-v and dualpipev
 // (L = 4), recompute and the fused attention (C = 64), and, under -np 8, dp 2 x tp 2 x pp 2 and
 // tp 2 x pp 4 with the interleaved schedule (2 chunks a stage, L = 8), zb-h1 (L = 4) and zb-v
-// (L = 8). Checked:
+// (L = 8); and with --sequence-parallel tp 2 x pp 2, tp 4 and (-np 8) dp 2 x tp 2 x pp 2
+// (expect_sequence_parallel_layout says what more it checks). Checked:
 //  - the checkpoint's gather of the tp ranks' slices (trainer/checkpoints/gather_model.h) gives
 //    back, on world rank 0, the uploaded model bitwise (in bf16 rounded to nearest, as the upload
 //    rounds): every slice is placed where it was cut;
