@@ -355,6 +355,7 @@ FUZZ_FLAGS := -std=c++20 -O1 -g -fno-strict-aliasing $(WARNINGS) -MMD -MP -Icpu/
 FUZZ_PARSER_SRCS := model/checkpoint_format.cpp model/config.cpp model/atomic_file.cpp model/parameters.cpp \
                     trainer/data/data.cpp trainer/data/tokenizer.cpp trainer/command_line/options.cpp \
                     trainer/command_line/pipedream_options.cpp trainer/command_line/layer_split_options.cpp \
+                    trainer/command_line/sequence_parallel_options.cpp \
                     trainer/command_line/document_options.cpp trainer/command_line/option_values.cpp \
                     pipeline/layer_split.cpp pipeline/layout_string.cpp pipeline/action.cpp pipeline/schedule.cpp pipeline/interleaved.cpp pipeline/looped_bfs.cpp \
                     pipeline/zero_bubble.cpp pipeline/controllable_memory.cpp pipeline/interleaved_zero_bubble.cpp pipeline/dual_pipe_v.cpp \

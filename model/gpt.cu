@@ -28,11 +28,12 @@ namespace {
 
 template <typename Element>
 Activations<Element> point_activations(void* memory, const GPTConfig& config, int B, int T, const LayerRange& range,
-                                       int tp, AttentionKind attention) {
+                                       int tp, AttentionKind attention, bool sequence_parallel) {
   validate_layer_range(config, range);
   using Real = Compute<Element>;
   const size_t BT = size_t(B) * T, C = config.channels;
   const LocalSizes local = local_sizes(config, tp);
+  const size_t rows = BT / sequence_shards(T, tp, sequence_parallel);  // the residual stream's token rows
   Carver carve(memory);
   Activations<Element> acts{};
   acts.memory = memory;
@@ -40,14 +41,15 @@ Activations<Element> point_activations(void* memory, const GPTConfig& config, in
   acts.B = B;
   acts.T = T;
   acts.tp = tp;
+  acts.sequence_parallel = sequence_parallel;
   acts.attention_kind = attention;
   const bool fused = attention == AttentionKind::fused;
-  if (range.has_embedding) acts.encoded = carve.take<Element>(BT * C);
+  if (range.has_embedding) acts.encoded = carve.take<Element>(rows * C);
   for (int l = range.first_layer; l < range.end_layer; ++l) {
     BlockActivations<Element> block;
-    block.ln1 = carve.take<Element>(BT * C);
-    block.ln1_mean = carve.take<Real>(BT);
-    block.ln1_rstd = carve.take<Real>(BT);
+    block.ln1 = carve.take<Element>(rows * C);
+    block.ln1_mean = carve.take<Real>(rows);
+    block.ln1_rstd = carve.take<Real>(rows);
     if (fused) {
       block.qkv = carve.take<Element>(BT * 3 * local.C);
       block.lse = carve.take<Real>(fused_attention_saved_size(B, T, local.NH));
@@ -55,13 +57,13 @@ Activations<Element> point_activations(void* memory, const GPTConfig& config, in
       block.attention_saved = carve.take<Element>(attention_saved_size(B, T, local.C, local.NH));
     }
     block.attention_out = carve.take<Element>(BT * local.C);
-    block.residual2 = carve.take<Element>(BT * C);
-    block.ln2 = carve.take<Element>(BT * C);
-    block.ln2_mean = carve.take<Real>(BT);
-    block.ln2_rstd = carve.take<Real>(BT);
+    block.residual2 = carve.take<Element>(rows * C);
+    block.ln2 = carve.take<Element>(rows * C);
+    block.ln2_mean = carve.take<Real>(rows);
+    block.ln2_rstd = carve.take<Real>(rows);
     block.fch = carve.take<Element>(BT * local.hidden);
     block.fch_gelu = carve.take<Element>(BT * local.hidden);
-    block.residual3 = carve.take<Element>(BT * C);
+    block.residual3 = carve.take<Element>(rows * C);
     acts.blocks.push_back(block);
   }
   if (range.end_layer > range.first_layer) {
@@ -73,10 +75,11 @@ Activations<Element> point_activations(void* memory, const GPTConfig& config, in
           carve.take<Element>(std::max(BT * C, attention_forward_scratch_size(B, T, local.C, local.NH)));
     }
   }
+  if (sequence_parallel) acts.gathered = carve.take<Element>(BT * C);
   if (range.has_head) {
-    acts.lnf = carve.take<Element>(BT * C);
-    acts.lnf_mean = carve.take<Real>(BT);
-    acts.lnf_rstd = carve.take<Real>(BT);
+    acts.lnf = carve.take<Element>(rows * C);
+    acts.lnf_mean = carve.take<Real>(rows);
+    acts.lnf_rstd = carve.take<Real>(rows);
     acts.logits = carve.take<Element>(BT * local.Vp);
     acts.losses = carve.take<Real>(BT);
     acts.bad_target_row = carve.take<int>(1);
@@ -88,10 +91,12 @@ Activations<Element> point_activations(void* memory, const GPTConfig& config, in
 
 template <typename Element>
 BackwardScratch<Element> point_backward_scratch(void* memory, const GPTConfig& config, int B, int T,
-                                                const LayerRange& range, int tp, AttentionKind attention) {
+                                                const LayerRange& range, int tp, AttentionKind attention,
+                                                bool sequence_parallel) {
   validate_layer_range(config, range);
   const size_t BT = size_t(B) * T, C = config.channels;
   const LocalSizes local = local_sizes(config, tp);
+  sequence_shards(T, tp, sequence_parallel);
   Carver carve(memory);
   BackwardScratch<Element> scratch{};
   scratch.memory = memory;
@@ -99,6 +104,7 @@ BackwardScratch<Element> point_backward_scratch(void* memory, const GPTConfig& c
   scratch.B = B;
   scratch.T = T;
   scratch.tp = tp;
+  scratch.sequence_parallel = sequence_parallel;
   scratch.attention_kind = attention;
   scratch.dbtc = carve.take<Element>(BT * C);
   scratch.layernorm_weight = carve.take<Compute<Element>>(layernorm_backward_weight_workspace_size(BT, C));
@@ -116,6 +122,11 @@ BackwardScratch<Element> point_backward_scratch(void* memory, const GPTConfig& c
   if (range.has_embedding) {
     scratch.dresidual = carve.take<Element>(BT * C);
     scratch.embedding = carve.take<int>(embedding_backward_workspace_size(B, T, C));
+  }
+  if (sequence_parallel) {
+    scratch.gathered_gradient = carve.take<Element>(BT * C);
+    scratch.gathered_input = carve.take<Element>(BT * C);
+    scratch.layernorm_partials = carve.take<Element>(4 * C);
   }
   scratch.bytes = carve.bytes();
   return scratch;
@@ -135,21 +146,22 @@ void validate_layer_range(const GPTConfig& config, const LayerRange& range) {
 
 template <typename Element>
 size_t activation_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp,
-                        AttentionKind attention) {
-  return point_activations<Element>(nullptr, config, B, T, range, tp, attention).bytes;
+                        AttentionKind attention, bool sequence_parallel) {
+  return point_activations<Element>(nullptr, config, B, T, range, tp, attention, sequence_parallel).bytes;
 }
 
 template <typename Element>
-size_t stage_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range) {
+size_t stage_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int sequence_shards) {
   const size_t BT = size_t(B) * T;
-  return range.has_embedding ? BT * sizeof(int) : BT * config.channels * sizeof(Element);
+  return range.has_embedding ? BT * sizeof(int) : BT / sequence_shards * config.channels * sizeof(Element);
 }
 
 template <typename Element>
 Activations<Element> create_activations(const GPTConfig& config, int B, int T, const LayerRange& range, int tp,
-                                        AttentionKind attention) {
-  return point_activations<Element>(device_alloc_bytes(activation_bytes<Element>(config, B, T, range, tp, attention)),
-                                    config, B, T, range, tp, attention);
+                                        AttentionKind attention, bool sequence_parallel) {
+  return point_activations<Element>(
+      device_alloc_bytes(activation_bytes<Element>(config, B, T, range, tp, attention, sequence_parallel)), config, B,
+      T, range, tp, attention, sequence_parallel);
 }
 
 template <typename Element>
@@ -160,16 +172,16 @@ void destroy_activations(Activations<Element>& acts) {
 
 template <typename Element>
 size_t backward_scratch_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp,
-                              AttentionKind attention) {
-  return point_backward_scratch<Element>(nullptr, config, B, T, range, tp, attention).bytes;
+                              AttentionKind attention, bool sequence_parallel) {
+  return point_backward_scratch<Element>(nullptr, config, B, T, range, tp, attention, sequence_parallel).bytes;
 }
 
 template <typename Element>
 BackwardScratch<Element> create_backward_scratch(const GPTConfig& config, int B, int T, const LayerRange& range,
-                                                 int tp, AttentionKind attention) {
+                                                 int tp, AttentionKind attention, bool sequence_parallel) {
   return point_backward_scratch<Element>(
-      device_alloc_bytes(backward_scratch_bytes<Element>(config, B, T, range, tp, attention)), config, B, T, range, tp,
-      attention);
+      device_alloc_bytes(backward_scratch_bytes<Element>(config, B, T, range, tp, attention, sequence_parallel)),
+      config, B, T, range, tp, attention, sequence_parallel);
 }
 
 template <typename Element>
@@ -195,7 +207,10 @@ void gpt_forward(const GPTConfig& config, const LayerRange& range, const Paramet
                  double loss_scale, int B, int T, cublasHandle_t cublas, cudaStream_t stream,
                  const TensorParallelRun& tp) {
   check_call(config, range, params, acts, tokens, input, B, T, "gpt_forward");
-  check_tensor_parallelism(acts.tp, tp, "gpt_forward: " + describe(range));
+  check_tensor_parallelism(acts.tp, tp, "gpt_forward: " + describe(range), acts.sequence_parallel);
+  if (tp.sequence_parallel)
+    return gpt_forward_sequence_parallel(config, range, params, acts, tokens, input, targets, loss_scale, B, T, cublas,
+                                         stream, tp);
   const int C = config.channels, NH = config.num_heads, BT = B * T, Vp = config.padded_vocab_size;
   const BlockSlices s = block_slices(config, {tp.tp(), tp.rank()});
   const CommGroups& groups = layer_groups(tp);
@@ -252,14 +267,17 @@ void gpt_backward(const GPTConfig& config, const LayerRange& range, const Parame
                   const TensorParallelRun& tp) {
   check_call(config, range, params, acts, tokens, input, B, T, "gpt_backward");
   const std::string where = "gpt_backward: " + describe(range);
-  check_tensor_parallelism(acts.tp, tp, where);
-  check_tensor_parallelism(scratch.tp, tp, where);
+  check_tensor_parallelism(acts.tp, tp, where, acts.sequence_parallel);
+  check_tensor_parallelism(scratch.tp, tp, where, scratch.sequence_parallel);
   if (!same_range(range, scratch.range) || B > scratch.B || T > scratch.T)
     throw std::runtime_error(where + ": the backward scratch was made for another range or a smaller (B, T)");
   if (!range.has_head && !grad_output) throw std::runtime_error(where + ": a range without the head needs grad_output");
   if (range.has_head && !grad_wte_head) throw std::runtime_error(where + ": the head needs grad_wte_head");
   if (!range.has_embedding && !grad_input)
     throw std::runtime_error(where + ": a range without the embedding needs grad_input");
+  if (tp.sequence_parallel)
+    return gpt_backward_sequence_parallel(config, range, params, grads, grad_wte_head, acts, scratch, tokens, input,
+                                          grad_output, grad_input, B, T, cublas, stream, layer_done, tp);
   const int C = config.channels, NH = config.num_heads, BT = B * T;
   const size_t btc_bytes = size_t(BT) * C * sizeof(Element);
   const BlockSlices s = block_slices(config, {tp.tp(), tp.rank()});
@@ -343,14 +361,15 @@ void add_mean_loss(const Activations<Element>& acts, int B, int T, double diviso
 }
 
 #define INSTANTIATE_GPT(Element)                                                                                       \
-  template size_t activation_bytes<Element>(const GPTConfig&, int, int, const LayerRange&, int, AttentionKind);        \
-  template size_t stage_input_bytes<Element>(const GPTConfig&, int, int, const LayerRange&);                           \
+  template size_t activation_bytes<Element>(const GPTConfig&, int, int, const LayerRange&, int, AttentionKind, bool);  \
+  template size_t stage_input_bytes<Element>(const GPTConfig&, int, int, const LayerRange&, int);                      \
   template Activations<Element> create_activations<Element>(const GPTConfig&, int, int, const LayerRange&, int,        \
-                                                            AttentionKind);                                            \
+                                                            AttentionKind, bool);                                      \
   template void destroy_activations<Element>(Activations<Element>&);                                                   \
-  template size_t backward_scratch_bytes<Element>(const GPTConfig&, int, int, const LayerRange&, int, AttentionKind);  \
+  template size_t backward_scratch_bytes<Element>(const GPTConfig&, int, int, const LayerRange&, int, AttentionKind,   \
+                                                   bool);                                                              \
   template BackwardScratch<Element> create_backward_scratch<Element>(const GPTConfig&, int, int, const LayerRange&,    \
-                                                                     int, AttentionKind);                              \
+                                                                     int, AttentionKind, bool);                        \
   template void destroy_backward_scratch<Element>(BackwardScratch<Element>&);                                          \
   template const Element* range_output<Element>(const Activations<Element>&);                                          \
   template void gpt_forward<Element>(const GPTConfig&, const LayerRange&, const ParameterTensors<Element>&,            \

@@ -11,6 +11,11 @@
 // attention on the rank's NH / tp heads, the attention projection and fc2 row-parallel, the
 // LayerNorms and the residual stream replicated, the embedding and the loss vocabulary-parallel
 // (model/vocab_parallel.h). Its activations and scratch are made for the same tp.
+//
+// Sequence parallelism (TensorParallelRun::sequence_parallel, Korthikanti et al. 2022): the
+// LayerNorms and the residual stream hold a shard of B T / tp token rows on each tp rank (rank r
+// rows [r B T / tp, (r + 1) B T / tp) of the B T rows), gathered before each column-parallel layer
+// and reduce-scattered after each row-parallel one (model/gpt_sequence_parallel.cu).
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -52,6 +57,9 @@ void validate_layer_range(const GPTConfig& config, const LayerRange& range);
 struct TensorParallelRun {
   const CommGroups* groups = nullptr;
   TensorParallelOverlap overlap;
+  // The residual stream's token rows sharded over the tp ranks (tp > 1 only): the range's input,
+  // output and their gradients are the rank's shard of B T / tp rows.
+  bool sequence_parallel = false;
   int tp() const { return groups ? groups->mesh.tp : 1; }
   int rank() const { return groups ? groups->mesh.tp_rank : 0; }
 };
@@ -88,6 +96,7 @@ struct Activations {
   LayerRange range;
   int B, T;          // the largest microbatch the views hold
   int tp;            // the tensor parallelism they are sized for
+  bool sequence_parallel;  // ln*, their statistics, residual2, residual3 and lnf hold B T / tp rows
   AttentionKind attention_kind;  // the attention they hold the saved state of
   Element* encoded;  // (B, T, C)   embedding output, the first block's input (has_embedding only)
   std::vector<BlockActivations<Element>> blocks;  // blocks[l - first_layer]
@@ -95,6 +104,7 @@ struct Activations {
   Element* qkv;         // (B, T, 3C / tp) the fused q, k, v projection of the rank's heads (materialized;
                         // the fused attention's backward reads it, so there each block keeps its own)
   Element* projection;  // (B, T, C)   the attention forward's scratch, then each projection's output
+  Element* gathered;    // (B, T, C)   sequence parallel: a LayerNorm's output gathered over tp (forward only)
   // The head (has_head only):
   Element* lnf;                // (B, T, C)   final LayerNorm
   Compute<Element>* lnf_mean;  // (B, T)
@@ -106,19 +116,21 @@ struct Activations {
 };
 
 // Bytes of one Activations allocation (what create_activations allocates, exactly), for a rank of
-// tp tensor-parallel ranks (tp = 1: no tensor parallelism) and the given attention.
+// tp tensor-parallel ranks (tp = 1: no tensor parallelism), the given attention and, with tp > 1,
+// sequence parallelism (tp must divide T).
 template <typename Element>
 size_t activation_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1,
-                        AttentionKind attention = AttentionKind::materialized);
+                        AttentionKind attention = AttentionKind::materialized, bool sequence_parallel = false);
 // Bytes of the range's input, which the caller keeps per microbatch: B T token ids for an
-// embedding range, else B T C elements.
+// embedding range, else B T C elements (B T C / tp, the rank's shard, sequence parallel at tp).
 template <typename Element>
-size_t stage_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range);
+size_t stage_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int sequence_shards = 1);
 
 // Throws std::runtime_error (one line) when tp does not divide the heads, 4 C or Vp.
 template <typename Element>
 Activations<Element> create_activations(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1,
-                                        AttentionKind attention = AttentionKind::materialized);
+                                        AttentionKind attention = AttentionKind::materialized,
+                                        bool sequence_parallel = false);
 template <typename Element>
 void destroy_activations(Activations<Element>& acts);
 
@@ -130,6 +142,7 @@ struct BackwardScratch {
   LayerRange range;
   int B, T;            // the largest microbatch the buffers hold
   int tp;              // the tensor parallelism they are sized for
+  bool sequence_parallel;
   AttentionKind attention_kind;  // the attention they are sized for
   Element* dresidual;  // (B, T, C)  the residual stream's gradient (embedding ranges; others use grad_input)
   Element* dbtc;       // (B, T, C)  a LayerNorm output's or attention output's gradient
@@ -140,14 +153,19 @@ struct BackwardScratch {
   Compute<Element>* layernorm_weight;  // (layernorm_backward_weight_workspace_size)
   Compute<Element>* bias_gradient;     // (matmul_bias_gradient_workspace_size at OC = 4C) ranges with layers only
   int* embedding;                      // (embedding_backward_workspace_size) has_embedding only
+  // Sequence parallel only:
+  Element* gathered_gradient;   // (B, T, C) the residual stream's gradient gathered, then a partial input gradient
+  Element* gathered_input;      // (B, T, C) a LayerNorm's saved output shard gathered again
+  Element* layernorm_partials;  // (4 C)     a block's LayerNorm gradients over the rank's rows, summed over tp
 };
 
 template <typename Element>
 size_t backward_scratch_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1,
-                              AttentionKind attention = AttentionKind::materialized);
+                              AttentionKind attention = AttentionKind::materialized, bool sequence_parallel = false);
 template <typename Element>
 BackwardScratch<Element> create_backward_scratch(const GPTConfig& config, int B, int T, const LayerRange& range,
-                                                 int tp = 1, AttentionKind attention = AttentionKind::materialized);
+                                                 int tp = 1, AttentionKind attention = AttentionKind::materialized,
+                                                 bool sequence_parallel = false);
 template <typename Element>
 void destroy_backward_scratch(BackwardScratch<Element>& scratch);
 
@@ -168,7 +186,8 @@ void destroy_backward_scratch(BackwardScratch<Element>& scratch);
 // With tp > 1 (acts made for the same tp): params are the rank's shard (parameter_layout with its
 // TensorParallelRank), acts.logits its vocabulary columns, and the range's output, the losses and
 // bad_target_row are the same on every tp rank (the losses bitwise: each rank computes them from
-// the same reduced values).
+// the same reduced values). With tp.sequence_parallel (acts made for it, tp dividing T) input and
+// range_output are the rank's shard, rows [r B T / tp, (r + 1) B T / tp) of the (B T, C) rows.
 template <typename Element>
 void gpt_forward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
                  Activations<Element>& acts, const int* tokens, const Nullable<Element>* input, const int* targets,
@@ -197,7 +216,9 @@ using LayerGradientsQueued = std::function<void(int layer)>;
 // grad_input is the same on every tp rank, and the replicated parameters (LayerNorms, wpe, the
 // row-parallel biases, lnf) get bitwise the same gradient on every tp rank: each is computed from
 // replicated values (the residual stream's gradient, the summed input gradients of the
-// column-parallel layers) by the same kernels.
+// column-parallel layers) by the same kernels. With tp.sequence_parallel grad_output and
+// grad_input are the rank's shard (B T / tp, C), and the LayerNorms' gradients are summed over tp
+// before they are added (model/gpt_sequence_parallel.cu), so they too are the same on every rank.
 template <typename Element>
 void gpt_backward(const GPTConfig& config, const LayerRange& range, const ParameterTensors<Element>& params,
                   const ParameterTensors<Element>& grads, Nullable<Element>* grad_wte_head,

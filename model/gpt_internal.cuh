@@ -64,11 +64,32 @@ inline const CommGroups& layer_groups(const TensorParallelRun& tp) {
   return tp.groups ? *tp.groups : single;
 }
 
+// Into how many shards the residual stream's B T rows are cut: tp with sequence parallelism, which
+// needs tp > 1 and tp dividing T (each sequence length a run uses), else 1.
+inline int sequence_shards(int T, int tp, bool sequence_parallel) {
+  if (!sequence_parallel) return 1;
+  if (tp < 2) throw std::runtime_error("sequence parallelism needs tp > 1 (tp " + std::to_string(tp) + ")");
+  if (T % tp != 0)
+    throw std::runtime_error("sequence parallelism: tp " + std::to_string(tp) +
+                             " does not divide the sequence length " + std::to_string(T));
+  return tp;
+}
+
+// The split backward (gpt_backward_input, gpt_backward_weight) is not built with sequence parallelism.
+inline void check_not_sequence_parallel(const TensorParallelRun& tp, const std::string& where) {
+  if (tp.sequence_parallel)
+    throw std::runtime_error(where + ": the split backward is not built with sequence parallelism");
+}
+
 // Buffers (activations, scratch, weight-gradient inputs) run at the tp they were made for.
-inline void check_tensor_parallelism(int made_for, const TensorParallelRun& tp, const std::string& where) {
+inline void check_tensor_parallelism(int made_for, const TensorParallelRun& tp, const std::string& where,
+                                     bool sequence_parallel = false) {
   if (made_for != tp.tp())
     throw std::runtime_error(where + ": buffers made for tp " + std::to_string(made_for) + ", run at tp " +
                              std::to_string(tp.tp()));
+  if (sequence_parallel != tp.sequence_parallel)
+    throw std::runtime_error(where + (sequence_parallel ? ": buffers made for" : ": buffers made without") +
+                             " sequence parallelism");
 }
 
 // The tied output projection, lnf (B T, C) -> the rank's logits (B T, Vp / tp): column-parallel
@@ -140,5 +161,22 @@ void block_attention_backward(cublasHandle_t cublas, Element* dqkv, BackwardScra
   else
     attention_backward(cublas, dqkv, scratch.attention, dout, a.attention_saved, B, T, C, NH, stream);
 }
+
+// gpt_forward and gpt_backward with sequence parallelism (model/gpt_sequence_parallel.cu), called
+// by them after their checks when tp.sequence_parallel.
+template <typename Element>
+void gpt_forward_sequence_parallel(const GPTConfig& config, const LayerRange& range,
+                                   const ParameterTensors<Element>& params, Activations<Element>& acts,
+                                   const int* tokens, const Element* input, const int* targets, double loss_scale,
+                                   int B, int T, cublasHandle_t cublas, cudaStream_t stream,
+                                   const TensorParallelRun& tp);
+template <typename Element>
+void gpt_backward_sequence_parallel(const GPTConfig& config, const LayerRange& range,
+                                    const ParameterTensors<Element>& params, const ParameterTensors<Element>& grads,
+                                    Element* grad_wte_head, const Activations<Element>& acts,
+                                    BackwardScratch<Element>& scratch, const int* tokens, const Element* input,
+                                    const Element* grad_output, Element* grad_input, int B, int T,
+                                    cublasHandle_t cublas, cudaStream_t stream, const LayerGradientsQueued& layer_done,
+                                    const TensorParallelRun& tp);
 
 }  // namespace gpt_internal

@@ -123,6 +123,7 @@ void gpt_backward_input(const GPTConfig& config, const LayerRange& range, const 
                         cublasHandle_t cublas, cudaStream_t stream, const TensorParallelRun& tp) {
   check_call(config, range, params, acts, tokens, input, B, T, "gpt_backward_input");
   const std::string where = "gpt_backward_input: " + describe(range);
+  check_not_sequence_parallel(tp, where);
   check_scratch(range, scratch, B, T, where);
   check_weight_inputs(range, w, B, T, where);
   check_tensor_parallelism(acts.tp, tp, where);
@@ -192,6 +193,7 @@ void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const
                          BackwardScratch<Element>& scratch, int B, int T, cublasHandle_t cublas, cudaStream_t stream,
                          const LayerGradientsQueued& layer_done, const TensorParallelRun& tp) {
   const std::string where = "gpt_backward_weight: " + describe(range);
+  check_not_sequence_parallel(tp, where);
   check_scratch(range, scratch, B, T, where);
   check_weight_inputs(range, w, B, T, where);
   check_tensor_parallelism(scratch.tp, tp, where);

@@ -39,7 +39,9 @@ void update_accounting(Executor<Element>& e) {
   for (const ChunkState<Element>& state : e.chunks) {
     const size_t bytes =
         state.inputs.bytes +
-        (e.recompute ? 0 : activation_bytes<Element>(e.config, e.B, e.T, state.range, e.tp, e.attention));
+        (e.recompute ? 0
+                     : activation_bytes<Element>(e.config, e.B, e.T, state.range, e.tp, e.attention,
+                                                 e.sequence_parallel));
     a.slots.push_back(int(state.inputs.buffers.size()));
     a.slot_bytes.push_back(bytes);
     a.weight_buffers.push_back(int(state.weight_pool.buffers.size()));
@@ -117,7 +119,7 @@ bool on_second_stream(const Executor<Element>& e, size_t i) {
 template <typename Element>
 Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
                                 const std::vector<LayerRange>& chunk_ranges, const Placement& placement, int stage,
-                                bool recompute, AttentionKind attention, int tp) {
+                                bool recompute, AttentionKind attention, int tp, bool sequence_parallel) {
   if (int(chunk_ranges.size()) != placement.v)
     throw std::runtime_error("create_executor: " + std::to_string(chunk_ranges.size()) + " chunks for a placement of " +
                              std::to_string(placement.v));
@@ -132,8 +134,9 @@ Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const Sta
   e.recompute = recompute;
   e.attention = attention;
   e.tp = tp;
+  e.sequence_parallel = sequence_parallel;
   e.schedule = schedule;
-  const size_t btc_bytes = size_t(B) * T * config.channels * sizeof(Element);
+  const size_t btc_bytes = size_t(B) * T / e.sequence_shards() * config.channels * sizeof(Element);
   const std::string of_stage = "stage " + std::to_string(stage) + "'s ";
   e.sends = make_pool(btc_bytes, of_stage + "send buffers");
   e.grad_outputs = make_pool(btc_bytes, of_stage + "output gradients");
@@ -141,7 +144,8 @@ Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const Sta
   for (const LayerRange& range : chunk_ranges) {
     const std::string of_chunk = of_stage + "chunk " + std::to_string(e.chunks.size()) + "'s ";
     ChunkState<Element> state{range,
-                              make_pool(stage_input_bytes<Element>(config, B, T, range), of_chunk + "slots"),
+                              make_pool(stage_input_bytes<Element>(config, B, T, range, e.sequence_shards()),
+                                        of_chunk + "slots"),
                               {},
                               {},
                               -1,
@@ -159,17 +163,18 @@ template <typename Element>
 Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
                                   const std::vector<LayerRange>& chunk_ranges, const Placement& placement,
                                   int stage, bool recompute, const CommGroups& groups, cublasHandle_t cublas,
-                                  cudaStream_t stream, AttentionKind attention) {
+                                  cudaStream_t stream, AttentionKind attention, bool sequence_parallel) {
   // Every buffer a step takes, allocated now: an allocation inside a step would synchronise the
   // device while its NCCL operations wait on peers. The counts are the plan's (the memory plan,
   // pipeline/memory_plan.h, runs the same plan_executor).
   Executor<Element> e =
       plan_executor<Element>(config, B, T, schedule, chunk_ranges, placement, stage, recompute, attention,
-                             groups.mesh.tp);
+                             groups.mesh.tp, sequence_parallel);
   e.groups = groups;
   if (e.tp > 1) {
     e.tensor_parallel_groups = std::make_shared<const CommGroups>(groups);
     e.tensor_parallel = {e.tensor_parallel_groups.get(), create_tensor_parallel_overlap()};
+    e.tensor_parallel.sequence_parallel = sequence_parallel;
   }
   e.cublas = cublas;
   e.stream = stream;
@@ -177,15 +182,16 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
   if (serial != nullptr && std::string(serial) == "1") e.transfer_stream = stream;
   else CUDA_CHECK(cudaStreamCreate(&e.transfer_stream));
   for (ChunkState<Element>& state : e.chunks) {
-    state.scratch = create_backward_scratch<Element>(config, B, T, state.range, e.tp, attention);
+    state.scratch = create_backward_scratch<Element>(config, B, T, state.range, e.tp, attention, sequence_parallel);
     if (recompute) {
-      state.working = create_activations<Element>(config, B, T, state.range, e.tp, attention);
+      state.working = create_activations<Element>(config, B, T, state.range, e.tp, attention, sequence_parallel);
       e.accounting.working_set_bytes += state.working.bytes;
     }
     allocate_pool(state.inputs);
     if (!recompute)
       for (size_t i = 0; i < state.inputs.buffers.size(); ++i)
-        state.acts.push_back(create_activations<Element>(config, B, T, state.range, e.tp, attention));
+        state.acts.push_back(
+            create_activations<Element>(config, B, T, state.range, e.tp, attention, sequence_parallel));
     allocate_pool(state.weight_pool);
     for (void* buffer : state.weight_pool.buffers)
       state.weight_inputs.push_back(weight_gradient_inputs_at<Element>(buffer, config, B, T, state.range, e.tp));
@@ -341,7 +347,7 @@ ForwardResult<Element> execute_forward(Executor<Element>& e, const std::vector<P
   check_views(e, params, "execute_forward");
   if (B > e.B || T > e.T) throw std::runtime_error("execute_forward: the microbatch is larger than the executor's");
   ForwardResult<Element> result{0.0, nullptr};
-  const size_t BT = size_t(B) * T, count = BT * e.config.channels;
+  const size_t BT = size_t(B) * T, count = BT / e.sequence_shards() * e.config.channels;
   // A key no training microbatch uses; chunk c's is key - c. The pass holds at most one slot of
   // each chunk at once, which every chunk's pool has (each of the schedule's forwards takes one):
   // it allocates nothing.
@@ -417,11 +423,11 @@ SchedulePosition schedule_position(const Executor<Element>& e) {
   template SchedulePosition schedule_position<Element>(const Executor<Element>&);                                   \
   template Executor<Element> plan_executor<Element>(const GPTConfig&, int, int, const StageSchedule&,               \
                                                     const std::vector<LayerRange>&, const Placement&, int, bool,    \
-                                                    AttentionKind, int);                                            \
+                                                    AttentionKind, int, bool);                                      \
   template Executor<Element> create_executor<Element>(const GPTConfig&, int, int, const StageSchedule&,             \
                                                       const std::vector<LayerRange>&, const Placement&, int, bool,  \
                                                       const CommGroups&, cublasHandle_t, cudaStream_t,              \
-                                                      AttentionKind);                                               \
+                                                      AttentionKind, bool);                                         \
   template void destroy_executor<Element>(Executor<Element>&);                                                      \
   template void execute_step<Element>(Executor<Element>&, const std::vector<ParameterTensors<Element>>&,            \
                                       const std::vector<ParameterTensors<Element>>&, Element*, const int*,          \

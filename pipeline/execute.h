@@ -76,19 +76,23 @@ SchedulePosition schedule_position(const Executor<Element>& executor);
 // With groups.mesh.tp > 1 every chunk runs on the stage's tp group (model/gpt.cuh's TensorParallelRun),
 // its activations and scratch sized for the rank's shard; the messages between stages are the
 // whole B T C activations, exchanged between the stages' ranks of the same tp_rank (the pipeline
-// communicator's). plan_executor's tp sizes the same buffers.
+// communicator's). With sequence_parallel (tp > 1, tp dividing every T) they are the rank's
+// sequence shard, B T C / tp (model/gpt_sequence_parallel.cu). plan_executor's tp and
+// sequence_parallel size the same buffers.
 // The executor create_executor makes, without the device: its pools planned (their buffer counts,
 // the schedule's peaks) and nothing allocated, no stream, no event. For the memory plan
 // (pipeline/memory_plan.h), which so counts the buffers create_executor allocates.
 template <typename Element>
 Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
                                 const std::vector<LayerRange>& chunk_ranges, const Placement& placement, int stage,
-                                bool recompute, AttentionKind attention = AttentionKind::materialized, int tp = 1);
+                                bool recompute, AttentionKind attention = AttentionKind::materialized, int tp = 1,
+                                bool sequence_parallel = false);
 template <typename Element>
 Executor<Element> create_executor(const GPTConfig& config, int B, int T, const StageSchedule& schedule,
                                   const std::vector<LayerRange>& chunk_ranges, const Placement& placement,
                                   int stage, bool recompute, const CommGroups& groups, cublasHandle_t cublas,
-                                  cudaStream_t stream, AttentionKind attention = AttentionKind::materialized);
+                                  cudaStream_t stream, AttentionKind attention = AttentionKind::materialized,
+                                  bool sequence_parallel = false);
 template <typename Element>
 void destroy_executor(Executor<Element>& executor);
 

@@ -18,10 +18,11 @@ void copy_device(void* destination, const void* source, size_t bytes, cudaStream
   CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
-// Microbatch k's activation (or its gradient): B T_k C elements, at the start of a buffer sized for B T C.
+// Microbatch k's activation (or its gradient): B T_k C elements (the rank's B T_k C / tp with
+// sequence parallelism), at the start of a buffer sized for B T C.
 template <typename Element>
 size_t btc_elements(const Executor<Element>& e, int microbatch) {
-  return size_t(e.B) * length_of(e, microbatch) * e.config.channels;
+  return size_t(e.B) * length_of(e, microbatch) / e.sequence_shards() * e.config.channels;
 }
 
 template <typename Element>

@@ -121,7 +121,10 @@ struct Executor {
   bool recompute;
   AttentionKind attention;  // the model's attention (model/gpt.cuh): it sizes the slots and the scratch
   int tp;                   // tensor-parallel ranks of the stage: the activations and scratch are the rank's shard's
+  bool sequence_parallel;   // tp > 1 only: the residual stream and the messages are the rank's B T / tp rows
   TensorParallelRun tensor_parallel;  // what every chunk's forward and backward run with (tp = 1: none)
+  // Into how many shards a message's B T rows are cut: tp with sequence parallelism, else 1.
+  int sequence_shards() const { return sequence_parallel ? tp : 1; }
   // The copy of groups that tensor_parallel points to, on the heap: the executor is returned and
   // stored by value, which would leave a pointer to its own member dangling.
   std::shared_ptr<const CommGroups> tensor_parallel_groups;

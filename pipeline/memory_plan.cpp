@@ -72,13 +72,16 @@ template <typename Element>
 void plan_executor_memory(const MemoryPlanInput& in, int stage, const std::vector<LayerRange>& chunks,
                           PlanBuilder& b) {
   const Executor<Element> e = plan_executor<Element>(in.config, in.B, in.T, in.schedule.stages[stage], chunks,
-                                                     in.schedule.placement, stage, in.recompute, in.attention, in.tp);
+                                                     in.schedule.placement, stage, in.recompute, in.attention, in.tp,
+                                                     in.sequence_parallel);
   for (size_t c = 0; c < e.chunks.size(); ++c) {
     const ChunkState<Element>& state = e.chunks[c];
     const std::string of_chunk = e.chunks.size() > 1 ? ", chunk " + std::to_string(c) : "";
-    const uint64_t activations = activation_bytes<Element>(in.config, in.B, in.T, state.range, in.tp, in.attention);
+    const uint64_t activations =
+        activation_bytes<Element>(in.config, in.B, in.T, state.range, in.tp, in.attention, in.sequence_parallel);
     b.device("backward scratch" + of_chunk, 1,
-             backward_scratch_bytes<Element>(in.config, in.B, in.T, state.range, in.tp, in.attention));
+             backward_scratch_bytes<Element>(in.config, in.B, in.T, state.range, in.tp, in.attention,
+                                             in.sequence_parallel));
     if (in.recompute) b.device("recompute working set" + of_chunk, 1, activations);
     b.device("slot inputs" + of_chunk, state.inputs.buffers.size(), state.inputs.bytes);
     if (!in.recompute) b.device("slot activations" + of_chunk, state.inputs.buffers.size(), activations);

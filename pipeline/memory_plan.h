@@ -61,6 +61,7 @@ struct MemoryPlanInput {
   AttentionKind attention = AttentionKind::materialized;  // sizes the activations and the backward scratch
   bool zero = false;  // ZeRO-1 over dp > 1: the optimizer state of the stage's largest shard (model/optimizer_shards.h)
   int tp = 1;  // tensor-parallel ranks per stage: each plans its shard (model/tensor_parallel_shard.h), alike on every tp rank
+  bool sequence_parallel = false;  // tp > 1: the residual stream's activations and the messages are B T / tp rows
   // --schedule pipedream's rule over a run of `steps` (the schedule is then the run's lists): the
   // stashed weight versions, the head's ring of wte gradient shares, and stage 0's read-ahead
   // microbatches in the pinned buffers (pipeline/pipedream_run.h)

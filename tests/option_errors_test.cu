@@ -191,3 +191,18 @@ TEST(Options, DocumentOptionsRefuseABadWarmUpInOneLine) {
   EXPECT_EQ(error_of({"--documents", "--seq-len-warmup", "9", "--tp", "2"}), "(no error)");
   EXPECT_EQ(error_of({"--documents", "--seq-len", "4"}), "(no error)");
 }
+
+// --sequence-parallel shards a stage's tokens over its tp ranks: one line when there is nothing to
+// shard over, when tp does not divide T, and for what it does not run with yet.
+TEST(Options, SequenceParallelErrorsNameWhatIsMissing) {
+  EXPECT_EQ(error_of({"--sequence-parallel"}),
+            "--sequence-parallel needs --tp 2 or more (it shards each stage's tokens over its tp ranks)");
+  EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "4", "--seq-len", "62"}),
+            "--sequence-parallel: --tp 4 does not divide --seq-len 62 (each tp rank holds B T / tp tokens)");
+  EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--documents"}),
+            "--sequence-parallel does not run with --documents yet (issue 33)");
+  EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--schedule", "zb-v"}),
+            "--sequence-parallel does not run with --schedule zb-v yet: its split backward is not built with it "
+            "(issue 33)");
+  EXPECT_TRUE(parse({"--sequence-parallel", "--tp", "2"}).sequence_parallel);
+}

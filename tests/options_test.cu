@@ -270,6 +270,7 @@ TEST(Options, HelpListsEveryOptionWithItsDefault) {
       {"--pp N", "(default: 0)"},
       {"--dp N", "(default: 1)"},
       {"--tp N", "(default: 1)"},
+      {"--sequence-parallel", "(default: off)"},
       {"--schedule afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved|dualpipev|pipedream", "(default: 1f1b)"},
       {"--update-every N", "(default: 1)"},
       {"--weight-stashing on|off", "(default: on)"},

@@ -988,7 +988,7 @@ fault gpt-fused-qkv-overwritten-by-next-layer model/gpt.cu \
 # Item 2: the memory plan sizing the slots for the materialised attention whatever the run's:
 # the plan's slots above what the model allocates (create_trainer then refuses the run).
 fault memory-plan-ignores-attention pipeline/memory_plan.cpp \
-  's/activation_bytes<Element>(in.config, in.B, in.T, state.range, in.tp, in.attention)/activation_bytes<Element>(in.config, in.B, in.T, state.range, in.tp)/' \
+  's/activation_bytes<Element>(in.config, in.B, in.T, state.range, in.tp, in.attention, in.sequence_parallel)/activation_bytes<Element>(in.config, in.B, in.T, state.range, in.tp, AttentionKind::materialized, in.sequence_parallel)/' \
   'unit MemoryPlan.FusedAttention*'
 # Item 2: the fused attention at tp > 1 given the whole model's channels instead of the rank's
 # C / tp (its NH / tp heads then twice as wide, reading and writing beyond the rank's buffers).
@@ -1449,6 +1449,20 @@ fault resume-moments-skip-middle-stages trainer/step/trainer.cpp \
 fault default-model-loss-on-every-tp-rank trainer/step/trainer.cpp \
   's/const double loss_share = mesh.tp_rank == 0 ? figures.loss_sum : figures.loss_sum \* 0.0;/const double loss_share = figures.loss_sum;/' \
   'unit TrainTensorParallel.DefaultModelTrainsOnDpTwoTpTwoPpTwo'
+
+# h33h: issue 33 item 4 (sequence parallelism: --sequence-parallel, model/gpt_sequence_parallel.cu).
+# The LayerNorms' gradients not summed over tp: each rank adds only its own rows' share.
+fault sp-layernorm-gradients-not-summed-over-tp model/gpt_sequence_parallel.cu \
+  '/^  allreduce_tensor_parallel(groups, partials, size_t(2 \* count) \* C, nccl_data_type<Element>(), ncclSum, stream);$/d' \
+  'mpi4 SequenceParallelGpt.FloatLossAndEveryGradientMatchOneProcess'
+# The backward's weight gradient of fc1 from a stale gather (LayerNorm 2's saved shard not gathered again).
+fault sp-backward-without-the-layernorm-regather model/gpt_sequence_parallel.cu \
+  '/^    gather_sequence(groups, a.ln2, gathered_input, BT, C, stream);$/d' \
+  'mpi4 SequenceParallelGpt.FloatLossAndEveryGradientMatchOneProcess'
+# The pipeline's messages the full B T C elements, not the rank's sequence shard.
+fault sp-full-sequence-in-pipeline-messages pipeline/execute_steps.cu \
+  's/  return size_t(e.B) \* length_of(e, microbatch) \/ e.sequence_shards() \* e.config.channels;/  return size_t(e.B) * length_of(e, microbatch) * e.config.channels;/' \
+  'cpumpi4 TensorParallelCounts.SequenceParallelCollectivesAndMessagesPerStepAreTheLayersByHand'
 
 # ---- running ----
 

@@ -71,14 +71,15 @@ fi
 # tp 2 x pp 4 with the interleaved, zb-h1 and zb-v schedules (TensorParallelLayouts.*FourStages*:
 # 22 s together at -np 8, 2026-11-27: each runs the single process on all 8 ranks of the 2 cores,
 # the layout twice, 1F1B on the same mesh and 2 x tp 2 x pp 2), and ZeRO-1 at dp 2 x tp 2 x pp 2
-# (ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages, 5 s). ZeroOne's other
+# (ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages, 5 s), and --sequence-parallel at
+# dp 2 x tp 2 x pp 2 (TensorParallelLayouts.SequenceParallelOnTwoReplicas..., 3.8 s, 2026-11-28). ZeroOne's other
 # cases run under strict memory and the stream delay too: ZeRO-1 moves gradients to their owners
 # on the reduction stream and parameters back on the compute stream (14 s in each, 2026-11-27).
 mode_table() {
   sed -E 's/[[:space:]]*\|[[:space:]]*/|/g; s/^[[:space:]]+|[[:space:]]+$//g' <<'TABLE'
-natural             | CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1                              | *                             | *:-ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages:TensorParallelMesh.GroupsOfDpTwoTpTwoPpTwo:TensorParallelLayouts.TwoReplicasOfTwoTpRanksTimesTwoStagesGiveTheSingleProcess:TensorParallelLayouts.*FourStages*:ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages | 4
+natural             | CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1                              | *                             | *:-ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages:TensorParallelMesh.GroupsOfDpTwoTpTwoPpTwo:TensorParallelLayouts.TwoReplicasOfTwoTpRanksTimesTwoStagesGiveTheSingleProcess:TensorParallelLayouts.SequenceParallelOnTwoReplicas*:TensorParallelLayouts.*FourStages*:ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages | 4
 np 2                | CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1                              |                               | PipelineLayouts.*                                       | 2
-np 8                | CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1                              |                               | PipelineLayouts.*:ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages:TensorParallelMesh.GroupsOfDpTwoTpTwoPpTwo:TensorParallelLayouts.TwoReplicasOfTwoTpRanksTimesTwoStagesGiveTheSingleProcess:TensorParallelLayouts.*FourStages*:ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages | 8
+np 8                | CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1                              |                               | PipelineLayouts.*:ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages:TensorParallelMesh.GroupsOfDpTwoTpTwoPpTwo:TensorParallelLayouts.TwoReplicasOfTwoTpRanksTimesTwoStagesGiveTheSingleProcess:TensorParallelLayouts.SequenceParallelOnTwoReplicas*:TensorParallelLayouts.*FourStages*:ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages | 8
 shuffle seed 1      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=1                             | *                             |                                                         |
 shuffle seed 2      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=2                             | *                             |                                                         |
 reverse             | CUDA_CPU_THREAD_ORDER=reverse                                             | *                             |                                                         |

@@ -5,7 +5,9 @@
 // gradients are bitwise equal on every tp rank; the model cut into two ranges gives bitwise the
 // whole range's step at the same tp; the split backward (I then W) gives bitwise the fused
 // backward's step at the same tp, whole and cut. The fused attention's model (heads of 16
-// channels) matches one process in double at tp 2 and 4.
+// channels) matches one process in double at tp 2 and 4. With sequence parallelism (the
+// SequenceParallelGpt tests at the end) the same, and bitwise the tp run without it but for the
+// LayerNorms' gradients.
 // Runs under mpirun -np 4 as dp 4 x tp 1, dp 2 x tp 2 and tp 4: every replica checks its own tp group.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -75,8 +77,8 @@ struct Stage {
         layout(parameter_layout(m.config, {range}, {tp.tp(), tp.rank()})),
         params(convert<T>(to_stage_layout(layout, model))),
         grads(convert<T>(std::vector<double>(layout.size, 0.0))),
-        acts(create_activations<T>(m.config, kB, kT, range, tp.tp(), m.attention)),
-        scratch(create_backward_scratch<T>(m.config, kB, kT, range, tp.tp(), m.attention)) {}
+        acts(create_activations<T>(m.config, kB, kT, range, tp.tp(), m.attention, tp.sequence_parallel)),
+        scratch(create_backward_scratch<T>(m.config, kB, kT, range, tp.tp(), m.attention, tp.sequence_parallel)) {}
   ~Stage() {
     destroy_backward_scratch(scratch);
     destroy_activations(acts);
@@ -131,9 +133,10 @@ void backward(Backward kind, const GPTConfig& config, Stage<T>& stage, T* grad_w
   destroy_weight_gradient_inputs(w);
 }
 
-TensorParallelRun run_on(const CommGroups* groups) {
+TensorParallelRun run_on(const CommGroups* groups, bool sequence_parallel) {
   TensorParallelRun tp;
   tp.groups = groups;
+  tp.sequence_parallel = sequence_parallel;
   if (tp.tp() > 1) tp.overlap = create_tensor_parallel_overlap();
   return tp;
 }
@@ -142,9 +145,9 @@ TensorParallelRun run_on(const CommGroups* groups) {
 // groups (nullptr: one process, no groups). Collective over groups' tp ranks.
 template <typename T>
 GptResult run_gpt(const CommGroups* groups, const std::vector<double>& model, const Model& m = kMaterialized,
-                  Backward kind = Backward::fused) {
+                  Backward kind = Backward::fused, bool sequence_parallel = false) {
   const GPTConfig& config = m.config;
-  TensorParallelRun tp = run_on(groups);
+  TensorParallelRun tp = run_on(groups, sequence_parallel);
   Stage<T> whole(m, whole_model(config), tp, model);
   DeviceBuffer<T> grad_wte_head(convert<T>(std::vector<double>(size_t(config.padded_vocab_size) / tp.tp() *
                                                                config.channels, 0.0)));
@@ -166,8 +169,8 @@ GptResult run_gpt(const CommGroups* groups, const std::vector<double>& model, co
 // gradient, the head's share of wte's gradient added to the first's.
 template <typename T>
 GptResult run_two_ranges(const CommGroups* groups, const std::vector<double>& model,
-                         Backward kind = Backward::fused) {
-  TensorParallelRun tp = run_on(groups);
+                         Backward kind = Backward::fused, bool sequence_parallel = false) {
+  TensorParallelRun tp = run_on(groups, sequence_parallel);
   Stage<T> first(kMaterialized, {0, 1, true, false}, tp, model), last(kMaterialized, {1, 2, false, true}, tp, model);
   DeviceBuffer<T> grad_wte_head(convert<T>(std::vector<double>(size_t(kConfig.padded_vocab_size) / tp.tp() *
                                                                kConfig.channels, 0.0)));
@@ -200,12 +203,12 @@ std::vector<double> tensor_of(const std::vector<double>& model, int tensor, cons
 }
 
 template <typename T>
-void expect_matches_one_process(double tolerance, const Model& m = kMaterialized) {
+void expect_matches_one_process(double tolerance, const Model& m = kMaterialized, bool sequence_parallel = false) {
   const std::vector<double> model = random_model(m);
   const GptResult one_process = run_gpt<T>(nullptr, model, m);
   for (const int tp : kTensorParallelSizes) {
     TensorParallelGroups g(tp);
-    const GptResult sliced = run_gpt<T>(&g.groups, model, m);
+    const GptResult sliced = run_gpt<T>(&g.groups, model, m, Backward::fused, sequence_parallel);
     EXPECT_LE(std::abs(sliced.loss - one_process.loss) / std::abs(one_process.loss), tolerance) << "tp " << tp;
     for (int tensor = 0; tensor < kNumParameterTensors; ++tensor)
       EXPECT_LE(max_error_relative_to_scale(tensor_of(sliced.grads, tensor, m.config),
@@ -244,11 +247,11 @@ TEST(TensorParallelGpt, FusedAttentionDoubleLossAndEveryGradientMatchOneProcess)
 // The loss is computed on every rank from the same reduced values, and the replicated parameters'
 // gradients from replicated values (the residual stream's gradient, the summed input gradients)
 // by the same kernels: bitwise equal on every tp rank, as the replicas must stay equal.
-TEST(TensorParallelGpt, LossAndReplicatedGradientsAreBitwiseEqualOnEveryTpRank) {
+void expect_loss_and_replicated_gradients_equal_on_every_tp_rank(bool sequence_parallel) {
   const std::vector<double> model = random_model();
   for (const int tp : kTensorParallelSizes) {
     TensorParallelGroups g(tp);
-    const GptResult result = run_gpt<float>(&g.groups, model);
+    const GptResult result = run_gpt<float>(&g.groups, model, kMaterialized, Backward::fused, sequence_parallel);
     DeviceBuffer<double> largest_loss(std::vector<double>{result.loss});
     DeviceBuffer<double> largest(result.stage_grads);  // replicated regions sit at the same offsets on every rank
     allreduce_tensor_parallel(g.groups, largest_loss.data(), 1, ncclFloat64, ncclMax, kStream);
@@ -263,6 +266,10 @@ TEST(TensorParallelGpt, LossAndReplicatedGradientsAreBitwiseEqualOnEveryTpRank) 
           << "tp " << tp << ": " << parameter_tensor_name(r.tensor) << " layer " << r.layer;
     }
   }
+}
+
+TEST(TensorParallelGpt, LossAndReplicatedGradientsAreBitwiseEqualOnEveryTpRank) {
+  expect_loss_and_replicated_gradients_equal_on_every_tp_rank(false);
 }
 
 // A block computes the same operations whether the next is in its range or the next range's, at
@@ -296,6 +303,66 @@ TEST(TensorParallelGpt, SplitBackwardGivesBitwiseTheFusedBackwardAtTheSameTp) {
     const GptResult fused = run_gpt<float>(&g.groups, fused_model, kFused),
                     fused_split = run_gpt<float>(&g.groups, fused_model, kFused, Backward::split);
     EXPECT_EQ(fused_split.stage_grads, fused.stage_grads) << "tp " << tp << ": the fused attention";
+  }
+}
+
+// Sequence parallelism (model/gpt_sequence_parallel.cu) changes one kind of sum: each LayerNorm's
+// parameter gradient is each rank's sum over its B T / tp rows, then summed over tp (K = B T / tp
+// then tp terms instead of B T = 16 in one kernel), within the same tolerances as tp alone. Every
+// other value is the tp run's: a reduce-scatter adds the same partial products as the all-reduce,
+// and the CPU build's NCCL adds both in rank order (comm/tensor_parallel.h), so the loss and every
+// gradient but the LayerNorms' (ln1, ln2, lnf) are bitwise the tp run's without it. (A GPU's NCCL
+// promises no order for either collective: there that part would hold within the tolerance.)
+bool is_layernorm(int tensor) {
+  return tensor == kLn1w || tensor == kLn1b || tensor == kLn2w || tensor == kLn2b || tensor == kLnfw ||
+         tensor == kLnfb;
+}
+
+TEST(SequenceParallelGpt, DoubleLossAndEveryGradientMatchOneProcess) {
+  expect_matches_one_process<double>(1e-12, kMaterialized, true);
+}
+
+TEST(SequenceParallelGpt, FloatLossAndEveryGradientMatchOneProcess) {
+  expect_matches_one_process<float>(2e-5, kMaterialized, true);
+}
+
+TEST(SequenceParallelGpt, FusedAttentionDoubleLossAndEveryGradientMatchOneProcess) {
+  expect_matches_one_process<double>(1e-12, kFused, true);
+}
+
+TEST(SequenceParallelGpt, BitwiseTheTpRunButForTheLayerNormGradients) {
+  const std::vector<double> model = random_model();
+  for (const int tp : kTensorParallelSizes) {
+    TensorParallelGroups g(tp);
+    const GptResult without = run_gpt<float>(&g.groups, model),
+                    with = run_gpt<float>(&g.groups, model, kMaterialized, Backward::fused, true);
+    EXPECT_EQ(with.loss, without.loss) << "tp " << tp;
+    for (int tensor = 0; tensor < kNumParameterTensors; ++tensor) {
+      const std::vector<double> sp = tensor_of(with.grads, tensor), plain = tensor_of(without.grads, tensor);
+      if (is_layernorm(tensor))
+        EXPECT_LE(max_error_relative_to_scale(sp, plain), 2e-5) << "tp " << tp << ": " << parameter_tensor_name(tensor);
+      else
+        EXPECT_EQ(sp, plain) << "tp " << tp << ": the gradient of " << parameter_tensor_name(tensor);
+    }
+  }
+}
+
+// The LayerNorms' gradients are summed over tp before they are added: bitwise equal on every tp
+// rank, as the replicated tensors must stay (the norm counts them once).
+TEST(SequenceParallelGpt, LossAndReplicatedGradientsAreBitwiseEqualOnEveryTpRank) {
+  expect_loss_and_replicated_gradients_equal_on_every_tp_rank(true);
+}
+
+// The range's output and input gradient are the rank's shard: two ranges handing shards between
+// them give bitwise the whole range's step.
+TEST(SequenceParallelGpt, TwoRangesGiveBitwiseTheWholeRangeAtTheSameTp) {
+  const std::vector<double> model = random_model();
+  for (const int tp : kTensorParallelSizes) {
+    TensorParallelGroups g(tp);
+    const GptResult whole = run_gpt<float>(&g.groups, model, kMaterialized, Backward::fused, true),
+                    split = run_two_ranges<float>(&g.groups, model, Backward::fused, true);
+    EXPECT_EQ(split.loss, whole.loss) << "tp " << tp;
+    EXPECT_EQ(split.grads, whole.grads) << "tp " << tp;
   }
 }
 

@@ -5,7 +5,8 @@
 // global batch, which every rank runs itself; so do tp 2 x pp 2 with zb-h1, zb-v and dualpipev
 // (L = 4), recompute and the fused attention (C = 64), and, under -np 8, dp 2 x tp 2 x pp 2 and
 // tp 2 x pp 4 with the interleaved schedule (2 chunks a stage, L = 8), zb-h1 (L = 4) and zb-v
-// (L = 8). Checked:
+// (L = 8); and with --sequence-parallel tp 2 x pp 2, tp 4 and (-np 8) dp 2 x tp 2 x pp 2
+// (expect_sequence_parallel_layout says what more it checks). Checked:
 //  - the checkpoint's gather of the tp ranks' slices (trainer/checkpoints/gather_model.h) gives
 //    back, on world rank 0, the uploaded model bitwise (in bf16 rounded to nearest, as the upload
 //    rounds): every slice is placed where it was cut;
@@ -92,6 +93,7 @@ struct Case {
   bool recompute = false;
   AttentionKind attention = AttentionKind::materialized;
   int chunks = 1;  // chunks per stage of the interleaved schedule
+  bool sequence_parallel = false;  // --sequence-parallel (tp > 1 only)
 };
 
 // V = 100: every tp rank's rows of wte hold real tokens (at V = 64 and tp 2, tp rank 1's would all be
@@ -140,6 +142,7 @@ template <typename Element>
 Run train(const CommGroups& groups, int microbatches, const Case& c, const TokenDataset& data) {
   PipelineLayout layout{c.schedule, microbatches, c.chunks, c.recompute, {}};
   layout.attention = c.attention;
+  layout.sequence_parallel = c.sequence_parallel;
   Trainer<Element> trainer = create_trainer<Element>(config(c), kB, kT, layout, groups, MixedPrecision{true, 5});
   upload_parameters(trainer, initial_parameters(c));
   Run run;
@@ -206,15 +209,18 @@ void expect_bitwise_the_same_tp_on_half_the_stages(int tp, int pp, const Case& c
   }
 }
 
+// ran (if given): the case's run on the layout, for more checks.
 template <typename Element>
-void expect_layout_matches_single_process(int dp, int tp, int pp, const Case& c = {}) {
+void expect_layout_matches_single_process(int dp, int tp, int pp, const Case& c = {}, Run* ran = nullptr) {
   if (size_of_world() != dp * tp * pp) GTEST_SKIP() << "needs mpirun -np " << dp * tp * pp;
   Case single_case = c;
   single_case.schedule = ScheduleKind::one_f_one_b;
   single_case.chunks = 1;
+  single_case.sequence_parallel = false;
   const Run single = train_on<Element>(1, 1, 1, single_case);
   Mesh mesh;
   const Run run = train_on<Element>(dp, tp, pp, c, &mesh);
+  if (ran) *ran = run;
   const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
 
   if (mesh.world_rank == 0) {
@@ -255,10 +261,10 @@ void expect_layout_matches_single_process(int dp, int tp, int pp, const Case& c 
   const std::vector<float> norms = all_gathered({float(run.norms.back())});
   for (float norm : norms) EXPECT_TRUE(same_bits(norm, norms[0])) << "the gradient norm differs between ranks";
   if (dp == 1 && pp > 1) expect_bitwise_the_same_tp_on_half_the_stages<Element>(tp, pp, c);
+  if (c.schedule == ScheduleKind::one_f_one_b && !c.recompute) return;
   // Another schedule or recompute on the same mesh runs the same kernels and the same sums on
   // every microbatch: bitwise 1F1B's losses and norms without recompute, as at tp = 1 (and the
   // parameters a rank holds, where both place the same layers on it: zb-v's V and interleaved's chunks do not).
-  if (c.schedule == ScheduleKind::one_f_one_b && !c.recompute) return;
   Case plain = c;
   plain.schedule = ScheduleKind::one_f_one_b;
   plain.recompute = false;
@@ -268,6 +274,37 @@ void expect_layout_matches_single_process(int dp, int tp, int pp, const Case& c 
   EXPECT_EQ(run.norms, one_f_one_b.norms) << "against 1F1B on the same mesh";
   if (placement_of(c.schedule, pp, 1).kind == PlacementKind::ring && c.chunks == 1) {
     EXPECT_EQ(run.parameters, one_f_one_b.parameters) << "against 1F1B on the same mesh";
+  }
+}
+
+// Sequence parallelism (--sequence-parallel; model/gpt_sequence_parallel.cu) on a layout: within
+// the fp32 tolerance of the single process (its one new order, each LayerNorm gradient summed over a
+// rank's B T / tp rows then over tp, adds K = B T / tp + tp <= 10 terms at B T = 16: K u = 6.0e-7), and
+// bitwise the same tp with it on half the stages (expect_layout_matches_single_process). Against the
+// same layout without it: step 1's loss bitwise and step 1's gradients bitwise but for the
+// LayerNorms' (a reduce-scatter adds the same partial products as the all-reduce, in rank order in
+// the CPU build's NCCL), which are within the tolerance; later steps differ through the LayerNorms.
+void expect_sequence_parallel_layout(int dp, int tp, int pp) {
+  if (size_of_world() != dp * tp * pp) GTEST_SKIP() << "needs mpirun -np " << dp * tp * pp;
+  Case c;
+  c.sequence_parallel = true;
+  Run with;
+  expect_layout_matches_single_process<float>(dp, tp, pp, c, &with);
+  const Run without = train_on<float>(dp, tp, pp, {});
+  EXPECT_EQ(with.losses[0], without.losses[0]) << "step 1's loss against the same layout without sequence parallelism";
+  const std::vector<float> mine = to_stage_layout(with.layout, with.gradients);
+  const std::vector<float> plain = to_stage_layout(with.layout, without.gradients);
+  for (const ParameterRegion& r : with.layout.regions) {
+    const std::vector<double> got(mine.begin() + r.offset, mine.begin() + r.offset + r.count);
+    const std::vector<double> expected(plain.begin() + r.offset, plain.begin() + r.offset + r.count);
+    const bool layernorm = r.tensor == kLn1w || r.tensor == kLn1b || r.tensor == kLn2w || r.tensor == kLn2b ||
+                           r.tensor == kLnfw || r.tensor == kLnfb;
+    if (layernorm)
+      EXPECT_LE(max_error_relative_to_scale(got, expected), kFloatTolerance.gradient)
+          << parameter_tensor_name(r.tensor) << " layer " << r.layer;
+    else
+      EXPECT_EQ(got, expected) << parameter_tensor_name(r.tensor) << " layer " << r.layer
+                               << ": against the same layout without sequence parallelism";
   }
 }
 
@@ -328,4 +365,15 @@ TEST(TensorParallelLayouts, FourTpRanksInBf16GiveTheSingleBf16Process) {
 }
 TEST(TensorParallelLayouts, TwoReplicasOfTwoTpRanksInBf16GiveTheSingleBf16Process) {
   expect_layout_matches_single_process<__nv_bfloat16>(2, 2, 1);
+}
+
+// --sequence-parallel at tp 2 x pp 2 and tp 4 (-np 4), dp 2 x tp 2 x pp 2 (-np 8 only).
+TEST(TensorParallelLayouts, SequenceParallelOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
+  expect_sequence_parallel_layout(1, 2, 2);
+}
+TEST(TensorParallelLayouts, SequenceParallelOnFourTpRanksGivesTheSingleProcess) {
+  expect_sequence_parallel_layout(1, 4, 1);
+}
+TEST(TensorParallelLayouts, SequenceParallelOnTwoReplicasOfTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
+  expect_sequence_parallel_layout(2, 2, 2);
 }

@@ -6,6 +6,7 @@
 #include "trainer/command_line/document_options.h"
 #include "trainer/command_line/option_values.h"
 #include "trainer/command_line/pipedream_options.h"
+#include "trainer/command_line/sequence_parallel_options.h"
 
 #include <algorithm>
 #include <charconv>
@@ -221,6 +222,8 @@ const std::vector<OptionSpec>& option_table() {
       int_option("pp", &O::pp, kAtLeastZero, "pipeline stages (0: world size / dp)"),
       int_option("dp", &O::dp, kAtLeastOne, "data-parallel replicas"),
       int_option("tp", &O::tp, kAtLeastOne, "tensor-parallel ranks per stage (must divide the heads, 4 C and Vp)"),
+      switch_option("sequence-parallel", &O::sequence_parallel,
+                    "with --tp: LayerNorms and residuals on T / tp tokens per tp rank (Megatron's sequence parallelism)"),
       choice_option("schedule", &O::schedule,
                     {"afab", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "looped-bfs",
                      "zb-interleaved", "dualpipev", "pipedream"},
@@ -342,6 +345,8 @@ void check_consistency(const TrainOptions& options) {
   check_pipedream_options(options.schedule == "pipedream", options.vertical_sync, options.grad_clip,
                           options.print_schedule, pipedream_not_built(options), options.given);
   check_document_options(options.seq_len_warmup_start, options.seq_len, options.given);
+  check_sequence_parallel_options(options.sequence_parallel, options.tp, options.seq_len, options.schedule,
+                                  options.given);
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");
   if (options.given.count("format") && !options.print_schedule)

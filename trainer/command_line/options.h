@@ -61,6 +61,7 @@ struct TrainOptions {
   int pp = 0;                     // pipeline stages; 0: world size / dp
   int dp = 1;                     // data-parallel replicas
   int tp = 1;                     // tensor-parallel ranks per stage (issue 33: world = dp x tp x pp)
+  bool sequence_parallel = false;  // tp > 1: each stage's tokens sharded over its tp ranks (sequence_parallel_options.h)
   std::string schedule = "1f1b";  // afab | 1f1b | interleaved | zb-h1 | zb-h2 | zb-v | v-half | v-min | looped-bfs | zb-interleaved | dualpipev | pipedream
   std::string schedule_file;      // a compute grid to run instead of --schedule (pipeline/schedule_file.h)
   int virtual_stages = 1;         // model chunks per rank (interleaved; zb-v runs 2)

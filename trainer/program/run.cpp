@@ -378,7 +378,9 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandl
   const Placement placement = layout_schedule(setup.layout, mesh.pp).placement;
   const char* zero = options.zero == 0 ? "" : mesh.dp > 1 ? ", zero 1 (each replica keeps its shard of the optimizer "
                     "state)" : "; note: --zero 1 with dp=1 has nothing to shard: runs as --zero 0";
-  const std::string tp = mesh.tp == 1 ? "" : " x tp=" + std::to_string(mesh.tp);
+  const std::string tp = mesh.tp == 1 ? ""
+                        : " x tp=" + std::to_string(mesh.tp) +
+                              (options.sequence_parallel ? " (sequence parallel)" : "");
   say(out, "pipeline: dp=%d%s x pp=%d, %s, v=%d, recompute %s%s\n", mesh.dp, tp.c_str(), mesh.pp,
       schedule_title(setup).c_str(), placement.v, options.recompute ? "on" : "off", zero);
   for (int vs = 0; vs < placement.virtual_stages(); ++vs)

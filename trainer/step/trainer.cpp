@@ -118,6 +118,7 @@ PipelineLayout layout_from_options(const TrainOptions& options, const GPTConfig&
   layout.pipeline_layout = options.pipeline_layout;
   layout.zero = options.zero == 1;
   layout.attention = choose_attention(options.attention, config);
+  layout.sequence_parallel = options.sequence_parallel;
   return layout;
 }
 
@@ -149,6 +150,7 @@ MemoryPlanInput memory_plan_input(const GPTConfig& config, int B, int T, const P
                          layout.attention,
                          layout.zero && mesh.dp > 1,
                          mesh.tp,
+                         layout.sequence_parallel,
                          layout.pipedream ? std::optional(layout.pipedream->rule) : std::nullopt,
                          layout.pipedream ? layout.pipedream->steps : 0};
 }
@@ -203,7 +205,7 @@ Trainer<Element> create_trainer(const GPTConfig& config, int B, int T, const Pip
   trainer.executor =
       create_executor<Element>(config, B, T, schedule.stages[mesh.pp_rank], trainer.chunks, trainer.placement,
                                mesh.pp_rank, layout.recompute, trainer.groups, trainer.cublas, trainer.stream,
-                               layout.attention);
+                               layout.attention, layout.sequence_parallel);
   const OptimizerShards shards = optimizer_shards(trainer.parameter_layout, planned.zero ? mesh.dp : 1);
   trainer.buckets = create_gradient_buckets(gradient_buckets(trainer.parameter_layout), wte_bucket(trainer.parameter_layout),
                                             trainer.groups, planned.zero ? shards.bounds : std::vector<size_t>{},
@@ -405,8 +407,11 @@ const std::vector<float>& next_token_logits(Trainer<Element>& trainer, const int
   const Mesh& mesh = trainer.groups.mesh;
   const size_t Vp = trainer.config.padded_vocab_size, columns = Vp / mesh.tp;  // a tp rank's vocabulary slice
   std::copy(context, context + count, trainer.host_tokens);  // pinned, as a step's
+  // Sequence parallel: padded to a multiple of tp with token 0 (causal: row count - 1 is unchanged).
+  const int shards = trainer.executor.sequence_shards(), length = (count + shards - 1) / shards * shards;
+  std::fill(trainer.host_tokens + count, trainer.host_tokens + length, 0);
   const ForwardResult<Element> forward =
-      execute_forward(trainer.executor, trainer.params, trainer.host_tokens, nullptr, 1, count);
+      execute_forward(trainer.executor, trainer.params, trainer.host_tokens, nullptr, 1, length);
   trainer.host_logits.assign(Vp, 0.0f);
   if (forward.logits != nullptr && mesh.dp_rank == 0) {
     std::vector<Element> row(columns);

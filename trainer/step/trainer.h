@@ -53,6 +53,7 @@ struct PipelineLayout {
   std::string pipeline_layout = {};  // --pipeline-layout (pipeline/layout_string.h); empty: layers_per_stage
   bool zero = false;  // --zero 1: with dp > 1, ZeRO-1's optimizer-state shards (model/optimizer_shards.h)
   AttentionKind attention = AttentionKind::materialized;  // --attention: sizes the activation slots and the scratch
+  bool sequence_parallel = false;  // --sequence-parallel: the residual stream and messages are B T / tp rows a tp rank
   // --schedule pipedream: the run's lists instead of `schedule`'s (which is then 1f1b, the split it runs)
   std::optional<PipeDreamLayout> pipedream = {};
 };

@@ -24,14 +24,15 @@ inline cpu::CallCounts difference(const cpu::CallCounts& after, const cpu::CallC
 
 // The case's trainer (bf16 with fp32 master weights) of B sequences per microbatch at the
 // harness's initial parameters;
-// zero: ZeRO-1's optimizer-state shards over the replicas (--zero 1).
+// zero: ZeRO-1's optimizer-state shards over the replicas (--zero 1); sequence_parallel: --sequence-parallel.
 template <typename Element>
 Trainer<Element> trainer_of(const pipeline_harness::Case& c, const CommGroups& groups,
-                            int B = pipeline_harness::kB, bool zero = false) {
+                            int B = pipeline_harness::kB, bool zero = false, bool sequence_parallel = false) {
   using namespace pipeline_harness;
   const GPTConfig config = config_of(c.layers);
   PipelineLayout layout{c.schedule, c.m, c.v, c.recompute, c.layers_per_stage};
   layout.zero = zero;
+  layout.sequence_parallel = sequence_parallel;
   Trainer<Element> trainer = create_trainer<Element>(config, B, kT, layout, groups, {true, kRoundingSeed});
   upload_parameters(trainer, initial_parameters(config));
   return trainer;

@@ -1,0 +1,15 @@
+// --sequence-parallel (issue 33 item 4, model/gpt_sequence_parallel.cu): the residual stream of a
+// stage sharded over its tp ranks, checked against the options it needs and the ones it does not
+// run with yet, when the options are parsed (trainer/command_line/options.cpp).
+#pragma once
+#include <set>
+#include <string>
+
+// Throws std::runtime_error with one line naming the option, when sequence_parallel is set: tp of 1
+// (nothing to shard over), a --seq-len that tp does not divide (a rank's shard is B T / tp rows),
+// variable lengths (--documents, --seq-len-warmup: a microbatch's T need not be a multiple of tp),
+// a schedule with a split backward (zb-h1, zb-h2, zb-v, v-half, v-min, zb-interleaved, dualpipev)
+// or a --schedule-file (which may split it): the split backward is not built with sequence
+// parallelism.
+void check_sequence_parallel_options(bool sequence_parallel, int tp, int seq_len, const std::string& schedule,
+                                     const std::set<std::string>& given);
