@@ -309,10 +309,11 @@ TEST(TensorParallelGpt, SplitBackwardGivesBitwiseTheFusedBackwardAtTheSameTp) {
 // Sequence parallelism (model/gpt_sequence_parallel.cu) changes one kind of sum: each LayerNorm's
 // parameter gradient is each rank's sum over its B T / tp rows, then summed over tp (K = B T / tp
 // then tp terms instead of B T = 16 in one kernel), within the same tolerances as tp alone. Every
-// other value is the tp run's: a reduce-scatter adds the same partial products as the all-reduce,
-// and the CPU build's NCCL adds both in rank order (comm/tensor_parallel.h), so the loss and every
-// gradient but the LayerNorms' (ln1, ln2, lnf) are bitwise the tp run's without it. (A GPU's NCCL
-// promises no order for either collective: there that part would hold within the tolerance.)
+// other value is the tp run's: a reduce-scatter adds the same partial products as the all-reduce.
+// NCCL promises no order for either collective, but a sum of two terms has one value in any order,
+// so at tp 2 the loss and every gradient but the LayerNorms' (ln1, ln2, lnf) are bitwise the tp
+// run's without it, on any NCCL; at tp 4 they are within the tolerance (the CPU build's NCCL adds
+// in rank order and gives them bitwise there too, which the test does not rely on).
 bool is_layernorm(int tensor) {
   return tensor == kLn1w || tensor == kLn1b || tensor == kLn2w || tensor == kLn2b || tensor == kLnfw ||
          tensor == kLnfb;
@@ -336,10 +337,14 @@ TEST(SequenceParallelGpt, BitwiseTheTpRunButForTheLayerNormGradients) {
     TensorParallelGroups g(tp);
     const GptResult without = run_gpt<float>(&g.groups, model),
                     with = run_gpt<float>(&g.groups, model, kMaterialized, Backward::fused, true);
-    EXPECT_EQ(with.loss, without.loss) << "tp " << tp;
+    const bool two_terms = tp == 2;  // each collective's sum has one value in any order
+    if (two_terms)
+      EXPECT_EQ(with.loss, without.loss) << "tp " << tp;
+    else
+      EXPECT_LE(std::abs(with.loss - without.loss), 2e-5 * std::abs(without.loss)) << "tp " << tp;
     for (int tensor = 0; tensor < kNumParameterTensors; ++tensor) {
       const std::vector<double> sp = tensor_of(with.grads, tensor), plain = tensor_of(without.grads, tensor);
-      if (is_layernorm(tensor))
+      if (is_layernorm(tensor) || !two_terms)
         EXPECT_LE(max_error_relative_to_scale(sp, plain), 2e-5) << "tp " << tp << ": " << parameter_tensor_name(tensor);
       else
         EXPECT_EQ(sp, plain) << "tp " << tp << ": the gradient of " << parameter_tensor_name(tensor);

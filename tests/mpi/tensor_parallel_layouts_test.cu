@@ -281,9 +281,11 @@ void expect_layout_matches_single_process(int dp, int tp, int pp, const Case& c 
 // the fp32 tolerance of the single process (its one new order, each LayerNorm gradient summed over a
 // rank's B T / tp rows then over tp, adds K = B T / tp + tp <= 10 terms at B T = 16: K u = 6.0e-7), and
 // bitwise the same tp with it on half the stages (expect_layout_matches_single_process). Against the
-// same layout without it: step 1's loss bitwise and step 1's gradients bitwise but for the
-// LayerNorms' (a reduce-scatter adds the same partial products as the all-reduce, in rank order in
-// the CPU build's NCCL), which are within the tolerance; later steps differ through the LayerNorms.
+// same layout without it at tp 2: step 1's loss bitwise and step 1's gradients bitwise but for the
+// LayerNorms', which are within the tolerance (a reduce-scatter adds the same partial products as
+// the all-reduce, and two terms have one sum in any order, whatever order NCCL takes); at tp 4,
+// where NCCL promises no order of four terms, all within the tolerance. Later steps differ
+// through the LayerNorms.
 void expect_sequence_parallel_layout(int dp, int tp, int pp) {
   if (size_of_world() != dp * tp * pp) GTEST_SKIP() << "needs mpirun -np " << dp * tp * pp;
   Case c;
@@ -291,7 +293,12 @@ void expect_sequence_parallel_layout(int dp, int tp, int pp) {
   Run with;
   expect_layout_matches_single_process<float>(dp, tp, pp, c, &with);
   const Run without = train_on<float>(dp, tp, pp, {});
-  EXPECT_EQ(with.losses[0], without.losses[0]) << "step 1's loss against the same layout without sequence parallelism";
+  const bool two_terms = tp == 2;
+  if (two_terms)
+    EXPECT_EQ(with.losses[0], without.losses[0]) << "step 1's loss against the same layout without sequence parallelism";
+  else
+    EXPECT_LE(std::abs(with.losses[0] - without.losses[0]), kFloatTolerance.loss * std::abs(without.losses[0]))
+        << "step 1's loss against the same layout without sequence parallelism";
   const std::vector<float> mine = to_stage_layout(with.layout, with.gradients);
   const std::vector<float> plain = to_stage_layout(with.layout, without.gradients);
   for (const ParameterRegion& r : with.layout.regions) {
@@ -299,7 +306,7 @@ void expect_sequence_parallel_layout(int dp, int tp, int pp) {
     const std::vector<double> expected(plain.begin() + r.offset, plain.begin() + r.offset + r.count);
     const bool layernorm = r.tensor == kLn1w || r.tensor == kLn1b || r.tensor == kLn2w || r.tensor == kLn2b ||
                            r.tensor == kLnfw || r.tensor == kLnfb;
-    if (layernorm)
+    if (layernorm || !two_terms)
       EXPECT_LE(max_error_relative_to_scale(got, expected), kFloatTolerance.gradient)
           << parameter_tensor_name(r.tensor) << " layer " << r.layer;
     else
