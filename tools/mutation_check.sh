@@ -1371,7 +1371,7 @@ fault pipedream-train-ignores-update-every trainer/step/trainer.cpp \
   'unit TrainLayout.PipeDreamOnOneStage*'
 # Item 1: a step's loss divided over the read-ahead microbatches too (m + p - 1, not m).
 fault pipedream-step-loss-over-read-ahead trainer/step/pipedream_step.cpp \
-  's/  result.loss = sums\[0\] \/ m;/  result.loss = sums[0] \/ (m + ahead);/' \
+  's/  result.loss = sums\[0\] \/ (double(m) \* dp);/  result.loss = sums[0] \/ (double(m + ahead) * dp);/' \
   'unit TrainLayout.PipeDreamFourStages*'
 # Item 1: the stages' records not gathered: no stages line under the step line.
 fault pipedream-step-without-stage-records trainer/step/pipedream_step.cpp \
