@@ -44,7 +44,7 @@ TEST(PipeDreamOptions, BadValuesAreRefusedInOneLine) {
 
 TEST(PipeDreamOptions, WhatIsNotBuiltYetIsRefusedByName) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"--dp", "2"}, "--dp 2"},           {{"--tp", "2"}, "--tp 2"},
+      {{"--tp", "2"}, "--tp 2"},
       {{"--zero", "1"}, "--zero 1"},       {{"--dtype", "bf16"}, "--dtype bf16"},
       {{"--recompute"}, "--recompute"},    {{"--save", "m.bin"}, "--save"},
       {{"--resume", "m.bin"}, "--resume"}, {{"--init", "m.bin"}, "--init"},
@@ -52,6 +52,11 @@ TEST(PipeDreamOptions, WhatIsNotBuiltYetIsRefusedByName) {
       {{"--trace", "t.json"}, "--print-schedule --trace"}};
   for (const auto& [more, option] : cases)
     EXPECT_EQ(error_of(pipedream(more)), "--schedule pipedream does not run with " + option + " yet (issue 37)");
+}
+
+// Replicas are taken: each runs its own pipeline, each update summed over them.
+TEST(PipeDreamOptions, ReplicasAreTaken) {
+  EXPECT_EQ(parse({"--schedule", "pipedream", "--grad-clip", "0", "--dp", "2"}).dp, 2);
 }
 
 // A run takes the rule without clipping; with vertical sync it would clip, which is not built yet.

@@ -10,8 +10,9 @@
 // microbatch k uses versions up to floor(k / K), pipeline/pipedream.h). For microbatch k the
 // forward reads a model assembled element by element from versions[v_F(stage of the element, k)];
 // the backward from versions[v_B(...)], except wte, which every use of microbatch k (embedding,
-// head forward, head backward) takes at stage 0's forward version. Each loss is scaled by
-// 1 / (B T K): an update's gradient is that of the mean loss of its K microbatches. An update is
+// head forward, head backward) takes at stage 0's forward version. With dp replicas each runs
+// that rule on its own microbatches; each loss is scaled by 1 / (B T K dp): an update's gradient,
+// summed over the replicas, is that of the mean loss of their K dp microbatches. An update is
 // the trainer's: the head's share of wte's gradient joins the embedding's, then AdamW (no clipping)
 // at t = v on every tensor with GPT-2's weight decay, at a constant learning rate.
 #pragma once
@@ -51,11 +52,14 @@ inline std::vector<int> stage_of_elements(const GPTConfig& config, int p) {
   return stage;
 }
 
-// `steps` steps of m microbatches read in order from reader, on p stages under rule, from the
-// parameters initial (llm.c's layout).
+// `steps` steps of m microbatches on each of dp replicas, read from reader as the trainer splits
+// them (step t's m dp microbatches in order, replica r's the r-th m), on p stages under rule, from
+// the parameters initial (llm.c's layout). Each replica's microbatch k (its own count) takes the
+// versions the rule gives k; an update's gradient is each replica's (wte's with the head's share)
+// summed over the replicas in rank order, fp32 (the all-reduce's order, comm/collectives.h).
 inline Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const PipeDreamRule& rule,
                const AdamWSettings& settings, double learning_rate, const std::vector<float>& initial,
-               BatchReader reader) {
+               BatchReader reader, int dp = 1) {
   const size_t n = initial.size(), wte_count = size_t(config.padded_vocab_size) * config.channels;
   const std::vector<int> stage = stage_of_elements(config, p);
   const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(config);
@@ -73,9 +77,10 @@ inline Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, c
     }
     return model;
   };
-  DeviceBuffer<float> params(n), grads(std::vector<float>(n, 0.0f)), grad_wte_head(std::vector<float>(wte_count, 0.0f));
-  DeviceBuffer<float> moment1(std::vector<float>(n, 0.0f)), moment2(std::vector<float>(n, 0.0f));
-  DeviceBuffer<double> loss_sum(1);
+  // Replica r's gradients at r n, its head's share of wte's at r Vp C.
+  DeviceBuffer<float> grads(std::vector<float>(dp * n, 0.0f)), grad_wte_head(std::vector<float>(dp * wte_count, 0.0f));
+  DeviceBuffer<float> params(n), moment1(std::vector<float>(n, 0.0f)), moment2(std::vector<float>(n, 0.0f));
+  DeviceBuffer<double> loss_sums(dp);
   DeviceBuffer<int> tokens(size_t(B) * T), targets(size_t(B) * T);
   std::vector<int> host_tokens(size_t(B) * T), host_targets(size_t(B) * T);
   const LayerRange whole = whole_model(config);
@@ -83,26 +88,35 @@ inline Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, c
   BackwardScratch<float> scratch = create_backward_scratch<float>(config, B, T, whole);
   CublasHandle cublas;
   const cudaStream_t stream = nullptr;
+  const uint64_t start = reader.next_microbatch;
   Run result;
   for (int t = 0; t < steps; ++t) {
-    CUDA_CHECK(cudaMemset(loss_sum.data(), 0, sizeof(double)));
+    CUDA_CHECK(cudaMemset(loss_sums.data(), 0, dp * sizeof(double)));
     for (int j = 0; j < m; ++j) {
       const int k = t * m + j;
-      read_microbatch(reader, host_tokens.data(), host_targets.data());
-      tokens.upload(host_tokens);
-      targets.upload(host_targets);
-      params.upload(assemble(k, true));
-      gpt_forward(config, whole, point_views(params.data(), config), acts, tokens.data(), nullptr, targets.data(),
-                  1.0 / (double(B) * T * K), B, T, cublas.get(), stream);
-      add_mean_loss(acts, B, T, double(B) * T, loss_sum.data(), stream);
-      if (!rule.weight_stashing) params.upload(assemble(k, false));
-      gpt_backward(config, whole, point_views(params.data(), config), point_views(grads.data(), config),
-                   grad_wte_head.data(), acts, scratch, tokens.data(), nullptr, nullptr, nullptr, B, T, cublas.get(),
-                   stream);
+      for (int r = 0; r < dp; ++r) {
+        reader.next_microbatch = start + uint64_t(t) * m * dp + uint64_t(r) * m + j;
+        read_microbatch(reader, host_tokens.data(), host_targets.data());
+        tokens.upload(host_tokens);
+        targets.upload(host_targets);
+        params.upload(assemble(k, true));
+        gpt_forward(config, whole, point_views(params.data(), config), acts, tokens.data(), nullptr, targets.data(),
+                    1.0 / (double(B) * T * K * dp), B, T, cublas.get(), stream);
+        add_mean_loss(acts, B, T, double(B) * T, loss_sums.data() + r, stream);
+        if (!rule.weight_stashing) params.upload(assemble(k, false));
+        gpt_backward(config, whole, point_views(params.data(), config), point_views(grads.data() + r * n, config),
+                     grad_wte_head.data() + r * wte_count, acts, scratch, tokens.data(), nullptr, nullptr, nullptr, B,
+                     T, cublas.get(), stream);
+      }
       if ((k + 1) % K != 0) continue;
-      // Update v = (k + 1) / K of every stage.
+      // Update v = (k + 1) / K of every stage, on the replicas' sum.
       const int v = (k + 1) / K;
-      sum_tied_embedding_gradient(config, grads.data(), grad_wte_head.data(), stream);
+      for (int r = 0; r < dp; ++r)
+        sum_tied_embedding_gradient(config, grads.data() + r * n, grad_wte_head.data() + r * wte_count, stream);
+      std::vector<float> every = grads.to_host(), sum(every.begin(), every.begin() + n);
+      for (int r = 1; r < dp; ++r)
+        for (size_t i = 0; i < n; ++i) sum[i] += every[r * n + i];
+      grads.upload(sum);  // replica 0's place: the rest is zeroed below
       params.upload(versions.back());
       for (int i = 0; i < kNumParameterTensors; ++i)
         adamw_update<float>(params.data() + offsets[i], nullptr, grads.data() + offsets[i], moment1.data() + offsets[i],
@@ -110,10 +124,14 @@ inline Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, c
                             settings.eps, parameter_tensor_has_weight_decay(i) ? settings.weight_decay : 0.0, 1.0, v,
                             {0, 0}, stream);
       versions.push_back(params.to_host());
-      CUDA_CHECK(cudaMemset(grads.data(), 0, n * sizeof(float)));
-      CUDA_CHECK(cudaMemset(grad_wte_head.data(), 0, wte_count * sizeof(float)));
+      CUDA_CHECK(cudaMemset(grads.data(), 0, dp * n * sizeof(float)));
+      CUDA_CHECK(cudaMemset(grad_wte_head.data(), 0, dp * wte_count * sizeof(float)));
     }
-    result.losses.push_back(loss_sum.to_host()[0] / m);
+    // The replicas' loss sums in rank order, as the trainer's sum over the world.
+    const std::vector<double> sums = loss_sums.to_host();
+    double step_loss = 0;
+    for (double replica_sum : sums) step_loss += replica_sum;
+    result.losses.push_back(step_loss / (double(m) * dp));
   }
   destroy_activations(acts);
   destroy_backward_scratch(scratch);

@@ -1372,7 +1372,7 @@ fault pipedream-train-ignores-update-every trainer/step/trainer.cpp \
   'unit TrainLayout.PipeDreamOnOneStage*'
 # Item 1: a step's loss divided over the read-ahead microbatches too (m + p - 1, not m).
 fault pipedream-step-loss-over-read-ahead trainer/step/pipedream_step.cpp \
-  's/  result.loss = sums\[0\] \/ m;/  result.loss = sums[0] \/ (m + ahead);/' \
+  's/  result.loss = sums\[0\] \/ (double(m) \* dp);/  result.loss = sums[0] \/ (double(m + ahead) * dp);/' \
   'unit TrainLayout.PipeDreamFourStages*'
 # Item 1: the stages' records not gathered: no stages line under the step line.
 fault pipedream-step-without-stage-records trainer/step/pipedream_step.cpp \
@@ -1410,6 +1410,26 @@ fault pipedream-trace-flows-of-the-whole-run trainer/program/run.cpp \
 fault plot-log-beside-without-training-loss tools/plot_log.py \
   's/        line, = loss.plot(other_steps, trailing_mean(other_losses, smooth), color=color, linewidth=1.2,/        line, = loss.plot([], [], color=color, linewidth=1.2,/' \
   'py:plot_log_test PlotLog.Beside*'
+
+# h37e: issue 37 item 2 (PipeDream with data parallelism: dp replicas of the pipeline, each
+# update's gradient summed over the replicas of its stage).
+# The stage's gradients not summed over the replicas before the update.
+fault pipedream-dp-sum-dropped trainer/step/pipedream_updates.cpp \
+  's/^  sum_over_replicas(stream);$//' \
+  'mpi4 PipelineLayouts.PipeDreamReplicas*'
+# The last stage's share of wte's gradient not summed over the replicas: its tied copy takes its
+# own replica's sum, stage 0's wte the replicas'.
+fault pipedream-dp-tied-share-not-summed trainer/step/pipedream_updates.cpp \
+  's/^  allreduce_data_parallel_gradients(groups_, share_of_update(version)/  if (false) allreduce_data_parallel_gradients(groups_, share_of_update(version)/' \
+  'mpi4 PipelineLayouts.PipeDreamReplicas*'
+# Every replica reads replica 0's microbatches.
+fault pipedream-dp-replicas-read-the-same-data trainer/step/pipedream_step.cpp \
+  's/ + uint64_t(mesh.dp_rank) \* m + k % m;/ + k % m;/' \
+  'mpi4 PipelineLayouts.PipeDreamReplicas*'
+# The loss scaled by 1 / (B T K), not 1 / (B T K dp): the replicas' sum is dp times the mean's gradient.
+fault pipedream-dp-loss-scale-without-replicas trainer/step/pipedream_step.cpp \
+  's/update_every() \* dp);/update_every());/' \
+  'mpi4 PipelineLayouts.PipeDreamReplicas*'
 
 # h33g: issue 33 item 6 and Checks (PyTorch at tp 2, tp 2 x pp 4 layouts at -np 8, the fixed-tp
 # layouts bitwise their pp = 1 run).

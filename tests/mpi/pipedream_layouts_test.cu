@@ -1,5 +1,6 @@
 // PipeDream's asynchronous pipeline on every rank of the world, one stage each (p = 2, 4 or 8 by
-// mpirun's -np: tools/run_tests.sh runs PipelineLayouts.* at each), several steps, bitwise equal to
+// mpirun's -np: tools/run_tests.sh runs PipelineLayouts.* at each), or replicas of 2 stages (dp =
+// the world / 2), several steps, bitwise equal to
 // the one-process reference of its rule (tests/pipedream_reference.h): each step's loss and the
 // parameters after the last update, the tied copy of wte on the last stage among them; and the
 // run's device peak, which is its memory plan to the byte (the stashes, the ring). Both run
@@ -52,15 +53,15 @@ PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& group
   return outcome;
 }
 
-void expect_reference(const PipeDreamRule& rule) {
-  const int p = size_of_world();
-  WorldGroups world(1, p);
-  SCOPED_TRACE("p " + std::to_string(p) + " K " + std::to_string(rule.update_every) +
+// dp replicas of p stages (one rank each, the world dp p).
+void expect_reference(const PipeDreamRule& rule, int dp, int p) {
+  WorldGroups world(dp, p);
+  SCOPED_TRACE("dp " + std::to_string(dp) + " p " + std::to_string(p) + " K " + std::to_string(rule.update_every) +
                (rule.weight_stashing ? " stashing" : " no stashing") + (rule.vertical_sync ? " vertical sync" : ""));
   const GPTConfig config = config_of(kLayers);
   const pipedream_reference::Run expected =
       pipedream_reference::run(config, kB, kT, p, kM, kSteps, rule, kUnclipped, kLearningRate,
-                               initial_parameters(config), make_batch_reader(dataset(), kB, kT, false, 1));
+                               initial_parameters(config), make_batch_reader(dataset(), kB, kT, false, 1), dp);
   const PipeDreamOutcome outcome = run_pipeline(rule, world.groups);
   EXPECT_EQ(outcome.losses, expected.losses);
   for (const ParameterRegion& r : outcome.regions) {
@@ -72,9 +73,28 @@ void expect_reference(const PipeDreamRule& rule) {
   }
 }
 
+void expect_reference(const PipeDreamRule& rule) { expect_reference(rule, 1, size_of_world()); }
+
+// Replicas of two stages, the world / 2 of them (dp 2 at -np 4, 4 at -np 8): every rank equal to
+// the reference is every replica equal. At dp 2 the replicas' sum is one commutative addition, so
+// only at dp 4 could an order of the sum other than the reference's show.
+void expect_reference_with_replicas(const PipeDreamRule& rule) {
+  if (size_of_world() < 4) GTEST_SKIP() << "replicas of 2 stages need 4 ranks or more";
+  expect_reference(rule, size_of_world() / 2, 2);
+}
+
 TEST(PipelineLayouts, PipeDreamWithStashingGivesTheReference) { expect_reference({1, true, false}); }
 TEST(PipelineLayouts, PipeDreamUpdatingEveryTwoGivesTheReference) { expect_reference({2, true, false}); }
 TEST(PipelineLayouts, PipeDreamWithoutStashingGivesTheReference) { expect_reference({1, false, false}); }
 TEST(PipelineLayouts, PipeDreamWithVerticalSyncGivesTheReference) { expect_reference({1, true, true}); }
+TEST(PipelineLayouts, PipeDreamReplicasWithStashingGiveTheReference) {
+  expect_reference_with_replicas({1, true, false});
+}
+TEST(PipelineLayouts, PipeDreamReplicasWithoutStashingGiveTheReference) {
+  expect_reference_with_replicas({1, false, false});
+}
+TEST(PipelineLayouts, PipeDreamReplicasWithVerticalSyncGiveTheReference) {
+  expect_reference_with_replicas({1, true, true});
+}
 
 }  // namespace

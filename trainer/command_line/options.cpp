@@ -280,7 +280,6 @@ const OptionSpec* find_option(std::string_view name) {
 // The options given that --schedule pipedream does not run with yet (trainer/command_line/pipedream_options.h).
 std::vector<std::string> pipedream_not_built(const TrainOptions& options) {
   std::vector<std::string> named;
-  if (options.dp > 1) named.push_back("--dp " + std::to_string(options.dp));
   if (options.tp > 1) named.push_back("--tp " + std::to_string(options.tp));
   if (options.zero == 1) named.push_back("--zero 1");
   if (options.dtype == "bf16") named.push_back("--dtype bf16");

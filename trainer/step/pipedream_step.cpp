@@ -21,14 +21,20 @@ void enable_pipedream_updates(Trainer<Element>& trainer, const PipeDreamLayout& 
 template <typename Element>
 StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
                           double learning_rate, int t) {
-  const int m = trainer.microbatches, ahead = trainer.groups.mesh.pp - 1;
+  const Mesh& mesh = trainer.groups.mesh;
+  const int m = trainer.microbatches, ahead = mesh.pp - 1, dp = mesh.dp;
   const size_t BT = size_t(trainer.B) * trainer.T;
   const uint64_t step_start = reader.next_microbatch;
-  for (int k = 0; k < m + ahead; ++k)
+  // The synchronous schedules' split: a step reads m dp microbatches, replica r its r m .. r m + m - 1;
+  // the ones read ahead are the replica's own of the following step(s).
+  for (int k = 0; k < m + ahead; ++k) {
+    reader.next_microbatch = step_start + uint64_t(k / m) * m * dp + uint64_t(mesh.dp_rank) * m + k % m;
     read_microbatch(reader, trainer.host_tokens + k * BT, trainer.host_targets + k * BT);
-  reader.next_microbatch = step_start + m;
+  }
+  reader.next_microbatch = step_start + uint64_t(m) * dp;
   trainer.shape.lengths.assign(m + ahead, trainer.T);
-  trainer.shape.loss_scale = 1.0 / (double(BT) * trainer.pipedream->update_every());
+  // An update's gradient, summed over the replicas, is that of the mean loss of its K dp microbatches.
+  trainer.shape.loss_scale = 1.0 / (double(BT) * trainer.pipedream->update_every() * dp);
   trainer.shape.loss_divisor = double(BT);
   trainer.pipedream->set_step(settings, t, learning_rate);
   execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens,
@@ -38,17 +44,18 @@ StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const 
                              trainer.stream));
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));  // the step's one host wait
   finish_step(trainer.executor);
-  // Only the head stage's loss sum is not 0: its forwards of the step's own microbatches (the last
-  // stage runs each microbatch's forward and backward in the same step). Also counts the stop signals.
+  // Only the head stages' loss sums are not 0 (one a replica): their forwards of the step's own
+  // microbatches (the last stage runs each microbatch's forward and backward in the same step).
+  // Also counts the stop signals.
   const int stop_signal = received_stop_signal();
   double sums[3] = {figures.loss_sum, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
   sum_over_world(trainer.world, sums, 3);
   StepResult result;
-  result.loss = sums[0] / m;
+  result.loss = sums[0] / (double(m) * dp);
   result.grad_norm = 0;
   result.has_norm = false;
   result.stop_signal = sums[2] > 0 ? SIGINT : sums[1] > 0 ? SIGTERM : 0;
-  result.real_tokens = result.positions = double(BT) * m;
+  result.real_tokens = result.positions = double(BT) * m * dp;
   result.stages = gather_stage_records(trainer.world, trainer.groups.mesh,
                                        measure_stage(trainer.groups.mesh.pp_rank, trainer.executor.accounting));
   return result;

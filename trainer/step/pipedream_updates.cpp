@@ -82,6 +82,22 @@ void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, cudaStream_
 }
 
 template <typename Element>
+void TrainerPipeDreamUpdates<Element>::sum_over_replicas(cudaStream_t stream) {
+  // The whole allocation at once but the tied copy's gradient (zero here, summed with the head's
+  // share in exchange_tied_gradient instead). Elementwise in rank order, as the synchronous
+  // schedules' buckets: the cut into ranges cannot change a bit.
+  size_t first = 0;
+  for (const ParameterRegion& r : layout_.regions)
+    if (r.tied_copy) {
+      if (r.offset > 0)
+        allreduce_data_parallel_gradients(groups_, gradients_, r.offset, nccl_data_type<Element>(), stream);
+      first = r.offset + r.count;
+    }
+  allreduce_data_parallel_gradients(groups_, gradients_ + first, layout_.size - first, nccl_data_type<Element>(),
+                                    stream);
+}
+
+template <typename Element>
 void TrainerPipeDreamUpdates<Element>::update(int version, cudaStream_t stream) {
   const size_t wte_count = size_t(config_.padded_vocab_size) * config_.channels;
   if (embedding_ && head_) {
@@ -90,6 +106,7 @@ void TrainerPipeDreamUpdates<Element>::update(int version, cudaStream_t stream) 
   } else if (embedding_) {  // with the last stage's bring_tied_embedding_to(version)
     allreduce_tied_embedding_gradient(groups_, grad_wte_, wte_count, nccl_data_type<Element>(), stream);
   }
+  sum_over_replicas(stream);
   adamw(version, false, stream);
   CUDA_CHECK(cudaMemsetAsync(gradients_, 0, layout_.size * sizeof(Element), stream));
 }
@@ -98,6 +115,9 @@ template <typename Element>
 void TrainerPipeDreamUpdates<Element>::exchange_tied_gradient(int version, cudaStream_t stream) {
   const size_t wte_count = size_t(config_.padded_vocab_size) * config_.channels;
   allreduce_tied_embedding_gradient(groups_, share_of_update(version), wte_count, nccl_data_type<Element>(), stream);
+  // Then over the replicas, as stage 0 sums its wte after the same all-reduce (update): both
+  // copies take the same sum of the same replicas' shares, in rank order.
+  allreduce_data_parallel_gradients(groups_, share_of_update(version), wte_count, nccl_data_type<Element>(), stream);
 }
 
 template <typename Element>

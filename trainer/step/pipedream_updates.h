@@ -8,7 +8,9 @@
 // and its update, so neither waits on the other's later work, and both are in the same step), and
 // applies the same AdamW to its copy only when its next forward needs version v, so that its copy
 // is the version every use of that microbatch takes. The shares (summed in place) wait for it in a
-// ring of (p - 2) / K + 2 buffers of Vp C. No clipping and no non-finite guard (refused with
+// ring of (p - 2) / K + 2 buffers of Vp C. With replicas (dp > 1) each stage's update v sums its
+// gradients over its data-parallel group first, wte's after the embedding all-reduce on stage 0
+// and the head's share after the same all-reduce on the last stage. No clipping and no non-finite guard (refused with
 // pipedream: the options' check).
 #pragma once
 #include <cuda_runtime.h>
@@ -41,6 +43,9 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
   // AdamW step `version` over the stage's regions that are (tied) or are not (!tied) wte's copy.
   void adamw(int version, bool tied, cudaStream_t stream);
   Element* share_of_update(int version);
+  // dp > 1: update v's gradients (wte's with the head's share) summed over the stage's replicas
+  // before its AdamW, on the compute stream: the update waits for the sum (no overlap).
+  void sum_over_replicas(cudaStream_t stream);
 
   GPTConfig config_;
   PipeDreamRule rule_;
