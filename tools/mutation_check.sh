@@ -1502,6 +1502,11 @@ fault sp-split-lnf-gradients-not-summed-over-tp model/gpt_split_backward_sequenc
 fault sp-wpe-on-every-tp-rank-in-bf16 model/gpt_sequence_parallel.cu \
   's/tp.rank() == 0 ? params.wpe : nullptr, B, T, C, stream);/params.wpe, B, T, C, stream);/' \
   'mpi4 TensorParallelLayouts.SequenceParallelInBf16OnTwoTpRanksTimesTwoStagesGivesTheSingleBf16Process'
+# h33i: issue 33 item 7 (step_counts' tp column with --sequence-parallel beside without).
+# Both columns from the same run: the sequence-parallel one repeats the run without it.
+fault step-counts-sp-column-from-the-same-run tools/step_counts.cu \
+  's/sequence_parallel_runs ? count(!options.sequence_parallel) : counts;/sequence_parallel_runs ? count(options.sequence_parallel) : counts;/' \
+  'py:step_counts_test StepCounts.*'
 
 # ---- running ----
 
@@ -1515,7 +1520,9 @@ target_of() {
     pytorch) echo build/cpu/tools/reference_run ;;
     py:*)
       [ -f "tests/${1#py:}.py" ] || { echo "mutation_check: no Python check tests/${1#py:}.py" >&2; return 1; }
-      echo train ;;
+      echo train
+      # The one Python check of a tool rather than ./train.
+      if [ "${1#py:}" = step_counts_test ]; then echo build/cpu/tools/step_counts; fi ;;
     *) echo "mutation_check: unknown binary '$1' in a test run" >&2; return 1 ;;
   esac
 }
