@@ -1507,6 +1507,15 @@ fault sp-wpe-on-every-tp-rank-in-bf16 model/gpt_sequence_parallel.cu \
 fault step-counts-sp-column-from-the-same-run tools/step_counts.cu \
   's/sequence_parallel_runs ? count(!options.sequence_parallel) : counts;/sequence_parallel_runs ? count(options.sequence_parallel) : counts;/' \
   'py:step_counts_test StepCounts.*'
+# h33i: issue 33 (--plan-layouts with sequence parallelism: its layouts' costs and collectives).
+# A sequence-parallel layout costed as tp alone: it ties tp alone's step with a smaller plan.
+fault sp-plan-costs-as-tp-alone trainer/program/layout_advisor.cpp \
+  's/          sequence_parallel ? chunk_sequence_parallel_collectives(config/          false ? chunk_sequence_parallel_collectives(config/' \
+  'unit LayoutAdvisor.SequenceParallelLayoutsHoldLessAndTakeLongerThanTpAlone'
+# I's LayerNorm outputs not gathered again for the weight gradients (6 calls a block, not 7).
+fault sp-plan-without-the-layernorm-regathers trainer/program/layout_advisor.cpp \
+  's/  sums.input_calls = 7 \* blocks + 3 \* head + embedding/  sums.input_calls = 5 * blocks + 3 * head + embedding/' \
+  'unit LayoutAdvisor.SequenceParallelCollectivesOfAChunkAreCountedByHand'
 
 # ---- running ----
 
