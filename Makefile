@@ -169,12 +169,13 @@ REFERENCE_RUN := $(BUILD)/tools/reference_run
 $(REFERENCE_RUN): $(call objs,tools/reference_run.cu,$(BUILD)) $(LIB_OBJS) $(RUNTIME_OBJS)
 	$(if $(filter 1,$(GPU)),$(NVCC) $(GPU_ARCH) -o $@ $^ $(GPU_LIBS),$(CXX) -o $@ $^ $(CPU_LIBS))
 
-test: $(TEST_BINS) $(if $(TRAIN_SRCS),train) $(REFERENCE_RUN) data/kjv.txt
+# tests/step_counts_test.py reads the CPU build's counts tool (cpu/runtime/call_counts.h).
+test: $(TEST_BINS) $(if $(TRAIN_SRCS),train) $(REFERENCE_RUN) data/kjv.txt build/cpu/tools/step_counts
 	@MPIRUN="$(MPIRUN)" FILTER='$(FILTER)' REFERENCE_RUN=$(REFERENCE_RUN) tools/run_tests.sh $(TEST_BINS) tests/pytorch_check.py tests/compare_losses_test.py tests/train_failure_test.py \
 	  tests/train_watchdog_test.py tests/train_stop_test.py tests/setup_deps_test.py tests/plot_log_test.py \
 	  tests/trace_test.py tests/train_visible_devices_test.py tests/house_test.py tests/runner_test.py tests/mutation_table_test.py tests/mutation_faults_test.py \
 	  tests/train_memory_test.py tests/memory_formulas_test.py tests/train_plan_layouts_test.py \
-	  tests/train_pytorch_csv_test.py tests/train_auto_split_test.py
+	  tests/train_pytorch_csv_test.py tests/train_auto_split_test.py tests/step_counts_test.py
 
 # ---- the GPU build without a GPU: compile and link everything ----
 cuda:

@@ -238,7 +238,11 @@ void gpt_backward(const GPTConfig& config, const LayerRange& range, const Parame
 // give the microbatch's activations back at once: each linear layer's input and output gradient,
 // each LayerNorm's input, saved statistics and output gradient, the embedding's tokens and output
 // gradient. Per block that is 20 C + 4 values a token, 8 C + 12 C / tp + 4 on a tp rank (the
-// activations hold 16 C + NH T + 4 and the attention's and MLP's forward buffers).
+// activations hold 16 C + NH T + 4 and the attention's and MLP's forward buffers). With sequence
+// parallelism I gathers the linear layers' inputs and output gradients over tp and keeps them
+// (all B T rows: W gathers nothing) and computes the LayerNorms' gradients, summed over tp once
+// per block and microbatch, itself: 4 C + 12 C / tp values a token and 4 C a block
+// (model/gpt_split_backward_sequence_parallel.cu).
 template <typename Element>
 struct BlockWeightInputs {
   Element* ln1_input;              // (B, T, C)  the block's input x
@@ -257,6 +261,9 @@ struct BlockWeightInputs {
   Element* dfch;                   // (B, T, 4C / tp) its output gradient (through GELU's backward)
   Element* fch_gelu;               // (B, T, 4C / tp) the MLP projection's input
   Element* dresidual3;             // (B, T, C)  its output gradient (the residual stream's at residual3)
+  // Sequence parallel, where the LayerNorms' inputs, statistics and output gradients above are
+  // not held (nullptr): their gradients, which I computes and sums over tp (W adds them).
+  Element* layernorm_sums;         // (4 C) ln2w, ln2b, ln1w, ln1b
 };
 
 template <typename Element>
@@ -266,6 +273,7 @@ struct WeightGradientInputs {
   LayerRange range;
   int B, T;
   int tp;             // the tensor parallelism they are sized for
+  bool sequence_parallel;  // the linear layers' inputs and output gradients gathered (all B T rows)
   int* tokens;        // (B, T)  the embedding's (has_embedding only)
   Element* dencoded;  // (B, T, C) the embedding output's gradient (has_embedding only)
   std::vector<BlockWeightInputs<Element>> blocks;  // blocks[l - first_layer]
@@ -276,19 +284,23 @@ struct WeightGradientInputs {
   Element* dlnf;               // (B, T, C)  its output gradient
   Element* lnf;                // (B, T, C)  the output projection's input
   Element* dlogits;            // (B, T, Vp / tp) its output gradient (the rank's vocabulary columns)
+  Element* lnf_sums;           // (2 C) sequence parallel: lnfw's and lnfb's gradients summed over tp
 };
 
 // Bytes of one WeightGradientInputs allocation (what create_weight_gradient_inputs allocates,
-// exactly), for a rank of tp tensor-parallel ranks.
+// exactly), for a rank of tp tensor-parallel ranks, with sequence parallelism or without.
 template <typename Element>
-size_t weight_gradient_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1);
+size_t weight_gradient_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp = 1,
+                                   bool sequence_parallel = false);
 // Views into memory (weight_gradient_input_bytes of device memory the caller owns), or a new allocation.
 template <typename Element>
 WeightGradientInputs<Element> weight_gradient_inputs_at(void* memory, const GPTConfig& config, int B, int T,
-                                                        const LayerRange& range, int tp = 1);
+                                                        const LayerRange& range, int tp = 1,
+                                                        bool sequence_parallel = false);
 template <typename Element>
 WeightGradientInputs<Element> create_weight_gradient_inputs(const GPTConfig& config, int B, int T,
-                                                            const LayerRange& range, int tp = 1);
+                                                            const LayerRange& range, int tp = 1,
+                                                            bool sequence_parallel = false);
 template <typename Element>
 void destroy_weight_gradient_inputs(WeightGradientInputs<Element>& inputs);
 

@@ -75,12 +75,6 @@ inline int sequence_shards(int T, int tp, bool sequence_parallel) {
   return tp;
 }
 
-// The split backward (gpt_backward_input, gpt_backward_weight) is not built with sequence parallelism.
-inline void check_not_sequence_parallel(const TensorParallelRun& tp, const std::string& where) {
-  if (tp.sequence_parallel)
-    throw std::runtime_error(where + ": the split backward is not built with sequence parallelism");
-}
-
 // Buffers (activations, scratch, weight-gradient inputs) run at the tp they were made for.
 inline void check_tensor_parallelism(int made_for, const TensorParallelRun& tp, const std::string& where,
                                      bool sequence_parallel = false) {
@@ -178,5 +172,18 @@ void gpt_backward_sequence_parallel(const GPTConfig& config, const LayerRange& r
                                     const Element* grad_output, Element* grad_input, int B, int T,
                                     cublasHandle_t cublas, cudaStream_t stream, const LayerGradientsQueued& layer_done,
                                     const TensorParallelRun& tp);
+// gpt_backward_input with sequence parallelism (model/gpt_split_backward_sequence_parallel.cu),
+// called by it after its checks when tp.sequence_parallel.
+template <typename Element>
+void gpt_backward_input_sequence_parallel(const GPTConfig& config, const LayerRange& range,
+                                          const ParameterTensors<Element>& params, const Activations<Element>& acts,
+                                          BackwardScratch<Element>& scratch, const int* tokens, const Element* input,
+                                          const Element* grad_output, Element* grad_input,
+                                          WeightGradientInputs<Element>& w, int B, int T, cublasHandle_t cublas,
+                                          cudaStream_t stream, const TensorParallelRun& tp);
+// dweight (C) += sums[0, C), dbias (C) += sums[C, 2C): a LayerNorm's parameter gradients summed
+// over tp (sequence parallelism), added as every tp rank adds them.
+template <typename Element>
+void add_layernorm_sums(Element* dweight, Element* dbias, const Element* sums, int C, cudaStream_t stream);
 
 }  // namespace gpt_internal

@@ -50,13 +50,16 @@ template <typename Element>
 void add_layernorm_gradients_summed_over_tp(const CommGroups& groups, Element* partials, Element* const* dweights,
                                             Element* const* dbiases, int count, int C, cudaStream_t stream) {
   allreduce_tensor_parallel(groups, partials, size_t(2 * count) * C, nccl_data_type<Element>(), ncclSum, stream);
-  for (int i = 0; i < count; ++i) {
-    residual_backward(dweights[i], partials + size_t(2 * i) * C, C, stream);
-    residual_backward(dbiases[i], partials + size_t(2 * i + 1) * C, C, stream);
-  }
+  for (int i = 0; i < count; ++i) add_layernorm_sums(dweights[i], dbiases[i], partials + size_t(2 * i) * C, C, stream);
 }
 
 }  // namespace
+
+template <typename Element>
+void add_layernorm_sums(Element* dweight, Element* dbias, const Element* sums, int C, cudaStream_t stream) {
+  residual_backward(dweight, sums, C, stream);
+  residual_backward(dbias, sums + C, C, stream);
+}
 
 template <typename Element>
 void gpt_forward_sequence_parallel(const GPTConfig& config, const LayerRange& range,
@@ -191,6 +194,7 @@ void gpt_backward_sequence_parallel(const GPTConfig& config, const LayerRange& r
 }
 
 #define INSTANTIATE_GPT_SEQUENCE_PARALLEL(Element)                                                                   \
+  template void add_layernorm_sums<Element>(Element*, Element*, const Element*, int, cudaStream_t);                 \
   template void gpt_forward_sequence_parallel<Element>(                                                               \
       const GPTConfig&, const LayerRange&, const ParameterTensors<Element>&, Activations<Element>&, const int*,      \
       const Element*, const int*, double, int, int, cublasHandle_t, cudaStream_t, const TensorParallelRun&);        \

@@ -5,7 +5,8 @@
 // the shared scratch, and copies the saved activations and residual-stream gradients W needs).
 // With tp > 1 the linear layers are the halves of their tensor-parallel backwards
 // (model/tensor_parallel_linear.h): the column-parallel input gradients' all-reduces run in I,
-// W communicates nothing.
+// W communicates nothing. With sequence parallelism I is
+// model/gpt_split_backward_sequence_parallel.cu's, and W adds the LayerNorms' gradients I summed.
 #include <stdexcept>
 #include <string>
 
@@ -48,8 +49,9 @@ void check_scratch(const LayerRange& range, const BackwardScratch<Element>& scra
 
 template <typename Element>
 WeightGradientInputs<Element> weight_gradient_inputs_at(void* memory, const GPTConfig& config, int B, int T,
-                                                           const LayerRange& range, int tp) {
+                                                        const LayerRange& range, int tp, bool sequence_parallel) {
   validate_layer_range(config, range);
+  sequence_shards(T, tp, sequence_parallel);
   using Real = Compute<Element>;
   const size_t BT = size_t(B) * T, C = config.channels;
   const LocalSizes local = local_sizes(config, tp);
@@ -60,52 +62,65 @@ WeightGradientInputs<Element> weight_gradient_inputs_at(void* memory, const GPTC
   w.B = B;
   w.T = T;
   w.tp = tp;
+  w.sequence_parallel = sequence_parallel;
   if (range.has_embedding) {
     w.tokens = carve.take<int>(BT);
     w.dencoded = carve.take<Element>(BT * C);
   }
+  // With sequence parallelism I computes the LayerNorms' gradients itself (their sum over tp is a
+  // collective, W has none): W reads their sums, not the LayerNorms' inputs.
   for (int l = range.first_layer; l < range.end_layer; ++l) {
-    BlockWeightInputs<Element> b;
-    b.ln1_input = carve.take<Element>(BT * C);
-    b.ln1_mean = carve.take<Real>(BT);
-    b.ln1_rstd = carve.take<Real>(BT);
-    b.dln1 = carve.take<Element>(BT * C);
+    BlockWeightInputs<Element> b{};
+    if (!sequence_parallel) {
+      b.ln1_input = carve.take<Element>(BT * C);
+      b.ln1_mean = carve.take<Real>(BT);
+      b.ln1_rstd = carve.take<Real>(BT);
+      b.dln1 = carve.take<Element>(BT * C);
+    }
     b.ln1 = carve.take<Element>(BT * C);
     b.dqkv = carve.take<Element>(BT * 3 * local.C);
     b.attention_out = carve.take<Element>(BT * local.C);
     b.dresidual2 = carve.take<Element>(BT * C);
-    b.residual2 = carve.take<Element>(BT * C);
-    b.ln2_mean = carve.take<Real>(BT);
-    b.ln2_rstd = carve.take<Real>(BT);
-    b.dln2 = carve.take<Element>(BT * C);
+    if (!sequence_parallel) {
+      b.residual2 = carve.take<Element>(BT * C);
+      b.ln2_mean = carve.take<Real>(BT);
+      b.ln2_rstd = carve.take<Real>(BT);
+      b.dln2 = carve.take<Element>(BT * C);
+    }
     b.ln2 = carve.take<Element>(BT * C);
     b.dfch = carve.take<Element>(BT * local.hidden);
     b.fch_gelu = carve.take<Element>(BT * local.hidden);
     b.dresidual3 = carve.take<Element>(BT * C);
+    if (sequence_parallel) b.layernorm_sums = carve.take<Element>(4 * C);
     w.blocks.push_back(b);
   }
   if (range.has_head) {
-    w.lnf_input = carve.take<Element>(BT * C);
-    w.lnf_mean = carve.take<Real>(BT);
-    w.lnf_rstd = carve.take<Real>(BT);
-    w.dlnf = carve.take<Element>(BT * C);
+    if (!sequence_parallel) {
+      w.lnf_input = carve.take<Element>(BT * C);
+      w.lnf_mean = carve.take<Real>(BT);
+      w.lnf_rstd = carve.take<Real>(BT);
+      w.dlnf = carve.take<Element>(BT * C);
+    }
     w.lnf = carve.take<Element>(BT * C);
     w.dlogits = carve.take<Element>(BT * local.Vp);
+    if (sequence_parallel) w.lnf_sums = carve.take<Element>(2 * C);
   }
   w.bytes = carve.bytes();
   return w;
 }
 
 template <typename Element>
-size_t weight_gradient_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp) {
-  return weight_gradient_inputs_at<Element>(nullptr, config, B, T, range, tp).bytes;
+size_t weight_gradient_input_bytes(const GPTConfig& config, int B, int T, const LayerRange& range, int tp,
+                                   bool sequence_parallel) {
+  return weight_gradient_inputs_at<Element>(nullptr, config, B, T, range, tp, sequence_parallel).bytes;
 }
 
 template <typename Element>
 WeightGradientInputs<Element> create_weight_gradient_inputs(const GPTConfig& config, int B, int T,
-                                                            const LayerRange& range, int tp) {
+                                                            const LayerRange& range, int tp, bool sequence_parallel) {
   return weight_gradient_inputs_at<Element>(
-      device_alloc_bytes(weight_gradient_input_bytes<Element>(config, B, T, range, tp)), config, B, T, range, tp);
+      device_alloc_bytes(weight_gradient_input_bytes<Element>(config, B, T, range, tp, sequence_parallel)), config, B,
+      T, range, tp, sequence_parallel);
 }
 
 template <typename Element>
@@ -123,15 +138,17 @@ void gpt_backward_input(const GPTConfig& config, const LayerRange& range, const 
                         cublasHandle_t cublas, cudaStream_t stream, const TensorParallelRun& tp) {
   check_call(config, range, params, acts, tokens, input, B, T, "gpt_backward_input");
   const std::string where = "gpt_backward_input: " + describe(range);
-  check_not_sequence_parallel(tp, where);
   check_scratch(range, scratch, B, T, where);
   check_weight_inputs(range, w, B, T, where);
-  check_tensor_parallelism(acts.tp, tp, where);
-  check_tensor_parallelism(scratch.tp, tp, where);
-  check_tensor_parallelism(w.tp, tp, where);
+  check_tensor_parallelism(acts.tp, tp, where, acts.sequence_parallel);
+  check_tensor_parallelism(scratch.tp, tp, where, scratch.sequence_parallel);
+  check_tensor_parallelism(w.tp, tp, where, w.sequence_parallel);
   if (!range.has_head && !grad_output) throw std::runtime_error(where + ": a range without the head needs grad_output");
   if (!range.has_embedding && !grad_input)
     throw std::runtime_error(where + ": a range without the embedding needs grad_input");
+  if (tp.sequence_parallel)
+    return gpt_backward_input_sequence_parallel(config, range, params, acts, scratch, tokens, input, grad_output,
+                                                grad_input, w, B, T, cublas, stream, tp);
   const int C = config.channels, NH = config.num_heads, BT = B * T;
   const size_t btc = size_t(BT) * C;
   const BlockSlices s = block_slices(config, {tp.tp(), tp.rank()});
@@ -193,11 +210,10 @@ void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const
                          BackwardScratch<Element>& scratch, int B, int T, cublasHandle_t cublas, cudaStream_t stream,
                          const LayerGradientsQueued& layer_done, const TensorParallelRun& tp) {
   const std::string where = "gpt_backward_weight: " + describe(range);
-  check_not_sequence_parallel(tp, where);
   check_scratch(range, scratch, B, T, where);
   check_weight_inputs(range, w, B, T, where);
-  check_tensor_parallelism(scratch.tp, tp, where);
-  check_tensor_parallelism(w.tp, tp, where);
+  check_tensor_parallelism(scratch.tp, tp, where, scratch.sequence_parallel);
+  check_tensor_parallelism(w.tp, tp, where, w.sequence_parallel);
   if (grads.first_layer > range.first_layer)
     throw std::runtime_error(where + ": the gradient views start at layer " + std::to_string(grads.first_layer));
   if (range.has_head && !grad_wte_head) throw std::runtime_error(where + ": the head needs grad_wte_head");
@@ -207,8 +223,11 @@ void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const
   if (range.has_head) {
     parallel_linear_backward_weight(cublas, head_slice(config, tp), grad_wte_head, static_cast<Element*>(nullptr),
                                     nullptr, w.dlogits, w.lnf, BT, stream);
-    layernorm_backward_weight(grads.lnfw, grads.lnfb, scratch.layernorm_weight, w.dlnf, w.lnf_input, w.lnf_mean,
-                              w.lnf_rstd, BT, C, stream);
+    if (w.sequence_parallel)
+      add_layernorm_sums(grads.lnfw, grads.lnfb, w.lnf_sums, C, stream);
+    else
+      layernorm_backward_weight(grads.lnfw, grads.lnfb, scratch.layernorm_weight, w.dlnf, w.lnf_input, w.lnf_mean,
+                                w.lnf_rstd, BT, C, stream);
   }
   for (int l = range.end_layer - 1; l >= range.first_layer; --l) {
     const LayerParameters<Element> g = layer_views(grads, config, l);
@@ -216,13 +235,19 @@ void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const
     parallel_linear_backward_weight(cublas, s.fcproj, g.fcprojw, g.fcprojb, scratch.bias_gradient, b.dresidual3,
                                     b.fch_gelu, BT, stream);
     parallel_linear_backward_weight(cublas, s.fc, g.fcw, g.fcb, scratch.bias_gradient, b.dfch, b.ln2, BT, stream);
-    layernorm_backward_weight(g.ln2w, g.ln2b, scratch.layernorm_weight, b.dln2, b.residual2, b.ln2_mean, b.ln2_rstd,
-                              BT, C, stream);
+    if (w.sequence_parallel)
+      add_layernorm_sums(g.ln2w, g.ln2b, b.layernorm_sums, C, stream);
+    else
+      layernorm_backward_weight(g.ln2w, g.ln2b, scratch.layernorm_weight, b.dln2, b.residual2, b.ln2_mean,
+                                b.ln2_rstd, BT, C, stream);
     parallel_linear_backward_weight(cublas, s.attproj, g.attprojw, g.attprojb, scratch.bias_gradient, b.dresidual2,
                                     b.attention_out, BT, stream);
     parallel_linear_backward_weight(cublas, s.qkv, g.qkvw, g.qkvb, scratch.bias_gradient, b.dqkv, b.ln1, BT, stream);
-    layernorm_backward_weight(g.ln1w, g.ln1b, scratch.layernorm_weight, b.dln1, b.ln1_input, b.ln1_mean, b.ln1_rstd,
-                              BT, C, stream);
+    if (w.sequence_parallel)
+      add_layernorm_sums(g.ln1w, g.ln1b, b.layernorm_sums + 2 * C, C, stream);
+    else
+      layernorm_backward_weight(g.ln1w, g.ln1b, scratch.layernorm_weight, b.dln1, b.ln1_input, b.ln1_mean,
+                                b.ln1_rstd, BT, C, stream);
     if (layer_done) layer_done(l);
   }
   if (range.has_embedding && tp.tp() > 1)
@@ -233,11 +258,11 @@ void gpt_backward_weight(const GPTConfig& config, const LayerRange& range, const
 }
 
 #define INSTANTIATE_GPT_SPLIT_BACKWARD(Element)                                                                     \
-  template size_t weight_gradient_input_bytes<Element>(const GPTConfig&, int, int, const LayerRange&, int);         \
+  template size_t weight_gradient_input_bytes<Element>(const GPTConfig&, int, int, const LayerRange&, int, bool);   \
   template WeightGradientInputs<Element> weight_gradient_inputs_at<Element>(void*, const GPTConfig&, int, int,      \
-                                                                            const LayerRange&, int);                \
+                                                                            const LayerRange&, int, bool);          \
   template WeightGradientInputs<Element> create_weight_gradient_inputs<Element>(const GPTConfig&, int, int,         \
-                                                                                const LayerRange&, int);            \
+                                                                                const LayerRange&, int, bool);      \
   template void destroy_weight_gradient_inputs<Element>(WeightGradientInputs<Element>&);                            \
   template void gpt_backward_input<Element>(const GPTConfig&, const LayerRange&, const ParameterTensors<Element>&,   \
                                             const Activations<Element>&, BackwardScratch<Element>&, const int*,      \

@@ -42,6 +42,17 @@ void column_parallel_backward_scattered(const CommGroups& groups, cublasHandle_t
   CUDA_CHECK(cudaStreamWaitEvent(stream, overlap.input_gradient_summed, 0));
 }
 
+template <typename Element>
+void column_parallel_backward_input_scattered(const CommGroups& groups, cublasHandle_t cublas,
+                                              const LinearSlice& slice, Element* dinp_shard, Element* dinp_partial,
+                                              const Element* dout, const Element* weight_slice, int N,
+                                              cudaStream_t stream) {
+  const int C = slice.local_in(), OC = slice.local_out();
+  matmul_backward_input(cublas, dinp_partial, dout, weight_slice, N, C, OC, stream);
+  reduce_scatter_tensor_parallel(groups, dinp_partial, dinp_shard, size_t(N / slice.tp) * C,
+                                 nccl_data_type<Element>(), stream);
+}
+
 #define INSTANTIATE_SEQUENCE_PARALLEL_LINEAR(Element)                                                                \
   template void gather_sequence<Element>(const CommGroups&, const Element*, Element*, int, int, cudaStream_t);       \
   template Element* row_parallel_forward_scattered<Element>(const CommGroups&, cublasHandle_t, const LinearSlice&,  \
@@ -50,7 +61,10 @@ void column_parallel_backward_scattered(const CommGroups& groups, cublasHandle_t
   template void column_parallel_backward_scattered<Element>(                                                          \
       const CommGroups&, cublasHandle_t, const LinearSlice&, Element*, Element*, Element*, Element*,                \
       Compute<Element>*, const Element*, const Element*, const Element*, int, const TensorParallelOverlap&,         \
-      cudaStream_t);
+      cudaStream_t);                                                                                                 \
+  template void column_parallel_backward_input_scattered<Element>(const CommGroups&, cublasHandle_t,                 \
+                                                                  const LinearSlice&, Element*, Element*,            \
+                                                                  const Element*, const Element*, int, cudaStream_t);
 INSTANTIATE_SEQUENCE_PARALLEL_LINEAR(double)
 INSTANTIATE_SEQUENCE_PARALLEL_LINEAR(float)
 INSTANTIATE_SEQUENCE_PARALLEL_LINEAR(__nv_bfloat16)

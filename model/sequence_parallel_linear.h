@@ -44,3 +44,14 @@ void column_parallel_backward_scattered(const CommGroups& groups, cublasHandle_t
                                         Element* dbias_slice, Compute<Element>* bias_workspace, const Element* dout,
                                         const Element* inp, const Element* weight_slice, int N,
                                         const TensorParallelOverlap& overlap, cudaStream_t stream);
+
+// column_parallel_backward_scattered's input-gradient half, for the split backward's I
+// (gpt_backward_input): dinp_partial (N, C) = dout weight_slice (=), reduce-scattered on stream
+// itself into dinp_shard (N / tp, C) (=): I has no weight-gradient GEMM to overlap it with. The
+// same partial products and the same reduce-scatter as the fused backward's, so the same shard.
+// The weight's half is parallel_linear_backward_weight on dout and the gathered input.
+template <typename Element>
+void column_parallel_backward_input_scattered(const CommGroups& groups, cublasHandle_t cublas,
+                                              const LinearSlice& slice, Element* dinp_shard, Element* dinp_partial,
+                                              const Element* dout, const Element* weight_slice, int N,
+                                              cudaStream_t stream);

@@ -150,7 +150,7 @@ Executor<Element> plan_executor(const GPTConfig& config, int B, int T, const Sta
                               {},
                               -1,
                               {},
-                              make_pool(weight_gradient_input_bytes<Element>(config, B, T, range, tp),
+                              make_pool(weight_gradient_input_bytes<Element>(config, B, T, range, tp, sequence_parallel),
                                         of_chunk + "weight-gradient inputs"),
                               {}};
     e.chunks.push_back(std::move(state));
@@ -194,7 +194,8 @@ Executor<Element> create_executor(const GPTConfig& config, int B, int T, const S
             create_activations<Element>(config, B, T, state.range, e.tp, attention, sequence_parallel));
     allocate_pool(state.weight_pool);
     for (void* buffer : state.weight_pool.buffers)
-      state.weight_inputs.push_back(weight_gradient_inputs_at<Element>(buffer, config, B, T, state.range, e.tp));
+      state.weight_inputs.push_back(
+          weight_gradient_inputs_at<Element>(buffer, config, B, T, state.range, e.tp, sequence_parallel));
   }
   allocate_pool(e.sends);
   allocate_pool(e.grad_outputs);

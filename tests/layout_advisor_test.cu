@@ -1,7 +1,8 @@
 // The layout advisor (trainer/program/layout_advisor.h): the FLOP model against counts by hand, the
 // enumeration and ranking on models whose answers are known (AFAB never ahead of 1F1B, every listed
 // plan under the limit, a tight limit leaves only recompute, nothing fitting names the smallest
-// plan), the rates read back from a trace, and the command line of the best. Host code only.
+// plan), the rates read back from a trace, and the command line of the best; with tp > 1 sequence
+// parallelism beside tp alone, its collectives by hand. Host code only.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,7 +29,8 @@ const std::vector<std::string> kModel = {"--vocab", "256", "--plan-layouts"};
 
 bool same_layout_but_schedule(const RankedLayout& a, const RankedLayout& b) {
   return a.pp == b.pp && a.dp == b.dp && a.tp == b.tp && a.options.microbatches == b.options.microbatches &&
-         a.options.recompute == b.options.recompute && a.options.dtype == b.options.dtype;
+         a.options.recompute == b.options.recompute && a.options.dtype == b.options.dtype &&
+         a.options.sequence_parallel == b.options.sequence_parallel;
 }
 
 TEST(LayoutAdvisor, FlopsOfAChunkAreTheMatmulsAttentionAndHead) {
@@ -83,12 +85,15 @@ TEST(LayoutAdvisor, AllForwardAllBackwardNeverRanksAheadOfOneFOneB) {
   EXPECT_GT(compared, 0);
 }
 
-// Activations dominate (long sequences, a small model): recompute's plans are the smallest.
+// Activations dominate (long sequences, a small model): recompute's plans are the smallest of tp alone.
 const std::vector<std::string> kLongSequences = {"--vocab", "256", "--dim", "64", "--seq-len", "256", "--batch", "16",
                                                  "--microbatches", "8", "--plan-layouts"};
 
+// Among the layouts without sequence parallelism, which shrinks the activations too (its tp 4
+// plan without recompute is the smallest of all here).
 TEST(LayoutAdvisor, ATightLimitLeavesOnlyRecomputeAndEveryListedPlanIsUnderIt) {
-  const std::vector<RankedLayout> layouts = all_layouts(parse(kLongSequences), 4, flop_cost_rates());
+  std::vector<RankedLayout> layouts = all_layouts(parse(kLongSequences), 4, flop_cost_rates());
+  std::erase_if(layouts, [](const RankedLayout& l) { return l.options.sequence_parallel; });
   uint64_t smallest_without_recompute = ~uint64_t(0);
   for (const RankedLayout& l : layouts)
     if (!l.options.recompute) smallest_without_recompute = std::min(smallest_without_recompute, l.peak);
@@ -188,6 +193,52 @@ TEST(LayoutAdvisor, TpRanksFlopsAndAllReducesOfAChunkAreCountedByHand) {
   EXPECT_DOUBLE_EQ(middle.forward_bytes, 2 * btc / 2);  // bf16: 2 bytes an element
   EXPECT_DOUBLE_EQ(middle.input_calls, 2 + 2);          // recompute: the forward's again
   EXPECT_DOUBLE_EQ(middle.input_bytes, 2 * btc);
+}
+
+// --sequence-parallel's collectives per microbatch, as step_counts counts them (tests/step_counts_test.py),
+// by hand: F 2 all-gathers and 2 reduce-scatters per block, the embedding 1, the head 1 and the
+// loss's 2; I per block 4 all-gathers, 2 reduce-scatters and the 4 C LayerNorm sums, the head 1
+// all-gather, 1 reduce-scatter and lnf's 2 C, the embedding 1 all-gather. An all-gather or
+// reduce-scatter of B T C sends what an all-reduce of half of it does.
+TEST(LayoutAdvisor, SequenceParallelCollectivesOfAChunkAreCountedByHand) {
+  const GPTConfig config = make_gpt_config(2, 4, 64, 32, 256);
+  const int B = 3, T = 32;
+  const double tokens = B * T, half = tokens * 64 * 4 / 2;
+  const ChunkAllReduces whole = chunk_sequence_parallel_collectives(config, B, T, {0, 2, true, true}, false, 2, 4);
+  EXPECT_DOUBLE_EQ(whole.forward_calls, 4 * 2 + 1 + 3);
+  EXPECT_DOUBLE_EQ(whole.forward_bytes, (4 * 2 + 1 + 1) * half + 3 * tokens * 4);
+  EXPECT_DOUBLE_EQ(whole.input_calls, 7 * 2 + 3 + 1);
+  EXPECT_DOUBLE_EQ(whole.input_bytes, (6 * 2 + 2 + 1) * half + (4 * 2 + 2) * 64 * 4);
+  const ChunkAllReduces middle = chunk_sequence_parallel_collectives(config, B, T, {1, 2, false, false}, true, 4, 2);
+  EXPECT_DOUBLE_EQ(middle.forward_calls, 4);
+  EXPECT_DOUBLE_EQ(middle.forward_bytes, 4 * half / 2);  // bf16
+  EXPECT_DOUBLE_EQ(middle.input_calls, 7 + 4);           // recompute: the forward's again
+  EXPECT_DOUBLE_EQ(middle.input_bytes, 6 * half / 2 + 4 * 64 * 2 + 4 * half / 2);
+}
+
+// Every layout of tp > 1 comes also with --sequence-parallel: its plan (the memory plan counts the
+// sharded residual stream) holds less than the same layout's without it, and its backward sends
+// more (the LayerNorm outputs gathered again), so it never ranks ahead of it on the step alone.
+TEST(LayoutAdvisor, SequenceParallelLayoutsHoldLessAndTakeLongerThanTpAlone) {
+  const std::vector<RankedLayout> layouts =
+      all_layouts(parse({"--vocab", "256", "--microbatches", "8", "--plan-layouts"}), 4, flop_cost_rates());
+  int compared = 0;
+  for (const RankedLayout& sp : layouts) {
+    if (!sp.options.sequence_parallel) continue;
+    EXPECT_GT(sp.tp, 1);
+    for (RankedLayout plain : layouts) {
+      if (plain.options.sequence_parallel || plain.options.schedule != sp.options.schedule || plain.v != sp.v) continue;
+      plain.options.sequence_parallel = true;  // to compare the rest
+      if (!same_layout_but_schedule(plain, sp)) continue;
+      ++compared;
+      EXPECT_LT(sp.peak, plain.peak) << sp.options.schedule << " at tp " << sp.tp;
+      EXPECT_GT(sp.step, plain.step) << sp.options.schedule << " at tp " << sp.tp;
+    }
+  }
+  EXPECT_GT(compared, 0);
+  RankedLayout best = layouts.front();
+  best.options.sequence_parallel = true;
+  EXPECT_NE(layout_command(best, {"--sequence-parallel"}, 4).find(" --sequence-parallel"), std::string::npos);
 }
 
 // Without a cost for the tp all-reduces, tp's FLOPs per rank (a tp-th) would tie dp's, and its

@@ -201,8 +201,9 @@ TEST(Options, SequenceParallelErrorsNameWhatIsMissing) {
             "--sequence-parallel: --tp 4 does not divide --seq-len 62 (each tp rank holds B T / tp tokens)");
   EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--documents"}),
             "--sequence-parallel does not run with --documents yet (issue 33)");
-  EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--schedule", "zb-v"}),
-            "--sequence-parallel does not run with --schedule zb-v yet: its split backward is not built with it "
-            "(issue 33)");
+  for (const char* split : {"zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "dualpipev"})
+    EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--schedule", split}), "(no error)") << split;
+  EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--schedule", "zb-interleaved", "--virtual-stages", "2"}),
+            "(no error)");
   EXPECT_TRUE(parse({"--sequence-parallel", "--tp", "2"}).sequence_parallel);
 }

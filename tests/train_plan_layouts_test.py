@@ -24,7 +24,7 @@ TIMEOUT = 300
 SMALL_MODEL = ["--layers", "4", "--dim", "64", "--batch", "2", "--seq-len", "32", "--microbatches", "8",
                "--val-every", "0", "--sample-every", "0"]
 UNITS = {"B": 1, "KiB": 2 ** 10, "MiB": 2 ** 20, "GiB": 2 ** 30, "TiB": 2 ** 40}
-ROW = re.compile(r"^(afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved|dualpipev) +(\d+) x (\d+) x (\d+) +(\d+) +(\d+) +(on|off) +(fp32|bf16)\*? +"
+ROW = re.compile(r"^(afab|1f1b|interleaved|zb-h1|zb-h2|zb-v|v-half|v-min|looped-bfs|zb-interleaved|dualpipev) +(\d+) x (\d+) x (\d+) +(\d+) +(\d+) +(on|off) +(fp32|bf16)\*? +(?:on|off) +"
                  r"([0-9.e+]+) +([0-9.]+) +([0-9.]+) (B|KiB|MiB|GiB|TiB)$")
 
 

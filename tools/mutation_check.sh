@@ -1485,6 +1485,38 @@ fault sp-full-sequence-in-pipeline-messages pipeline/execute_steps.cu \
   's/  return size_t(e.B) \* length_of(e, microbatch) \/ e.sequence_shards() \* e.config.channels;/  return size_t(e.B) * length_of(e, microbatch) * e.config.channels;/' \
   'cpumpi4 TensorParallelCounts.SequenceParallelCollectivesAndMessagesPerStepAreTheLayersByHand'
 
+# h33i: issue 33 items 4, 5 (sequence parallelism with the split backward, in bf16).
+# W's qkv weight gradient from LayerNorm 1's shard, not the gathered input (the other rows stale).
+fault sp-split-weight-gradient-from-the-shard model/gpt_split_backward_sequence_parallel.cu \
+  's/^    gather_sequence(groups, a.ln1, b.ln1, BT, C, stream);  \/\/ qkvw, qkvb$/    copy(b.ln1, a.ln1, size_t(rows) * C, stream);/' \
+  'mpi4 SequenceParallelGpt.SplitBackwardGivesBitwiseTheFusedBackwardAtTheSameTp'
+# The split backward's block LayerNorm gradients not summed over tp: each rank adds its rows' share.
+fault sp-split-layernorm-gradients-not-summed-over-tp model/gpt_split_backward_sequence_parallel.cu \
+  '/^    sum_over_tp(groups, b.layernorm_sums, 4 \* size_t(C), stream);  \/\/ ln2w, ln2b, ln1w, ln1b$/d' \
+  'mpi4 TensorParallelLayouts.SequenceParallelWithZeroBubbleH1OnTwoTpRanksTimesTwoStagesGivesTheSingleProcess'
+# The same for lnf's, under zb-v's V (the head on stage 0's second chunk).
+fault sp-split-lnf-gradients-not-summed-over-tp model/gpt_split_backward_sequence_parallel.cu \
+  '/^    sum_over_tp(groups, w.lnf_sums, 2 \* size_t(C), stream);  \/\/ lnfw, lnfb$/d' \
+  'mpi4 TensorParallelLayouts.SequenceParallelWithZeroBubbleVOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess'
+# The embedding's wpe added on every tp rank before the reduce-scatter (tp times), seen in bf16.
+fault sp-wpe-on-every-tp-rank-in-bf16 model/gpt_sequence_parallel.cu \
+  's/tp.rank() == 0 ? params.wpe : nullptr, B, T, C, stream);/params.wpe, B, T, C, stream);/' \
+  'mpi4 TensorParallelLayouts.SequenceParallelInBf16OnTwoTpRanksTimesTwoStagesGivesTheSingleBf16Process'
+# h33i: issue 33 item 7 (step_counts' tp column with --sequence-parallel beside without).
+# Both columns from the same run: the sequence-parallel one repeats the run without it.
+fault step-counts-sp-column-from-the-same-run tools/step_counts.cu \
+  's/sequence_parallel_runs ? count(!options.sequence_parallel) : counts;/sequence_parallel_runs ? count(options.sequence_parallel) : counts;/' \
+  'py:step_counts_test StepCounts.*'
+# h33i: issue 33 (--plan-layouts with sequence parallelism: its layouts' costs and collectives).
+# A sequence-parallel layout costed as tp alone: it ties tp alone's step with a smaller plan.
+fault sp-plan-costs-as-tp-alone trainer/program/layout_advisor.cpp \
+  's/          sequence_parallel ? chunk_sequence_parallel_collectives(config/          false ? chunk_sequence_parallel_collectives(config/' \
+  'unit LayoutAdvisor.SequenceParallelLayoutsHoldLessAndTakeLongerThanTpAlone'
+# I's LayerNorm outputs not gathered again for the weight gradients (6 calls a block, not 7).
+fault sp-plan-without-the-layernorm-regathers trainer/program/layout_advisor.cpp \
+  's/  sums.input_calls = 7 \* blocks + 3 \* head + embedding/  sums.input_calls = 5 * blocks + 3 * head + embedding/' \
+  'unit LayoutAdvisor.SequenceParallelCollectivesOfAChunkAreCountedByHand'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
@@ -1497,7 +1529,9 @@ target_of() {
     pytorch) echo build/cpu/tools/reference_run ;;
     py:*)
       [ -f "tests/${1#py:}.py" ] || { echo "mutation_check: no Python check tests/${1#py:}.py" >&2; return 1; }
-      echo train ;;
+      echo train
+      # The one Python check of a tool rather than ./train.
+      if [ "${1#py:}" = step_counts_test ]; then echo build/cpu/tools/step_counts; fi ;;
     *) echo "mutation_check: unknown binary '$1' in a test run" >&2; return 1 ;;
   esac
 }

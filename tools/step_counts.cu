@@ -5,13 +5,16 @@
 // is done; nccl_calls: sends, receives and collectives; bytes_sent: what those calls hand to NCCL
 // (a send's bytes, an all-reduce's input), all four of the last step, and under each stage's line
 // its NCCL calls by kind, "  nccl: KIND N (B bytes), ..." (the kinds it made), and with --tp its
-// tensor-parallel communicator's share of them, "  tp: all_reduce N (B bytes)" (tp rank 0's; every
-// tp rank of a stage makes the same calls: tests/cpu/mpi/tensor_parallel_counts_test.cu derives
-// them by hand); allocations and frees:
+// tensor-parallel communicator's share of them, without sequence parallelism and with it, each
+// from a run of its own whatever --sequence-parallel says: "  tp: all_reduce N (B bytes), with
+// --sequence-parallel N calls (B bytes)" (all-gathers, reduce-scatters and all-reduces; "-" where
+// tp does not divide --seq-len) (tp rank 0's; every tp rank of a stage makes the same calls:
+// tests/cpu/mpi/tensor_parallel_counts_test.cu derives them by hand); allocations and frees:
 // device and pinned ones of each step in turn (each synchronises the device on a GPU; the
 // trainer makes them all before step 1). The model and pipeline come from ./train's flags
 // (--layers, --heads, --dim, --seq-len, --vocab, --batch, --microbatches, --dp, --tp, --pp, --schedule,
-// --virtual-stages, --recompute, --layers-per-stage, --dtype, --zero); the tokens are random. It runs
+// --virtual-stages, --recompute, --layers-per-stage, --dtype, --zero, --sequence-parallel); the
+// tokens are random. It runs
 // --steps steps (default 2).
 // Usage: mpirun -np 4 build/cpu/tools/step_counts [flags] (make bench).
 #include <mpi.h>
@@ -40,10 +43,11 @@ namespace {
 // then the tensor-parallel communicator's calls and bytes (0 and 0 at tp 1).
 template <typename Element>
 std::vector<double> count_last_step(const TrainOptions& options, const GPTConfig& config, const CommGroups& groups,
-                                    int steps) {
+                                    int steps, bool sequence_parallel) {
   PipelineLayout layout{parse_schedule_kind(options.schedule), options.microbatches, options.virtual_stages,
                         options.recompute, options.layers_per_stage};
   layout.zero = options.zero == 1;
+  layout.sequence_parallel = sequence_parallel;
   Trainer<Element> trainer = create_trainer<Element>(config, options.batch, options.seq_len, layout, groups, {});
   std::vector<float> parameters;
   init_gpt2_parameters(parameters, config, options.seed);
@@ -95,11 +99,22 @@ int main(int argc, char** argv) {
     const GPTConfig config = make_gpt_config(options.layers, options.heads, options.dim, options.seq_len,
                                              options.vocab > 0 ? options.vocab : 256);
     CommGroups groups = create_world_groups(make_mesh(options.dp, options.tp, options.pp, world.size, world.rank));
-    const std::vector<double> counts =
-        options.dtype == "bf16" ? count_last_step<__nv_bfloat16>(options, config, groups, steps)
-                                : count_last_step<float>(options, config, groups, steps);
+    const auto count = [&](bool sequence_parallel) {
+      return options.dtype == "bf16" ? count_last_step<__nv_bfloat16>(options, config, groups, steps, sequence_parallel)
+                                     : count_last_step<float>(options, config, groups, steps, sequence_parallel);
+    };
+    std::vector<double> counts = count(options.sequence_parallel);
     const Mesh mesh = groups.mesh;
-    const size_t per_rank = counts.size();  // 4 + 2 steps + 2 kinds + 2, alike on every rank
+    // The tp column's two runs: the tp communicator's calls and bytes are counts' last two.
+    const bool sequence_parallel_runs = mesh.tp > 1 && options.seq_len % mesh.tp == 0;
+    const std::vector<double> other = sequence_parallel_runs ? count(!options.sequence_parallel) : counts;
+    const std::vector<double> with(options.sequence_parallel ? counts.end() - 2 : other.end() - 2,
+                                   options.sequence_parallel ? counts.end() : other.end());
+    const std::vector<double> without(options.sequence_parallel ? other.end() - 2 : counts.end() - 2,
+                                      options.sequence_parallel ? other.end() : counts.end());
+    counts.insert(counts.end(), without.begin(), without.end());
+    counts.insert(counts.end(), with.begin(), with.end());
+    const size_t per_rank = counts.size();  // 4 + 2 steps + 2 kinds + 2 + 2 + 2, alike on every rank
     std::vector<double> all(per_rank * size_t(world.size));
     MPI_Gather(counts.data(), int(per_rank), MPI_DOUBLE, all.data(), int(per_rank), MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (world.rank == 0)
@@ -118,9 +133,14 @@ int main(int argc, char** argv) {
                      std::to_string(int64_t(by_kind[2 * kind])) + " (" + std::to_string(int64_t(by_kind[2 * kind + 1])) +
                      " bytes)";
         std::printf("  nccl: %s\n", kinds.empty() ? "none" : kinds.c_str());
-        const double* tp_counts = by_kind + 2 * int(cpu::NcclCall::kinds);
+        const double* tp_without = by_kind + 2 * int(cpu::NcclCall::kinds) + 2;
+        const double* tp_with = tp_without + 2;
+        char with_text[64] = "-";
+        if (sequence_parallel_runs)
+          std::snprintf(with_text, sizeof(with_text), "%.0f calls (%.0f bytes)", tp_with[0], tp_with[1]);
         if (mesh.tp > 1)
-          std::printf("  tp: all_reduce %.0f (%.0f bytes)\n", tp_counts[0], tp_counts[1]);
+          std::printf("  tp: all_reduce %.0f (%.0f bytes), with --sequence-parallel %s\n", tp_without[0],
+                      tp_without[1], with_text);
       }
     destroy_world_groups(groups);
   } catch (const std::exception& e) {

@@ -124,7 +124,8 @@ void backward(Backward kind, const GPTConfig& config, Stage<T>& stage, T* grad_w
                     grad_output, grad_input, kB, kT, cublas, kStream, {}, tp);
     return;
   }
-  WeightGradientInputs<T> w = create_weight_gradient_inputs<T>(config, kB, kT, stage.range, tp.tp());
+  WeightGradientInputs<T> w =
+      create_weight_gradient_inputs<T>(config, kB, kT, stage.range, tp.tp(), tp.sequence_parallel);
   gpt_backward_input<T>(config, stage.range, stage.p(), stage.acts, stage.scratch, tokens, input, grad_output,
                         grad_input, w, kB, kT, cublas, kStream, tp);
   gpt_backward_weight<T>(config, stage.range, stage.g(), grad_wte_head, w, stage.scratch, kB, kT, cublas, kStream, {},
@@ -368,6 +369,27 @@ TEST(SequenceParallelGpt, TwoRangesGiveBitwiseTheWholeRangeAtTheSameTp) {
                     split = run_two_ranges<float>(&g.groups, model, Backward::fused, true);
     EXPECT_EQ(split.loss, whole.loss) << "tp " << tp;
     EXPECT_EQ(split.grads, whole.grads) << "tp " << tp;
+  }
+}
+
+// The split backward with it (model/gpt_split_backward_sequence_parallel.cu): I gathers what W
+// reads and sums the LayerNorms' gradients over tp as the fused backward does, W adds them: bitwise
+// the fused backward with it, whole, cut into two ranges (shards handed between them) and with
+// the fused attention.
+TEST(SequenceParallelGpt, SplitBackwardGivesBitwiseTheFusedBackwardAtTheSameTp) {
+  const std::vector<double> model = random_model(), fused_model = random_model(kFused);
+  for (const int tp : kTensorParallelSizes) {
+    TensorParallelGroups g(tp);
+    const GptResult whole = run_gpt<float>(&g.groups, model, kMaterialized, Backward::fused, true),
+                    whole_split = run_gpt<float>(&g.groups, model, kMaterialized, Backward::split, true);
+    EXPECT_EQ(whole_split.loss, whole.loss) << "tp " << tp;
+    EXPECT_EQ(whole_split.stage_grads, whole.stage_grads) << "tp " << tp << ": the whole range";
+    const GptResult cut = run_two_ranges<float>(&g.groups, model, Backward::fused, true),
+                    cut_split = run_two_ranges<float>(&g.groups, model, Backward::split, true);
+    EXPECT_EQ(cut_split.grads, cut.grads) << "tp " << tp << ": two ranges";
+    const GptResult fused = run_gpt<float>(&g.groups, fused_model, kFused, Backward::fused, true),
+                    fused_split = run_gpt<float>(&g.groups, fused_model, kFused, Backward::split, true);
+    EXPECT_EQ(fused_split.stage_grads, fused.stage_grads) << "tp " << tp << ": the fused attention";
   }
 }
 

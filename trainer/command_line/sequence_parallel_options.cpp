@@ -3,7 +3,7 @@
 
 #include <stdexcept>
 
-void check_sequence_parallel_options(bool sequence_parallel, int tp, int seq_len, const std::string& schedule,
+void check_sequence_parallel_options(bool sequence_parallel, int tp, int seq_len,
                                      const std::set<std::string>& given) {
   if (!sequence_parallel) return;
   if (tp < 2)
@@ -15,8 +15,4 @@ void check_sequence_parallel_options(bool sequence_parallel, int tp, int seq_len
   for (const char* name : {"documents", "seq-len-warmup", "schedule-file"})
     if (given.count(name))
       throw std::runtime_error(std::string("--sequence-parallel does not run with --") + name + " yet (issue 33)");
-  for (const char* split : {"zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "zb-interleaved", "dualpipev"})
-    if (schedule == split)
-      throw std::runtime_error("--sequence-parallel does not run with --schedule " + schedule +
-                               " yet: its split backward is not built with it (issue 33)");
 }

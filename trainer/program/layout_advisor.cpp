@@ -21,7 +21,8 @@ namespace {
 // The flags a layout sets, dropped from the user's command line before the layout's are added,
 // and the advisor's own, which a run does not take.
 const std::set<std::string> kReplacedFlags = {"pp", "dp", "tp", "schedule", "virtual-stages", "microbatches",
-                                              "recompute", "dtype", "plan-layouts", "world", "costs"};
+                                              "recompute", "dtype", "sequence-parallel", "plan-layouts", "world",
+                                              "costs"};
 
 std::string format(const char* pattern, double value) {
   char text[64];
@@ -72,14 +73,16 @@ double all_reduce_time(double calls, double bytes, int tp, const CostRates& rate
 // (the one the others wait for; uneven chunks, the embedding's and the head's, are averaged within
 // their stage).
 StepCosts layout_costs(const GPTConfig& config, int B, int T, const std::vector<LayerRange>& virtual_stages,
-                       const Placement& placement, bool recompute, int tp, int element_bytes,
-                       const CostRates& rates) {
+                       const Placement& placement, bool recompute, int tp, bool sequence_parallel,
+                       int element_bytes, const CostRates& rates) {
   StepCosts costs{0, 0, 0, rates.latency};
   for (int stage = 0; stage < placement.p; ++stage) {
     double forward = 0, backward_input = 0, backward_weight = 0;
     for (const LayerRange& chunk : chunks_of_stage(virtual_stages, placement, stage)) {
       const ChunkFlops flops = chunk_flops(config, B, T, chunk, recompute, tp);
-      const ChunkAllReduces sums = chunk_all_reduces(config, B, T, chunk, recompute, tp, element_bytes);
+      const ChunkAllReduces sums =
+          sequence_parallel ? chunk_sequence_parallel_collectives(config, B, T, chunk, recompute, tp, element_bytes)
+                            : chunk_all_reduces(config, B, T, chunk, recompute, tp, element_bytes);
       forward += rates.forward * flops.forward + all_reduce_time(sums.forward_calls, sums.forward_bytes, tp, rates);
       backward_input += rates.backward_input * flops.backward_input +
                         all_reduce_time(sums.input_calls, sums.input_bytes, tp, rates);
@@ -101,7 +104,8 @@ bool predict(const TrainOptions& options, int world, const GPTConfig& config, co
     const MemoryPlanInput input = run_memory_input(run);
     const PipelineSchedule& schedule = input.schedule;
     const StepCosts costs = layout_costs(run.config, run.B, run.T, input.virtual_stages, schedule.placement,
-                                         options.recompute, run.mesh.tp, options.dtype == "bf16" ? 2 : 4, rates);
+                                         options.recompute, run.mesh.tp, options.sequence_parallel,
+                                         options.dtype == "bf16" ? 2 : 4, rates);
     const Simulation simulation = simulate(schedule.stages, costs, schedule.placement.kind);
     if (!simulation.deadlock.empty()) return false;
     const std::vector<StageMemoryPlan> plans = plan_memory(input);
@@ -151,6 +155,20 @@ ChunkAllReduces chunk_all_reduces(const GPTConfig& config, int B, int T, const L
   sums.forward_bytes = (2 * blocks + embedding) * btc + head * 3 * tokens * sizeof(float);
   sums.input_calls = 2 * blocks + head + (recompute ? sums.forward_calls : 0);
   sums.input_bytes = (2 * blocks + head) * btc + (recompute ? sums.forward_bytes : 0);
+  return sums;
+}
+
+ChunkAllReduces chunk_sequence_parallel_collectives(const GPTConfig& config, int B, int T, const LayerRange& chunk,
+                                                    bool recompute, int tp, int element_bytes) {
+  const double tokens = double(B) * T, C = config.channels, half = tokens * C * element_bytes / 2;
+  const double blocks = chunk.end_layer - chunk.first_layer, embedding = chunk.has_embedding ? 1 : 0;
+  const double head = chunk.has_head ? 1 : 0;
+  ChunkAllReduces sums;
+  sums.forward_calls = 4 * blocks + embedding + 3 * head;
+  sums.forward_bytes = (4 * blocks + embedding + head) * half + head * 3 * tokens * sizeof(float);
+  sums.input_calls = 7 * blocks + 3 * head + embedding + (recompute ? sums.forward_calls : 0);
+  sums.input_bytes = (6 * blocks + 2 * head + embedding) * half + (4 * blocks + 2 * head) * C * element_bytes +
+                     (recompute ? sums.forward_bytes : 0);
   return sums;
 }
 
@@ -229,19 +247,26 @@ std::vector<RankedLayout> all_layouts(const TrainOptions& options, int world, co
         for (const char* name : {"zb-h1", "zb-h2", "zb-v", "v-half", "v-min"})
           schedules.push_back({name, chunks_per_stage(parse_schedule_kind(name), 1)});
       }
+      // Sequence parallelism where the trainer takes it (trainer/command_line/sequence_parallel_options.h).
+      std::vector<bool> sequence_parallel = {false};
+      if (tp > 1 && sequence_length(options, config) % tp == 0 && !options.given.count("documents") &&
+          !options.given.count("seq-len-warmup") && !options.given.count("schedule-file"))
+        sequence_parallel.push_back(true);
       for (const auto& [schedule, v] : schedules)
         for (bool recompute : {false, true})
-          for (const std::string& dtype : dtypes) {
-            TrainOptions candidate = options;
-            candidate.pp = pp, candidate.dp = dp, candidate.tp = tp, candidate.schedule = schedule;
-            candidate.virtual_stages = v;
-            candidate.microbatches = global_microbatches / dp, candidate.recompute = recompute, candidate.dtype = dtype;
-            candidate.plan_layouts = false;
-            RankedLayout layout;
-            if (!predict(candidate, world, config, rates, layout)) continue;
-            layout.bf16_instead_of_fp32 = dtype != options.dtype;
-            layouts.push_back(layout);
-          }
+          for (const std::string& dtype : dtypes)
+            for (bool sharded : sequence_parallel) {
+              TrainOptions candidate = options;
+              candidate.pp = pp, candidate.dp = dp, candidate.tp = tp, candidate.schedule = schedule;
+              candidate.virtual_stages = v;
+              candidate.microbatches = global_microbatches / dp, candidate.recompute = recompute;
+              candidate.dtype = dtype, candidate.sequence_parallel = sharded;
+              candidate.plan_layouts = false;
+              RankedLayout layout;
+              if (!predict(candidate, world, config, rates, layout)) continue;
+              layout.bf16_instead_of_fp32 = dtype != options.dtype;
+              layouts.push_back(layout);
+            }
     }
   }
   // Equal steps and bubbles (to rounding) go to the user's arithmetic (the costs do not know bf16's
@@ -291,6 +316,7 @@ std::string layout_command(const RankedLayout& layout, const std::vector<std::st
   command += " --microbatches " + std::to_string(o.microbatches);
   if (o.recompute) command += " --recompute";
   if (o.dtype != "fp32") command += " --dtype " + o.dtype;
+  if (o.sequence_parallel) command += " --sequence-parallel";
   return command;
 }
 
@@ -306,18 +332,19 @@ std::string layouts_report(const std::vector<RankedLayout>& layouts, const std::
           "; a tp all-reduce's byte as " + format("%.0f", kFlopsPerAllReduceByte) +
           " FLOPs; the step leaves out the dp all-reduce and the optimizer\n\n";
   char line[200];
-  std::snprintf(line, sizeof(line), "%-12s %-12s %2s %4s %-9s %-6s %12s %7s %12s\n", "schedule", "pp x dp x tp", "v",
-                "m", "recompute", "dtype", ("step " + rates.unit).c_str(), "bubble", "peak");
+  std::snprintf(line, sizeof(line), "%-12s %-12s %2s %4s %-9s %-6s %-3s %12s %7s %12s\n", "schedule", "pp x dp x tp",
+                "v", "m", "recompute", "dtype", "sp", ("step " + rates.unit).c_str(), "bubble", "peak");
   text += line;
   bool any_bf16 = false;
   for (size_t i = 0; i < layouts.size() && i < rows; ++i) {
     const RankedLayout& l = layouts[i];
     const bool changes_arithmetic = l.bf16_instead_of_fp32;
     any_bf16 = any_bf16 || changes_arithmetic;
-    std::snprintf(line, sizeof(line), "%-12s %-12s %2d %4d %-9s %-6s %12s %7.3f %12s\n", l.options.schedule.c_str(),
+    std::snprintf(line, sizeof(line), "%-12s %-12s %2d %4d %-9s %-6s %-3s %12s %7.3f %12s\n",
+                  l.options.schedule.c_str(),
                   (std::to_string(l.pp) + " x " + std::to_string(l.dp) + " x " + std::to_string(l.tp)).c_str(), l.v,
-                  l.options.microbatches,
-                  l.options.recompute ? "on" : "off", (l.options.dtype + (changes_arithmetic ? "*" : "")).c_str(),
+                  l.options.microbatches, l.options.recompute ? "on" : "off",
+                  (l.options.dtype + (changes_arithmetic ? "*" : "")).c_str(), l.options.sequence_parallel ? "on" : "off",
                   format("%.4g", l.step).c_str(), l.bubble, format_bytes(l.peak).c_str());
     text += line;
   }

@@ -7,7 +7,10 @@
 // (chunk_flops) times a time per FLOP: one unit per GFLOP by default, or measured in a --trace run
 // (measured_cost_rates); with tp > 1 plus the tp all-reduces the action waits for
 // (chunk_all_reduces), each a latency and its ring's bytes times a time per byte. Without that
-// cost the advisor would always pick the largest tp, whose FLOPs per rank are the fewest.
+// cost the advisor would always pick the largest tp, whose FLOPs per rank are the fewest. Each
+// layout of tp > 1 comes with --sequence-parallel and without (where the trainer takes it): its
+// plan holds a tp-th of the residual stream's activations, its collectives send more in the
+// backward (chunk_sequence_parallel_collectives), so it ranks ahead only where tp alone does not fit.
 // What the prediction leaves out: the data-parallel all-reduce and the optimizer step (each rank's
 // share of them shrinks with pp; docs/pipeline.md, "Choosing a layout").
 #pragma once
@@ -69,11 +72,20 @@ struct ChunkAllReduces {
 };
 ChunkAllReduces chunk_all_reduces(const GPTConfig& config, int B, int T, const LayerRange& chunk, bool recompute,
                                   int tp, int element_bytes);
+// The same with --sequence-parallel (tp > 1; model/gpt_sequence_parallel.cu), as step_counts
+// counts them (docs/pipeline.md, "With sequence parallelism"): the forward per block 2 all-gathers
+// and 2 reduce-scatters, the embedding 1 reduce-scatter, the head 1 all-gather and the loss's 2;
+// I per block 4 all-gathers, 2 reduce-scatters and the LayerNorms' all-reduce of 4 C, the head 1
+// all-gather, 1 reduce-scatter and lnf's 2 C, the embedding 1 all-gather (with recompute also the
+// forward's); W none. A ring all-gather or reduce-scatter of a B T C buffer sends (tp - 1) / tp of
+// it, what an all-reduce of half of it sends: each counts as an all-reduce of B T C / 2 bytes.
+ChunkAllReduces chunk_sequence_parallel_collectives(const GPTConfig& config, int B, int T, const LayerRange& chunk,
+                                                    bool recompute, int tp, int element_bytes);
 
 // One layout the trainer runs, with its prediction and plan.
 struct RankedLayout {
   TrainOptions options;  // the user's, with the layout's --pp, --dp, --tp, --schedule, --virtual-stages,
-                         // --microbatches, --recompute and --dtype
+                         // --microbatches, --recompute, --dtype and --sequence-parallel
   int pp, dp, tp, v;
   double step;    // the simulator's makespan, in the rates' unit
   double bubble;  // the stages' mean idle share

@@ -17,15 +17,17 @@ size_t chunk_activation_bytes(const RunSetup& setup, const LayerRange& range) {
   const GPTConfig& config = setup.start.config;
   const AttentionKind attention = setup.layout.attention;
   const int tp = setup.mesh.tp;
-  return is_bf16(setup) ? activation_bytes<__nv_bfloat16>(config, setup.B, setup.T, range, tp, attention)
-                        : activation_bytes<float>(config, setup.B, setup.T, range, tp, attention);
+  const bool sp = setup.layout.sequence_parallel;
+  return is_bf16(setup) ? activation_bytes<__nv_bfloat16>(config, setup.B, setup.T, range, tp, attention, sp)
+                        : activation_bytes<float>(config, setup.B, setup.T, range, tp, attention, sp);
 }
 
 // Bytes of one activation slot of a chunk, as the executor allocates it.
 size_t slot_bytes(const RunSetup& setup, const LayerRange& range) {
   const GPTConfig& config = setup.start.config;
-  const size_t input = is_bf16(setup) ? stage_input_bytes<__nv_bfloat16>(config, setup.B, setup.T, range)
-                                      : stage_input_bytes<float>(config, setup.B, setup.T, range);
+  const int shards = setup.layout.sequence_parallel ? setup.mesh.tp : 1;
+  const size_t input = is_bf16(setup) ? stage_input_bytes<__nv_bfloat16>(config, setup.B, setup.T, range, shards)
+                                      : stage_input_bytes<float>(config, setup.B, setup.T, range, shards);
   return input + (setup.layout.recompute ? 0 : chunk_activation_bytes(setup, range));
 }
 
@@ -33,8 +35,9 @@ size_t slot_bytes(const RunSetup& setup, const LayerRange& range) {
 size_t weight_buffer_bytes(const RunSetup& setup, const LayerRange& range) {
   const GPTConfig& config = setup.start.config;
   const int tp = setup.mesh.tp;
-  return is_bf16(setup) ? weight_gradient_input_bytes<__nv_bfloat16>(config, setup.B, setup.T, range, tp)
-                        : weight_gradient_input_bytes<float>(config, setup.B, setup.T, range, tp);
+  const bool sp = setup.layout.sequence_parallel;
+  return is_bf16(setup) ? weight_gradient_input_bytes<__nv_bfloat16>(config, setup.B, setup.T, range, tp, sp)
+                        : weight_gradient_input_bytes<float>(config, setup.B, setup.T, range, tp, sp);
 }
 
 // The attention's share of a forward's work at T, from the matrix products' multiply-adds per
