@@ -15,10 +15,15 @@
 // summed over the replicas, is that of the mean loss of their K dp microbatches. An update is
 // the trainer's: the head's share of wte's gradient joins the embedding's, then AdamW (no clipping)
 // at t = v on every tensor with GPT-2's weight decay, at a constant learning rate.
+//
+// Drains (a checkpoint saved at the end of a run, and its resume, which warms the pipeline up
+// again): after a drain at step d, every stage's microbatch k >= d m takes the versions the rule
+// gives microbatch k - d m of a run from step d's model, the d m / K updates before counted on.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -57,23 +62,28 @@ inline std::vector<int> stage_of_elements(const GPTConfig& config, int p) {
 // the parameters initial (llm.c's layout). Each replica's microbatch k (its own count) takes the
 // versions the rule gives k; an update's gradient is each replica's (wte's with the head's share)
 // summed over the replicas in rank order, fp32 (the all-reduce's order, comm/collectives.h).
+// drains: the steps (1, 2, ...) after which the pipeline drains.
 inline Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const PipeDreamRule& rule,
                const AdamWSettings& settings, double learning_rate, const std::vector<float>& initial,
-               BatchReader reader, int dp = 1) {
+               BatchReader reader, int dp = 1, const std::vector<int>& drains = {}) {
   const size_t n = initial.size(), wte_count = size_t(config.padded_vocab_size) * config.channels;
   const std::vector<int> stage = stage_of_elements(config, p);
   const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(config);
   const std::array<size_t, kNumParameterTensors> sizes = parameter_tensor_sizes(config);
   const int K = rule.update_every;
   std::vector<std::vector<float>> versions = {initial};
-  // Microbatch k's model, each element at the version its stage uses (forward or backward).
+  // Microbatch k's model, each element at the version its stage uses (forward or backward),
+  // counted from the last drain at or before k.
   const auto assemble = [&](int k, bool forward) {
+    int drained = 0;  // the first microbatch after the last drain
+    for (int d : drains)
+      if (d * m <= k) drained = std::max(drained, d * m);
     std::vector<float> model(n);
     for (size_t i = 0; i < n; ++i) {
       const bool wte = i < sizes[0];  // wte is llm.c's first tensor
-      const int v = forward || wte ? pipedream_forward_version(rule, p, stage[i], k)
-                                   : pipedream_backward_version(rule, p, stage[i], k);
-      model[i] = versions.at(v)[i];
+      const int v = forward || wte ? pipedream_forward_version(rule, p, stage[i], k - drained)
+                                   : pipedream_backward_version(rule, p, stage[i], k - drained);
+      model[i] = versions.at(drained / K + v)[i];
     }
     return model;
   };
