@@ -1485,6 +1485,18 @@ fault sp-full-sequence-in-pipeline-messages pipeline/execute_steps.cu \
   's/  return size_t(e.B) \* length_of(e, microbatch) \/ e.sequence_shards() \* e.config.channels;/  return size_t(e.B) * length_of(e, microbatch) * e.config.channels;/' \
   'cpumpi4 TensorParallelCounts.SequenceParallelCollectivesAndMessagesPerStepAreTheLayersByHand'
 
+# h37g: issue 37 item 2 (PipeDream's checkpoints: saved at the run's last step, drained; a resume
+# warms the pipeline up again).
+# The resumed run's AdamW counts its updates from 1 again, forgetting those before the checkpoint.
+fault pipedream-resume-forgets-the-adamw-count trainer/step/pipedream_updates.cpp \
+  's/^  const int count = version + (first_step_ - 1) \* m_ \/ rule_.update_every;$/  const int count = version;/' \
+  'mpi4 PipelineLayouts.PipeDream*Resume*'
+# The resumed run's lists those of the whole --steps from step 1: it does not warm up again at the
+# step it resumes after, and its last step does not drain.
+fault pipedream-resume-does-not-warm-up-again trainer/program/run.cpp \
+  's/^    setup.layout.pipedream->steps = std::max(1, options.steps - setup.start.position.step);$/    setup.layout.pipedream->steps = options.steps;/' \
+  'mpi4 PipelineLayouts.PipeDreamResumed*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
