@@ -1496,6 +1496,19 @@ fault pipedream-resume-forgets-the-adamw-count trainer/step/pipedream_updates.cp
 fault pipedream-resume-does-not-warm-up-again trainer/program/run.cpp \
   's/^    setup.layout.pipedream->steps = std::max(1, options.steps - setup.start.position.step);$/    setup.layout.pipedream->steps = options.steps;/' \
   'mpi4 PipelineLayouts.PipeDreamResumed*'
+# bf16 (issue 37 item 2's rounding key): each region rounds with the bits of its index in the
+# stage's allocation, not in the whole model: the stages round alike only where they coincide.
+fault pipedream-bf16-rounding-by-the-stage-offset trainer/step/pipedream_updates.cpp \
+  's/settings_.eps, decay, 1.0, count, {key, r.full_offset}, stream);/settings_.eps, decay, 1.0, count, {key, r.offset}, stream);/' \
+  'mpi4 PipelineLayouts.PipeDreamInBf16*'
+# bf16's updates go to the parameters, not the fp32 master weights.
+fault pipedream-bf16-without-the-master-weights trainer/step/pipedream_updates.cpp \
+  's/^    float\* master = optimizer_.master == nullptr ? nullptr : optimizer_.master + r.offset;$/    float* master = nullptr;/' \
+  'mpi4 PipelineLayouts.PipeDreamInBf16*'
+# Every update rounds with the same bits (the key without the update's count).
+fault pipedream-bf16-one-rounding-key-for-every-update trainer/step/pipedream_updates.cpp \
+  's/rounding_key(optimizer_.rounding_seed, uint64_t(count));/rounding_key(optimizer_.rounding_seed, 1);/' \
+  'mpi4 PipelineLayouts.PipeDreamInBf16*'
 
 # ---- running ----
 

@@ -9,6 +9,7 @@
 #include "kernels/adamw.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
+#include "kernels/stochastic_rounding.cuh"
 #include "model/gpt.cuh"
 
 template <typename Element>
@@ -75,12 +76,17 @@ void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, cudaStream_
   // AdamW counts the run's updates after those of the steps before it (a resumed run's).
   const double learning_rate = learning_rates_.at(size_t(version * rule_.update_every - 1) / m_);
   const int count = version + (first_step_ - 1) * m_ / rule_.update_every;
+  // bf16: the synchronous schedules' rounding with the update's count for their step: every
+  // layout rounds element i of update t with the bits of (seed, t, i in the whole model), and the
+  // tied copy (wte's full offset, stage 0's count) as stage 0's wte.
+  const uint64_t key = rounding_key(optimizer_.rounding_seed, uint64_t(count));
   for (const ParameterRegion& r : layout_.regions) {
     if (r.tied_copy != tied) continue;
     const double decay = parameter_tensor_has_weight_decay(r.tensor) ? settings_.weight_decay : 0.0;
-    adamw_update<Element>(parameters_ + r.offset, nullptr, gradients_ + r.offset, optimizer_.m + r.offset,
+    float* master = optimizer_.master == nullptr ? nullptr : optimizer_.master + r.offset;
+    adamw_update<Element>(parameters_ + r.offset, master, gradients_ + r.offset, optimizer_.m + r.offset,
                           optimizer_.v + r.offset, r.count, learning_rate, settings_.beta1, settings_.beta2,
-                          settings_.eps, decay, 1.0, count, {0, 0}, stream);
+                          settings_.eps, decay, 1.0, count, {key, r.full_offset}, stream);
   }
 }
 

@@ -3,6 +3,9 @@
 // its microbatches belong to, and the tied embedding (docs/pipeline.md, "The asynchronous
 // pipeline"). A resumed run starts with the pipeline empty (its checkpoint was saved drained) and
 // its versions from 0 again: AdamW's count continues from the updates before, (t_first - 1) m / K.
+// bf16 parameters update as the synchronous schedules' (trainer/step/optimizer.h): into the fp32
+// master weights when there are any, rounded stochastically with rounding_key(seed, the update's
+// AdamW count) at each element's index in the whole model; the stashes are bf16, the forward's.
 // wte has stage 0's version sequence: stage 0's update v sums the embedding's share of
 // its gradient with the head's (one all-reduce of Vp C on the embedding communicator) and updates
 // wte. The last stage joins that all-reduce with its head share of update v once it has sent the
