@@ -70,14 +70,16 @@ inline std::vector<int> stage_of_elements(const GPTConfig& config, int p) {
 // the parameters initial (llm.c's layout). Each replica's microbatch k (its own count) takes the
 // versions the rule gives k; an update's gradient is each replica's (wte's with the head's share)
 // summed over the replicas in rank order, fp32 (the all-reduce's order, comm/collectives.h).
-// drains: the steps (1, 2, ...) after which the pipeline drains. bf16 (Element) at dp 1 only: the
-// replicas' sum here is fp32's.
+// drains: the steps (1, 2, ...) after which the pipeline drains. bf16 (Element) at dp 1 or 2: two
+// replicas' bf16 values summed in fp32 and rounded to bf16 are the one rounding of their exact sum
+// (exact in fp32 unless their exponents are 16 apart, and then both round to the larger), the
+// all-reduce's; more would be a chain of roundings in the all-reduce's order.
 template <typename Element = float>
 Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const PipeDreamRule& rule,
         const AdamWSettings& settings, double learning_rate, const std::vector<float>& initial, BatchReader reader,
         int dp = 1, const std::vector<int>& drains = {}, const MixedPrecision& precision = {}) {
   constexpr bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
-  if (bf16 && dp > 1) throw std::logic_error("pipedream_reference::run: bf16 at dp 1 only");
+  if (bf16 && dp > 2) throw std::logic_error("pipedream_reference::run: bf16 at dp 1 or 2 only");
   const auto to_elements = [](const std::vector<float>& values) {
     std::vector<Element> elements(values.size());
     std::transform(values.begin(), values.end(), elements.begin(), [](float x) { return from_compute<Element>(x); });

@@ -57,7 +57,7 @@ PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& group
   return outcome;
 }
 
-// dp replicas of p stages (one rank each, the world dp p), in Element (bf16: dp 1, the
+// dp replicas of p stages (one rank each, the world dp p), in Element (bf16: dp 1 or 2, the
 // reference's).
 template <typename Element = float>
 void expect_reference(const PipeDreamRule& rule, int dp, int p, const MixedPrecision& precision = {}) {
@@ -108,6 +108,10 @@ TEST(PipelineLayouts, PipeDreamReplicasWithVerticalSyncGiveTheReference) {
 TEST(PipelineLayouts, PipeDreamInBf16GivesTheBf16Reference) {
   expect_reference<__nv_bfloat16>({1, true, false}, 1, size_of_world(), {true, 77});
   expect_reference<__nv_bfloat16>({2, false, false}, 1, size_of_world(), {false, 78});
+}
+// Two replicas of the world / 2 stages in bf16: each update's sum over them is one bf16 rounding.
+TEST(PipelineLayouts, PipeDreamReplicasInBf16GiveTheBf16Reference) {
+  expect_reference<__nv_bfloat16>({1, true, false}, 2, size_of_world() / 2, {true, 79});
 }
 
 }  // namespace
