@@ -1,6 +1,6 @@
 // The one-process reference of PipeDream's asynchronous pipeline (pipeline/pipedream.h; docs/
 // pipeline.md, "The asynchronous pipeline"): the stated rule applied with explicit version
-// bookkeeping, on the whole model in llm.c's layout, fp32, microbatches in order.
+// bookkeeping, on the whole model in llm.c's layout, fp32 or bf16, microbatches in order.
 //
 // Every element of the model belongs to the stage whose layers hold it (wte to stage 0: the tied
 // head follows stage 0's version sequence). versions[v] is the model after v updates of every
@@ -14,16 +14,29 @@
 // that rule on its own microbatches; each loss is scaled by 1 / (B T K dp): an update's gradient,
 // summed over the replicas, is that of the mean loss of their K dp microbatches. An update is
 // the trainer's: the head's share of wte's gradient joins the embedding's, then AdamW (no clipping)
-// at t = v on every tensor with GPT-2's weight decay, at a constant learning rate.
+// at t = v on every tensor with GPT-2's weight decay, at a constant learning rate; in bf16, the
+// trainer's mixed precision: the versions are bf16 (the initial parameters rounded to nearest),
+// AdamW updates the fp32 master weights (when kept; they start as those bf16 values) and writes
+// the bf16 parameters by stochastic rounding with rounding_key(seed, v) at each element's index in
+// llm.c's layout, every microbatch's gradient accumulated in bf16 as the trainer's.
+//
+// Drains (a checkpoint saved at the end of a run, and its resume, which warms the pipeline up
+// again): after a drain at step d, every stage's microbatch k >= d m takes the versions the rule
+// gives microbatch k - d m of a run from step d's model, the d m / K updates before counted on.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
+#include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/adamw.cuh"
 #include "kernels/cublas_check.cuh"
+#include "kernels/element.cuh"
+#include "kernels/stochastic_rounding.cuh"
 #include "model/config.h"
 #include "model/gpt.cuh"
 #include "model/parameter_layout.h"
@@ -57,35 +70,60 @@ inline std::vector<int> stage_of_elements(const GPTConfig& config, int p) {
 // the parameters initial (llm.c's layout). Each replica's microbatch k (its own count) takes the
 // versions the rule gives k; an update's gradient is each replica's (wte's with the head's share)
 // summed over the replicas in rank order, fp32 (the all-reduce's order, comm/collectives.h).
-inline Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const PipeDreamRule& rule,
-               const AdamWSettings& settings, double learning_rate, const std::vector<float>& initial,
-               BatchReader reader, int dp = 1) {
+// drains: the steps (1, 2, ...) after which the pipeline drains. bf16 (Element) at dp 1 or 2: two
+// replicas' bf16 values summed in fp32 and rounded to bf16 are the one rounding of their exact sum
+// (exact in fp32 unless their exponents are 16 apart, and then both round to the larger), the
+// all-reduce's; more would be a chain of roundings in the all-reduce's order.
+template <typename Element = float>
+Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const PipeDreamRule& rule,
+        const AdamWSettings& settings, double learning_rate, const std::vector<float>& initial, BatchReader reader,
+        int dp = 1, const std::vector<int>& drains = {}, const MixedPrecision& precision = {}) {
+  constexpr bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
+  if (bf16 && dp > 2) throw std::logic_error("pipedream_reference::run: bf16 at dp 1 or 2 only");
+  const auto to_elements = [](const std::vector<float>& values) {
+    std::vector<Element> elements(values.size());
+    std::transform(values.begin(), values.end(), elements.begin(), [](float x) { return from_compute<Element>(x); });
+    return elements;
+  };
+  const auto to_floats = [](const std::vector<Element>& elements) {
+    std::vector<float> values(elements.size());
+    std::transform(elements.begin(), elements.end(), values.begin(), [](Element x) { return float(to_compute(x)); });
+    return values;
+  };
   const size_t n = initial.size(), wte_count = size_t(config.padded_vocab_size) * config.channels;
   const std::vector<int> stage = stage_of_elements(config, p);
   const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(config);
   const std::array<size_t, kNumParameterTensors> sizes = parameter_tensor_sizes(config);
   const int K = rule.update_every;
-  std::vector<std::vector<float>> versions = {initial};
-  // Microbatch k's model, each element at the version its stage uses (forward or backward).
+  std::vector<std::vector<float>> versions = {to_floats(to_elements(initial))};  // each Element's values
+  // Microbatch k's model, each element at the version its stage uses (forward or backward),
+  // counted from the last drain at or before k.
   const auto assemble = [&](int k, bool forward) {
+    int drained = 0;  // the first microbatch after the last drain
+    for (int d : drains)
+      if (d * m <= k) drained = std::max(drained, d * m);
     std::vector<float> model(n);
     for (size_t i = 0; i < n; ++i) {
       const bool wte = i < sizes[0];  // wte is llm.c's first tensor
-      const int v = forward || wte ? pipedream_forward_version(rule, p, stage[i], k)
-                                   : pipedream_backward_version(rule, p, stage[i], k);
-      model[i] = versions.at(v)[i];
+      const int v = forward || wte ? pipedream_forward_version(rule, p, stage[i], k - drained)
+                                   : pipedream_backward_version(rule, p, stage[i], k - drained);
+      model[i] = versions.at(drained / K + v)[i];
     }
     return model;
   };
   // Replica r's gradients at r n, its head's share of wte's at r Vp C.
-  DeviceBuffer<float> grads(std::vector<float>(dp * n, 0.0f)), grad_wte_head(std::vector<float>(dp * wte_count, 0.0f));
-  DeviceBuffer<float> params(n), moment1(std::vector<float>(n, 0.0f)), moment2(std::vector<float>(n, 0.0f));
+  DeviceBuffer<Element> grads(to_elements(std::vector<float>(dp * n, 0.0f)));
+  DeviceBuffer<Element> grad_wte_head(to_elements(std::vector<float>(dp * wte_count, 0.0f)));
+  DeviceBuffer<Element> params(n);
+  DeviceBuffer<float> moment1(std::vector<float>(n, 0.0f)), moment2(std::vector<float>(n, 0.0f));
+  DeviceBuffer<float> master(versions[0]);
+  float* master_weights = bf16 && precision.master_weights ? master.data() : nullptr;
   DeviceBuffer<double> loss_sums(dp);
   DeviceBuffer<int> tokens(size_t(B) * T), targets(size_t(B) * T);
   std::vector<int> host_tokens(size_t(B) * T), host_targets(size_t(B) * T);
   const LayerRange whole = whole_model(config);
-  Activations<float> acts = create_activations<float>(config, B, T, whole);
-  BackwardScratch<float> scratch = create_backward_scratch<float>(config, B, T, whole);
+  Activations<Element> acts = create_activations<Element>(config, B, T, whole);
+  BackwardScratch<Element> scratch = create_backward_scratch<Element>(config, B, T, whole);
   CublasHandle cublas;
   const cudaStream_t stream = nullptr;
   const uint64_t start = reader.next_microbatch;
@@ -99,11 +137,11 @@ inline Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, c
         read_microbatch(reader, host_tokens.data(), host_targets.data());
         tokens.upload(host_tokens);
         targets.upload(host_targets);
-        params.upload(assemble(k, true));
+        params.upload(to_elements(assemble(k, true)));
         gpt_forward(config, whole, point_views(params.data(), config), acts, tokens.data(), nullptr, targets.data(),
                     1.0 / (double(B) * T * K * dp), B, T, cublas.get(), stream);
         add_mean_loss(acts, B, T, double(B) * T, loss_sums.data() + r, stream);
-        if (!rule.weight_stashing) params.upload(assemble(k, false));
+        if (!rule.weight_stashing) params.upload(to_elements(assemble(k, false)));
         gpt_backward(config, whole, point_views(params.data(), config), point_views(grads.data() + r * n, config),
                      grad_wte_head.data() + r * wte_count, acts, scratch, tokens.data(), nullptr, nullptr, nullptr, B,
                      T, cublas.get(), stream);
@@ -113,19 +151,23 @@ inline Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, c
       const int v = (k + 1) / K;
       for (int r = 0; r < dp; ++r)
         sum_tied_embedding_gradient(config, grads.data() + r * n, grad_wte_head.data() + r * wte_count, stream);
-      std::vector<float> every = grads.to_host(), sum(every.begin(), every.begin() + n);
+      std::vector<float> every = to_floats(grads.to_host()), sum(every.begin(), every.begin() + n);
       for (int r = 1; r < dp; ++r)
         for (size_t i = 0; i < n; ++i) sum[i] += every[r * n + i];
-      grads.upload(sum);  // replica 0's place: the rest is zeroed below
-      params.upload(versions.back());
+      std::vector<Element> summed = to_elements(sum);  // replica 0's place: the rest is zeroed below
+      summed.resize(dp * n, from_compute<Element>(0.0f));
+      grads.upload(summed);
+      params.upload(to_elements(versions.back()));
+      const uint64_t key = rounding_key(precision.rounding_seed, uint64_t(v));
       for (int i = 0; i < kNumParameterTensors; ++i)
-        adamw_update<float>(params.data() + offsets[i], nullptr, grads.data() + offsets[i], moment1.data() + offsets[i],
-                            moment2.data() + offsets[i], sizes[i], learning_rate, settings.beta1, settings.beta2,
-                            settings.eps, parameter_tensor_has_weight_decay(i) ? settings.weight_decay : 0.0, 1.0, v,
-                            {0, 0}, stream);
-      versions.push_back(params.to_host());
-      CUDA_CHECK(cudaMemset(grads.data(), 0, dp * n * sizeof(float)));
-      CUDA_CHECK(cudaMemset(grad_wte_head.data(), 0, dp * wte_count * sizeof(float)));
+        adamw_update<Element>(params.data() + offsets[i], master_weights ? master_weights + offsets[i] : nullptr,
+                              grads.data() + offsets[i], moment1.data() + offsets[i], moment2.data() + offsets[i],
+                              sizes[i], learning_rate, settings.beta1, settings.beta2, settings.eps,
+                              parameter_tensor_has_weight_decay(i) ? settings.weight_decay : 0.0, 1.0, v,
+                              {key, offsets[i]}, stream);
+      versions.push_back(to_floats(params.to_host()));
+      CUDA_CHECK(cudaMemset(grads.data(), 0, dp * n * sizeof(Element)));
+      CUDA_CHECK(cudaMemset(grad_wte_head.data(), 0, dp * wte_count * sizeof(Element)));
     }
     // The replicas' loss sums in rank order, as the trainer's sum over the world.
     const std::vector<double> sums = loss_sums.to_host();

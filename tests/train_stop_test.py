@@ -5,7 +5,8 @@ Preemption (trainer/safety/preemption.h): SIGTERM to one rank of `mpirun -np 4 .
 every rank finish the step, write the checkpoint, say so and exit 0, and resuming from that
 checkpoint gives bitwise the losses of the run nobody interrupted; SIGINT does the same with exit
 status 130 (to one rank; to mpirun it saves too, but hydra may report 0: see preempted_then_resumed),
-and a second SIGINT ends the program at once. SIGTERM is obeyed however launchers
+and a second SIGINT ends the program at once; --schedule pipedream, which saves only drained at its
+last step, stops without saving and says so. SIGTERM is obeyed however launchers
 deliver it: to mpirun, to every rank, to every rank twice, to every rank and then mpirun (as Slurm
 does) and to one rank, each after a random step, and to mpirun while the ranks are still starting;
 TRAIN_STOP_TRIALS runs of each (5 by default; docs/training.md has a series of 20 of each, and what
@@ -125,6 +126,26 @@ def preempted_then_resumed(directory, signal_number, expected_statuses, to_mpiru
     return ok, "%s to %s after step 4's line: stopped after step %d with status %d; resumed losses %s" % (
         name, "mpirun" if to_mpirun else "rank 2", stop_step, stop_status,
         "bitwise those of the run without a stop" if ok else "differ: %s vs %s" % (joined, straight))
+
+
+def pipedream_stop_does_not_save(directory):
+    """--schedule pipedream saves only at its last step, where the pipeline drains (docs/pipeline.md,
+    "Checkpoints"): SIGTERM to one rank after step 4's line stops the run after a step before its
+    last with status 0, says in one line that it did not save and why, and writes no file."""
+    data = os.path.join(directory, "text.txt")
+    write_text(data)
+    checkpoint = os.path.join(directory, "x.bin")
+    options = ["--steps", "12", "--schedule", "pipedream", "--grad-clip", "0", "--save", checkpoint]
+    status, lines = run(mpi_train(data, options), r"^\[0\] step 4/12 \|",
+                        lambda process: os.kill(rank_pids(data)[2], signal.SIGTERM))
+    stopped = [line for line in lines if "stopped by" in line]
+    match = re.match(r"\[0\] stopped by SIGTERM after step (\d+) of 12; no checkpoint written yet$",
+                     stopped[0]) if len(stopped) == 1 else None
+    refused = "[0] not saved: pipedream's pipeline drains only at the last step (--steps 12); no checkpoint written yet"
+    ok = status == 0 and match is not None and int(match.group(1)) < 12 and refused in lines and not os.path.exists(
+        checkpoint)
+    return ok, "status %s, stop lines %s, not-saved line %s, checkpoint %s" % (
+        status, stopped or lines[-3:], refused in lines, "written" if os.path.exists(checkpoint) else "none")
 
 
 def diverging_learning_rate(directory):
@@ -294,6 +315,7 @@ CASES = {
     "Preemption.SigintToMpirunSaves":
         lambda d: preempted_then_resumed(d, signal.SIGINT, (130, 0), True),
     "Preemption.SecondSigintEndsAtOnce": second_sigint_ends_at_once,
+    "Preemption.PipeDreamSigtermBeforeTheLastStepDoesNotSave": pipedream_stop_does_not_save,
     "Preemption.SigtermToMpirunSavesEveryTime": lambda d: sigterm_trials(d, to_mpirun),
     "Preemption.SigtermToEveryRankSavesEveryTime": lambda d: sigterm_trials(d, to_every_rank),
     "Preemption.SigtermToEveryRankTwiceSavesEveryTime": lambda d: sigterm_trials(d, to_every_rank_twice),

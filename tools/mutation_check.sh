@@ -1516,6 +1516,39 @@ fault sp-plan-costs-as-tp-alone trainer/program/layout_advisor.cpp \
 fault sp-plan-without-the-layernorm-regathers trainer/program/layout_advisor.cpp \
   's/  sums.input_calls = 7 \* blocks + 3 \* head + embedding/  sums.input_calls = 5 * blocks + 3 * head + embedding/' \
   'unit LayoutAdvisor.SequenceParallelCollectivesOfAChunkAreCountedByHand'
+# h37g: issue 37 item 2 (PipeDream's checkpoints: saved at the run's last step, drained; a resume
+# warms the pipeline up again).
+# The resumed run's AdamW counts its updates from 1 again, forgetting those before the checkpoint.
+fault pipedream-resume-forgets-the-adamw-count trainer/step/pipedream_updates.cpp \
+  's/^  const int count = version + (first_step_ - 1) \* m_ \/ rule_.update_every;$/  const int count = version;/' \
+  'mpi4 PipelineLayouts.PipeDream*Resume*'
+# The resumed run's lists those of the whole --steps from step 1: it does not warm up again at the
+# step it resumes after, and its last step does not drain.
+fault pipedream-resume-does-not-warm-up-again trainer/program/run.cpp \
+  's/^    setup.layout.pipedream->steps = std::max(1, options.steps - setup.start.position.step);$/    setup.layout.pipedream->steps = options.steps;/' \
+  'mpi4 PipelineLayouts.PipeDreamResumed*'
+# A stop signal before the last step saves the pipeline undrained (mixed versions, microbatches in
+# flight lost) as if it were a checkpoint.
+fault pipedream-stop-saves-undrained trainer/program/run.cpp \
+  's/^      if (setup.layout.pipedream \&\& position.step < options.steps) {$/      if (false) {/' \
+  'py:train_stop_test Preemption.PipeDream*'
+# bf16 (issue 37 item 2's rounding key): each region rounds with the bits of its index in the
+# stage's allocation, not in the whole model: the stages round alike only where they coincide.
+fault pipedream-bf16-rounding-by-the-stage-offset trainer/step/pipedream_updates.cpp \
+  's/settings_.eps, decay, 1.0, count, {key, r.full_offset}, stream);/settings_.eps, decay, 1.0, count, {key, r.offset}, stream);/' \
+  'mpi4 PipelineLayouts.PipeDreamInBf16*'
+# bf16's updates go to the parameters, not the fp32 master weights.
+fault pipedream-bf16-without-the-master-weights trainer/step/pipedream_updates.cpp \
+  's/^    float\* master = optimizer_.master == nullptr ? nullptr : optimizer_.master + r.offset;$/    float* master = nullptr;/' \
+  'mpi4 PipelineLayouts.PipeDreamInBf16*'
+# Every update rounds with the same bits (the key without the update's count).
+fault pipedream-bf16-one-rounding-key-for-every-update trainer/step/pipedream_updates.cpp \
+  's/rounding_key(optimizer_.rounding_seed, uint64_t(count));/rounding_key(optimizer_.rounding_seed, 1);/' \
+  'mpi4 PipelineLayouts.PipeDreamInBf16*'
+# Two replicas in bf16: the last stage's share of wte's gradient not summed over them.
+fault pipedream-bf16-dp-tied-share-not-summed trainer/step/pipedream_updates.cpp \
+  's/^  allreduce_data_parallel_gradients(groups_, share_of_update(version)/  if (false) allreduce_data_parallel_gradients(groups_, share_of_update(version)/' \
+  'mpi4 PipelineLayouts.PipeDreamReplicasInBf16*'
 
 # ---- running ----
 

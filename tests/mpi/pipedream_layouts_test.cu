@@ -4,12 +4,14 @@
 // the one-process reference of its rule (tests/pipedream_reference.h): each step's loss and the
 // parameters after the last update, the tied copy of wte on the last stage among them; and the
 // run's device peak, which is its memory plan to the byte (the stashes, the ring). Both run
-// fp32 on the same kernels in the same order of additions, so nothing but a version taken wrong can
-// move a bit. Kept in the PipelineLayouts suite for those modes.
+// fp32, or bf16 with the same stochastic rounding, on the same kernels in the same order of
+// additions, so nothing but a version taken wrong (or a rounding keyed otherwise) can move a bit.
+// Kept in the PipelineLayouts suite for those modes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "pipeline/pipedream.h"
@@ -30,15 +32,17 @@ struct PipeDreamOutcome {
   std::vector<ParameterRegion> regions;
 };
 
-PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& groups) {
+template <typename Element>
+PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& groups, const MixedPrecision& precision) {
   const GPTConfig config = config_of(kLayers);
   PipelineLayout layout{ScheduleKind::one_f_one_b, kM, 1, false, {}};
   layout.pipedream = PipeDreamLayout{rule, kSteps};
+  const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
   const StageMemoryPlan plan =
-      plan_memory(memory_plan_input(config, kB, kT, layout, groups.mesh, false, {}))[groups.mesh.pp_rank];
+      plan_memory(memory_plan_input(config, kB, kT, layout, groups.mesh, bf16, precision))[groups.mesh.pp_rank];
   reset_device_memory_peak();
   const size_t bytes_before = device_memory_counts().bytes_in_use;
-  Trainer<float> trainer = create_trainer<float>(config, kB, kT, layout, groups);
+  Trainer<Element> trainer = create_trainer<Element>(config, kB, kT, layout, groups, precision);
   upload_parameters(trainer, initial_parameters(config));
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
   PipeDreamOutcome outcome;
@@ -53,16 +57,18 @@ PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& group
   return outcome;
 }
 
-// dp replicas of p stages (one rank each, the world dp p).
-void expect_reference(const PipeDreamRule& rule, int dp, int p) {
+// dp replicas of p stages (one rank each, the world dp p), in Element (bf16: dp 1 or 2, the
+// reference's).
+template <typename Element = float>
+void expect_reference(const PipeDreamRule& rule, int dp, int p, const MixedPrecision& precision = {}) {
   WorldGroups world(dp, p);
   SCOPED_TRACE("dp " + std::to_string(dp) + " p " + std::to_string(p) + " K " + std::to_string(rule.update_every) +
                (rule.weight_stashing ? " stashing" : " no stashing") + (rule.vertical_sync ? " vertical sync" : ""));
   const GPTConfig config = config_of(kLayers);
-  const pipedream_reference::Run expected =
-      pipedream_reference::run(config, kB, kT, p, kM, kSteps, rule, kUnclipped, kLearningRate,
-                               initial_parameters(config), make_batch_reader(dataset(), kB, kT, false, 1), dp);
-  const PipeDreamOutcome outcome = run_pipeline(rule, world.groups);
+  const pipedream_reference::Run expected = pipedream_reference::run<Element>(
+      config, kB, kT, p, kM, kSteps, rule, kUnclipped, kLearningRate, initial_parameters(config),
+      make_batch_reader(dataset(), kB, kT, false, 1), dp, {}, precision);
+  const PipeDreamOutcome outcome = run_pipeline<Element>(rule, world.groups, precision);
   EXPECT_EQ(outcome.losses, expected.losses);
   for (const ParameterRegion& r : outcome.regions) {
     const auto got = outcome.parameters.begin() + r.full_offset;
@@ -96,6 +102,16 @@ TEST(PipelineLayouts, PipeDreamReplicasWithoutStashingGiveTheReference) {
 }
 TEST(PipelineLayouts, PipeDreamReplicasWithVerticalSyncGiveTheReference) {
   expect_reference_with_replicas({1, true, true});
+}
+// bf16 (the trainer's mixed precision): the stashes bf16, the rounding key (seed, the update's
+// AdamW count) at each element's whole-model index, with master weights and without.
+TEST(PipelineLayouts, PipeDreamInBf16GivesTheBf16Reference) {
+  expect_reference<__nv_bfloat16>({1, true, false}, 1, size_of_world(), {true, 77});
+  expect_reference<__nv_bfloat16>({2, false, false}, 1, size_of_world(), {false, 78});
+}
+// Two replicas of the world / 2 stages in bf16: each update's sum over them is one bf16 rounding.
+TEST(PipelineLayouts, PipeDreamReplicasInBf16GiveTheBf16Reference) {
+  expect_reference<__nv_bfloat16>({1, true, false}, 2, size_of_world() / 2, {true, 79});
 }
 
 }  // namespace

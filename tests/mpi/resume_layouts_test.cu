@@ -17,6 +17,7 @@
 #include "comm/groups.h"
 #include "tests/file_tools.h"
 #include "tests/mpi/pipeline_harness.h"
+#include "tests/mpi/shared_directory.h"
 #include "trainer/checkpoints/save_and_resume.h"
 #include "trainer/command_line/options.h"
 #include "trainer/program/run.h"
@@ -24,25 +25,6 @@
 namespace {
 
 using namespace pipeline_harness;
-
-// Rank 0's temporary directory, known to every rank, holding a small text to train on.
-struct SharedDirectory {
-  TempDir own;  // every rank makes one; all use rank 0's
-  std::string path;
-  SharedDirectory() {
-    char name[512] = {};
-    own.file("").copy(name, sizeof(name) - 1);
-    MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, MPI_COMM_WORLD);
-    path = name;
-    if (rank_in_world() == 0) {
-      std::string text;
-      for (int i = 0; i < 400; ++i) text += i % 7 ? "layout " : "resume\n";
-      write_bytes(path + "text.txt", {text.begin(), text.end()});
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
-  ~SharedDirectory() { MPI_Barrier(MPI_COMM_WORLD); }  // rank 0's goes when every rank is done with it
-};
 
 struct Layout {
   int dp, pp;

@@ -54,7 +54,7 @@ struct Change {
 // The changes the refusal tries, one at a time and then the two cheapest together: the fused
 // attention (when the run asked for the materialised one), recompute, bf16, smaller microbatches
 // with as many more of them (the same tokens per step), 1F1B instead of all-forward-all-backward,
-// twice the stages (on twice the ranks); with pipedream neither recompute nor bf16.
+// twice the stages (on twice the ranks); with pipedream not recompute.
 std::vector<Change> changes_to_try(const PlannedRun& run) {
   const TrainOptions& o = run.options;
   std::vector<Change> changes;
@@ -64,7 +64,7 @@ std::vector<Change> changes_to_try(const PlannedRun& run) {
   // Not those --schedule pipedream does not run with yet (trainer/command_line/pipedream_options.h).
   const bool pipedream = run.layout.pipedream.has_value();
   if (!o.recompute && !pipedream) changes.push_back({"--recompute", [](TrainOptions& t) { t.recompute = true; }});
-  if (!is_bf16(o) && !pipedream) changes.push_back({"--dtype bf16", [](TrainOptions& t) { t.dtype = "bf16"; }});
+  if (!is_bf16(o)) changes.push_back({"--dtype bf16", [](TrainOptions& t) { t.dtype = "bf16"; }});
   if (!o.recompute && !is_bf16(o) && !pipedream)
     changes.push_back({"--recompute --dtype bf16", [](TrainOptions& t) { t.recompute = true, t.dtype = "bf16"; }});
   for (int divisor = 2; divisor <= o.batch; divisor *= 2)

@@ -1,6 +1,7 @@
 // One training run on one rank of the mesh (trainer/program/run.h).
 #include "trainer/program/run.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdarg>
@@ -187,7 +188,7 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
                                 : train_step(trainer, train_reader, capped ? seq_len : size_t(setup.T), settings, lr,
                                              position.step + 1);
     if (traced) {
-      const auto [lists, step_begin] = lists_through_step(setup.layout, mesh.pp, traced_step);
+      const auto [lists, step_begin] = lists_through_step(setup.layout, mesh.pp, traced_step - start.position.step);
       write_measured_timeline(trainer, timeline_start, lists, options.trace,
                               trace_about(setup, "the measured timeline of step " + std::to_string(traced_step) +
                                                      "; each rank's times from an event recorded right after a barrier"),
@@ -244,13 +245,20 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
     const bool stopping = step.stop_signal != 0;
     if (!options.save.empty() &&
         (every(options.save_every, position.step) || position.step == options.steps || stopping)) {
-      if (step.applied) {
+      if (setup.layout.pipedream && position.step < options.steps) {
+        // Only the run's last step drains the asynchronous pipeline (--save-every is refused).
+        say(out, "not saved: pipedream's pipeline drains only at the last step (--steps %d); %s\n", options.steps,
+            last_checkpoint_text(options, saved_step).c_str());
+      } else if (step.applied) {
         // Writing a large model may rightly take longer than a step: not watched.
         activity.watched = false;
         save_checkpoint(options.save, trainer, position);
         activity.watched = true;
         saved_step = position.step;
         say(out, "saved %s and %s\n", options.save.c_str(), training_state_path(options.save).c_str());
+        if (setup.layout.pipedream)
+          say(out, "pipedream: saved with the pipeline drained (no microbatch in flight, one weight version); a "
+              "resume warms it up again\n");
       } else {
         // The checkpoint of the last applied step stays: a run that diverges does not overwrite it.
         say(out, "not saved: step %d was skipped; %s\n", position.step, last_checkpoint_text(options, saved_step).c_str());
@@ -321,6 +329,10 @@ RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
   setup.mesh = make_mesh(options.dp, options.tp, options.pp, world.size, world.rank);
   check_tensor_parallel_sizes(options.tp, config.num_heads, config.channels, config.padded_vocab_size);
   setup.layout = layout_from_options(options, config);
+  // A resumed pipedream run is a run of its own: its checkpoint was saved drained, so its lists
+  // warm up again at the step it resumes after (at least one, for a resume past --steps).
+  if (setup.layout.pipedream && setup.start.resumed)
+    setup.layout.pipedream->steps = std::max(1, options.steps - setup.start.position.step);
   try {
     setup.virtual_stages = check_layout(config, setup.mesh, setup.layout);
   } catch (const std::runtime_error& error) {
@@ -387,6 +399,9 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandl
     say(out, "  stage %d chunk %d: %s\n", placement.stage_of(vs), placement.chunk_of(vs),
         layers_text(setup.virtual_stages[vs]).c_str());
   say(out, "%s\n", planned_peaks_line(plan_run_memory(planned_run(setup))).c_str());
+  if (setup.layout.pipedream && setup.start.resumed)
+    say(out, "pipedream: resumed after step %d with the pipeline empty: it warms up again, as a run that drained "
+        "there\n", setup.start.position.step);
   if (setup.layout.pipedream && (options.val_every > 0 || options.sample_every > 0))
     say(out, "pipedream: validation and samples after the last step only, once the pipeline has drained\n");
 

@@ -9,6 +9,7 @@
 #include "kernels/adamw.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
+#include "kernels/stochastic_rounding.cuh"
 #include "model/gpt.cuh"
 
 template <typename Element>
@@ -51,9 +52,10 @@ TrainerPipeDreamUpdates<Element>::~TrainerPipeDreamUpdates() {
 
 template <typename Element>
 void TrainerPipeDreamUpdates<Element>::set_step(const AdamWSettings& settings, int t, double learning_rate) {
-  if (t != int(learning_rates_.size()) + 1)
+  if (first_step_ == 0) first_step_ = t;
+  if (t != first_step_ + int(learning_rates_.size()))
     throw std::logic_error("pipedream: step " + std::to_string(t) + " after step " +
-                           std::to_string(learning_rates_.size()));
+                           std::to_string(first_step_ + int(learning_rates_.size()) - 1));
   settings_ = settings;
   learning_rates_.push_back(learning_rate);
 }
@@ -70,14 +72,21 @@ Element* TrainerPipeDreamUpdates<Element>::head_share(int microbatch) {
 
 template <typename Element>
 void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, cudaStream_t stream) {
-  // Update v's microbatches are (v - 1) K .. v K - 1, all in one step (K divides m).
+  // Update v's microbatches are (v - 1) K .. v K - 1 of this run, all in one step (K divides m);
+  // AdamW counts the run's updates after those of the steps before it (a resumed run's).
   const double learning_rate = learning_rates_.at(size_t(version * rule_.update_every - 1) / m_);
+  const int count = version + (first_step_ - 1) * m_ / rule_.update_every;
+  // bf16: the synchronous schedules' rounding with the update's count for their step: every
+  // layout rounds element i of update t with the bits of (seed, t, i in the whole model), and the
+  // tied copy (wte's full offset, stage 0's count) as stage 0's wte.
+  const uint64_t key = rounding_key(optimizer_.rounding_seed, uint64_t(count));
   for (const ParameterRegion& r : layout_.regions) {
     if (r.tied_copy != tied) continue;
     const double decay = parameter_tensor_has_weight_decay(r.tensor) ? settings_.weight_decay : 0.0;
-    adamw_update<Element>(parameters_ + r.offset, nullptr, gradients_ + r.offset, optimizer_.m + r.offset,
+    float* master = optimizer_.master == nullptr ? nullptr : optimizer_.master + r.offset;
+    adamw_update<Element>(parameters_ + r.offset, master, gradients_ + r.offset, optimizer_.m + r.offset,
                           optimizer_.v + r.offset, r.count, learning_rate, settings_.beta1, settings_.beta2,
-                          settings_.eps, decay, 1.0, version, {0, 0}, stream);
+                          settings_.eps, decay, 1.0, count, {key, r.full_offset}, stream);
   }
 }
 

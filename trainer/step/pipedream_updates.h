@@ -1,7 +1,12 @@
 // The trainer's side of PipeDream's asynchronous pipeline (pipeline/pipedream_run.h): each update
 // of a stage's own tensors, AdamW at t = the update's number with the learning rate of the step
 // its microbatches belong to, and the tied embedding (docs/pipeline.md, "The asynchronous
-// pipeline"). wte has stage 0's version sequence: stage 0's update v sums the embedding's share of
+// pipeline"). A resumed run starts with the pipeline empty (its checkpoint was saved drained) and
+// its versions from 0 again: AdamW's count continues from the updates before, (t_first - 1) m / K.
+// bf16 parameters update as the synchronous schedules' (trainer/step/optimizer.h): into the fp32
+// master weights when there are any, rounded stochastically with rounding_key(seed, the update's
+// AdamW count) at each element's index in the whole model; the stashes are bf16, the forward's.
+// wte has stage 0's version sequence: stage 0's update v sums the embedding's share of
 // its gradient with the head's (one all-reduce of Vp C on the embedding communicator) and updates
 // wte. The last stage joins that all-reduce with its head share of update v once it has sent the
 // gradient of v's last microbatch (stage 0 receives it before its own backward of that microbatch
@@ -31,7 +36,8 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
                           const CommGroups& groups, const Optimizer& optimizer, Element* parameters,
                           Element* gradients, Element* grad_wte_head);
   ~TrainerPipeDreamUpdates() override;
-  // Before step t's execute_step (t = 1, 2, ... in order): its AdamW settings and learning rate.
+  // Before step t's execute_step (t in order from the run's first, 1 or a resumed run's step + 1):
+  // its AdamW settings and learning rate.
   void set_step(const AdamWSettings& settings, int t, double learning_rate);
   void update(int version, cudaStream_t stream) override;
   void exchange_tied_gradient(int version, cudaStream_t stream) override;
@@ -59,5 +65,6 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
   bool owns_ring_;
   int tied_version_ = 0;  // the version of the tied copy (stage with the head, not the embedding)
   AdamWSettings settings_{};
-  std::vector<double> learning_rates_;  // per step from 1: [t - 1]
+  int first_step_ = 0;                  // the run's first t; 0 before set_step
+  std::vector<double> learning_rates_;  // per step from the first: [t - first_step_]
 };

@@ -1,0 +1,124 @@
+// A checkpoint of PipeDream's asynchronous pipeline (docs/pipeline.md, "Checkpoints"): ./train's
+// whole run (run_training) saves at its last step, where the pipeline has drained, and a resume
+// warms it up again. On every rank of the world, one stage each (p = mpirun's -np), the run saved
+// after step 2 and resumed to step 4 is bitwise the one-process reference (tests/pipedream_
+// reference.h) draining after step 2: each step's loss and the model file saved at the end. The
+// same run of 4 steps without a save never drains: its first 2 losses are the saved run's and the
+// next 2 are not (microbatches after the drain take fresher versions). Kept in the
+// PipelineLayouts suite, which tools/run_tests.sh runs at -np 2, 4 and 8.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/checkpoint_format.h"
+#include "tests/file_tools.h"
+#include "tests/mpi/pipeline_harness.h"
+#include "tests/mpi/shared_directory.h"
+#include "tests/pipedream_reference.h"
+#include "trainer/program/run.h"
+
+namespace {
+
+using namespace pipeline_harness;
+
+constexpr int kDrainStep = 2, kSteps = 4, kM = 4;
+
+// One stage a rank, 8 layers (a whole number per stage up to p = 8), a constant learning rate
+// (the reference's) and full fp32 GEMMs (the reference's handle has no TF32).
+TrainOptions pipedream_options(const std::string& dir) {
+  TrainOptions options;
+  options.train_data = dir + "text.txt";
+  options.layers = 8;
+  options.heads = 2;
+  options.dim = 16;
+  options.seq_len = kT;
+  options.batch = kB;
+  options.pp = size_of_world();
+  options.schedule = "pipedream";
+  options.microbatches = kM;
+  options.grad_clip = 0;  // pipedream does not clip without vertical sync
+  options.lr_schedule = "constant";
+  options.warmup = 0;
+  options.no_tf32 = true;
+  options.val_every = 0;
+  options.sample_every = 0;
+  options.steps = kSteps;
+  return options;
+}
+
+std::vector<double> losses(const RunResult& result) {
+  std::vector<double> all;
+  for (const StepRecord& step : result.steps) all.push_back(step.loss);
+  return all;
+}
+
+TEST(PipelineLayouts, PipeDreamResumedAfterASaveIsTheReferenceDrainingThere) {
+  SharedDirectory dir;
+  const TrainOptions straight = pipedream_options(dir.path);
+  TrainOptions first = straight;
+  first.steps = kDrainStep;
+  first.save = dir.path + "first.bin";
+  TrainOptions second = straight;
+  second.resume = first.save;
+  second.save = dir.path + "second.bin";
+
+  const std::vector<double> uninterrupted = losses(run_training(straight, nullptr));
+  const std::vector<double> saved = losses(run_training(first, nullptr));
+  const std::vector<double> resumed = losses(run_training(second, nullptr));
+
+  const RunSetup setup = prepare_run(straight);
+  const PipeDreamRule rule{};  // ./train's defaults: an update a backward, stashing
+  const AdamWSettings settings{straight.beta1, straight.beta2, straight.eps, straight.weight_decay, 0.0};
+  const pipedream_reference::Run expected = pipedream_reference::run(
+      setup.start.config, setup.B, setup.T, size_of_world(), kM, kSteps, rule, settings, straight.lr,
+      setup.start.parameters, make_batch_reader(setup.data.train, setup.B, setup.T, straight.shuffle, straight.seed),
+      1, {kDrainStep});
+  ASSERT_EQ(expected.losses.size(), size_t(kSteps));
+  EXPECT_EQ(saved, std::vector<double>(expected.losses.begin(), expected.losses.begin() + kDrainStep));
+  EXPECT_EQ(resumed, std::vector<double>(expected.losses.begin() + kDrainStep, expected.losses.end()));
+  EXPECT_TRUE(read_model_file(second.save).parameters == expected.parameters)
+      << "the model saved after the resumed run differs from the reference's after its last update";
+
+  // The run that does not save does not drain: the same until the drain, another run after it.
+  ASSERT_EQ(uninterrupted.size(), size_t(kSteps));
+  EXPECT_EQ(std::vector<double>(uninterrupted.begin(), uninterrupted.begin() + kDrainStep), saved);
+  for (int t = kDrainStep; t < kSteps; ++t)
+    EXPECT_NE(uninterrupted[t], resumed[t - kDrainStep]) << "step " << t + 1 << " is the same without the drain";
+}
+
+// The checkpoint is the synchronous schedules' (the same model and state files), and a run that
+// resumes one continues it whichever schedule wrote it. On one stage with an update a step
+// (--update-every m), pipedream computes 1F1B's sums (TrainLayout.PipeDreamOnOneStage...), here
+// with the world's ranks as replicas: saved after step 2 by either schedule and resumed by the
+// other to step 4, the last 2 losses and the model saved at the end are 1F1B's uninterrupted run's,
+// bitwise (AdamW's count after a resume is the synchronous one: an update a step).
+TEST(PipelineLayouts, PipeDreamAndSynchronousCheckpointsResumeEachOther) {
+  SharedDirectory dir;
+  TrainOptions sync = pipedream_options(dir.path);
+  sync.schedule = "1f1b";
+  sync.pp = 1;
+  sync.dp = size_of_world();
+  sync.save = dir.path + "sync.bin";
+  TrainOptions async = sync;
+  async.schedule = "pipedream";
+  async.update_every = kM;
+  const std::vector<double> uninterrupted = losses(run_training(sync, nullptr));
+  for (const auto& [writer, reader] : {std::pair{async, sync}, std::pair{sync, async}}) {
+    SCOPED_TRACE("saved by " + writer.schedule + ", resumed by " + reader.schedule);
+    TrainOptions first = writer, second = reader;
+    first.steps = kDrainStep;
+    first.save = dir.path + "first.bin";
+    second.resume = first.save;
+    second.save = dir.path + "second.bin";
+    run_training(first, nullptr);
+    const std::vector<double> resumed = losses(run_training(second, nullptr));
+    EXPECT_EQ(resumed, std::vector<double>(uninterrupted.begin() + kDrainStep, uninterrupted.end()));
+    EXPECT_TRUE(read_bytes(second.save) == read_bytes(sync.save)) << "the model files at the end differ";
+    EXPECT_TRUE(read_bytes(training_state_path(second.save)) == read_bytes(training_state_path(sync.save)))
+        << "the state files at the end differ";
+  }
+}
+
+}  // namespace
