@@ -13,13 +13,20 @@
 // head forward, head backward) takes at stage 0's forward version. With dp replicas each runs
 // that rule on its own microbatches; each loss is scaled by 1 / (B T K dp): an update's gradient,
 // summed over the replicas, is that of the mean loss of their K dp microbatches. An update is
-// the trainer's: the head's share of wte's gradient joins the embedding's, then AdamW (no clipping)
-// at t = v on every tensor with GPT-2's weight decay, at a constant learning rate.
+// the trainer's: the head's share of wte's gradient joins the embedding's, then AdamW at t = v on
+// every tensor with GPT-2's weight decay, at a constant learning rate. With vertical sync (the only
+// rule that clips) the update is decided by its gradient's norm, the layout-independent one of
+// trainer/step/optimizer.h (every (tensor, layer) slot's fp32 squared sum, the slots added in
+// order): clipped by settings.grad_clip as the synchronous step clips, and not applied at all
+// (weights and moments as they were) when the norm is not finite.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <array>
+#include <cmath>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "kernels/adamw.cuh"
@@ -40,7 +47,38 @@ namespace pipedream_reference {
 struct Run {
   std::vector<double> losses;     // per step: the mean of its m microbatches' mean losses
   std::vector<float> parameters;  // after the last update, llm.c's layout
+  std::vector<double> norms;      // per update from 1: [v - 1] its gradient's norm (vertical sync only)
+  std::vector<bool> applied;      // per update from 1: not skipped for a non-finite norm
 };
+
+// The norm table (global_norm_squared_of_table's) of llm.c's layout: each (tensor, layer) with its
+// slot (model/norm_slots.h), as every stage's table holds them in its own layout; total_blocks (=).
+inline std::vector<NormTensor> norm_table_of_model(const GPTConfig& config, unsigned& total_blocks) {
+  std::vector<size_t> offsets, counts, slots;
+  for (const ParameterRegion& r : parameter_layout(config, {whole_model(config)}).regions) {
+    offsets.push_back(r.full_offset);
+    counts.push_back(r.count);
+    slots.push_back(norm_slot(r.tensor, r.layer, config.num_layers));
+  }
+  return norm_tensor_table(offsets, counts, slots, total_blocks);
+}
+
+// An update's gate (kernels/adamw.cuh) and norm (=) from the whole model's gradients (llm.c's
+// layout, table norm_table_of_model's), with optimizer's buffers: the trainer's arithmetic.
+inline AdamWGate decide_update(Optimizer& optimizer, const NormTensor* table, int tensors, unsigned blocks,
+                               const float* gradients, double grad_clip, double& norm, cudaStream_t stream) {
+  const size_t num_slots = norm_slot_count(optimizer.config.num_layers);
+  CUDA_CHECK(cudaMemsetAsync(optimizer.norm_partials, 0, num_slots * sizeof(float), stream));
+  global_norm_squared_of_table<float>(optimizer.norm_partials, optimizer.norm_workspace, gradients, table, tensors,
+                                      blocks, stream);
+  sum_rows_in_fixed_order(optimizer.squared_norm, optimizer.norm_partials, 1, num_slots, stream);
+  CUDA_CHECK(cudaMemsetAsync(optimizer.nonfinite_ranks, 0, sizeof(double), stream));
+  set_adamw_gate(optimizer.gate, optimizer.norm, optimizer.squared_norm, optimizer.nonfinite_ranks, grad_clip, stream);
+  AdamWGate gate;
+  CUDA_CHECK(cudaMemcpy(&gate, optimizer.gate, sizeof(AdamWGate), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(&norm, optimizer.norm, sizeof(double), cudaMemcpyDeviceToHost));
+  return gate;
+}
 
 // The stage of each element of llm.c's layout under the even split of the layers over p stages.
 inline std::vector<int> stage_of_elements(const GPTConfig& config, int p) {
@@ -57,9 +95,11 @@ inline std::vector<int> stage_of_elements(const GPTConfig& config, int p) {
 // the parameters initial (llm.c's layout). Each replica's microbatch k (its own count) takes the
 // versions the rule gives k; an update's gradient is each replica's (wte's with the head's share)
 // summed over the replicas in rank order, fp32 (the all-reduce's order, comm/collectives.h).
+// nan_gradient (update, element of llm.c's layout): a NaN written there into replica 0's gradient
+// of that update before the sums, as TRAIN_TEST_NAN writes it on one rank.
 inline Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const PipeDreamRule& rule,
                const AdamWSettings& settings, double learning_rate, const std::vector<float>& initial,
-               BatchReader reader, int dp = 1) {
+               BatchReader reader, int dp = 1, std::optional<std::pair<int, size_t>> nan_gradient = {}) {
   const size_t n = initial.size(), wte_count = size_t(config.padded_vocab_size) * config.channels;
   const std::vector<int> stage = stage_of_elements(config, p);
   const std::array<size_t, kNumParameterTensors> offsets = parameter_tensor_offsets(config);
@@ -88,6 +128,11 @@ inline Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, c
   BackwardScratch<float> scratch = create_backward_scratch<float>(config, B, T, whole);
   CublasHandle cublas;
   const cudaStream_t stream = nullptr;
+  Optimizer norm = create_optimizer(config, parameter_layout(config, {whole}), false, 0,
+                                    whole_stage(parameter_layout(config, {whole})));
+  unsigned norm_blocks = 0;
+  const std::vector<NormTensor> host_table = norm_table_of_model(config, norm_blocks);
+  DeviceBuffer<NormTensor> norm_table(host_table);
   const uint64_t start = reader.next_microbatch;
   Run result;
   for (int t = 0; t < steps; ++t) {
@@ -111,6 +156,10 @@ inline Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, c
       if ((k + 1) % K != 0) continue;
       // Update v = (k + 1) / K of every stage, on the replicas' sum.
       const int v = (k + 1) / K;
+      if (nan_gradient && nan_gradient->first == v) {
+        const float nan = std::nanf("");
+        CUDA_CHECK(cudaMemcpy(grads.data() + nan_gradient->second, &nan, sizeof(float), cudaMemcpyHostToDevice));
+      }
       for (int r = 0; r < dp; ++r)
         sum_tied_embedding_gradient(config, grads.data() + r * n, grad_wte_head.data() + r * wte_count, stream);
       std::vector<float> every = grads.to_host(), sum(every.begin(), every.begin() + n);
@@ -118,11 +167,18 @@ inline Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, c
         for (size_t i = 0; i < n; ++i) sum[i] += every[r * n + i];
       grads.upload(sum);  // replica 0's place: the rest is zeroed below
       params.upload(versions.back());
-      for (int i = 0; i < kNumParameterTensors; ++i)
+      double update_norm = 0;
+      const AdamWGate gate = rule.vertical_sync
+                                 ? decide_update(norm, norm_table.data(), int(host_table.size()), norm_blocks,
+                                                 grads.data(), settings.grad_clip, update_norm, stream)
+                                 : AdamWGate{1.0, 1};
+      result.norms.push_back(update_norm);
+      result.applied.push_back(gate.apply != 0);
+      for (int i = 0; i < kNumParameterTensors && gate.apply; ++i)
         adamw_update<float>(params.data() + offsets[i], nullptr, grads.data() + offsets[i], moment1.data() + offsets[i],
                             moment2.data() + offsets[i], sizes[i], learning_rate, settings.beta1, settings.beta2,
-                            settings.eps, parameter_tensor_has_weight_decay(i) ? settings.weight_decay : 0.0, 1.0, v,
-                            {0, 0}, stream);
+                            settings.eps, parameter_tensor_has_weight_decay(i) ? settings.weight_decay : 0.0,
+                            gate.grad_scale, v, {0, 0}, stream);
       versions.push_back(params.to_host());
       CUDA_CHECK(cudaMemset(grads.data(), 0, dp * n * sizeof(float)));
       CUDA_CHECK(cudaMemset(grad_wte_head.data(), 0, dp * wte_count * sizeof(float)));
@@ -135,6 +191,7 @@ inline Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, c
   }
   destroy_activations(acts);
   destroy_backward_scratch(scratch);
+  destroy_optimizer(norm);
   result.parameters = versions.back();
   return result;
 }

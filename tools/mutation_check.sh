@@ -1382,10 +1382,6 @@ fault pipedream-step-without-stage-records trainer/step/pipedream_step.cpp \
 fault pipedream-validation-mid-run trainer/program/run.cpp \
   's/  if (setup.layout.pipedream \&\& options.val_every > 0) options.val_every = options.steps;//' \
   'unit TrainLayout.PipeDreamFourStages*'
-# Item 1: clipping in a run accepted (the norm is not computed).
-fault pipedream-clipping-in-a-run-accepted trainer/command_line/pipedream_options.cpp \
-  's/  if (grad_clip > 0 \&\& !print_schedule)/  if (false)/' \
-  'unit PipeDreamOptions.*'
 # Item 2: the memory plan without pipedream's stashed versions, without the head's ring, or with
 # the step's microbatches only in the pinned buffers (not stage 0's read-ahead).
 fault pipedream-plan-without-stashes pipeline/memory_plan.cpp \
@@ -1415,7 +1411,7 @@ fault plot-log-beside-without-training-loss tools/plot_log.py \
 # update's gradient summed over the replicas of its stage).
 # The stage's gradients not summed over the replicas before the update.
 fault pipedream-dp-sum-dropped trainer/step/pipedream_updates.cpp \
-  's/^  sum_over_replicas(stream);$//' \
+  's/^  sum_over_replicas(gradients, stream);$//' \
   'mpi4 PipelineLayouts.PipeDreamReplicas*'
 # The last stage's share of wte's gradient not summed over the replicas: its tied copy takes its
 # own replica's sum, stage 0's wte the replicas'.
