@@ -1481,6 +1481,21 @@ fault sp-full-sequence-in-pipeline-messages pipeline/execute_steps.cu \
   's/  return size_t(e.B) \* length_of(e, microbatch) \/ e.sequence_shards() \* e.config.channels;/  return size_t(e.B) * length_of(e, microbatch) * e.config.channels;/' \
   'cpumpi4 TensorParallelCounts.SequenceParallelCollectivesAndMessagesPerStepAreTheLayersByHand'
 
+# h37f: issue 37 item 3 (pipedream's gradient norm, clipping and non-finite guard with vertical sync).
+# Each update's decision without the clip: every update applied unclipped.
+fault pipedream-clip-not-applied trainer/step/pipedream_updates.cpp \
+  's/^                 settings_.grad_clip, stream);$/                 0.0, stream);/' \
+  'mpi4 PipelineLayouts.PipeDreamClipped*'
+# The norm missing a stage: the last stage's slots zeroed before the sum over the stages (every
+# stage then decides alike, on a norm without that stage's share).
+fault pipedream-norm-misses-the-last-stage trainer/step/optimizer.cpp \
+  's/num_slots, {0, num_slots},$/num_slots, {0, groups.mesh.pp_rank + 1 == groups.mesh.pp ? size_t(0) : num_slots},/' \
+  'mpi4 PipelineLayouts.PipeDreamClipped*'
+# The guard on stage 0 only: the other stages take a stale decision (update v + 1's slot) for update v.
+fault pipedream-guard-skips-on-stage-0-only trainer/step/pipedream_updates.cpp \
+  '/^                 settings_.grad_clip, stream);$/a\  if (!embedding_) CUDA_CHECK(cudaMemcpyAsync(gates_ + slot(version), gates_ + slot(version + 1), sizeof(AdamWGate), cudaMemcpyDeviceToDevice, stream));' \
+  'mpi4 PipelineLayouts.PipeDreamNonFinite*'
+
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
