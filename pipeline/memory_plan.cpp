@@ -99,7 +99,7 @@ void plan_executor_memory(const MemoryPlanInput& in, int stage, const std::vecto
              multiply(parameter_layout(in.config, chunks, {in.tp, 0}).size, sizeof(Element)));
   // With vertical sync, the gradients of the updates held apart beyond the stage's own allocation.
   if (in.pipedream)
-    b.device("gradients of updates not yet applied",
+    b.device("gradients held for updates",
              pipedream_gradients_kept(*in.pipedream, in.schedule.placement.p, in.microbatches, in.steps, stage) - 1,
              multiply(parameter_layout(in.config, chunks, {in.tp, 0}).size, sizeof(Element)));
   // The second compute stream's cuBLAS handle has a workspace of its own (an overlapped pair's
