@@ -315,7 +315,8 @@ void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
       } else if (step[0].kind == ActionKind::backward_weight) {
         weight_step(e, grads, head_share, step[0], e.trace[i]);
       } else {
-        backward_step(e, on, used, grads, head_share, step[0], host_targets, e.trace[i]);
+        backward_step(e, on, used, e.pipedream ? pipedream_gradient_views(e, step[0], grads) : grads, head_share,
+                      step[0], host_targets, e.trace[i]);
       }
       for (int k = 0; k < uses.count; ++k) uses.uses[k].pool->compute_step[uses.uses[k].index] = int(i);
     }
@@ -326,7 +327,7 @@ void execute_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
     }
     // After the pair, the caller's stream waits for its backward: what follows may read what it wrote.
     if (on.stream != e.stream) CUDA_CHECK(cudaStreamWaitEvent(e.stream, e.step_end[i], 0));
-    if (compute && e.pipedream) after_pipedream_compute(e);  // an update's time is outside the backward's
+    if (compute && e.pipedream) after_pipedream_compute(e);  // outside the backward's time, as the updates
     nvtxRangePop();
   }
   if (e.pipedream) end_pipedream_step(e);

@@ -97,6 +97,11 @@ void plan_executor_memory(const MemoryPlanInput& in, int stage, const std::vecto
     b.device("stashed weight versions", pipedream_versions_kept(*in.pipedream, in.schedule.placement.p,
                                                                  in.microbatches, in.steps, stage) - 1,
              multiply(parameter_layout(in.config, chunks, {in.tp, 0}).size, sizeof(Element)));
+  // With vertical sync, the gradients of the updates held apart beyond the stage's own allocation.
+  if (in.pipedream)
+    b.device("gradients held for updates",
+             pipedream_gradients_kept(*in.pipedream, in.schedule.placement.p, in.microbatches, in.steps, stage) - 1,
+             multiply(parameter_layout(in.config, chunks, {in.tp, 0}).size, sizeof(Element)));
   // The second compute stream's cuBLAS handle has a workspace of its own (an overlapped pair's
   // backward runs its GEMMs beside the forward's); its backward uses its chunk's scratch above.
   for (const Step& step : in.schedule.stages[stage])
@@ -138,6 +143,13 @@ StageMemoryPlan plan_stage(const MemoryPlanInput& in, int stage) {
   if (in.pipedream && has_part(chunks, &LayerRange::has_head) && !has_part(chunks, &LayerRange::has_embedding))
     b.device("head's wte gradient ring", pipedream_head_ring_size(*in.pipedream, in.schedule.placement.p),
              uint64_t(config.padded_vocab_size / in.tp) * config.channels * sizeof(Element));
+  // Its updates' AdamW tables (the tied copy's apart) and decisions (trainer/step/pipedream_updates.h).
+  if (in.pipedream) {
+    b.device("PipeDream's AdamW region tables", 1, layout.regions.size() * sizeof(AdamWRegion));
+    const int decisions = pipedream_decisions_kept(*in.pipedream, in.schedule.placement.p, in.microbatches);
+    b.device("PipeDream's update decisions", decisions, sizeof(AdamWGate));
+    b.device("PipeDream's update norms", decisions, sizeof(double));
+  }
   const int p = in.schedule.placement.p;
   const Mesh mesh = make_mesh(in.dp, in.tp, p, in.dp * in.tp * p, 0);
   b.plan.transient_bytes = connection_scratch_bytes(mesh);

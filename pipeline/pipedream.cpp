@@ -28,18 +28,29 @@ int step_of_message(int p, int m, int stage, const Action& a) {
   }
 }
 
-// Stage s's order for the whole run, not cut into steps.
+// Stage s's order for the whole run, not cut into steps. An update follows the backward that
+// completes it, except with vertical sync, where update v waits for the stage's first use of
+// version v, a forward, or for the run's end when no forward uses it (the cool-down's): the
+// stage's gradient of v is decided (clipped, or skipped alike everywhere) by its norm over every
+// stage, stage 0's last (docs/pipeline.md, "Clipping and the non-finite guard").
 std::vector<PipeDreamAction> run_order(const PipeDreamRule& rule, int p, int m, int steps, int stage) {
+  const std::vector<Action> computes = one_f_one_b_order(p, m * steps, stage);
   std::vector<PipeDreamAction> order;
-  int backwards = 0;
-  for (const Action& a : one_f_one_b_order(p, m * steps, stage)) {
+  int backwards = 0, applied = 0;
+  const auto apply_through = [&](int version) {
+    for (; applied < version; ++applied) order.push_back({PipeDreamKind::update, -1, applied + 1});
+  };
+  for (const Action& a : computes) {
     if (a.kind == ActionKind::forward) {
-      order.push_back({PipeDreamKind::forward, a.microbatch, pipedream_forward_version(rule, p, stage, a.microbatch)});
+      const int version = pipedream_forward_version(rule, p, stage, a.microbatch);
+      apply_through(version);
+      order.push_back({PipeDreamKind::forward, a.microbatch, version});
       continue;
     }
     order.push_back({PipeDreamKind::backward, a.microbatch, pipedream_backward_version(rule, p, stage, a.microbatch)});
-    if (++backwards % rule.update_every == 0) order.push_back({PipeDreamKind::update, -1, backwards / rule.update_every});
+    if (++backwards % rule.update_every == 0 && !rule.vertical_sync) apply_through(backwards / rule.update_every);
   }
+  apply_through(backwards / rule.update_every);
   return order;
 }
 
@@ -58,6 +69,15 @@ void check_pipedream(const PipeDreamRule& rule, int p, int m, int steps) {
 int pipedream_in_flight(int p, int stage) { return p - stage; }
 
 int pipedream_head_ring_size(const PipeDreamRule& rule, int p) { return (p - 2) / rule.update_every + 2; }
+
+bool pipedream_decided_at_end(const PipeDreamRule& rule, int p, int m, int steps, int version) {
+  return rule.vertical_sync && version * rule.update_every + p > m * steps;
+}
+
+int pipedream_decisions_kept(const PipeDreamRule& rule, int p, int m) {
+  const int K = rule.update_every;
+  return m / K + (p + K - 1) / K + 1;
+}
 
 int pipedream_forward_version(const PipeDreamRule& rule, int p, int stage, int microbatch) {
   const int in_flight = rule.vertical_sync ? p : pipedream_in_flight(p, stage);
@@ -89,11 +109,19 @@ std::vector<std::vector<PipeDreamAction>> pipedream_steps(const PipeDreamRule& r
   check_pipedream(rule, p, m, steps);
   check_pipeline_stage(p, m, stage);
   std::vector<std::vector<PipeDreamAction>> cut(steps);
+  const std::vector<PipeDreamAction> order = run_order(rule, p, m, steps, stage);
+  // The cut: after B((t + 1) m - 1), or after its update when that follows it (K divides m); with
+  // vertical sync a stage past 0 applies that update in the next step, at its first use.
+  const auto completes = [&](size_t i) {  // order[i] is the update its predecessor completes
+    return i > 0 && order[i].kind == PipeDreamKind::update && order[i - 1].kind == PipeDreamKind::backward &&
+           order[i].version * rule.update_every == order[i - 1].microbatch + 1;
+  };
   int step = 0;
-  for (const PipeDreamAction& a : run_order(rule, p, m, steps, stage)) {
-    cut[step].push_back(a);
-    // The cut: after B((t + 1) m - 1)'s update (K divides m, so every step ends with one).
-    const bool ends_step = a.kind == PipeDreamKind::update && a.version * rule.update_every % m == 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    cut[step].push_back(order[i]);
+    const size_t last = i + 1 < order.size() && completes(i + 1) ? i + 1 : i;  // the step's last action, if it ends
+    const PipeDreamAction& ender = order[completes(i) ? i - 1 : i];
+    const bool ends_step = last == i && ender.kind == PipeDreamKind::backward && (ender.microbatch + 1) % m == 0;
     if (ends_step && step + 1 < steps) step++;
   }
   return cut;
@@ -122,6 +150,17 @@ int pipedream_versions_kept(const PipeDreamRule& rule, int p, int m, int steps, 
   }
   int held = 0, most = 1;
   for (int i = 0; i < n; i++) most = std::max(most, held += change[i]);
+  return most;
+}
+
+int pipedream_gradients_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage) {
+  int started = 0, applied = 0, most = 1;  // updates with a backward run, updates applied
+  for (const auto& step : pipedream_steps(rule, p, m, steps, stage))
+    for (const PipeDreamAction& a : step) {
+      if (a.kind == PipeDreamKind::update) applied = a.version;
+      if (a.kind == PipeDreamKind::backward) started = a.microbatch / rule.update_every + 1;
+      most = std::max(most, started - applied);
+    }
   return most;
 }
 

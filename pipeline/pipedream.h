@@ -66,13 +66,28 @@ std::vector<std::vector<PipeDreamAction>> pipedream_steps(const PipeDreamRule& r
 // one an action still to run uses (counted from the order, not from a formula). A run of
 // 4 + 4p / m steps reaches the steady state's count: 3 times as long a run kept no more for any
 // p <= 8, m in {1, 2, 3, 4, 8, 16}, K dividing m, each mode and stage (2026-11-27). With K = 1:
-// p - s with stashing, 1 without, p with vertical sync.
+// p - s with stashing, 1 without, p - s with vertical sync (its updates wait for their first use).
 int pipedream_versions_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage);
+// With vertical sync, the updates no forward uses (v K + p > m steps: the cool-down's) wait for the
+// run's end, where their norms are summed (pipeline/pipedream_run.h says why).
+bool pipedream_decided_at_end(const PipeDreamRule& rule, int p, int m, int steps, int version);
+// The most updates whose gradients stage s holds apart at once over such a run: an update's from
+// its first backward to the update (counted from the order). 1 but with vertical sync, where the
+// backwards after update v's last one add up the next updates' gradients until v's first use:
+// ceil(s / K) + 1 in the steady state, and in the cool-down up to every update left. Each is a
+// gradient allocation of the stage (pipeline/pipedream_run.h).
+int pipedream_gradients_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage);
 
 // The buffers of Vp C in which the head stage (without the embedding) sums its shares of wte's
 // gradient until each update's exchange with stage 0 (trainer/step/pipedream_updates.h):
 // (p - 2) / K + 2, the updates whose shares are open at once. The memory plan counts them.
 int pipedream_head_ring_size(const PipeDreamRule& rule, int p);
+// The updates whose decisions (norm, clipping, applied or not) a stage keeps on the device
+// (trainer/step/pipedream_updates.h), all read at the end of the step that makes them: a step's
+// m / K and the cool-down's ceil(p / K) (decided at the run's end), and one more. An update's
+// decision waits at most ceil(s / K) + 1 later ones for its use (pipedream_gradients_kept). The
+// memory plan counts them.
+int pipedream_decisions_kept(const PipeDreamRule& rule, int p, int m);
 
 // The run's lists with their sends and receives, per step: [step][stage]. Each is the 1F1B lowering
 // (pipeline/schedule.h's add_communication) of the run-long order, cut as the top says.

@@ -58,11 +58,12 @@ TEST(PipeDreamOptions, ReplicasAreTaken) {
   EXPECT_EQ(parse({"--schedule", "pipedream", "--grad-clip", "0", "--dp", "2"}).dp, 2);
 }
 
-// A run takes the rule without clipping; with vertical sync it would clip, which is not built yet.
-TEST(PipeDreamOptions, RunWithoutClippingIsTakenAndClippingIsRefused) {
+// A run takes the rule without clipping, and with vertical sync with the default --grad-clip.
+TEST(PipeDreamOptions, RunWithoutClippingAndClippingWithVerticalSyncAreTaken) {
   const TrainOptions options = parse({"--schedule", "pipedream", "--grad-clip", "0", "--update-every", "2"});
   EXPECT_EQ(options.schedule, "pipedream");
   EXPECT_EQ(options.update_every, 2);
-  EXPECT_EQ(error_of({"--schedule", "pipedream", "--vertical-sync"}),
-            "--schedule pipedream --vertical-sync does not clip in a run yet (issue 37): add --grad-clip 0");
+  const TrainOptions clipped = parse({"--schedule", "pipedream", "--vertical-sync"});
+  EXPECT_TRUE(clipped.vertical_sync);
+  EXPECT_GT(clipped.grad_clip, 0.0f);
 }

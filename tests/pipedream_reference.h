@@ -13,12 +13,16 @@
 // head forward, head backward) takes at stage 0's forward version. With dp replicas each runs
 // that rule on its own microbatches; each loss is scaled by 1 / (B T K dp): an update's gradient,
 // summed over the replicas, is that of the mean loss of their K dp microbatches. An update is
-// the trainer's: the head's share of wte's gradient joins the embedding's, then AdamW (no clipping)
-// at t = v on every tensor with GPT-2's weight decay, at a constant learning rate; in bf16, the
-// trainer's mixed precision: the versions are bf16 (the initial parameters rounded to nearest),
-// AdamW updates the fp32 master weights (when kept; they start as those bf16 values) and writes
-// the bf16 parameters by stochastic rounding with rounding_key(seed, v) at each element's index in
-// llm.c's layout, every microbatch's gradient accumulated in bf16 as the trainer's.
+// the trainer's: the head's share of wte's gradient joins the embedding's, then AdamW at t = v on
+// every tensor with GPT-2's weight decay, at a constant learning rate; in bf16, the trainer's mixed
+// precision: the versions are bf16 (the initial parameters rounded to nearest), AdamW updates the
+// fp32 master weights (when kept; they start as those bf16 values) and writes the bf16 parameters
+// by stochastic rounding with rounding_key(seed, v) at each element's index in llm.c's layout,
+// every microbatch's gradient accumulated in bf16 as the trainer's. With vertical sync (the only
+// rule that clips) the update is decided by its gradient's norm, the layout-independent one of
+// trainer/step/optimizer.h (every (tensor, layer) slot's fp32 squared sum, the slots added in
+// order): clipped by settings.grad_clip as the synchronous step clips, and not applied at all
+// (weights, master weights and moments as they were) when the norm is not finite.
 //
 // Drains (a checkpoint saved at the end of a run, and its resume, which warms the pipeline up
 // again): after a drain at step d, every stage's microbatch k >= d m takes the versions the rule
@@ -29,8 +33,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/adamw.cuh"
@@ -53,7 +60,39 @@ namespace pipedream_reference {
 struct Run {
   std::vector<double> losses;     // per step: the mean of its m microbatches' mean losses
   std::vector<float> parameters;  // after the last update, llm.c's layout
+  std::vector<double> norms;      // per update from 1: [v - 1] its gradient's norm (vertical sync only)
+  std::vector<bool> applied;      // per update from 1: not skipped for a non-finite norm
 };
+
+// The norm table (global_norm_squared_of_table's) of llm.c's layout: each (tensor, layer) with its
+// slot (model/norm_slots.h), as every stage's table holds them in its own layout; total_blocks (=).
+inline std::vector<NormTensor> norm_table_of_model(const GPTConfig& config, unsigned& total_blocks) {
+  std::vector<size_t> offsets, counts, slots;
+  for (const ParameterRegion& r : parameter_layout(config, {whole_model(config)}).regions) {
+    offsets.push_back(r.full_offset);
+    counts.push_back(r.count);
+    slots.push_back(norm_slot(r.tensor, r.layer, config.num_layers));
+  }
+  return norm_tensor_table(offsets, counts, slots, total_blocks);
+}
+
+// An update's gate (kernels/adamw.cuh) and norm (=) from the whole model's gradients (llm.c's
+// layout, table norm_table_of_model's), with optimizer's buffers: the trainer's arithmetic.
+template <typename Element>
+AdamWGate decide_update(Optimizer& optimizer, const NormTensor* table, int tensors, unsigned blocks,
+                        const Element* gradients, double grad_clip, double& norm, cudaStream_t stream) {
+  const size_t num_slots = norm_slot_count(optimizer.config.num_layers);
+  CUDA_CHECK(cudaMemsetAsync(optimizer.norm_partials, 0, num_slots * sizeof(float), stream));
+  global_norm_squared_of_table<Element>(optimizer.norm_partials, optimizer.norm_workspace, gradients, table, tensors,
+                                      blocks, stream);
+  sum_rows_in_fixed_order(optimizer.squared_norm, optimizer.norm_partials, 1, num_slots, stream);
+  CUDA_CHECK(cudaMemsetAsync(optimizer.nonfinite_ranks, 0, sizeof(double), stream));
+  set_adamw_gate(optimizer.gate, optimizer.norm, optimizer.squared_norm, optimizer.nonfinite_ranks, grad_clip, stream);
+  AdamWGate gate;
+  CUDA_CHECK(cudaMemcpy(&gate, optimizer.gate, sizeof(AdamWGate), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaMemcpy(&norm, optimizer.norm, sizeof(double), cudaMemcpyDeviceToHost));
+  return gate;
+}
 
 // The stage of each element of llm.c's layout under the even split of the layers over p stages.
 inline std::vector<int> stage_of_elements(const GPTConfig& config, int p) {
@@ -73,11 +112,14 @@ inline std::vector<int> stage_of_elements(const GPTConfig& config, int p) {
 // drains: the steps (1, 2, ...) after which the pipeline drains. bf16 (Element) at dp 1 or 2: two
 // replicas' bf16 values summed in fp32 and rounded to bf16 are the one rounding of their exact sum
 // (exact in fp32 unless their exponents are 16 apart, and then both round to the larger), the
-// all-reduce's; more would be a chain of roundings in the all-reduce's order.
+// all-reduce's; more would be a chain of roundings in the all-reduce's order. nan_gradient (update,
+// element of llm.c's layout): a NaN written there into replica 0's gradient of that update before
+// the sums, as TRAIN_TEST_NAN writes it on one rank.
 template <typename Element = float>
 Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const PipeDreamRule& rule,
         const AdamWSettings& settings, double learning_rate, const std::vector<float>& initial, BatchReader reader,
-        int dp = 1, const std::vector<int>& drains = {}, const MixedPrecision& precision = {}) {
+        int dp = 1, const std::vector<int>& drains = {}, const MixedPrecision& precision = {},
+        std::optional<std::pair<int, size_t>> nan_gradient = {}) {
   constexpr bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
   if (bf16 && dp > 2) throw std::logic_error("pipedream_reference::run: bf16 at dp 1 or 2 only");
   const auto to_elements = [](const std::vector<float>& values) {
@@ -126,6 +168,11 @@ Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const Pi
   BackwardScratch<Element> scratch = create_backward_scratch<Element>(config, B, T, whole);
   CublasHandle cublas;
   const cudaStream_t stream = nullptr;
+  Optimizer norm = create_optimizer(config, parameter_layout(config, {whole}), false, 0,
+                                    whole_stage(parameter_layout(config, {whole})));
+  unsigned norm_blocks = 0;
+  const std::vector<NormTensor> host_table = norm_table_of_model(config, norm_blocks);
+  DeviceBuffer<NormTensor> norm_table(host_table);
   const uint64_t start = reader.next_microbatch;
   Run result;
   for (int t = 0; t < steps; ++t) {
@@ -149,6 +196,10 @@ Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const Pi
       if ((k + 1) % K != 0) continue;
       // Update v = (k + 1) / K of every stage, on the replicas' sum.
       const int v = (k + 1) / K;
+      if (nan_gradient && nan_gradient->first == v) {
+        const Element nan = from_compute<Element>(std::nanf(""));
+        CUDA_CHECK(cudaMemcpy(grads.data() + nan_gradient->second, &nan, sizeof(Element), cudaMemcpyHostToDevice));
+      }
       for (int r = 0; r < dp; ++r)
         sum_tied_embedding_gradient(config, grads.data() + r * n, grad_wte_head.data() + r * wte_count, stream);
       std::vector<float> every = to_floats(grads.to_host()), sum(every.begin(), every.begin() + n);
@@ -158,12 +209,19 @@ Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const Pi
       summed.resize(dp * n, from_compute<Element>(0.0f));
       grads.upload(summed);
       params.upload(to_elements(versions.back()));
+      double update_norm = 0;
+      const AdamWGate gate = rule.vertical_sync
+                                 ? decide_update(norm, norm_table.data(), int(host_table.size()), norm_blocks,
+                                                 grads.data(), settings.grad_clip, update_norm, stream)
+                                 : AdamWGate{1.0, 1};
+      result.norms.push_back(update_norm);
+      result.applied.push_back(gate.apply != 0);
       const uint64_t key = rounding_key(precision.rounding_seed, uint64_t(v));
-      for (int i = 0; i < kNumParameterTensors; ++i)
+      for (int i = 0; i < kNumParameterTensors && gate.apply; ++i)
         adamw_update<Element>(params.data() + offsets[i], master_weights ? master_weights + offsets[i] : nullptr,
                               grads.data() + offsets[i], moment1.data() + offsets[i], moment2.data() + offsets[i],
                               sizes[i], learning_rate, settings.beta1, settings.beta2, settings.eps,
-                              parameter_tensor_has_weight_decay(i) ? settings.weight_decay : 0.0, 1.0, v,
+                              parameter_tensor_has_weight_decay(i) ? settings.weight_decay : 0.0, gate.grad_scale, v,
                               {key, offsets[i]}, stream);
       versions.push_back(to_floats(params.to_host()));
       CUDA_CHECK(cudaMemset(grads.data(), 0, dp * n * sizeof(Element)));
@@ -177,6 +235,7 @@ Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const Pi
   }
   destroy_activations(acts);
   destroy_backward_scratch(scratch);
+  destroy_optimizer(norm);
   result.parameters = versions.back();
   return result;
 }

@@ -48,11 +48,14 @@ TEST(PipeDream, WithoutStashingBackwardUsesLatestVersion) {
             (std::vector<std::string>{"F0@0 F1@0 B0@0 U1 F2@1 B1@1 U2", "F3@2 B2@2 U3 B3@3 U4"}));
 }
 
-// Vertical sync: the last stage uses for microbatch k the version stage 0's forward of k used.
+// Vertical sync: the last stage uses for microbatch k the version stage 0's forward of k used, and
+// applies update v just before its first use of v (U1 before F2, U2 before F3); stage 0's first use
+// of v follows the backward completing it. U3 and U4, which no forward uses, wait for the run's end.
 TEST(PipeDream, VerticalSyncUsesStageZerosVersion) {
   EXPECT_EQ(step_texts(kVerticalSync, 2, 2, 2, 1),
-            (std::vector<std::string>{"F0@0 B0@0 U1 F1@0 B1@0 U2", "F2@1 B2@1 U3 F3@2 B3@2 U4"}));
-  EXPECT_EQ(step_texts(kVerticalSync, 2, 2, 2, 0), step_texts(kStashing, 2, 2, 2, 0));
+            (std::vector<std::string>{"F0@0 B0@0 F1@0 B1@0", "U1 F2@1 B2@1 U2 F3@2 B3@2 U3 U4"}));
+  EXPECT_EQ(step_texts(kVerticalSync, 2, 2, 2, 0),
+            (std::vector<std::string>{"F0@0 F1@0 B0@0 U1 F2@1 B1@0 U2", "F3@2 B2@1 B3@2 U3 U4"}));
 }
 
 // K = 2: an update after every second backward, so F(k) on stage 0 uses floor(max(0, k - p + 1) / 2),
@@ -105,12 +108,31 @@ TEST(PipeDream, VersionsAreTheUpdatesRunBeforeEachAction) {
 TEST(PipeDream, VersionsKeptPerStage) {
   EXPECT_EQ(versions_kept(kStashing, 4, 4, 6), (std::vector<int>{4, 3, 2, 1}));
   EXPECT_EQ(versions_kept(kNoStashing, 4, 4, 6), (std::vector<int>{1, 1, 1, 1}));
-  EXPECT_EQ(versions_kept(kVerticalSync, 4, 4, 6), (std::vector<int>{4, 4, 4, 4}));
-  EXPECT_EQ(versions_kept(kVerticalSync, 2, 2, 4), (std::vector<int>{2, 2}));
+  // Vertical sync, K = 1: at update v, just before its first use F(v + p - 1), stage s holds v and the
+  // versions of its p - s - 1 microbatches in flight, v + s + 1 - p .. v - 1.
+  EXPECT_EQ(versions_kept(kVerticalSync, 4, 4, 6), (std::vector<int>{4, 3, 2, 1}));
+  EXPECT_EQ(versions_kept(kVerticalSync, 2, 2, 4), (std::vector<int>{2, 1}));
   // K = 2: stage 0's four in-flight microbatches span two or three versions, the current one among them.
   EXPECT_EQ(versions_kept(PipeDreamRule{2, true, false}, 4, 4, 6), (std::vector<int>{3, 2, 2, 1}));
   // The count is the steady state's: a longer run keeps no more.
   EXPECT_EQ(versions_kept(kStashing, 4, 4, 12), versions_kept(kStashing, 4, 4, 6));
+}
+
+// The updates' gradients held apart: with vertical sync stage s has run its backwards through
+// v K - 1 + s when it first uses v, so updates v .. v + ceil(s / K) are open (the last one in part
+// when K does not divide s), and the updates no forward uses, v K + p > m steps, all wait for the
+// run's end: at K = 1 the last p (24 microbatches: 21 .. 24) on every stage, at K = 2 the last 2
+// (11, 12) against 1, 2, 2, 3 in the steady state. Otherwise each update follows its backward.
+TEST(PipeDream, GradientsKeptPerStage) {
+  const auto kept = [](const PipeDreamRule& rule, int p, int m, int steps) {
+    std::vector<int> counts;
+    for (int s = 0; s < p; s++) counts.push_back(pipedream_gradients_kept(rule, p, m, steps, s));
+    return counts;
+  };
+  EXPECT_EQ(kept(kVerticalSync, 4, 4, 6), (std::vector<int>{4, 4, 4, 4}));
+  EXPECT_EQ(kept(PipeDreamRule{2, true, true}, 4, 4, 6), (std::vector<int>{2, 2, 2, 3}));
+  EXPECT_EQ(kept(kStashing, 4, 4, 6), (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_EQ(kept(kNoStashing, 4, 4, 6), (std::vector<int>{1, 1, 1, 1}));
 }
 
 // Within every step, the k-th send from stage a to stage b is the k-th receive on b from a, for the

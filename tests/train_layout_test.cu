@@ -69,7 +69,7 @@ TEST(TrainLayout, InterleavedMicrobatchesThatLeaveAShortLastGroupFailOnEveryRank
 }
 
 // The asynchronous pipeline (issue 37): a rule the schedule refuses, found by every rank in the
-// --print-schedule report and in a run, and a run that would clip (not built yet).
+// --print-schedule report and in a run, and clipping without vertical sync.
 TEST(TrainLayout, PipeDreamRefusalsFailOnEveryRank) {
   expect_layout_error("--schedule pipedream --print-schedule --grad-clip 0 --update-every 3",
                       "--update-every 3 must divide --microbatches 4 (an update may not straddle the end of a step, "
@@ -77,8 +77,9 @@ TEST(TrainLayout, PipeDreamRefusalsFailOnEveryRank) {
   expect_layout_error("--schedule pipedream --grad-clip 0 --update-every 3",
                       "--update-every 3 must divide --microbatches 4 (an update may not straddle the end of a step, "
                       "where checkpoints are written)");
-  expect_layout_error("--schedule pipedream --vertical-sync",
-                      "--schedule pipedream --vertical-sync does not clip in a run yet (issue 37): add --grad-clip 0");
+  expect_layout_error("--schedule pipedream",
+                      "--schedule pipedream clips the global gradient norm only with --vertical-sync (without it a "
+                      "stage would wait for stage 0 at every update): add --vertical-sync or --grad-clip 0");
 }
 
 TEST(TrainLayout, UnknownScheduleFailsOnEveryRank) {

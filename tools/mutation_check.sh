@@ -1382,10 +1382,6 @@ fault pipedream-step-without-stage-records trainer/step/pipedream_step.cpp \
 fault pipedream-validation-mid-run trainer/program/run.cpp \
   's/  if (setup.layout.pipedream \&\& options.val_every > 0) options.val_every = options.steps;//' \
   'unit TrainLayout.PipeDreamFourStages*'
-# Item 1: clipping in a run accepted (the norm is not computed).
-fault pipedream-clipping-in-a-run-accepted trainer/command_line/pipedream_options.cpp \
-  's/  if (grad_clip > 0 \&\& !print_schedule)/  if (false)/' \
-  'unit PipeDreamOptions.*'
 # Item 2: the memory plan without pipedream's stashed versions, without the head's ring, or with
 # the step's microbatches only in the pinned buffers (not stage 0's read-ahead).
 fault pipedream-plan-without-stashes pipeline/memory_plan.cpp \
@@ -1415,7 +1411,7 @@ fault plot-log-beside-without-training-loss tools/plot_log.py \
 # update's gradient summed over the replicas of its stage).
 # The stage's gradients not summed over the replicas before the update.
 fault pipedream-dp-sum-dropped trainer/step/pipedream_updates.cpp \
-  's/^  sum_over_replicas(stream);$//' \
+  's/^  sum_over_replicas(gradients, stream);$//' \
   'mpi4 PipelineLayouts.PipeDreamReplicas*'
 # The last stage's share of wte's gradient not summed over the replicas: its tied copy takes its
 # own replica's sum, stage 0's wte the replicas'.
@@ -1535,11 +1531,11 @@ fault pipedream-stop-saves-undrained trainer/program/run.cpp \
 # bf16 (issue 37 item 2's rounding key): each region rounds with the bits of its index in the
 # stage's allocation, not in the whole model: the stages round alike only where they coincide.
 fault pipedream-bf16-rounding-by-the-stage-offset trainer/step/pipedream_updates.cpp \
-  's/settings_.eps, decay, 1.0, count, {key, r.full_offset}, stream);/settings_.eps, decay, 1.0, count, {key, r.offset}, stream);/' \
+  '/^  regions_ = device_alloc<AdamWRegion>(layout.regions.size());$/i\  for (AdamWRegion\& r : table) r.full_offset = r.offset;' \
   'mpi4 PipelineLayouts.PipeDreamInBf16*'
 # bf16's updates go to the parameters, not the fp32 master weights.
 fault pipedream-bf16-without-the-master-weights trainer/step/pipedream_updates.cpp \
-  's/^    float\* master = optimizer_.master == nullptr ? nullptr : optimizer_.master + r.offset;$/    float* master = nullptr;/' \
+  's/^  float\* master = optimizer_.master == nullptr ? nullptr : optimizer_.master + first;$/  float* master = nullptr;/' \
   'mpi4 PipelineLayouts.PipeDreamInBf16*'
 # Every update rounds with the same bits (the key without the update's count).
 fault pipedream-bf16-one-rounding-key-for-every-update trainer/step/pipedream_updates.cpp \
@@ -1549,6 +1545,20 @@ fault pipedream-bf16-one-rounding-key-for-every-update trainer/step/pipedream_up
 fault pipedream-bf16-dp-tied-share-not-summed trainer/step/pipedream_updates.cpp \
   's/^  allreduce_data_parallel_gradients(groups_, share_of_update(version)/  if (false) allreduce_data_parallel_gradients(groups_, share_of_update(version)/' \
   'mpi4 PipelineLayouts.PipeDreamReplicasInBf16*'
+# h37f: issue 37 item 3 (pipedream's gradient norm, clipping and non-finite guard with vertical sync).
+# Each update's decision without the clip: every update applied unclipped.
+fault pipedream-clip-not-applied trainer/step/pipedream_updates.cpp \
+  's/^                 settings_.grad_clip, stream);$/                 0.0, stream);/' \
+  'mpi4 PipelineLayouts.PipeDreamClipped*'
+# The norm missing a stage: the last stage's slots zeroed before the sum over the stages (every
+# stage then decides alike, on a norm without that stage's share).
+fault pipedream-norm-misses-the-last-stage trainer/step/optimizer.cpp \
+  's/num_slots, {0, num_slots},$/num_slots, {0, groups.mesh.pp_rank + 1 == groups.mesh.pp ? size_t(0) : num_slots},/' \
+  'mpi4 PipelineLayouts.PipeDreamClipped*'
+# The guard on stage 0 only: the other stages take a stale decision (update v + 1's slot) for update v.
+fault pipedream-guard-skips-on-stage-0-only trainer/step/pipedream_updates.cpp \
+  '/^                 settings_.grad_clip, stream);$/a\  if (!embedding_) CUDA_CHECK(cudaMemcpyAsync(gates_ + slot(version), gates_ + slot(version + 1), sizeof(AdamWGate), cudaMemcpyDeviceToDevice, stream));' \
+  'mpi4 PipelineLayouts.PipeDreamNonFinite*'
 
 # ---- running ----
 

@@ -10,6 +10,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <utility>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -22,18 +25,22 @@ namespace {
 
 using namespace pipeline_harness;
 
-// No clipping: pipedream clips only with vertical sync, and the reference does not clip.
+// No clipping (pipedream clips only with vertical sync); and a clip every update of the tiny
+// model exceeds (its norms are above 0.5 over these 3 steps: the clipped tests check it).
 const AdamWSettings kUnclipped{0.9, 0.95, 1e-8, 0.1, 0.0};
+const AdamWSettings kClipped{0.9, 0.95, 1e-8, 0.1, 0.05};
 constexpr int kLayers = 8, kM = 4, kSteps = 3;
 
 struct PipeDreamOutcome {
   std::vector<double> losses;
+  std::vector<StepResult> steps;
   std::vector<float> parameters;  // llm.c's layout, zeros outside the rank's stage
   std::vector<ParameterRegion> regions;
 };
 
-template <typename Element>
-PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& groups, const MixedPrecision& precision) {
+template <typename Element = float>
+PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& groups, const AdamWSettings& settings,
+                              const MixedPrecision& precision) {
   const GPTConfig config = config_of(kLayers);
   PipelineLayout layout{ScheduleKind::one_f_one_b, kM, 1, false, {}};
   layout.pipedream = PipeDreamLayout{rule, kSteps};
@@ -46,8 +53,10 @@ PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& group
   upload_parameters(trainer, initial_parameters(config));
   BatchReader reader = make_batch_reader(dataset(), kB, kT, false, 1);
   PipeDreamOutcome outcome;
-  for (int t = 1; t <= kSteps; ++t)
-    outcome.losses.push_back(train_step(trainer, reader, kUnclipped, kLearningRate, t).loss);
+  for (int t = 1; t <= kSteps; ++t) {
+    outcome.steps.push_back(train_step(trainer, reader, settings, kLearningRate, t));
+    outcome.losses.push_back(outcome.steps.back().loss);
+  }
   // The memory plan, stashes and the head's ring included, is the run's peak to the byte.
   EXPECT_EQ(device_memory_counts().peak_bytes - bytes_before, plan.peak_bytes)
       << "stage " << groups.mesh.pp_rank << "'s measured peak against its memory plan";
@@ -58,18 +67,39 @@ PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& group
 }
 
 // dp replicas of p stages (one rank each, the world dp p), in Element (bf16: dp 1 or 2, the
-// reference's).
+// reference's). With vertical sync, each step's norm is the last update's it decides (trainer.h's
+// pipedream_step), and a step is applied when all those are.
 template <typename Element = float>
-void expect_reference(const PipeDreamRule& rule, int dp, int p, const MixedPrecision& precision = {}) {
+PipeDreamOutcome expect_reference(const PipeDreamRule& rule, int dp, int p, const AdamWSettings& settings = kUnclipped,
+                                  const MixedPrecision& precision = {},
+                                  std::optional<std::pair<int, size_t>> nan_gradient = {}) {
   WorldGroups world(dp, p);
   SCOPED_TRACE("dp " + std::to_string(dp) + " p " + std::to_string(p) + " K " + std::to_string(rule.update_every) +
-               (rule.weight_stashing ? " stashing" : " no stashing") + (rule.vertical_sync ? " vertical sync" : ""));
+               (rule.weight_stashing ? " stashing" : " no stashing") + (rule.vertical_sync ? " vertical sync" : "") +
+               " clip " + std::to_string(settings.grad_clip));
   const GPTConfig config = config_of(kLayers);
   const pipedream_reference::Run expected = pipedream_reference::run<Element>(
-      config, kB, kT, p, kM, kSteps, rule, kUnclipped, kLearningRate, initial_parameters(config),
-      make_batch_reader(dataset(), kB, kT, false, 1), dp, {}, precision);
-  const PipeDreamOutcome outcome = run_pipeline<Element>(rule, world.groups, precision);
+      config, kB, kT, p, kM, kSteps, rule, settings, kLearningRate, initial_parameters(config),
+      make_batch_reader(dataset(), kB, kT, false, 1), dp, {}, precision, nan_gradient);
+  const PipeDreamOutcome outcome = run_pipeline<Element>(rule, world.groups, settings, precision);
   EXPECT_EQ(outcome.losses, expected.losses);
+  // The updates each step decides: those whose last microbatch it runs, but the cool-down's (no
+  // forward uses them), which the last step decides at its end (pipeline/pipedream_run.h).
+  std::vector<std::vector<int>> decided(kSteps);
+  for (int v = 1; rule.vertical_sync && v <= kSteps * kM / rule.update_every; ++v)
+    decided[pipedream_decided_at_end(rule, p, kM, kSteps, v) ? kSteps - 1 : (v * rule.update_every - 1) / kM]
+        .push_back(v);
+  for (int t = 1; t <= kSteps; ++t) {
+    const StepResult& step = outcome.steps[size_t(t - 1)];
+    const std::vector<int>& updates = decided[size_t(t - 1)];
+    EXPECT_EQ(step.has_norm, !updates.empty()) << "step " << t;
+    if (updates.empty()) continue;
+    EXPECT_EQ(step.grad_norm, expected.norms[size_t(updates.back() - 1)])
+        << "step " << t << "'s norm, update " << updates.back() << "'s";
+    bool applied = true;
+    for (int v : updates) applied = applied && expected.applied[size_t(v - 1)];
+    EXPECT_EQ(step.applied, applied) << "step " << t << ": " << step.skipped;
+  }
   for (const ParameterRegion& r : outcome.regions) {
     const auto got = outcome.parameters.begin() + r.full_offset;
     const auto want = expected.parameters.begin() + r.full_offset;
@@ -77,9 +107,21 @@ void expect_reference(const PipeDreamRule& rule, int dp, int p, const MixedPreci
         << parameter_tensor_name(r.tensor) << (r.tied_copy ? " (the tied copy)" : "") << " at " << r.full_offset
         << " differs from the reference's after the last update";
   }
+  return outcome;
 }
 
 void expect_reference(const PipeDreamRule& rule) { expect_reference(rule, 1, size_of_world()); }
+
+// Vertical sync with a clip every update exceeds, on p stages and with replicas: bitwise the
+// reference's clipping by the norm over every stage (the replicas' sum).
+void expect_clipped_reference(int dp, int p) {
+  const GPTConfig config = config_of(kLayers);
+  const pipedream_reference::Run expected =
+      pipedream_reference::run(config, kB, kT, p, kM, kSteps, {1, true, true}, kClipped, kLearningRate,
+                               initial_parameters(config), make_batch_reader(dataset(), kB, kT, false, 1), dp);
+  for (double norm : expected.norms) ASSERT_GT(norm, kClipped.grad_clip) << "an update the test meant to clip was not";
+  expect_reference({1, true, true}, dp, p, kClipped);
+}
 
 // Replicas of two stages, the world / 2 of them (dp 2 at -np 4, 4 at -np 8), or at -np 2 two
 // replicas of one stage: every rank equal to the reference is every replica equal. At dp 2 the
@@ -94,6 +136,35 @@ TEST(PipelineLayouts, PipeDreamWithStashingGivesTheReference) { expect_reference
 TEST(PipelineLayouts, PipeDreamUpdatingEveryTwoGivesTheReference) { expect_reference({2, true, false}); }
 TEST(PipelineLayouts, PipeDreamWithoutStashingGivesTheReference) { expect_reference({1, false, false}); }
 TEST(PipelineLayouts, PipeDreamWithVerticalSyncGivesTheReference) { expect_reference({1, true, true}); }
+TEST(PipelineLayouts, PipeDreamClippedWithVerticalSyncGivesTheReference) { expect_clipped_reference(1, size_of_world()); }
+TEST(PipelineLayouts, PipeDreamClippedReplicasWithVerticalSyncGiveTheReference) {
+  if (size_of_world() < 4) GTEST_SKIP() << "replicas of 2 stages need 4 ranks";
+  expect_clipped_reference(size_of_world() / 2, 2);
+}
+
+// The non-finite guard: a NaN in the last stage's gradient of update 5 (step 2's first), written by
+// TRAIN_TEST_NAN on that rank only, skips update 5 on every stage (weights and moments as they were,
+// the tied copy too), and every other update is applied: every parameter after 3 steps is the
+// reference's with update 5 skipped, and one step says so.
+TEST(PipelineLayouts, PipeDreamNonFiniteUpdateIsSkippedOnEveryStage) {
+  const int p = size_of_world(), layer = kLayers - kLayers / p;  // the last stage's first layer
+  const GPTConfig config = config_of(kLayers);
+  const size_t element = parameter_tensor_offsets(config)[kFcw] + size_t(layer) * parameter_tensor_sizes(config)[kFcw] / kLayers;
+  const std::string injection = "rank=" + std::to_string(p - 1) + ",step=5,tensor=fcw,layer=" + std::to_string(layer);
+  setenv("TRAIN_TEST_NAN", injection.c_str(), 1);
+  const PipeDreamOutcome outcome = expect_reference({1, true, true}, 1, p, kClipped, {}, std::pair<int, size_t>{5, element});
+  unsetenv("TRAIN_TEST_NAN");
+  // Step 2 reports it, or at p = 8, where no forward uses update 5, the last step (expect_reference
+  // holds each step's report to the updates it decides).
+  int skipped_steps = 0;
+  for (const StepResult& step : outcome.steps)
+    if (!step.applied) {
+      skipped_steps += 1;
+      EXPECT_EQ(step.skipped, "non-finite gradient norm of update 5, not applied on any stage");
+    }
+  EXPECT_EQ(skipped_steps, 1);
+}
+
 TEST(PipelineLayouts, PipeDreamReplicasWithStashingGiveTheReference) {
   expect_reference_with_replicas({1, true, false});
 }
@@ -106,12 +177,12 @@ TEST(PipelineLayouts, PipeDreamReplicasWithVerticalSyncGiveTheReference) {
 // bf16 (the trainer's mixed precision): the stashes bf16, the rounding key (seed, the update's
 // AdamW count) at each element's whole-model index, with master weights and without.
 TEST(PipelineLayouts, PipeDreamInBf16GivesTheBf16Reference) {
-  expect_reference<__nv_bfloat16>({1, true, false}, 1, size_of_world(), {true, 77});
-  expect_reference<__nv_bfloat16>({2, false, false}, 1, size_of_world(), {false, 78});
+  expect_reference<__nv_bfloat16>({1, true, false}, 1, size_of_world(), kUnclipped, {true, 77});
+  expect_reference<__nv_bfloat16>({2, false, false}, 1, size_of_world(), kUnclipped, {false, 78});
 }
 // Two replicas of the world / 2 stages in bf16: each update's sum over them is one bf16 rounding.
 TEST(PipelineLayouts, PipeDreamReplicasInBf16GiveTheBf16Reference) {
-  expect_reference<__nv_bfloat16>({1, true, false}, 2, size_of_world() / 2, {true, 79});
+  expect_reference<__nv_bfloat16>({1, true, false}, 2, size_of_world() / 2, kUnclipped, {true, 79});
 }
 
 }  // namespace

@@ -342,7 +342,7 @@ void check_consistency(const TrainOptions& options) {
   check_layer_split_options(options.layers_per_stage_auto, !options.pipeline_layout.empty(), options.plan_layouts,
                             options.print_memory);
   check_pipedream_options(options.schedule == "pipedream", options.vertical_sync, options.grad_clip,
-                          options.print_schedule, pipedream_not_built(options), options.given);
+                          pipedream_not_built(options), options.given);
   check_document_options(options.seq_len_warmup_start, options.seq_len, options.given);
   check_sequence_parallel_options(options.sequence_parallel, options.tp, options.seq_len, options.given);
   if (options.given.count("schedule-costs") && !options.print_schedule)

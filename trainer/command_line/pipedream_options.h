@@ -11,7 +11,7 @@
 
 // Throws std::runtime_error with one line naming the option: --update-every, --weight-stashing or
 // --vertical-sync given without --schedule pipedream; with it, global-norm clipping without
-// vertical sync, the first of not_built (the options given that pipedream does not run with yet, as
-// "--tp 2"), and clipping in a run (with vertical sync: the norm is not computed yet).
-void check_pipedream_options(bool pipedream, bool vertical_sync, float grad_clip, bool print_schedule,
+// vertical sync, and the first of not_built (the options given that pipedream does not run with
+// yet, as "--tp 2").
+void check_pipedream_options(bool pipedream, bool vertical_sync, float grad_clip,
                              const std::vector<std::string>& not_built, const std::set<std::string>& given);

@@ -15,7 +15,9 @@
 // element of its gradient of tensor NAME (llm.c's name: wte, fcw, ...) at layer L (0 for the
 // tensors outside the layers) in step S, after the gradients are zeroed and before the schedule,
 // which only adds to them (the data-parallel sum of a layer starts during the schedule,
-// comm/data_parallel_sum.h).
+// comm/data_parallel_sum.h). With --schedule pipedream S names an update (1, 2, ...): the NaN is
+// written when the rank's gradient of that update is complete, before its sums and its norm
+// (trainer/step/pipedream_updates.h).
 // TRAIN_TEST_NAN="rank=R,step=S,tensor=loss" checks its loss half: world rank R (a stage with the
 // head, which holds losses) writes a NaN into its loss sum of step S once the schedule is queued,
 // before the step's decision reads it. The gradients stay finite, so only the count of ranks with

@@ -2,6 +2,8 @@
 // those stage 0 reads ahead, the executor's part of the run with its updates, the step's loss; and
 // the trainer's set-up for it.
 #include <csignal>
+#include <string>
+#include <vector>
 
 #include "comm/host_exchange.h"
 #include "kernels/cuda_check.cuh"
@@ -15,7 +17,7 @@ void enable_pipedream_updates(Trainer<Element>& trainer, const PipeDreamLayout& 
       trainer.config, layout.rule, trainer.groups.mesh.pp, trainer.microbatches, trainer.parameter_layout,
       trainer.groups, trainer.optimizer, trainer.parameter_memory, trainer.gradient_memory, trainer.grad_wte_head);
   enable_pipedream(trainer.executor, layout.rule, trainer.microbatches, layout.steps, trainer.parameter_layout,
-                   trainer.parameter_memory, std::shared_ptr<PipeDreamUpdates<Element>>(trainer.pipedream));
+                   trainer.parameter_memory, trainer.gradient_memory, std::shared_ptr<PipeDreamUpdates<Element>>(trainer.pipedream));
 }
 
 template <typename Element>
@@ -42,6 +44,7 @@ StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const 
   StepFigures& figures = *trainer.figures;
   CUDA_CHECK(cudaMemcpyAsync(&figures.loss_sum, trainer.executor.loss_sum, sizeof(double), cudaMemcpyDeviceToHost,
                              trainer.stream));
+  const std::vector<int> decided = trainer.pipedream->queue_decisions_download(trainer.stream);
   CUDA_CHECK(cudaStreamSynchronize(trainer.stream));  // the step's one host wait
   finish_step(trainer.executor);
   // Only the head stages' loss sums are not 0 (one a replica): their forwards of the step's own
@@ -52,8 +55,15 @@ StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const 
   sum_over_world(trainer.world, sums, 3);
   StepResult result;
   result.loss = sums[0] / (double(m) * dp);
-  result.grad_norm = 0;
-  result.has_norm = false;
+  // The updates decided in the step (with vertical sync): those whose last microbatch it ran, but
+  // the cool-down's, decided at the end of the last step (pipeline/pipedream_run.h).
+  result.has_norm = !decided.empty();
+  result.grad_norm = result.has_norm ? trainer.pipedream->norm(decided.back()) : 0;
+  for (int v : decided)
+    if (result.applied && !trainer.pipedream->applied(v)) {
+      result.applied = false;
+      result.skipped = "non-finite gradient norm of update " + std::to_string(v) + ", not applied on any stage";
+    }
   result.stop_signal = sums[2] > 0 ? SIGINT : sums[1] > 0 ? SIGTERM : 0;
   result.real_tokens = result.positions = double(BT) * m * dp;
   result.stages = gather_stage_records(trainer.world, trainer.groups.mesh,

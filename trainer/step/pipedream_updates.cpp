@@ -11,6 +11,7 @@
 #include "kernels/device_memory.cuh"
 #include "kernels/stochastic_rounding.cuh"
 #include "model/gpt.cuh"
+#include "trainer/safety/failure_injection.h"
 
 template <typename Element>
 TrainerPipeDreamUpdates<Element>::TrainerPipeDreamUpdates(const GPTConfig& config, const PipeDreamRule& rule, int p,
@@ -42,12 +43,38 @@ TrainerPipeDreamUpdates<Element>::TrainerPipeDreamUpdates(const GPTConfig& confi
       CUDA_CHECK(cudaMemset(ring_.back(), 0, wte_count * sizeof(Element)));
     }
   }
+  // AdamW's tables: the tied copy (updated apart, bring_tied_embedding_to) is first in the layout
+  // (model/parameter_layout.cpp), so the other regions are one range after it.
+  std::vector<ParameterRegion> others, tied;
+  for (const ParameterRegion& r : layout.regions) (r.tied_copy ? tied : others).push_back(r);
+  for (const ParameterRegion& r : tied) {
+    if (r.offset != 0) throw std::logic_error("pipedream: the tied copy of wte is not first in the stage's layout");
+    tied_count_ = r.count;
+  }
+  std::vector<AdamWRegion> table = adamw_region_table(others, tied_count_);
+  other_regions_ = int(table.size());
+  for (const AdamWRegion& r : adamw_region_table(tied, 0)) table.push_back(r);
+  regions_ = device_alloc<AdamWRegion>(layout.regions.size());
+  CUDA_CHECK(cudaMemcpy(regions_, table.data(), table.size() * sizeof(AdamWRegion), cudaMemcpyHostToDevice));
+  // Every update applied unclipped until a norm decides otherwise (with vertical sync only).
+  const int kept = pipedream_decisions_kept(rule, p, m);
+  host_gates_.assign(size_t(kept), AdamWGate{1.0, 1});
+  host_norms_.assign(size_t(kept), 0.0);
+  gates_ = device_alloc<AdamWGate>(size_t(kept));
+  norms_ = device_alloc<double>(size_t(kept));
+  CUDA_CHECK(cudaMemcpy(gates_, host_gates_.data(), kept * sizeof(AdamWGate), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemset(norms_, 0, kept * sizeof(double)));
+  // The guard here counts the norm alone (no loss is summed per update): no rank flags a loss.
+  CUDA_CHECK(cudaMemset(optimizer_.nonfinite_ranks, 0, sizeof(double)));
 }
 
 template <typename Element>
 TrainerPipeDreamUpdates<Element>::~TrainerPipeDreamUpdates() {
   if (owns_ring_)
     for (Element* share : ring_) device_free(share);
+  device_free(regions_);
+  device_free(gates_);
+  device_free(norms_);
 }
 
 template <typename Element>
@@ -71,7 +98,7 @@ Element* TrainerPipeDreamUpdates<Element>::head_share(int microbatch) {
 }
 
 template <typename Element>
-void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, cudaStream_t stream) {
+void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, const Element* gradients, cudaStream_t stream) {
   // Update v's microbatches are (v - 1) K .. v K - 1 of this run, all in one step (K divides m);
   // AdamW counts the run's updates after those of the steps before it (a resumed run's).
   const double learning_rate = learning_rates_.at(size_t(version * rule_.update_every - 1) / m_);
@@ -80,18 +107,18 @@ void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, cudaStream_
   // layout rounds element i of update t with the bits of (seed, t, i in the whole model), and the
   // tied copy (wte's full offset, stage 0's count) as stage 0's wte.
   const uint64_t key = rounding_key(optimizer_.rounding_seed, uint64_t(count));
-  for (const ParameterRegion& r : layout_.regions) {
-    if (r.tied_copy != tied) continue;
-    const double decay = parameter_tensor_has_weight_decay(r.tensor) ? settings_.weight_decay : 0.0;
-    float* master = optimizer_.master == nullptr ? nullptr : optimizer_.master + r.offset;
-    adamw_update<Element>(parameters_ + r.offset, master, gradients_ + r.offset, optimizer_.m + r.offset,
-                          optimizer_.v + r.offset, r.count, learning_rate, settings_.beta1, settings_.beta2,
-                          settings_.eps, decay, 1.0, count, {key, r.full_offset}, stream);
-  }
+  const size_t first = tied ? 0 : tied_count_, n = tied ? tied_count_ : layout_.size - tied_count_;
+  const AdamWRegion* table = regions_ + (tied ? other_regions_ : 0);
+  const int regions = tied ? int(layout_.regions.size()) - other_regions_ : other_regions_;
+  float* master = optimizer_.master == nullptr ? nullptr : optimizer_.master + first;
+  adamw_update_regions<Element>(parameters_ + first, master, gradients + first, optimizer_.m + first,
+                                optimizer_.v + first, n, table, regions, learning_rate, settings_.beta1,
+                                settings_.beta2, settings_.eps, settings_.weight_decay, gates_ + slot(version), count,
+                                key, stream);
 }
 
 template <typename Element>
-void TrainerPipeDreamUpdates<Element>::sum_over_replicas(cudaStream_t stream) {
+void TrainerPipeDreamUpdates<Element>::sum_over_replicas(Element* gradients, cudaStream_t stream) {
   // The whole allocation at once but the tied copy's gradient (zero here, summed with the head's
   // share in exchange_tied_gradient instead). Elementwise in rank order, as the synchronous
   // schedules' buckets: the cut into ranges cannot change a bit.
@@ -99,25 +126,50 @@ void TrainerPipeDreamUpdates<Element>::sum_over_replicas(cudaStream_t stream) {
   for (const ParameterRegion& r : layout_.regions)
     if (r.tied_copy) {
       if (r.offset > 0)
-        allreduce_data_parallel_gradients(groups_, gradients_, r.offset, nccl_data_type<Element>(), stream);
+        allreduce_data_parallel_gradients(groups_, gradients, r.offset, nccl_data_type<Element>(), stream);
       first = r.offset + r.count;
     }
-  allreduce_data_parallel_gradients(groups_, gradients_ + first, layout_.size - first, nccl_data_type<Element>(),
+  allreduce_data_parallel_gradients(groups_, gradients + first, layout_.size - first, nccl_data_type<Element>(),
                                     stream);
 }
 
 template <typename Element>
-void TrainerPipeDreamUpdates<Element>::update(int version, cudaStream_t stream) {
+void TrainerPipeDreamUpdates<Element>::complete_gradient(int version, Element* gradients, cudaStream_t stream) {
   const size_t wte_count = size_t(config_.padded_vocab_size) * config_.channels;
+  inject_nan_if_asked(groups_.mesh.world_rank, version, layout_, gradients, stream);
+  Element* const grad_wte = gradients + (grad_wte_ - gradients_);
   if (embedding_ && head_) {
-    sum_tied_embedding_gradient(config_, grad_wte_, ring_[0], stream);
+    sum_tied_embedding_gradient(config_, grad_wte, ring_[0], stream);
     CUDA_CHECK(cudaMemsetAsync(ring_[0], 0, wte_count * sizeof(Element), stream));
-  } else if (embedding_) {  // with the last stage's bring_tied_embedding_to(version)
-    allreduce_tied_embedding_gradient(groups_, grad_wte_, wte_count, nccl_data_type<Element>(), stream);
+  } else if (embedding_) {  // with the last stage's exchange_tied_gradient(version)
+    allreduce_tied_embedding_gradient(groups_, grad_wte, wte_count, nccl_data_type<Element>(), stream);
   }
-  sum_over_replicas(stream);
-  adamw(version, false, stream);
-  CUDA_CHECK(cudaMemsetAsync(gradients_, 0, layout_.size * sizeof(Element), stream));
+  sum_over_replicas(gradients, stream);
+}
+
+template <typename Element>
+void TrainerPipeDreamUpdates<Element>::decide(int version, const Element* gradients, cudaStream_t stream) {
+  decided_.push_back(version);
+  queue_gradient_norm(optimizer_, groups_, gradients, stream);
+  set_adamw_gate(gates_ + slot(version), norms_ + slot(version), optimizer_.squared_norm, optimizer_.nonfinite_ranks,
+                 settings_.grad_clip, stream);
+}
+
+template <typename Element>
+void TrainerPipeDreamUpdates<Element>::update(int version, Element* gradients, cudaStream_t stream) {
+  adamw(version, false, gradients, stream);
+  CUDA_CHECK(cudaMemsetAsync(gradients, 0, layout_.size * sizeof(Element), stream));
+}
+
+template <typename Element>
+std::vector<int> TrainerPipeDreamUpdates<Element>::queue_decisions_download(cudaStream_t stream) {
+  CUDA_CHECK(cudaMemcpyAsync(host_gates_.data(), gates_, host_gates_.size() * sizeof(AdamWGate),
+                             cudaMemcpyDeviceToHost, stream));
+  CUDA_CHECK(cudaMemcpyAsync(host_norms_.data(), norms_, host_norms_.size() * sizeof(double), cudaMemcpyDeviceToHost,
+                             stream));
+  std::vector<int> decided;
+  decided.swap(decided_);
+  return decided;
 }
 
 template <typename Element>
@@ -137,7 +189,7 @@ void TrainerPipeDreamUpdates<Element>::bring_tied_embedding_to(int version, cuda
     Element* share = share_of_update(tied_version_);  // the two shares' sum (exchange_tied_gradient)
     // The tied copy's gradient region is zero here: only this function writes it.
     sum_tied_embedding_gradient(config_, grad_wte_, share, stream);
-    adamw(tied_version_, true, stream);
+    adamw(tied_version_, true, gradients_, stream);
     CUDA_CHECK(cudaMemsetAsync(grad_wte_, 0, wte_count * sizeof(Element), stream));
     CUDA_CHECK(cudaMemsetAsync(share, 0, wte_count * sizeof(Element), stream));
   }

@@ -15,8 +15,13 @@
 // is the version every use of that microbatch takes. The shares (summed in place) wait for it in a
 // ring of (p - 2) / K + 2 buffers of Vp C. With replicas (dp > 1) each stage's update v sums its
 // gradients over its data-parallel group first, wte's after the embedding all-reduce on stage 0
-// and the head's share after the same all-reduce on the last stage. No clipping and no non-finite guard (refused with
-// pipedream: the options' check).
+// and the head's share after the same all-reduce on the last stage. With vertical sync each
+// update's gradient norm over every stage (the replicas' sum; the layout-independent norm of
+// trainer/step/optimizer.h, queued in the step of the update when its gradient is complete on the
+// stage) decides its AdamW as the synchronous step's does: clipped by --grad-clip, and not applied
+// at all on any stage when the norm is not finite (the non-finite guard). Without vertical sync
+// there is no norm: every update is applied unclipped (clipping is refused there: the options' check).
+// TRAIN_TEST_NAN (trainer/safety/failure_injection.h) names an update by its number as `step`.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -39,19 +44,29 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
   // Before step t's execute_step (t in order from the run's first, 1 or a resumed run's step + 1):
   // its AdamW settings and learning rate.
   void set_step(const AdamWSettings& settings, int t, double learning_rate);
-  void update(int version, cudaStream_t stream) override;
+  void complete_gradient(int version, Element* gradients, cudaStream_t stream) override;
+  void decide(int version, const Element* gradients, cudaStream_t stream) override;
+  void update(int version, Element* gradients, cudaStream_t stream) override;
   void exchange_tied_gradient(int version, cudaStream_t stream) override;
   void bring_tied_embedding_to(int version, cudaStream_t stream) override;
   Element* head_share(int microbatch) override;
   int update_every() const { return rule_.update_every; }
+  // The updates decided since the last call (in order), and their decisions (norm, applied) copied
+  // to the host on stream (read after the step's wait): update `version`'s, among the last
+  // pipedream_decisions_kept.
+  std::vector<int> queue_decisions_download(cudaStream_t stream);
+  double norm(int version) const { return host_norms_[slot(version)]; }
+  bool applied(int version) const { return host_gates_[slot(version)].apply != 0; }
 
  private:
-  // AdamW step `version` over the stage's regions that are (tied) or are not (!tied) wte's copy.
-  void adamw(int version, bool tied, cudaStream_t stream);
+  // AdamW step `version` over the stage's regions that are (tied) or are not (!tied) wte's copy,
+  // with `gradients` (the stage's allocation), as update `version`'s decision says.
+  void adamw(int version, bool tied, const Element* gradients, cudaStream_t stream);
+  size_t slot(int version) const { return size_t(version) % host_gates_.size(); }
   Element* share_of_update(int version);
   // dp > 1: update v's gradients (wte's with the head's share) summed over the stage's replicas
   // before its AdamW, on the compute stream: the update waits for the sum (no overlap).
-  void sum_over_replicas(cudaStream_t stream);
+  void sum_over_replicas(Element* gradients, cudaStream_t stream);
 
   GPTConfig config_;
   PipeDreamRule rule_;
@@ -63,6 +78,14 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
   bool embedding_, head_;
   std::vector<Element*> ring_;  // the head's shares: update u's at u % size (grad_wte_head with the embedding)
   bool owns_ring_;
+  size_t tied_count_ = 0;  // the tied copy's elements, first in the layout (0 on other stages)
+  AdamWRegion* regions_;  // (layout.regions) AdamW's tables: the other regions from tied_count_, then the tied copy
+  int other_regions_;
+  AdamWGate* gates_;  // (pipedream_decisions_kept) update v's decision at v % size: {1, 1} without vertical sync
+  double* norms_;     // (the same) its norm
+  std::vector<AdamWGate> host_gates_;
+  std::vector<double> host_norms_;
+  std::vector<int> decided_;  // since queue_decisions_download
   int tied_version_ = 0;  // the version of the tied copy (stage with the head, not the embedding)
   AdamWSettings settings_{};
   int first_step_ = 0;                  // the run's first t; 0 before set_step

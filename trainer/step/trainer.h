@@ -169,7 +169,7 @@ std::vector<float> download_gradients(const Trainer<Element>& trainer);
 struct StepResult {
   double loss;       // the mean of the step's microbatch losses over all replicas (every rank)
   double grad_norm;  // the global gradient norm before clipping
-  bool has_norm = true;  // false: not computed (--schedule pipedream)
+  bool has_norm = true;  // false: not computed (--schedule pipedream without --vertical-sync)
   std::vector<StageRecord> stages;  // on world rank 0: replica 0's stages, in order
   // The non-finite guard: a step whose loss or norm is not finite (the same on every rank and
   // every layout) is not applied: no rank changes its parameters or moments.
@@ -204,10 +204,14 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, size_t cap
 // --schedule pipedream's step t (trainer/step/pipedream_step.cpp; train_step above calls it): reads the
 // step's m microbatches and the p - 1 after them (stage 0's forwards run ahead; the reader advances by
 // m), each loss scaled by 1 / (B T K), and runs the step's part of the run, whose updates the
-// executor queues after every K-th backward (pipeline/pipedream_walk.h). loss: the mean of the step's
-// microbatch losses (the head stage runs each microbatch's forward in its own step, with the version
-// docs/pipeline.md's rule gives); has_norm false (no norm is computed: no clipping, no guard); the
-// stages' records and the stop signals as train_step's.
+// executor queues (pipeline/pipedream_walk.h). loss: the mean of the step's microbatch losses (the
+// head stage runs each microbatch's forward in its own step, with the version docs/pipeline.md's
+// rule gives). With vertical sync grad_norm is the norm of the last update decided in the step
+// (t m / K, the step's last, but in the last step the run's last, the cool-down's being decided at
+// the run's end: pipeline/pipedream_run.h), and a step is not applied when an update decided in it
+// was skipped on every stage (skipped names the first); has_norm is false when none was decided
+// (no norm without vertical sync: no clipping, no guard). The stages' records and the stop signals
+// as train_step's.
 template <typename Element>
 StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
                           double learning_rate, int t);
