@@ -205,5 +205,6 @@ TEST(Options, SequenceParallelErrorsNameWhatIsMissing) {
     EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--schedule", split}), "(no error)") << split;
   EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--schedule", "zb-interleaved", "--virtual-stages", "2"}),
             "(no error)");
+  EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--schedule-file", "zb.txt"}), "(no error)");
   EXPECT_TRUE(parse({"--sequence-parallel", "--tp", "2"}).sequence_parallel);
 }

@@ -1549,6 +1549,15 @@ fault pipedream-bf16-one-rounding-key-for-every-update trainer/step/pipedream_up
 fault pipedream-bf16-dp-tied-share-not-summed trainer/step/pipedream_updates.cpp \
   's/^  allreduce_data_parallel_gradients(groups_, share_of_update(version)/  if (false) allreduce_data_parallel_gradients(groups_, share_of_update(version)/' \
   'mpi4 PipelineLayouts.PipeDreamReplicasInBf16*'
+# h33j: issue 33 item 5 (sequence parallelism with --schedule-file and variable lengths).
+# --sequence-parallel refuses --schedule-file again.
+fault sp-refuses-the-schedule-file trainer/command_line/sequence_parallel_options.cpp \
+  's/^  for (const char\* name : {"documents", "seq-len-warmup"})$/  for (const char* name : {"documents", "seq-len-warmup", "schedule-file"})/' \
+  'unit Options.SequenceParallelErrorsNameWhatIsMissing'
+# The file's grid ignored: the trainer runs --schedule's default (1F1B on the ring), not zb-v's V.
+fault sp-schedule-file-ignored trainer/step/trainer.cpp \
+  's/^  if (layout.schedule_file) return schedule_from_grid(/  if (false) return schedule_from_grid(/' \
+  'mpi4 TensorParallelLayouts.SequenceParallelWithZeroBubbleVFromAScheduleFileGivesTheBuiltIn'
 
 # ---- running ----
 

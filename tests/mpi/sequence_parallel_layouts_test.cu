@@ -95,3 +95,25 @@ TEST(TensorParallelLayouts, SequenceParallelWithDualPipeVOnTwoTpRanksTimesTwoSta
 TEST(TensorParallelLayouts, SequenceParallelInBf16OnTwoTpRanksTimesTwoStagesGivesTheSingleBf16Process) {
   expect_layout_matches_single_process<__nv_bfloat16>(1, 2, 2, sequence_parallel(ScheduleKind::one_f_one_b, 2));
 }
+// A --schedule-file with it: the printed grid of 1F1B and of zb-v (a split backward in a V, its
+// placement line read back) at tp 2 x pp 2 give bitwise the built-in schedule with it: the losses,
+// the norms, step 1's gradients and the parameters after the last step (a file is lowered to its
+// transfers anew, but runs the same computes on the same ranks in the same order).
+void expect_schedule_file_gives_the_built_in(ScheduleKind schedule, int layers) {
+  if (size_of_world() != 4) GTEST_SKIP() << "needs mpirun -np 4";
+  const Case built_in = sequence_parallel(schedule, layers);
+  Case from_file = built_in;
+  from_file.from_schedule_file = true;
+  const Run expected = train_on<float>(1, 2, 2, built_in);
+  const Run got = train_on<float>(1, 2, 2, from_file);
+  EXPECT_EQ(got.losses, expected.losses);
+  EXPECT_EQ(got.norms, expected.norms);
+  EXPECT_EQ(got.gradients, expected.gradients);
+  EXPECT_EQ(got.parameters, expected.parameters);
+}
+TEST(TensorParallelLayouts, SequenceParallelWithOneFOneBFromAScheduleFileGivesTheBuiltIn) {
+  expect_schedule_file_gives_the_built_in(ScheduleKind::one_f_one_b, 2);
+}
+TEST(TensorParallelLayouts, SequenceParallelWithZeroBubbleVFromAScheduleFileGivesTheBuiltIn) {
+  expect_schedule_file_gives_the_built_in(ScheduleKind::zb_v, 4);
+}

@@ -7,8 +7,8 @@
 
 // Throws std::runtime_error with one line naming the option, when sequence_parallel is set: tp of 1
 // (nothing to shard over), a --seq-len that tp does not divide (a rank's shard is B T / tp rows),
-// variable lengths (--documents, --seq-len-warmup: a microbatch's T need not be a multiple of tp),
-// or a --schedule-file. Every named schedule runs with it, the split backward's too
-// (model/gpt_split_backward_sequence_parallel.cu).
+// or variable lengths (--documents, --seq-len-warmup: a microbatch's T need not be a multiple of tp).
+// Every named schedule runs with it, the split backward's too
+// (model/gpt_split_backward_sequence_parallel.cu), and a --schedule-file.
 void check_sequence_parallel_options(bool sequence_parallel, int tp, int seq_len,
                                      const std::set<std::string>& given);
