@@ -1552,7 +1552,7 @@ fault pipedream-bf16-dp-tied-share-not-summed trainer/step/pipedream_updates.cpp
 # h33j: issue 33 item 5 (sequence parallelism with --schedule-file and variable lengths).
 # --sequence-parallel refuses --schedule-file again (the refusal it had, at the options' check).
 fault sp-refuses-the-schedule-file trainer/command_line/options.cpp \
-  's/^  check_sequence_parallel_options(options.sequence_parallel, options.tp, options.seq_len);$/\&\n  if (options.sequence_parallel \&\& options.given.count("schedule-file")) throw std::runtime_error("--sequence-parallel does not run with --schedule-file yet");/' \
+  's/^  check_sequence_parallel_options(options.sequence_parallel, options.tp, options.seq_len);$/&\n  if (options.sequence_parallel \&\& options.given.count("schedule-file")) throw std::runtime_error("--sequence-parallel does not run with --schedule-file yet");/' \
   'unit Options.SequenceParallelErrorsNameWhatIsMissing'
 # The file's grid ignored: the trainer runs --schedule's default (1F1B on the ring), not zb-v's V.
 fault sp-schedule-file-ignored trainer/step/trainer.cpp \
@@ -1560,7 +1560,7 @@ fault sp-schedule-file-ignored trainer/step/trainer.cpp \
   'mpi4 TensorParallelLayouts.SequenceParallelWithZeroBubbleVFromAScheduleFileGivesTheBuiltIn'
 # --sequence-parallel refuses --documents again.
 fault sp-refuses-documents trainer/command_line/options.cpp \
-  's/^  check_sequence_parallel_options(options.sequence_parallel, options.tp, options.seq_len);$/\&\n  if (options.sequence_parallel \&\& options.given.count("documents")) throw std::runtime_error("--sequence-parallel does not run with --documents yet");/' \
+  's/^  check_sequence_parallel_options(options.sequence_parallel, options.tp, options.seq_len);$/&\n  if (options.sequence_parallel \&\& options.given.count("documents")) throw std::runtime_error("--sequence-parallel does not run with --documents yet");/' \
   'unit Options.SequenceParallelErrorsNameWhatIsMissing'
 # A document microbatch's T not rounded up to the length multiple (tp): T 7 at tp 2.
 fault sp-document-lengths-not-rounded-to-tp trainer/data/documents.cpp \
