@@ -89,6 +89,12 @@ TEST(TensorParallelLayouts, SequenceParallelWithZeroBubbleVOnTwoTpRanksTimesTwoS
 TEST(TensorParallelLayouts, SequenceParallelWithDualPipeVOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
   expect_layout_matches_single_process<float>(1, 2, 2, sequence_parallel(ScheduleKind::dual_pipe_v, 4));
 }
+// tp 2 x pp 4 with it and zb-h1 on 4 layers, under mpirun -np 8 (tools/run_tests.sh's np 8 mode,
+// whose *FourStages* it matches): I and W of one layer a stage, the messages of 3 boundaries the
+// rank's shard; bitwise its fixed-tp twin on 2 stages and 1F1B with it on the same mesh.
+TEST(TensorParallelLayouts, SequenceParallelWithZeroBubbleH1OnTwoTpRanksTimesFourStagesGivesTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 4, sequence_parallel(ScheduleKind::zb_h1, 4));
+}
 // In bf16, within bf16_tolerance(2) of the single bf16 process: a LayerNorm gradient, each rank's
 // sum over its rows rounded to bf16, then their sum over tp rounded again, makes the tp + 1
 // roundings of a row-parallel output, which that bound already counts; bitwise its fixed-tp twin.
