@@ -2,8 +2,9 @@
 // dp x tp x pp layouts, each against the single process (tests/mpi/tensor_parallel_layout_check.h
 // says what is checked and within what) and more (expect_sequence_parallel_layout): tp 2 x pp 2
 // and tp 4 under -np 4, dp 2 x tp 2 x pp 2 under -np 8; the split backward's schedules (zb-h1,
-// zb-v, dualpipev) and bf16 at tp 2 x pp 2, each within the tolerance of the single process and
-// bitwise the same tp with it on one stage (its fixed-tp twin) and the same mesh's 1F1B.
+// zb-v, dualpipev) and bf16 at tp 2 x pp 2, and zb-h1 at tp 2 x pp 4 (-np 8), each within the
+// tolerance of the single process and bitwise the same tp with it on fewer stages (its fixed-tp
+// twin) and the same mesh's 1F1B; schedule files bitwise the built-in schedules with it.
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
