@@ -154,6 +154,23 @@ TEST(DocumentReader, ACapKeepsEachSequencesFirstTokens) {
   EXPECT_EQ(r.targets, (std::vector<int>{8, 9}));
 }
 
+// A length multiple (tp with --sequence-parallel): each microbatch's T rounded up to it, the rows
+// padded as behind any shorter sequence; the real tokens unchanged.
+TEST(DocumentReader, LengthsRoundedUpToTheMultipleArePadded) {
+  const TokenDataset data = hand_shard();
+  DocumentReader reader = make_document_reader(data, 2, 3, false, 0, 3);
+  const int _ = kMaskedTarget;
+  reader.next_microbatch = 3;
+  const Read r = read(reader, 3);  // sequences 1 and 2: both short, T = 2 rounded up to 3
+  EXPECT_EQ(r.T, 3u);
+  EXPECT_EQ(r.inputs, (std::vector<int>{7, 0, 0, /**/ kEot, 8, 0}));
+  EXPECT_EQ(r.targets, (std::vector<int>{kEot, _, _, /**/ 8, kEot, _}));
+  EXPECT_EQ(microbatch_length(reader, 3, 3), 3u);
+  EXPECT_EQ(microbatch_real_tokens(reader, 3, 3), 3u);
+  EXPECT_EQ(error_of([&] { make_document_reader(data, 2, 3, false, 0, 2); }),
+            "hand.bin: microbatch lengths in multiples of 2 do not reach maxT = 3");
+}
+
 TEST(DocumentReader, SequencesCoverEveryDocumentOnceInOrderWithoutCrossingOne) {
   const TokenDataset data = numbered_shard();
   for (size_t maxT : {1, 5, 16, 64}) {
@@ -291,6 +308,19 @@ TEST(SeqLenWarmup, NeverBelowItsStartAndEndsAtAMaximumOfAnyLength) {
   EXPECT_EQ(warmup_seq_len(warmup, 5), 56u);  // 60
   EXPECT_EQ(warmup_seq_len(warmup, 9), 88u);  // 92
   EXPECT_EQ(warmup_seq_len(warmup, 10), 100u);
+}
+
+// A multiple (tp with --sequence-parallel) rounds each length up: a start below it, and the
+// multiples of 8 of a tp that does not divide 8.
+TEST(SeqLenWarmup, LengthsRoundedUpToTheMultiple) {
+  const SeqLenWarmup warmup = make_seq_len_warmup(5, 96, 11, 3);  // 5 + 91 * step / 11
+  EXPECT_EQ(warmup_seq_len(warmup, 0), 6u);   // 5
+  EXPECT_EQ(warmup_seq_len(warmup, 1), 9u);   // 13.3, down to 8
+  EXPECT_EQ(warmup_seq_len(warmup, 3), 24u);  // 29.8, down to 24: a multiple already
+  EXPECT_EQ(warmup_seq_len(warmup, 10), 81u);  // 87.7, down to 80
+  EXPECT_EQ(warmup_seq_len(warmup, 11), 96u);
+  EXPECT_EQ(error_of([] { make_seq_len_warmup(8, 64, 100, 3); }),
+            "--seq-len-warmup: lengths in multiples of 3 do not reach maxT = 64");
 }
 
 TEST(SeqLenWarmup, StartOfZeroOrAboveTheMaximumIsAnError) {

@@ -193,17 +193,19 @@ TEST(Options, DocumentOptionsRefuseABadWarmUpInOneLine) {
 }
 
 // --sequence-parallel shards a stage's tokens over its tp ranks: one line when there is nothing to
-// shard over, when tp does not divide T, and for what it does not run with yet.
+// shard over and when tp does not divide T; it runs with a schedule file and variable lengths.
 TEST(Options, SequenceParallelErrorsNameWhatIsMissing) {
   EXPECT_EQ(error_of({"--sequence-parallel"}),
             "--sequence-parallel needs --tp 2 or more (it shards each stage's tokens over its tp ranks)");
   EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "4", "--seq-len", "62"}),
             "--sequence-parallel: --tp 4 does not divide --seq-len 62 (each tp rank holds B T / tp tokens)");
-  EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--documents"}),
-            "--sequence-parallel does not run with --documents yet (issue 33)");
+  EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--documents", "--seq-len-warmup", "9"}), "(no error)");
+  EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "4", "--seq-len-warmup", "9", "--seq-len-warmup-start", "5"}),
+            "(no error)");
   for (const char* split : {"zb-h1", "zb-h2", "zb-v", "v-half", "v-min", "dualpipev"})
     EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--schedule", split}), "(no error)") << split;
   EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--schedule", "zb-interleaved", "--virtual-stages", "2"}),
             "(no error)");
+  EXPECT_EQ(error_of({"--sequence-parallel", "--tp", "2", "--schedule-file", "zb.txt"}), "(no error)");
   EXPECT_TRUE(parse({"--sequence-parallel", "--tp", "2"}).sequence_parallel);
 }

@@ -1560,6 +1560,36 @@ fault pipedream-guard-skips-on-stage-0-only trainer/step/pipedream_updates.cpp \
   '/^                 settings_.grad_clip, stream);$/a\  if (!embedding_) CUDA_CHECK(cudaMemcpyAsync(gates_ + slot(version), gates_ + slot(version + 1), sizeof(AdamWGate), cudaMemcpyDeviceToDevice, stream));' \
   'mpi4 PipelineLayouts.PipeDreamNonFinite*'
 
+# h33j: issue 33 item 5 (sequence parallelism with --schedule-file and variable lengths).
+# --sequence-parallel refuses --schedule-file again (the refusal it had, at the options' check).
+fault sp-refuses-the-schedule-file trainer/command_line/options.cpp \
+  's/^  check_sequence_parallel_options(options.sequence_parallel, options.tp, options.seq_len);$/&\n  if (options.sequence_parallel \&\& options.given.count("schedule-file")) throw std::runtime_error("--sequence-parallel does not run with --schedule-file yet");/' \
+  'unit Options.SequenceParallelErrorsNameWhatIsMissing'
+# The file's grid ignored: the trainer runs --schedule's default (1F1B on the ring), not zb-v's V.
+fault sp-schedule-file-ignored trainer/step/trainer.cpp \
+  's/^  if (layout.schedule_file) return schedule_from_grid(/  if (false) return schedule_from_grid(/' \
+  'mpi4 TensorParallelLayouts.SequenceParallelWithZeroBubbleVFromAScheduleFileGivesTheBuiltIn'
+# --sequence-parallel refuses --documents again.
+fault sp-refuses-documents trainer/command_line/options.cpp \
+  's/^  check_sequence_parallel_options(options.sequence_parallel, options.tp, options.seq_len);$/&\n  if (options.sequence_parallel \&\& options.given.count("documents")) throw std::runtime_error("--sequence-parallel does not run with --documents yet");/' \
+  'unit Options.SequenceParallelErrorsNameWhatIsMissing'
+# A document microbatch's T not rounded up to the length multiple (tp): T 7 at tp 2.
+fault sp-document-lengths-not-rounded-to-tp trainer/data/documents.cpp \
+  's/^  return (longest_sequence(reader, k, cap) + multiple - 1) \/ multiple \* multiple;$/  return longest_sequence(reader, k, cap);/' \
+  'mpi4 TensorParallelVariableLength.SequenceParallel*'
+# The warm-up's lengths not rounded up to the multiple.
+fault sp-warmup-lengths-not-rounded-to-tp trainer/data/documents.cpp \
+  's/^  return (length + warmup.multiple - 1) \/ warmup.multiple \* warmup.multiple;$/  return length;/' \
+  'unit SeqLenWarmup.LengthsRoundedUpToTheMultiple'
+# ./train's warm-up made without tp as its multiple: an odd start runs at T 5.
+fault sp-train-warmup-without-the-tp-multiple trainer/program/run.cpp \
+  's/^                                     options.seq_len_warmup, length_multiple(setup));$/                                     options.seq_len_warmup);/' \
+  'unit TrainTensorParallel.SequenceParallelRoundsVariableLengthsUpToTp'
+# h33j: issue 33 item 5 (tp 2 x pp 4 with it and the split backward, -np 8).
+# I on a middle stage (no head, no embedding) does not take in the next stage's gradient shard.
+fault sp-split-middle-stage-drops-the-output-gradient model/gpt_split_backward_sequence_parallel.cu \
+  's/^  } else {$/  } else if (range.has_embedding) {/' \
+  'mpi8 TensorParallelLayouts.SequenceParallelWithZeroBubbleH1OnTwoTpRanksTimesFourStagesGivesTheSingleProcess'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -2,8 +2,9 @@
 // dp x tp x pp layouts, each against the single process (tests/mpi/tensor_parallel_layout_check.h
 // says what is checked and within what) and more (expect_sequence_parallel_layout): tp 2 x pp 2
 // and tp 4 under -np 4, dp 2 x tp 2 x pp 2 under -np 8; the split backward's schedules (zb-h1,
-// zb-v, dualpipev) and bf16 at tp 2 x pp 2, each within the tolerance of the single process and
-// bitwise the same tp with it on one stage (its fixed-tp twin) and the same mesh's 1F1B.
+// zb-v, dualpipev) and bf16 at tp 2 x pp 2, and zb-h1 at tp 2 x pp 4 (-np 8), each within the
+// tolerance of the single process and bitwise the same tp with it on fewer stages (its fixed-tp
+// twin) and the same mesh's 1F1B; schedule files bitwise the built-in schedules with it.
 #include <gtest/gtest.h>
 
 #include <cuda_bf16.h>
@@ -89,9 +90,37 @@ TEST(TensorParallelLayouts, SequenceParallelWithZeroBubbleVOnTwoTpRanksTimesTwoS
 TEST(TensorParallelLayouts, SequenceParallelWithDualPipeVOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
   expect_layout_matches_single_process<float>(1, 2, 2, sequence_parallel(ScheduleKind::dual_pipe_v, 4));
 }
+// tp 2 x pp 4 with it and zb-h1 on 4 layers, under mpirun -np 8 (tools/run_tests.sh's np 8 mode,
+// whose *FourStages* it matches): I and W of one layer a stage, the messages of 3 boundaries the
+// rank's shard; bitwise its fixed-tp twin on 2 stages and 1F1B with it on the same mesh.
+TEST(TensorParallelLayouts, SequenceParallelWithZeroBubbleH1OnTwoTpRanksTimesFourStagesGivesTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 4, sequence_parallel(ScheduleKind::zb_h1, 4));
+}
 // In bf16, within bf16_tolerance(2) of the single bf16 process: a LayerNorm gradient, each rank's
 // sum over its rows rounded to bf16, then their sum over tp rounded again, makes the tp + 1
 // roundings of a row-parallel output, which that bound already counts; bitwise its fixed-tp twin.
 TEST(TensorParallelLayouts, SequenceParallelInBf16OnTwoTpRanksTimesTwoStagesGivesTheSingleBf16Process) {
   expect_layout_matches_single_process<__nv_bfloat16>(1, 2, 2, sequence_parallel(ScheduleKind::one_f_one_b, 2));
+}
+// A --schedule-file with it: the printed grid of 1F1B and of zb-v (a split backward in a V, its
+// placement line read back) at tp 2 x pp 2 give bitwise the built-in schedule with it: the losses,
+// the norms, step 1's gradients and the parameters after the last step (a file is lowered to its
+// transfers anew, but runs the same computes on the same ranks in the same order).
+void expect_schedule_file_gives_the_built_in(ScheduleKind schedule, int layers) {
+  if (size_of_world() != 4) GTEST_SKIP() << "needs mpirun -np 4";
+  const Case built_in = sequence_parallel(schedule, layers);
+  Case from_file = built_in;
+  from_file.from_schedule_file = true;
+  const Run expected = train_on<float>(1, 2, 2, built_in);
+  const Run got = train_on<float>(1, 2, 2, from_file);
+  EXPECT_EQ(got.losses, expected.losses);
+  EXPECT_EQ(got.norms, expected.norms);
+  EXPECT_EQ(got.gradients, expected.gradients);
+  EXPECT_EQ(got.parameters, expected.parameters);
+}
+TEST(TensorParallelLayouts, SequenceParallelWithOneFOneBFromAScheduleFileGivesTheBuiltIn) {
+  expect_schedule_file_gives_the_built_in(ScheduleKind::one_f_one_b, 2);
+}
+TEST(TensorParallelLayouts, SequenceParallelWithZeroBubbleVFromAScheduleFileGivesTheBuiltIn) {
+  expect_schedule_file_gives_the_built_in(ScheduleKind::zb_v, 4);
 }

@@ -46,6 +46,7 @@
 #include "comm/host_exchange.h"
 #include "comm/mesh.h"
 #include "model/parameter_layout.h"
+#include "pipeline/schedule_file.h"
 #include "tests/mpi/pipeline_harness.h"
 #include "tests/scaled_error.h"
 #include "trainer/checkpoints/gather_model.h"
@@ -91,6 +92,7 @@ struct Case {
   AttentionKind attention = AttentionKind::materialized;
   int chunks = 1;  // chunks per stage of the interleaved schedule
   bool sequence_parallel = false;  // --sequence-parallel (tp > 1 only)
+  bool from_schedule_file = false;  // the schedule's printed grid run as a --schedule-file
 };
 
 // V = 100: every tp rank's rows of wte hold real tokens (at V = 64 and tp 2, tp rank 1's would all be
@@ -140,6 +142,11 @@ Run train(const CommGroups& groups, int microbatches, const Case& c, const Token
   PipelineLayout layout{c.schedule, microbatches, c.chunks, c.recompute, {}};
   layout.attention = c.attention;
   layout.sequence_parallel = c.sequence_parallel;
+  if (c.from_schedule_file) {  // as ./train --schedule-file, which leaves --schedule at its default
+    const PipelineSchedule printed = make_pipeline_schedule(c.schedule, groups.mesh.pp, microbatches, c.chunks);
+    layout.schedule_file = parse_schedule_grid(schedule_grid_text(printed));
+    layout.schedule = ScheduleKind::one_f_one_b;
+  }
   Trainer<Element> trainer = create_trainer<Element>(config(c), kB, kT, layout, groups, MixedPrecision{true, 5});
   upload_parameters(trainer, initial_parameters(c));
   Run run;

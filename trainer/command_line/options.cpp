@@ -344,7 +344,7 @@ void check_consistency(const TrainOptions& options) {
   check_pipedream_options(options.schedule == "pipedream", options.vertical_sync, options.grad_clip,
                           pipedream_not_built(options), options.given);
   check_document_options(options.seq_len_warmup_start, options.seq_len, options.given);
-  check_sequence_parallel_options(options.sequence_parallel, options.tp, options.seq_len, options.given);
+  check_sequence_parallel_options(options.sequence_parallel, options.tp, options.seq_len);
   if (options.given.count("schedule-costs") && !options.print_schedule)
     throw std::runtime_error("--schedule-costs needs --print-schedule");
   if (options.given.count("format") && !options.print_schedule)

@@ -2,9 +2,9 @@
 #include "trainer/command_line/sequence_parallel_options.h"
 
 #include <stdexcept>
+#include <string>
 
-void check_sequence_parallel_options(bool sequence_parallel, int tp, int seq_len,
-                                     const std::set<std::string>& given) {
+void check_sequence_parallel_options(bool sequence_parallel, int tp, int seq_len) {
   if (!sequence_parallel) return;
   if (tp < 2)
     throw std::runtime_error(
@@ -12,7 +12,4 @@ void check_sequence_parallel_options(bool sequence_parallel, int tp, int seq_len
   if (seq_len % tp != 0)
     throw std::runtime_error("--sequence-parallel: --tp " + std::to_string(tp) + " does not divide --seq-len " +
                              std::to_string(seq_len) + " (each tp rank holds B T / tp tokens)");
-  for (const char* name : {"documents", "seq-len-warmup", "schedule-file"})
-    if (given.count(name))
-      throw std::runtime_error(std::string("--sequence-parallel does not run with --") + name + " yet (issue 33)");
 }

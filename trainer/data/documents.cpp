@@ -100,9 +100,14 @@ std::vector<uint64_t> document_starts(const TokenDataset& data) {
   return starts;
 }
 
-DocumentReader make_document_reader(const TokenDataset& data, size_t B, size_t maxT, bool shuffle, uint64_t seed) {
+DocumentReader make_document_reader(const TokenDataset& data, size_t B, size_t maxT, bool shuffle, uint64_t seed,
+                                    size_t length_multiple) {
   if (B == 0 || maxT == 0) throw std::runtime_error(data.source + ": microbatch of B = 0 or maxT = 0 tokens");
+  if (length_multiple == 0 || maxT % length_multiple != 0)
+    throw std::runtime_error(data.source + ": microbatch lengths in multiples of " + std::to_string(length_multiple) +
+                             " do not reach maxT = " + std::to_string(maxT));
   DocumentReader reader;
+  reader.length_multiple = length_multiple;
   reader.data = &data;
   reader.B = B;
   reader.maxT = maxT;
@@ -123,11 +128,21 @@ DocumentReader make_document_reader(const TokenDataset& data, size_t B, size_t m
   return reader;
 }
 
-size_t microbatch_length(DocumentReader& reader, uint64_t k, size_t cap) {
-  check_cap(reader, cap);
+namespace {
+
+// The longest of microbatch k's sequences, each cut to cap.
+size_t longest_sequence(DocumentReader& reader, uint64_t k, size_t cap) {
   size_t T = 0;
   for (size_t i = 0; i < reader.B; i++) T = std::max(T, sequence_at(reader, sequence_index(reader, k, i)).length);
   return std::min(T, cap);
+}
+
+}  // namespace
+
+size_t microbatch_length(DocumentReader& reader, uint64_t k, size_t cap) {
+  check_cap(reader, cap);
+  const size_t multiple = reader.length_multiple;
+  return (longest_sequence(reader, k, cap) + multiple - 1) / multiple * multiple;
 }
 
 size_t microbatch_real_tokens(DocumentReader& reader, uint64_t k, size_t cap) {
@@ -154,16 +169,20 @@ size_t read_document_microbatch(DocumentReader& reader, size_t cap, int* inputs,
   return T;
 }
 
-SeqLenWarmup make_seq_len_warmup(size_t start, size_t max, uint64_t steps) {
+SeqLenWarmup make_seq_len_warmup(size_t start, size_t max, uint64_t steps, size_t multiple) {
   if (start == 0 || start > max) {
     throw std::runtime_error("--seq-len-warmup: start length " + std::to_string(start) + " is not in [1, maxT = " +
                              std::to_string(max) + "]");
   }
-  return {start, max, steps};
+  if (multiple == 0 || max % multiple != 0)
+    throw std::runtime_error("--seq-len-warmup: lengths in multiples of " + std::to_string(multiple) +
+                             " do not reach maxT = " + std::to_string(max));
+  return {start, max, steps, multiple};
 }
 
 size_t warmup_seq_len(const SeqLenWarmup& warmup, uint64_t step) {
   if (step >= warmup.steps) return warmup.max;
   const size_t grown = warmup.start + size_t((warmup.max - warmup.start) * step / warmup.steps);
-  return std::max(warmup.start, grown / kSeqLenWarmupMultiple * kSeqLenWarmupMultiple);
+  const size_t length = std::max(warmup.start, grown / kSeqLenWarmupMultiple * kSeqLenWarmupMultiple);
+  return (length + warmup.multiple - 1) / warmup.multiple * warmup.multiple;
 }

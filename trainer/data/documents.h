@@ -21,7 +21,9 @@
 //   sequential: sequences kB, ..., kB+B-1 (modulo S: the data wraps as the batch reader's does);
 //   shuffled: the data holds floor(S / B) groups of B consecutive sequences; epoch e = k / groups
 //     visits each group once, in data.h's shuffled_order(seed, e) (the batch reader's scheme).
-// Padding. Microbatch k's T is the longest of its B sequences; inputs and targets are (B, T), row b
+// Padding. Microbatch k's T is the longest of its B sequences, rounded up to a multiple of the
+// reader's length_multiple (tp with --sequence-parallel, whose tp ranks each hold B T / tp rows;
+// else 1); inputs and targets are (B, T), row b
 // holding sequence b's tokens, then padding: input 0 (any token would do) and target
 // kMaskedTarget, which the loss skips. Padding sits at the end of a row, so causal attention keeps
 // every real position blind to it.
@@ -52,6 +54,7 @@ struct DocumentReader {
   size_t maxT = 0;
   bool shuffle = false;
   uint64_t seed = 0;
+  size_t length_multiple = 1;              // every microbatch's T a multiple of it (padded)
   uint64_t next_microbatch = 0;            // k of the next read_document_microbatch: the whole state
   std::vector<uint64_t> starts;            // (D,) document_starts(*data)
   std::vector<uint64_t> sequences_before;  // (D+1,) sequences in documents 0..d-1; the last is S
@@ -60,11 +63,13 @@ struct DocumentReader {
   std::vector<uint64_t> group_order;  // (S / B,) group indices in visiting order
 };
 
-// Throws (one line naming data.source) for B or maxT of 0, data without separators, and data
-// with fewer than B sequences.
-DocumentReader make_document_reader(const TokenDataset& data, size_t B, size_t maxT, bool shuffle, uint64_t seed);
-// The T of microbatch k read at cap (the longest of its sequences, each cut to cap tokens), from
-// the document starts alone: B binary searches. Throws if cap is 0 or above maxT.
+// Throws (one line naming data.source) for B or maxT of 0, a length_multiple that does not divide
+// maxT, data without separators, and data with fewer than B sequences.
+DocumentReader make_document_reader(const TokenDataset& data, size_t B, size_t maxT, bool shuffle, uint64_t seed,
+                                    size_t length_multiple = 1);
+// The T of microbatch k read at cap (the longest of its sequences, each cut to cap tokens, rounded
+// up to a multiple of length_multiple), from the document starts alone: B binary searches. Throws
+// if cap is 0 or above maxT.
 size_t microbatch_length(DocumentReader& reader, uint64_t k, size_t cap);
 // The real (unpadded) targets of microbatch k read at cap: the sum of its B sequences' lengths,
 // each cut to cap, from the document starts alone (what a step's loss is the mean over).
@@ -77,15 +82,18 @@ size_t read_document_microbatch(DocumentReader& reader, size_t cap, int* inputs,
 // `steps` steps, rounded down to a multiple of kSeqLenWarmupMultiple (never below start), then
 // stays at max: the fixed_linear schedule of DeepSpeed's curriculum learning (Li et al. 2022),
 // with its usual smallest length and step of 8 (MosaicML's SeqLengthWarmup defaults to the same:
-// a multiple of 8 keeps the matrix products on the tensor cores' tiles).
+// a multiple of 8 keeps the matrix products on the tensor cores' tiles). Then rounded up to a
+// multiple of `multiple` (tp with --sequence-parallel, else 1): only a start, or the lengths of a
+// tp that does not divide 8, change.
 constexpr size_t kSeqLenWarmupStart = 8;
 constexpr size_t kSeqLenWarmupMultiple = 8;
 struct SeqLenWarmup {
   size_t start = kSeqLenWarmupStart;
   size_t max = 0;
   uint64_t steps = 0;  // 0: no warm-up, max from the first step
+  size_t multiple = 1;
 };
-// Throws a one-line error if start is 0 or above max.
-SeqLenWarmup make_seq_len_warmup(size_t start, size_t max, uint64_t steps);
+// Throws a one-line error if start is 0 or above max, or multiple does not divide max.
+SeqLenWarmup make_seq_len_warmup(size_t start, size_t max, uint64_t steps, size_t multiple = 1);
 // The cap of the step after `step` completed ones (0 for the first step).
 size_t warmup_seq_len(const SeqLenWarmup& warmup, uint64_t step);

@@ -249,8 +249,7 @@ std::vector<RankedLayout> all_layouts(const TrainOptions& options, int world, co
       }
       // Sequence parallelism where the trainer takes it (trainer/command_line/sequence_parallel_options.h).
       std::vector<bool> sequence_parallel = {false};
-      if (tp > 1 && sequence_length(options, config) % tp == 0 && !options.given.count("documents") &&
-          !options.given.count("seq-len-warmup") && !options.given.count("schedule-file"))
+      if (tp > 1 && sequence_length(options, config) % tp == 0)
         sequence_parallel.push_back(true);
       for (const auto& [schedule, v] : schedules)
         for (bool recompute : {false, true})

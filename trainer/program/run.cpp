@@ -119,9 +119,10 @@ void open_run_files(const RunSetup& setup, RunFiles& files) {
   const TrainOptions& options = setup.options;
   files.train_reader = make_batch_reader(setup.data.train, setup.B, setup.T, options.shuffle, options.seed);
   if (options.documents)
-    files.document_reader = make_document_reader(setup.data.train, setup.B, setup.T, options.shuffle, options.seed);
+    files.document_reader = make_document_reader(setup.data.train, setup.B, setup.T, options.shuffle, options.seed,
+                                                 length_multiple(setup));
   files.warmup = make_seq_len_warmup(options.seq_len_warmup > 0 ? options.seq_len_warmup_start : setup.T, setup.T,
-                                     options.seq_len_warmup);
+                                     options.seq_len_warmup, length_multiple(setup));
   if (options.val_every > 0)
     files.val_reader = make_batch_reader(setup.data.val, setup.B, setup.T, false, options.seed);
   if (options.sample_every > 0) files.tokenizer = setup.tokenizer;
@@ -378,14 +379,16 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandl
       setup.data.train.tokens.size(), setup.data.val.tokens.size(), setup.data.val.source.c_str());
   say(out, "batch: %d microbatches x B=%d x T=%d x dp=%d = %zu tokens per step, %d steps\n", options.microbatches,
       setup.B, setup.T, mesh.dp, size_t(options.microbatches) * setup.B * setup.T * mesh.dp, options.steps);
+  const std::string rounded =
+      length_multiple(setup) == 1 ? "" : ", rounded up to a multiple of tp = " + std::to_string(mesh.tp);
   if (files.document_reader) {
     say(out, "documents: %zu in the training data, sequences end at their boundaries, each microbatch at the T of "
-        "its longest (at most %d), padding out of the loss and the token counts\n",
-        files.document_reader->starts.size(), setup.T);
+        "its longest%s (at most %d), padding out of the loss and the token counts\n",
+        files.document_reader->starts.size(), rounded.c_str(), setup.T);
   }
   if (options.seq_len_warmup > 0)
-    say(out, "sequence-length warm-up: T from %d to %d over %d steps, in multiples of 8%s\n",
-        options.seq_len_warmup_start, setup.T, options.seq_len_warmup,
+    say(out, "sequence-length warm-up: T from %d to %d over %d steps, in multiples of 8%s%s\n",
+        options.seq_len_warmup_start, setup.T, options.seq_len_warmup, rounded.c_str(),
         files.document_reader ? "" : " (each packed sequence's first T tokens)");
   const Placement placement = layout_schedule(setup.layout, mesh.pp).placement;
   const char* zero = options.zero == 0 ? "" : mesh.dp > 1 ? ", zero 1 (each replica keeps its shard of the optimizer "

@@ -24,3 +24,10 @@ struct RunSetup {
   std::vector<LayerRange> virtual_stages;  // split_layers
   std::optional<Tokenizer> tokenizer;      // the samples' (trainer/safety/preflight.h), when samples are asked for
 };
+
+// What every microbatch's length is rounded up to, with --documents and the warm-up
+// (trainer/data/documents.h): tp with --sequence-parallel, which shards each microbatch's B T rows
+// over the tp ranks (T a multiple of tp, as --seq-len must be); else 1.
+inline size_t length_multiple(const RunSetup& setup) {
+  return setup.layout.sequence_parallel ? size_t(setup.mesh.tp) : 1;
+}

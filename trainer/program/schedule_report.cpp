@@ -53,9 +53,11 @@ double attention_share(const GPTConfig& config, int T) {
 // cap, each T from the document starts alone, as train_step reads them.
 std::vector<int> first_step_lengths(const RunSetup& setup) {
   const TrainOptions& options = setup.options;
-  DocumentReader reader = make_document_reader(setup.data.train, setup.B, setup.T, options.shuffle, options.seed);
-  const SeqLenWarmup warmup = make_seq_len_warmup(
-      options.seq_len_warmup > 0 ? options.seq_len_warmup_start : setup.T, setup.T, options.seq_len_warmup);
+  DocumentReader reader = make_document_reader(setup.data.train, setup.B, setup.T, options.shuffle, options.seed,
+                                               length_multiple(setup));
+  const SeqLenWarmup warmup =
+      make_seq_len_warmup(options.seq_len_warmup > 0 ? options.seq_len_warmup_start : setup.T, setup.T,
+                          options.seq_len_warmup, length_multiple(setup));
   std::vector<int> lengths;
   for (int k = 0; k < setup.layout.microbatches; ++k)
     lengths.push_back(int(microbatch_length(reader, k, warmup_seq_len(warmup, 0))));
