@@ -137,7 +137,9 @@ template <typename Element>
 void TrainerPipeDreamUpdates<Element>::complete_gradient(int version, Element* gradients, cudaStream_t stream) {
   const size_t wte_count = size_t(config_.padded_vocab_size) * config_.channels;
   inject_nan_if_asked(groups_.mesh.world_rank, version, layout_, gradients, stream);
-  Element* const grad_wte = gradients + (grad_wte_ - gradients_);
+  // wte's gradient in this update's buffer (none on a stage without wte: no pointer arithmetic
+  // on its null, which is undefined and UBSan's report).
+  Element* const grad_wte = grad_wte_ == nullptr ? nullptr : gradients + (grad_wte_ - gradients_);
   if (embedding_ && head_) {
     sum_tied_embedding_gradient(config_, grad_wte, ring_[0], stream);
     CUDA_CHECK(cudaMemsetAsync(ring_[0], 0, wte_count * sizeof(Element), stream));
