@@ -20,10 +20,9 @@ TrainerPipeDreamUpdates<Element>::TrainerPipeDreamUpdates(const GPTConfig& confi
                                                           Element* parameters, Element* gradients,
                                                           Element* grad_wte_head)
     : config_(config), rule_(rule), m_(m), layout_(layout), groups_(groups), optimizer_(optimizer),
-      parameters_(parameters), gradients_(gradients), grad_wte_(nullptr), embedding_(false), head_(false),
-      owns_ring_(false) {
+      parameters_(parameters), gradients_(gradients), embedding_(false), head_(false), owns_ring_(false) {
   for (const ParameterRegion& r : layout.regions)
-    if (r.tensor == kWte) grad_wte_ = gradients + r.offset;
+    if (r.tensor == kWte) wte_offset_ = r.offset;
   for (const LayerRange& range : layout.chunks) {
     embedding_ = embedding_ || range.has_embedding;
     head_ = head_ || range.has_head;
@@ -54,7 +53,8 @@ TrainerPipeDreamUpdates<Element>::TrainerPipeDreamUpdates(const GPTConfig& confi
   std::vector<AdamWRegion> table = adamw_region_table(others, tied_count_);
   other_regions_ = int(table.size());
   for (const AdamWRegion& r : adamw_region_table(tied, 0)) table.push_back(r);
-  regions_ = device_alloc<AdamWRegion>(layout.regions.size());
+  tied_regions_ = int(table.size()) - other_regions_;
+  regions_ = device_alloc<AdamWRegion>(table.size());
   CUDA_CHECK(cudaMemcpy(regions_, table.data(), table.size() * sizeof(AdamWRegion), cudaMemcpyHostToDevice));
   // Every update applied unclipped until a norm decides otherwise (with vertical sync only).
   const int kept = pipedream_decisions_kept(rule, p, m);
@@ -109,7 +109,7 @@ void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, const Eleme
   const uint64_t key = rounding_key(optimizer_.rounding_seed, uint64_t(count));
   const size_t first = tied ? 0 : tied_count_, n = tied ? tied_count_ : layout_.size - tied_count_;
   const AdamWRegion* table = regions_ + (tied ? other_regions_ : 0);
-  const int regions = tied ? int(layout_.regions.size()) - other_regions_ : other_regions_;
+  const int regions = tied ? tied_regions_ : other_regions_;
   float* master = optimizer_.master == nullptr ? nullptr : optimizer_.master + first;
   adamw_update_regions<Element>(parameters_ + first, master, gradients + first, optimizer_.m + first,
                                 optimizer_.v + first, n, table, regions, learning_rate, settings_.beta1,
@@ -137,9 +137,7 @@ template <typename Element>
 void TrainerPipeDreamUpdates<Element>::complete_gradient(int version, Element* gradients, cudaStream_t stream) {
   const size_t wte_count = size_t(config_.padded_vocab_size) * config_.channels;
   inject_nan_if_asked(groups_.mesh.world_rank, version, layout_, gradients, stream);
-  // wte's gradient in this update's buffer (none on a stage without wte: no pointer arithmetic
-  // on its null, which is undefined and UBSan's report).
-  Element* const grad_wte = grad_wte_ == nullptr ? nullptr : gradients + (grad_wte_ - gradients_);
+  Element* const grad_wte = wte_gradient(gradients);
   if (embedding_ && head_) {
     sum_tied_embedding_gradient(config_, grad_wte, ring_[0], stream);
     CUDA_CHECK(cudaMemsetAsync(ring_[0], 0, wte_count * sizeof(Element), stream));
@@ -190,9 +188,9 @@ void TrainerPipeDreamUpdates<Element>::bring_tied_embedding_to(int version, cuda
     tied_version_ += 1;
     Element* share = share_of_update(tied_version_);  // the two shares' sum (exchange_tied_gradient)
     // The tied copy's gradient region is zero here: only this function writes it.
-    sum_tied_embedding_gradient(config_, grad_wte_, share, stream);
+    sum_tied_embedding_gradient(config_, wte_gradient(gradients_), share, stream);
     adamw(tied_version_, true, gradients_, stream);
-    CUDA_CHECK(cudaMemsetAsync(grad_wte_, 0, wte_count * sizeof(Element), stream));
+    CUDA_CHECK(cudaMemsetAsync(wte_gradient(gradients_), 0, wte_count * sizeof(Element), stream));
     CUDA_CHECK(cudaMemsetAsync(share, 0, wte_count * sizeof(Element), stream));
   }
 }

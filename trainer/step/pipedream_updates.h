@@ -64,6 +64,10 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
   void adamw(int version, bool tied, const Element* gradients, cudaStream_t stream);
   size_t slot(int version) const { return size_t(version) % host_gates_.size(); }
   Element* share_of_update(int version);
+  // wte's gradient in one of the stage's gradient buffers (nullptr on a stage without wte).
+  Element* wte_gradient(Element* gradients) const {
+    return wte_offset_ == kNoWte ? nullptr : gradients + wte_offset_;
+  }
   // dp > 1: update v's gradients (wte's with the head's share) summed over the stage's replicas
   // before its AdamW, on the compute stream: the update waits for the sum (no overlap).
   void sum_over_replicas(Element* gradients, cudaStream_t stream);
@@ -74,13 +78,15 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
   ParameterLayout layout_;
   CommGroups groups_;
   Optimizer optimizer_;
-  Element *parameters_, *gradients_, *grad_wte_;
+  Element *parameters_, *gradients_;
+  static constexpr size_t kNoWte = size_t(-1);
+  size_t wte_offset_ = kNoWte;  // wte's (or its tied copy's) offset in the stage's layout
   bool embedding_, head_;
   std::vector<Element*> ring_;  // the head's shares: update u's at u % size (grad_wte_head with the embedding)
   bool owns_ring_;
   size_t tied_count_ = 0;  // the tied copy's elements, first in the layout (0 on other stages)
-  AdamWRegion* regions_;  // (layout.regions) AdamW's tables: the other regions from tied_count_, then the tied copy
-  int other_regions_;
+  AdamWRegion* regions_;  // AdamW's tables: other_regions_ from tied_count_, then tied_regions_ of the tied copy
+  int other_regions_, tied_regions_;
   AdamWGate* gates_;  // (pipedream_decisions_kept) update v's decision at v % size: {1, 1} without vertical sync
   double* norms_;     // (the same) its norm
   std::vector<AdamWGate> host_gates_;
