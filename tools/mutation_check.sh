@@ -1590,6 +1590,16 @@ fault sp-train-warmup-without-the-tp-multiple trainer/program/run.cpp \
 fault sp-split-middle-stage-drops-the-output-gradient model/gpt_split_backward_sequence_parallel.cu \
   's/^  } else {$/  } else if (range.has_embedding) {/' \
   'mpi8 TensorParallelLayouts.SequenceParallelWithZeroBubbleH1OnTwoTpRanksTimesFourStagesGivesTheSingleProcess'
+# h33k: issue 33 item 5 (sequence parallelism at tp 2 x pp 4 with the interleaved schedule and zb-v, -np 8).
+# The fused backward of a middle chunk (neither embedding nor head) does not take in the next
+# chunk's gradient shard: the interleaved schedule's B on 4 stages.
+fault sp-fused-middle-chunk-drops-the-output-gradient model/gpt_sequence_parallel.cu \
+  's/^  } else {$/  } else if (range.has_embedding) {/' \
+  'mpi8 TensorParallelLayouts.SequenceParallelWithInterleavedOnTwoTpRanksTimesFourStagesGivesTheSingleProcess'
+# zb-v's I on a middle chunk takes in half of the next chunk's gradient shard.
+fault sp-split-middle-chunk-takes-half-the-gradient-shard model/gpt_split_backward_sequence_parallel.cu \
+  's/^    copy(dresidual, grad_output, size_t(rows) \* C, stream);$/    copy(dresidual, grad_output, size_t(rows) * C \/ 2, stream);/' \
+  'mpi8 TensorParallelLayouts.SequenceParallelWithZeroBubbleVOnTwoTpRanksTimesFourStagesGivesTheSingleProcess'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
