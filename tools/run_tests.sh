@@ -73,8 +73,8 @@ fi
 # the layout twice, 1F1B on the same mesh and 2 x tp 2 x pp 2), and ZeRO-1 at dp 2 x tp 2 x pp 2
 # (ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages, 5 s), and --sequence-parallel at
 # dp 2 x tp 2 x pp 2 (TensorParallelLayouts.SequenceParallelOnTwoReplicas..., 3.8 s, 2026-11-28) and at
-# tp 2 x pp 4 with zb-h1 (...SequenceParallelWithZeroBubbleH1OnTwoTpRanksTimesFourStages..., whose
-# *FourStages* the np 8 mode's filter matches: 6.2 s, 2026-11-28). ZeroOne's other
+# tp 2 x pp 4 with zb-h1, zb-v and the interleaved schedule (...SequenceParallelWith*OnTwoTpRanksTimesFourStages...,
+# whose *FourStages* the np 8 mode's filter matches: 6.1, 8.1 and 8.1 s, 2026-11-28). ZeroOne's other
 # cases run under strict memory and the stream delay too: ZeRO-1 moves gradients to their owners
 # on the reduction stream and parameters back on the compute stream (14 s in each, 2026-11-27).
 mode_table() {
