@@ -1600,6 +1600,15 @@ fault sp-fused-middle-chunk-drops-the-output-gradient model/gpt_sequence_paralle
 fault sp-split-middle-chunk-takes-half-the-gradient-shard model/gpt_split_backward_sequence_parallel.cu \
   's/^    copy(dresidual, grad_output, size_t(rows) \* C, stream);$/    copy(dresidual, grad_output, size_t(rows) * C \/ 2, stream);/' \
   'mpi8 TensorParallelLayouts.SequenceParallelWithZeroBubbleVOnTwoTpRanksTimesFourStagesGivesTheSingleProcess'
+# h33k: issue 33 item 5 (sequence parallelism at variable length: zb-h1 at tp 2 x pp 2, and tp 4).
+# I's shard taken at maxT's rows, not the microbatch's T: the same at fixed length.
+fault sp-split-backward-rows-at-max-length model/gpt_split_backward_sequence_parallel.cu \
+  's/^  const int rows = BT \/ sequence_shards(T, tp.tp(), true);$/  const int rows = B * config.max_seq_len \/ sequence_shards(T, tp.tp(), true);/' \
+  'mpi4 TensorParallelVariableLength.SequenceParallelWithZeroBubbleH1OnTwoTpRanksTimesTwoStagesGivesTheSingleProcessAndItsTwin'
+# A document microbatch's T rounded up to a multiple of 2 whatever the multiple (all tp 2 needs).
+fault sp-document-lengths-rounded-to-two trainer/data/documents.cpp \
+  's/^  return (longest_sequence(reader, k, cap) + multiple - 1) \/ multiple \* multiple;$/  return (longest_sequence(reader, k, cap) + 1) \/ 2 * 2;/' \
+  'mpi4 TensorParallelVariableLength.SequenceParallelOnFourTpRanksGivesTheSingleProcess'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
