@@ -1624,6 +1624,14 @@ fault train-loss-hides-another-tp-ranks-nan trainer/step/trainer.cpp \
 fault max-skipped-one-too-late-at-tp-2 trainer/program/run.cpp \
   's/^    if (skipped_in_a_row >= options.max_skipped) {$/    if (skipped_in_a_row > options.max_skipped) {/' \
   'py:train_stop_test NonFiniteGuard.DivergingRunAtTpTwoStopsAfterMaxSkippedAndKeepsTheLastGoodCheckpoint'
+# h33k: issue 33 item 1 (--print-schedule and --print-memory show the mesh).
+fault print-schedule-hides-the-mesh trainer/program/schedule_report.cpp \
+  's/  const std::string mesh = setup.mesh.tp == 1 ? "" : /  const std::string mesh = true ? "" : /' \
+  'unit TrainTensorParallel.PrintScheduleAndPrintMemoryShowTheMesh'
+# A stage's ranks listed without its tp ranks but the first.
+fault print-memory-ranks-without-tp trainer/program/memory_report.cpp \
+  's/    for (int tp_rank = 0; tp_rank < mesh.tp; ++tp_rank)/    for (int tp_rank = 0; tp_rank < 1; ++tp_rank)/' \
+  'unit TrainTensorParallel.PrintScheduleAndPrintMemoryShowTheMesh'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
