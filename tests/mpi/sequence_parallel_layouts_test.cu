@@ -1,7 +1,7 @@
 // The trainer with --sequence-parallel (issue 33, docs/pipeline.md "Sequence parallelism") on
 // dp x tp x pp layouts, each against the single process (tests/mpi/tensor_parallel_layout_check.h
-// says what is checked and within what) and more (expect_sequence_parallel_layout): tp 2 x pp 2
-// and tp 4 under -np 4, dp 2 x tp 2 x pp 2 under -np 8; the split backward's schedules (zb-h1,
+// says what is checked and within what) and more (expect_sequence_parallel_layout): tp 2 under
+// -np 2, tp 2 x pp 2 and tp 4 under -np 4, dp 2 x tp 2 x pp 2 under -np 8; the split backward's schedules (zb-h1,
 // zb-v, dualpipev) and bf16 at tp 2 x pp 2, and zb-h1, zb-v and the interleaved schedule at tp 2 x
 // pp 4 (-np 8), each within the
 // tolerance of the single process and bitwise the same tp with it on fewer stages (its fixed-tp
@@ -60,12 +60,16 @@ void expect_sequence_parallel_layout(int dp, int tp, int pp) {
 
 }  // namespace
 
-// --sequence-parallel at tp 2 x pp 2 and tp 4 (-np 4), dp 2 x tp 2 x pp 2 (-np 8 only).
+// --sequence-parallel at tp 2 x pp 2 and tp 4 (-np 4), dp 2 x tp 2 x pp 2 (-np 8 only), tp 2 (-np 2 only).
 TEST(TensorParallelLayouts, SequenceParallelOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
   expect_sequence_parallel_layout(1, 2, 2);
 }
 TEST(TensorParallelLayouts, SequenceParallelOnFourTpRanksGivesTheSingleProcess) {
   expect_sequence_parallel_layout(1, 4, 1);
+}
+// tp 2 alone, under mpirun -np 2 (tools/run_tests.sh's np 2 mode; -np 4 leaves it out).
+TEST(TensorParallelLayouts, SequenceParallelOnTwoTpRanksGivesTheSingleProcess) {
+  expect_sequence_parallel_layout(1, 2, 1);
 }
 TEST(TensorParallelLayouts, SequenceParallelOnTwoReplicasOfTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
   expect_sequence_parallel_layout(2, 2, 2);
