@@ -1633,9 +1633,9 @@ fault print-memory-ranks-without-tp trainer/program/memory_report.cpp \
   's/    for (int tp_rank = 0; tp_rank < mesh.tp; ++tp_rank)/    for (int tp_rank = 0; tp_rank < 1; ++tp_rank)/' \
   'unit TrainTensorParallel.PrintScheduleAndPrintMemoryShowTheMesh'
 # h33k: issue 33's Checks (layout tests at -np 2: tp 2 alone, with and without sequence parallelism).
-# A stage with both the embedding and the head (tp 2 x pp 1) loses the head's share of wte's gradient.
-fault tied-head-share-lost-on-a-stage-with-both trainer/step/trainer.cpp \
-  's/^  if (head) sum_tied_embedding_gradient(config, grad_wte, trainer.grad_wte_head, trainer.stream, mesh.tp);$/  if (head \&\& !has_embedding(trainer.chunks)) sum_tied_embedding_gradient(config, grad_wte, trainer.grad_wte_head, trainer.stream, mesh.tp);/' \
+# The vocabulary-parallel embedding adds wpe on every tp rank: the all-reduce counts it tp times.
+fault tp-embedding-adds-wpe-on-every-tp-rank model/vocab_parallel.cu \
+  's/  const Element\* positions = groups.mesh.tp_rank == 0 ? wpe : nullptr;/  const Element* positions = wpe;/' \
   'mpi2 TensorParallelLayouts.TwoTpRanksGiveTheSingleProcess'
 # The fused backward's lnf gradients, summed over tp, never added.
 fault sp-lnf-gradients-not-added model/gpt_sequence_parallel.cu \
