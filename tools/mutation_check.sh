@@ -1641,6 +1641,11 @@ fault tp-embedding-adds-wpe-on-every-tp-rank model/vocab_parallel.cu \
 fault sp-lnf-gradients-not-added model/gpt_sequence_parallel.cu \
   's/^    add_layernorm_gradients_summed_over_tp(groups, partials, dweight, dbias, 1, C, stream);$/    add_layernorm_gradients_summed_over_tp(groups, partials, dweight, dbias, 0, C, stream);/' \
   'mpi2 TensorParallelLayouts.SequenceParallelOnTwoTpRanksGivesTheSingleProcess'
+# h33k: issue 33 item 5 (the watchdog at tp 2 x pp 2, tests/train_watchdog_test.py).
+# The report's stage taken as if tp were 1 (world rank % pp): rank 1 says stage 1.
+fault watchdog-stage-without-tp trainer/program/run.cpp \
+  's/{mesh.world_rank, mesh.pp_rank, mesh.dp_rank}/{mesh.world_rank, mesh.world_rank % mesh.pp, mesh.dp_rank}/' \
+  'py:train_watchdog_test Watchdog.StoppedTpRankIsNamedByItsTpPeersComputeAndItsNeighboursTransfer'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
