@@ -74,7 +74,7 @@ fi
 # (ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages, 5 s), and --sequence-parallel at
 # dp 2 x tp 2 x pp 2 (TensorParallelLayouts.SequenceParallelOnTwoReplicas..., 3.8 s, 2026-11-28) and at
 # tp 2 x pp 4 with zb-h1, zb-v and the interleaved schedule (...SequenceParallelWith*OnTwoTpRanksTimesFourStages...,
-# whose *FourStages* the np 8 mode's filter matches: 6.1, 8.1 and 8.1 s, 2026-11-28). tp 2 alone, with
+# whose *FourStages* the np 8 mode's filter matches: 6.1 to 7.4, 8.0 to 8.1 and 8.1 to 9.7 s, 2026-11-28). tp 2 alone, with
 # and without --sequence-parallel (TensorParallelLayouts.TwoTpRanksGiveTheSingleProcess and
 # ...SequenceParallelOnTwoTpRanksGivesTheSingleProcess) needs 2 ranks: the np 2 mode runs them, the
 # natural mode leaves them out (0.5 and 1.1 s, 2026-11-28). ZeroOne's other
