@@ -15,7 +15,10 @@ diverges makes the run skip the non-finite steps, naming them on the step line a
 stop after --max-skipped of them in a row with one error line and exit 1, its checkpoint bitwise
 the one of the last applied step; a NaN injected into one stage's gradient under mpirun
 (TRAIN_TEST_NAN, trainer/safety/failure_injection.h) skips that step only, naming the stage and tensor,
-and so does a NaN injected into the last stage's loss alone, saying "non-finite loss".
+and so does a NaN injected into the last stage's loss alone, saying "non-finite loss". The same at
+tp 2 (issue 33): the diverging run under `mpirun -np 2 --tp 2`; at tp 2 x pp 2 a NaN in either tp
+rank's slice of a gradient skips the step on every rank (both runs' logs bitwise equal), and so
+does a NaN in one tp rank's loss sum.
 On a machine that cannot run 4 ranks (fewer GPUs), the checks under mpirun say SKIPPED.
     /usr/bin/python3 tests/train_stop_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun; MPICH's hydra is
@@ -148,14 +151,19 @@ def pipedream_stop_does_not_save(directory):
         status, stopped or lines[-3:], refused in lines, "written" if os.path.exists(checkpoint) else "none")
 
 
-def diverging_learning_rate(directory):
-    """--lr 1e6 without clipping: a few applied steps, then non-finite ones until --max-skipped 3."""
+def diverging_learning_rate(directory, tp=1):
+    """--lr 1e6 without clipping: a few applied steps, then non-finite ones until --max-skipped 3.
+    tp 2: `mpirun -np 2 ./train --tp 2`, where rank 0 speaks for both ranks (its lines "[0] ...")."""
     data = os.path.join(directory, "text.txt")
     write_text(data)
-    options = [TRAIN, "--train-data", data] + TINY_MODEL + ["--lr", "1e6", "--grad-clip", "0", "--lr-schedule",
-                                                               "constant", "--warmup", "2", "--max-skipped", "3"]
+    launcher = [] if tp == 1 else MPIRUN + ["-prepend-rank", "-np", str(tp)]
+    options = launcher + [TRAIN, "--train-data", data] + TINY_MODEL + [
+        "--lr", "1e6", "--grad-clip", "0", "--lr-schedule", "constant", "--warmup", "2", "--max-skipped", "3"] + (
+        ["--tp", str(tp)] if tp > 1 else [])
     checkpoint, log = os.path.join(directory, "x.bin"), os.path.join(directory, "log.jsonl")
     status, lines = run(options + ["--steps", "40", "--save", checkpoint, "--save-every", "1", "--log", log])
+    if tp > 1:
+        lines = [line[len("[0] "):] for line in lines if line.startswith("[0] ")]
     errors = [line for line in lines if line.startswith("train: error:")]
     records = read_log(log)
     applied = [r["step"] for r in records if "skipped" not in r]
@@ -177,15 +185,15 @@ def diverging_learning_rate(directory):
         last_good, skipped[-1]["skipped"], "bitwise" if same else "NOT", last_good)
 
 
-def nan_skips_one_step(directory, injection, reason, into_loss):
-    """TRAIN_TEST_NAN=injection in step 3 of 6 under mpirun: that step only is skipped, for reason, on
-    its step line and in the log, whose loss (into_loss) or else gradient norm alone is NaN."""
+def nan_skips_one_step(directory, injection, reason, into_loss, options=(), log_name="log.jsonl"):
+    """TRAIN_TEST_NAN=injection in step 3 of 6 under mpirun (with options): that step only is skipped,
+    for reason, on its step line and in the log, whose loss (into_loss) or else gradient norm alone is NaN."""
     data = os.path.join(directory, "text.txt")
     write_text(data)
-    log = os.path.join(directory, "log.jsonl")
+    log = os.path.join(directory, log_name)
     os.environ["TRAIN_TEST_NAN"] = injection
     try:
-        status, lines = run(mpi_train(data, ["--steps", "6", "--log", log]))
+        status, lines = run(mpi_train(data, ["--steps", "6", "--log", log] + list(options)))
     finally:
         del os.environ["TRAIN_TEST_NAN"]
     skipped_lines = [line for line in lines if "skipped" in line]
@@ -195,6 +203,25 @@ def nan_skips_one_step(directory, injection, reason, into_loss):
           [r.get("skipped") for r in records] == [None, None, reason, None, None, None] and
           (math.isnan(records[2]["loss"]), math.isnan(records[2]["grad_norm"])) == (into_loss, not into_loss))
     return ok, "status %s; skipped lines %s" % (status, skipped_lines)
+
+
+def nan_in_either_tp_ranks_slice_skips_on_every_rank(directory):
+    """At tp 2 x pp 2: a NaN in step 3's fcw gradient of stage 0's tp rank 1 (world rank 1), and
+    in another run of its tp rank 0 (world rank 0), each skip step 3 as at tp 1, naming the stage
+    and tensor, and the run goes on. The two logs' losses and norms must be bitwise equal: had only
+    the rank holding the NaN skipped, the other tp rank would have applied its slice's step in one
+    run and not in the other, and steps 4 to 6 would differ."""
+    reason = "non-finite gradient (first in stage 0, tensor fcw layer 1)"
+    tp = ["--tp", "2", "--pp", "2"]
+    verdicts = [nan_skips_one_step(directory, "rank=%d,step=3,tensor=fcw,layer=1" % rank, reason, False, tp,
+                                   "tp_rank%d.jsonl" % rank) for rank in (1, 0)]
+    if not all(ok for ok, _ in verdicts):
+        return False, "; ".join("tp rank %d: %s" % (rank, why) for rank, (_, why) in zip((1, 0), verdicts))
+    runs = [read_log(os.path.join(directory, "tp_rank%d.jsonl" % rank)) for rank in (1, 0)]
+    numbers = [[(repr(r["loss"]), repr(r["grad_norm"])) for r in records] for records in runs]
+    same = numbers[0] == numbers[1]
+    return same, "step 3 skipped for a NaN on either tp rank; losses and norms of steps 1-6 %s" % (
+        "bitwise the same in both runs" if same else "differ: %s vs %s" % tuple(numbers))
 
 
 # The delivery trials' run: 4 ranks, TRIAL_STEPS steps of about 0.15 s each here, about 1.5 s
@@ -328,6 +355,13 @@ CASES = {
     # The loss alone: the last stage's loss sum, every gradient finite.
     "NonFiniteGuard.NanLossOnTheLastStageSkipsThatStep": lambda d: nan_skips_one_step(
         d, "rank=3,step=3,tensor=loss", "non-finite loss", True),
+    # The same at tp 2 (issue 33 item 5): the guard reads a norm and a loss summed over the tp ranks.
+    "NonFiniteGuard.DivergingRunAtTpTwoStopsAfterMaxSkippedAndKeepsTheLastGoodCheckpoint":
+        lambda d: diverging_learning_rate(d, tp=2),
+    "NonFiniteGuard.NanInEitherTpRanksSliceSkipsThatStepOnEveryRank": nan_in_either_tp_ranks_slice_skips_on_every_rank,
+    # tp rank 1 of the last stage (world rank 3 at tp 2 x pp 2): the loss sum of one tp rank alone.
+    "NonFiniteGuard.NanLossOnOneTpRankOfTheLastStageSkipsThatStep": lambda d: nan_skips_one_step(
+        d, "rank=3,step=3,tensor=loss", "non-finite loss", True, ["--tp", "2", "--pp", "2"]),
 }
 
 
@@ -335,9 +369,13 @@ SINGLE_PROCESS_CASES = {"Preemption.SecondSigintEndsAtOnce",
                         "NonFiniteGuard.DivergingRunStopsAfterMaxSkippedAndKeepsTheLastGoodCheckpoint"}
 
 
+TWO_RANK_CASES = {"NonFiniteGuard.DivergingRunAtTpTwoStopsAfterMaxSkippedAndKeepsTheLastGoodCheckpoint"}
+
+
 def check(name):
-    if name not in SINGLE_PROCESS_CASES and skipped_for_ranks(4):
-        return skipped_for_ranks(4)
+    ranks = 1 if name in SINGLE_PROCESS_CASES else 2 if name in TWO_RANK_CASES else 4
+    if ranks > 1 and skipped_for_ranks(ranks):
+        return skipped_for_ranks(ranks)
     with tempfile.TemporaryDirectory(prefix="train_stop_") as directory:
         return CASES[name](directory)
 

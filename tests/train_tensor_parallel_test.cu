@@ -5,7 +5,7 @@
 // the tolerance below, and each resumes at the other layout to continue the uninterrupted run
 // within it, and the tp 2 x pp 2 file at tp 1 x pp 4 too; and with --zero 1 at dp 2 x tp 2 it
 // saves the files of --zero 0; with --sequence-parallel, --documents and a warm-up every length is a
-// multiple of tp. (The layouts' losses, gradients and the checkpoint gather's
+// multiple of tp; --print-schedule and --print-memory show the mesh. (The layouts' losses, gradients and the checkpoint gather's
 // placement, bitwise where it can be, are TensorParallelLayouts',
 // tests/mpi/tensor_parallel_layouts_test.cu.)
 //
@@ -174,4 +174,27 @@ TEST(TrainTensorParallel, SequenceParallelRoundsVariableLengthsUpToTp) {
             std::string::npos) << run.out;
   EXPECT_NE(run.out.find("in multiples of 8, rounded up to a multiple of tp = 2"), std::string::npos) << run.out;
   EXPECT_EQ(values_of(dir.file("log.jsonl"), "seq_len"), (std::vector<double>{6, 6, 8}));
+}
+
+// Issue 33 item 1: --print-schedule heads its grid with the mesh under mpirun, and --print-memory
+// plans the mesh of --world with each stage's ranks (comm/mesh.h: tp innermost, then pp, then dp;
+// at dp 2 x tp 2 x pp 2 stage 0 holds ranks 0, 1 of replica 0 and 4, 5 of replica 1).
+TEST(TrainTensorParallel, PrintScheduleAndPrintMemoryShowTheMesh) {
+  if (!std::filesystem::exists("./train")) GTEST_SKIP() << "./train is not built (make train)";
+  const Outcome schedule = train(4, kRun + " --tp 2 --pp 2 --print-schedule");
+  ASSERT_EQ(schedule.status, 0) << schedule.err;
+  EXPECT_EQ(schedule.out.rfind("1f1b schedule, dp = 1 x tp = 2 x pp = 2, p = 2, m = ", 0), 0u) << schedule.out;
+  const Outcome memory = train(1, kRun + " --print-memory --world 8 --dp 2 --tp 2 --pp 2");
+  ASSERT_EQ(memory.status, 0) << memory.err;
+  EXPECT_NE(memory.out.find(", dp=2 x tp=2 x pp=2, 1f1b v=1, "), std::string::npos) << memory.out;
+  const size_t ranks = memory.out.find("\nranks ");
+  ASSERT_NE(ranks, std::string::npos) << memory.out;
+  const std::string row = memory.out.substr(ranks + 1, memory.out.find('\n', ranks + 1) - ranks - 1);
+  std::vector<std::string> cells;
+  for (size_t at = row.find_first_not_of(' ', 5); at != std::string::npos; at = row.find_first_not_of(' ', at)) {
+    const size_t end = row.find(' ', at);
+    cells.push_back(row.substr(at, end - at));
+    at = end;
+  }
+  EXPECT_EQ(cells, (std::vector<std::string>{"0,1,4,5", "2,3,6,7"})) << row;
 }

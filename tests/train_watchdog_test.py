@@ -11,7 +11,9 @@ line is that stage's schedule row with the same step marked at the same position
 one the stuck rank can only be in while waiting for the stopped one: a transfer, with the stopped
 rank's stage when the reporting rank is its pipeline neighbour (the others wait for a neighbour
 that waits). When rank 0 is the stopped one, nobody listens for the reports: each stuck rank
-prints its own after its grace period (trainer/safety/error_channel.h), and each is checked. MPICH's mpirun (hydra) is assumed, for its -prepend-rank.
+prints its own after its grace period (trainer/safety/error_channel.h), and each is checked. At
+tp 2 x pp 2 (issue 33), a stopped tp rank is named by its tp peer, stuck in a compute step (a tp
+all-reduce), or by its pipeline neighbour of the same tp rank, stuck in a transfer with it. MPICH's mpirun (hydra) is assumed, for its -prepend-rank.
     /usr/bin/python3 tests/train_watchdog_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun). One line per
 check, then "tests: N passed, M failed", as tools/run_tests.sh expects.
@@ -34,11 +36,18 @@ from train_failure_test import ROOT, SMALL_MODEL, processes_running, write_text
 TIMEOUT = 30
 WATCHDOG_SECONDS = 5
 
-# name: (world rank to stop, the stages whose report is acceptable)
+# name: the world rank to stop
 CASES = {
     "Watchdog.StoppedMiddleStageIsNamedByTheTransferItsNeighbourWaitsIn": 2,
     "Watchdog.StoppedRank0StillEndsTheJobAndAPeerReports": 0,
 }
+# At tp 2 x pp 2 (issue 33 item 5), world rank 3 (stage 1, tp rank 1) stopped: its tp peer (rank 2)
+# waits in a tp all-reduce inside a compute step, its pipeline neighbour of the same tp rank
+# (rank 1) in a transfer with stage 1; the others wait for a waiter.
+TENSOR_PARALLEL = ["--tp", "2", "--pp", "2"]
+TP_CASE = "Watchdog.StoppedTpRankIsNamedByItsTpPeersComputeAndItsNeighboursTransfer"
+TP_STOPPED_RANK = 3
+CASES[TP_CASE] = TP_STOPPED_RANK
 
 REPORT = re.compile(r"train: error: rank (\d+) \(stage (\d+), replica (\d+)\): step (\d+), stuck (\d+) s in "
                     r"(\S+), step (\d+) of (\d+) of its schedule$")
@@ -58,14 +67,14 @@ def rank_pids(marker):
     return ranks
 
 
-def run_and_stop(directory, stopped_rank):
+def run_and_stop(directory, stopped_rank, options=()):
     """(status or None, seconds from the stop to the end, output lines, pids left)."""
     data = os.path.join(directory, "text.txt")
     write_text(data)
     mpirun = os.environ.get("MPIRUN", "mpirun").split()
     train = os.environ.get("TRAIN", os.path.join(ROOT, "train"))
     command = mpirun + ["-prepend-rank", "-np", "4", train, "--train-data", data, "--steps", "1000",
-                        "--timeout", str(WATCHDOG_SECONDS)] + SMALL_MODEL
+                        "--timeout", str(WATCHDOG_SECONDS)] + SMALL_MODEL + list(options)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                cwd=ROOT)
     # A run that never reaches step 3 is killed, not waited for.
@@ -111,26 +120,73 @@ def transfers_with(step_text, stage, stages):
     return peers
 
 
+def reports_of_a_run_that_ended(stopped_rank, options=()):
+    """(None, the reports: (line index, match), the output lines, status, seconds) of a run stopped at
+    step 3's line, or (the failure's verdict, ...) when it did not end within TIMEOUT, left ranks
+    behind or reported nothing."""
+    with tempfile.TemporaryDirectory(prefix="train_watchdog_") as directory:
+        status, seconds, lines, left = run_and_stop(directory, stopped_rank, options)
+    reports = [(i, REPORT.search(line)) for i, line in enumerate(lines) if REPORT.search(line)]
+    failure = None
+    if status is None:
+        failure = (False, "still running %d s after the stop (killed); last lines: %s" % (TIMEOUT, lines[-3:]))
+    elif left:
+        failure = (False, "mpirun ended (status %d) but %d processes of the run were left" % (status, len(left)))
+    elif status == 0 or not reports:
+        failure = (False, "status %d, no report; last lines: %s" % (status, lines[-4:]))
+    return failure, reports, lines, status, seconds
+
+
+def marked_row(lines, i):
+    """The schedule row printed after report line i ("[r] stage S | cell cell ...") and its marked cells."""
+    row = lines[i + 1].split("|", 1)[1].split() if i + 1 < len(lines) and "|" in lines[i + 1] else []
+    return row, [k for k, cell in enumerate(row) if cell.startswith(">")]
+
+
+def tensor_parallel_check():
+    """The tp 2 x pp 2 case: every report names its rank's stage (comm/mesh.h: rank / tp % pp) and
+    marks its step in its row; the stopped rank's tp peer, if it reports, is in a compute step (its
+    tp all-reduce), its pipeline neighbour of the same tp rank in a transfer with the stopped
+    rank's stage; at least one of the two reports."""
+    failure, reports, lines, status, seconds = reports_of_a_run_that_ended(TP_STOPPED_RANK, TENSOR_PARALLEL)
+    if failure:
+        return failure
+    stopped_stage = TP_STOPPED_RANK // 2 % 2
+    tp_peer, neighbour = TP_STOPPED_RANK - 1, TP_STOPPED_RANK - 2
+    detail, witnesses = [], 0
+    for i, match in reports:
+        rank, stage, replica, _, stuck, step_text, position, length = match.groups()
+        rank, stage, position, length = int(rank), int(stage), int(position), int(length)
+        row, marked = marked_row(lines, i)
+        peers = transfers_with(step_text, stage, 2)
+        expected_wait = (peers is None if rank == tp_peer else
+                         peers is not None and stopped_stage in peers if rank == neighbour else True)
+        ok = (stage == rank // 2 % 2 and replica == "0" and int(stuck) >= WATCHDOG_SECONDS and len(row) == length and
+              marked == [position - 1] and row[position - 1] == ">" + step_text + "<" and expected_wait)
+        if not ok:
+            return False, "report %r with row %r (stopped rank %d)" % (match.group(0), row, TP_STOPPED_RANK)
+        witnesses += rank in (tp_peer, neighbour)
+        detail.append("rank %d in %s (%d of %d)" % (rank, step_text, position, length))
+    if not witnesses:
+        return False, "no report from rank %d or %d: %s" % (tp_peer, neighbour, detail)
+    return True, "status %d, %.1f s after the stop (limit %d), no rank left; %s" % (
+        status, seconds, TIMEOUT, ", ".join(detail))
+
+
 def check(name):
     if skipped_for_ranks(4):
         return skipped_for_ranks(4)
+    if name == TP_CASE:
+        return tensor_parallel_check()
     stopped_rank = CASES[name]
-    with tempfile.TemporaryDirectory(prefix="train_watchdog_") as directory:
-        status, seconds, lines, left = run_and_stop(directory, stopped_rank)
-    if status is None:
-        return False, "still running %d s after the stop (killed); last lines: %s" % (TIMEOUT, lines[-3:])
-    if left:
-        return False, "mpirun ended (status %d) but %d processes of the run were left" % (status, len(left))
-    reports = [(i, REPORT.search(line)) for i, line in enumerate(lines) if REPORT.search(line)]
-    if status == 0 or not reports:
-        return False, "status %d, no report; last lines: %s" % (status, lines[-4:])
+    failure, reports, lines, status, seconds = reports_of_a_run_that_ended(stopped_rank)
+    if failure:
+        return failure
     detail = []
     for i, match in reports:
         rank, stage, replica, _, stuck, step_text, position, length = match.groups()
         rank, stage, position, length = int(rank), int(stage), int(position), int(length)
-        # The row: "[r] stage S | cell cell ..." with ">step<" at the position.
-        row = lines[i + 1].split("|", 1)[1].split() if i + 1 < len(lines) and "|" in lines[i + 1] else []
-        marked = [k for k, cell in enumerate(row) if cell.startswith(">")]
+        row, marked = marked_row(lines, i)  # ">step<" at the position
         peers = transfers_with(step_text, stage, 4)
         neighbour = abs(stage - stopped_rank) == 1  # 1f1b: no transfer between the last stage and the first
         waits_in_a_transfer = peers is not None and (stopped_rank in peers or not neighbour)

@@ -1,8 +1,9 @@
 // The trainer with --sequence-parallel (issue 33, docs/pipeline.md "Sequence parallelism") on
 // dp x tp x pp layouts, each against the single process (tests/mpi/tensor_parallel_layout_check.h
-// says what is checked and within what) and more (expect_sequence_parallel_layout): tp 2 x pp 2
-// and tp 4 under -np 4, dp 2 x tp 2 x pp 2 under -np 8; the split backward's schedules (zb-h1,
-// zb-v, dualpipev) and bf16 at tp 2 x pp 2, and zb-h1 at tp 2 x pp 4 (-np 8), each within the
+// says what is checked and within what) and more (expect_sequence_parallel_layout): tp 2 under
+// -np 2, tp 2 x pp 2 and tp 4 under -np 4, dp 2 x tp 2 x pp 2 under -np 8; the split backward's schedules (zb-h1,
+// zb-v, dualpipev) and bf16 at tp 2 x pp 2, and zb-h1, zb-v and the interleaved schedule at tp 2 x
+// pp 4 (-np 8), each within the
 // tolerance of the single process and bitwise the same tp with it on fewer stages (its fixed-tp
 // twin) and the same mesh's 1F1B; schedule files bitwise the built-in schedules with it.
 #include <gtest/gtest.h>
@@ -59,12 +60,16 @@ void expect_sequence_parallel_layout(int dp, int tp, int pp) {
 
 }  // namespace
 
-// --sequence-parallel at tp 2 x pp 2 and tp 4 (-np 4), dp 2 x tp 2 x pp 2 (-np 8 only).
+// --sequence-parallel at tp 2 x pp 2 and tp 4 (-np 4), dp 2 x tp 2 x pp 2 (-np 8 only), tp 2 (-np 2 only).
 TEST(TensorParallelLayouts, SequenceParallelOnTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
   expect_sequence_parallel_layout(1, 2, 2);
 }
 TEST(TensorParallelLayouts, SequenceParallelOnFourTpRanksGivesTheSingleProcess) {
   expect_sequence_parallel_layout(1, 4, 1);
+}
+// tp 2 alone, under mpirun -np 2 (tools/run_tests.sh's np 2 mode; -np 4 leaves it out).
+TEST(TensorParallelLayouts, SequenceParallelOnTwoTpRanksGivesTheSingleProcess) {
+  expect_sequence_parallel_layout(1, 2, 1);
 }
 TEST(TensorParallelLayouts, SequenceParallelOnTwoReplicasOfTwoTpRanksTimesTwoStagesGivesTheSingleProcess) {
   expect_sequence_parallel_layout(2, 2, 2);
@@ -95,6 +100,18 @@ TEST(TensorParallelLayouts, SequenceParallelWithDualPipeVOnTwoTpRanksTimesTwoSta
 // rank's shard; bitwise its fixed-tp twin on 2 stages and 1F1B with it on the same mesh.
 TEST(TensorParallelLayouts, SequenceParallelWithZeroBubbleH1OnTwoTpRanksTimesFourStagesGivesTheSingleProcess) {
   expect_layout_matches_single_process<float>(1, 2, 4, sequence_parallel(ScheduleKind::zb_h1, 4));
+}
+// The same mesh with it and zb-v (two chunks a stage in a V, L = 8: stage 0 holds the embedding and
+// the head, its two chunks' shards crossing at the V's turn on stage 3) and with the interleaved
+// schedule (2 chunks a stage, L = 8: chunk 0 of the last stage hands its shard to chunk 1 of stage
+// 0); each bitwise its fixed-tp twin and 1F1B with it on the same mesh.
+TEST(TensorParallelLayouts, SequenceParallelWithZeroBubbleVOnTwoTpRanksTimesFourStagesGivesTheSingleProcess) {
+  expect_layout_matches_single_process<float>(1, 2, 4, sequence_parallel(ScheduleKind::zb_v, 8));
+}
+TEST(TensorParallelLayouts, SequenceParallelWithInterleavedOnTwoTpRanksTimesFourStagesGivesTheSingleProcess) {
+  Case c = sequence_parallel(ScheduleKind::interleaved, 8);
+  c.chunks = 2;
+  expect_layout_matches_single_process<float>(1, 2, 4, c);
 }
 // In bf16, within bf16_tolerance(2) of the single bf16 process: a LayerNorm gradient, each rank's
 // sum over its rows rounded to bf16, then their sum over tp rounded again, makes the tp + 1

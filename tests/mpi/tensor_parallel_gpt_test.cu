@@ -42,7 +42,6 @@ struct Model {
 };
 const Model kMaterialized{kConfig, AttentionKind::materialized};
 const Model kFused{make_gpt_config(2, 4, 64, 8, 100), AttentionKind::fused};
-constexpr int kTensorParallelSizes[] = {2, 4};
 
 // Every parameter random (the biases too, so that one added tp times shows), each a float, so
 // that the double and float runs start from the same values.
@@ -207,7 +206,7 @@ template <typename T>
 void expect_matches_one_process(double tolerance, const Model& m = kMaterialized, bool sequence_parallel = false) {
   const std::vector<double> model = random_model(m);
   const GptResult one_process = run_gpt<T>(nullptr, model, m);
-  for (const int tp : kTensorParallelSizes) {
+  for (const int tp : sizes_dividing_the_world({2, 4})) {
     TensorParallelGroups g(tp);
     const GptResult sliced = run_gpt<T>(&g.groups, model, m, Backward::fused, sequence_parallel);
     EXPECT_LE(std::abs(sliced.loss - one_process.loss) / std::abs(one_process.loss), tolerance) << "tp " << tp;
@@ -250,7 +249,7 @@ TEST(TensorParallelGpt, FusedAttentionDoubleLossAndEveryGradientMatchOneProcess)
 // by the same kernels: bitwise equal on every tp rank, as the replicas must stay equal.
 void expect_loss_and_replicated_gradients_equal_on_every_tp_rank(bool sequence_parallel) {
   const std::vector<double> model = random_model();
-  for (const int tp : kTensorParallelSizes) {
+  for (const int tp : sizes_dividing_the_world({2, 4})) {
     TensorParallelGroups g(tp);
     const GptResult result = run_gpt<float>(&g.groups, model, kMaterialized, Backward::fused, sequence_parallel);
     DeviceBuffer<double> largest_loss(std::vector<double>{result.loss});
@@ -277,7 +276,7 @@ TEST(TensorParallelGpt, LossAndReplicatedGradientsAreBitwiseEqualOnEveryTpRank) 
 // any tp: for a fixed tp, pipeline stages are bitwise free.
 TEST(TensorParallelGpt, TwoRangesGiveBitwiseTheWholeRangeAtTheSameTp) {
   const std::vector<double> model = random_model();
-  for (const int tp : kTensorParallelSizes) {
+  for (const int tp : sizes_dividing_the_world({2, 4})) {
     TensorParallelGroups g(tp);
     const GptResult whole = run_gpt<float>(&g.groups, model), split = run_two_ranges<float>(&g.groups, model);
     EXPECT_EQ(split.loss, whole.loss) << "tp " << tp;
@@ -292,7 +291,7 @@ TEST(TensorParallelGpt, TwoRangesGiveBitwiseTheWholeRangeAtTheSameTp) {
 // tp 1 (tests/gpt_test.cu). The fused attention's model too (its own I and W of the attention).
 TEST(TensorParallelGpt, SplitBackwardGivesBitwiseTheFusedBackwardAtTheSameTp) {
   const std::vector<double> model = random_model(), fused_model = random_model(kFused);
-  for (const int tp : kTensorParallelSizes) {
+  for (const int tp : sizes_dividing_the_world({2, 4})) {
     TensorParallelGroups g(tp);
     const GptResult whole = run_gpt<float>(&g.groups, model),
                     whole_split = run_gpt<float>(&g.groups, model, kMaterialized, Backward::split);
@@ -334,7 +333,7 @@ TEST(SequenceParallelGpt, FusedAttentionDoubleLossAndEveryGradientMatchOneProces
 
 TEST(SequenceParallelGpt, BitwiseTheTpRunButForTheLayerNormGradients) {
   const std::vector<double> model = random_model();
-  for (const int tp : kTensorParallelSizes) {
+  for (const int tp : sizes_dividing_the_world({2, 4})) {
     TensorParallelGroups g(tp);
     const GptResult without = run_gpt<float>(&g.groups, model),
                     with = run_gpt<float>(&g.groups, model, kMaterialized, Backward::fused, true);
@@ -363,7 +362,7 @@ TEST(SequenceParallelGpt, LossAndReplicatedGradientsAreBitwiseEqualOnEveryTpRank
 // them give bitwise the whole range's step.
 TEST(SequenceParallelGpt, TwoRangesGiveBitwiseTheWholeRangeAtTheSameTp) {
   const std::vector<double> model = random_model();
-  for (const int tp : kTensorParallelSizes) {
+  for (const int tp : sizes_dividing_the_world({2, 4})) {
     TensorParallelGroups g(tp);
     const GptResult whole = run_gpt<float>(&g.groups, model, kMaterialized, Backward::fused, true),
                     split = run_two_ranges<float>(&g.groups, model, Backward::fused, true);
@@ -378,7 +377,7 @@ TEST(SequenceParallelGpt, TwoRangesGiveBitwiseTheWholeRangeAtTheSameTp) {
 // the fused attention.
 TEST(SequenceParallelGpt, SplitBackwardGivesBitwiseTheFusedBackwardAtTheSameTp) {
   const std::vector<double> model = random_model(), fused_model = random_model(kFused);
-  for (const int tp : kTensorParallelSizes) {
+  for (const int tp : sizes_dividing_the_world({2, 4})) {
     TensorParallelGroups g(tp);
     const GptResult whole = run_gpt<float>(&g.groups, model, kMaterialized, Backward::fused, true),
                     whole_split = run_gpt<float>(&g.groups, model, kMaterialized, Backward::split, true);

@@ -1,6 +1,6 @@
 // The trainer at dp x tp x pp (issue 33, docs/pipeline.md "Tensor parallelism"), each layout
 // against the single process (tests/mpi/tensor_parallel_layout_check.h says what is checked and
-// within what): under mpirun -np 4, tp 2 x pp 2, tp 4 and dp 2 x tp 2 in fp32, and tp 2 x pp 2 and
+// within what): under mpirun -np 2, tp 2; under mpirun -np 4, tp 2 x pp 2, tp 4 and dp 2 x tp 2 in fp32, and tp 2 x pp 2 and
 // dp 2 x tp 2 in bf16, 1F1B; tp 2 x pp 2 with zb-h1, zb-v and dualpipev (L = 4), recompute and the
 // fused attention (C = 64), and, under -np 8, dp 2 x tp 2 x pp 2 and tp 2 x pp 4 with the
 // interleaved schedule (2 chunks a stage, L = 8), zb-h1 (L = 4) and zb-v (L = 8). With
@@ -17,6 +17,8 @@ TEST(TensorParallelLayouts, TwoTpRanksTimesTwoStagesGiveTheSingleProcess) {
   expect_layout_matches_single_process<float>(1, 2, 2);
 }
 TEST(TensorParallelLayouts, FourTpRanksGiveTheSingleProcess) { expect_layout_matches_single_process<float>(1, 4, 1); }
+// tp 2 alone, under mpirun -np 2 (tools/run_tests.sh's np 2 mode; -np 4 leaves it out).
+TEST(TensorParallelLayouts, TwoTpRanksGiveTheSingleProcess) { expect_layout_matches_single_process<float>(1, 2, 1); }
 TEST(TensorParallelLayouts, TwoReplicasOfTwoTpRanksGiveTheSingleProcess) {
   expect_layout_matches_single_process<float>(2, 2, 1);
 }

@@ -288,7 +288,7 @@ void expect_blocks_match_one_process(double tolerance) {
     SCOPED_TRACE(heads == 0 ? "MLP" : "attention");
     const Block b = random_block(2, 16, 48, heads, 200 + heads);
     const BlockGradients one_process = run_block<T>(nullptr, b);
-    for (int tp : kTensorParallelSizes) {
+    for (int tp : sizes_dividing_the_world({1, 2, 4})) {
       SCOPED_TRACE(testing::Message() << "tp " << tp);
       TensorParallelGroups g(tp);
       const BlockGradients sliced = run_block<T>(&g.groups, b);
@@ -323,7 +323,7 @@ TEST(TensorParallelLinear, FloatBlocksMatchOneProcess) { expect_blocks_match_one
 // Every rank's value equal to the group's maximum means all are equal.
 TEST(TensorParallelLinear, ReplicatedResultsAreBitwiseEqualOnEveryTpRank) {
   for (int heads : {0, 4})
-    for (int tp : {2, 4}) {
+    for (int tp : sizes_dividing_the_world({2, 4})) {
       TensorParallelGroups g(tp);
       const BlockGradients sliced = run_block<float>(&g.groups, random_block(2, 8, 16, heads, 300));
       for (const std::vector<double>* v : {&sliced.out, &sliced.dinp, &sliced.dbias2}) {
