@@ -109,9 +109,14 @@ TEST(Progress, SummaryNamesLossesSpeedWallTimeAndWhereThingsWent) {
   const std::vector<StepRecord> steps = {
       step_record(1, 3, 5.6, 1000), with_val(step_record(2, 3, 2.5, 3000), 2.25),
       with_val(step_record(3, 3, 2.125, 2000), 2.375)};
-  EXPECT_EQ(format_summary_line(steps, 125, {"run.bin", "run.jsonl"}),
+  EXPECT_EQ(format_summary_line(steps, 125, {"run.bin", "run.jsonl", 3}),
             "done: 3/3 steps in 2m05s | loss 2.1250 | val 2.3750, best 2.2500 at step 2 | median 2.0k tok/s"
             " | saved run.bin and run.bin.state | log run.jsonl");
+  // Saved at step 2 of the 3 done, or never (every save skipped): the summary says so.
+  EXPECT_EQ(format_summary_line(steps, 125, {"run.bin", "", 2}).substr(94),
+            " | saved run.bin and run.bin.state at step 2 | no log (--log FILE)");
+  EXPECT_EQ(format_summary_line(steps, 125, {"run.bin", "", -1}).substr(94),
+            " | run.bin not written by this run | no log (--log FILE)");
   EXPECT_EQ(format_summary_line({steps[0]}, 2, {"", ""}),
             "done: 1/3 steps in 2s | loss 5.6000 | median 1.0k tok/s | no checkpoint (--save FILE) | no log (--log FILE)");
 }

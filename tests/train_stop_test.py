@@ -173,9 +173,14 @@ def diverging_learning_rate(directory, tp=1):
                 "lower --lr or use --grad-clip; resume with --resume %s (step %d)" % (
                     skipped[-1]["skipped"] if skipped else "?", checkpoint, last_good))
     step_lines = [line for line in lines if re.match(r"step \d+/40 \|.*\| skipped: non-finite ", line)]
+    # The summary names the step the checkpoint holds, not the last step done (skipped, not saved).
+    summary = [line for line in lines if line.startswith("done: ")]
+    saved = "| saved %s and %s.state at step %d |" % (checkpoint, checkpoint, last_good)
     if status != 1 or errors != [expected] or len(skipped) != 3 or applied != list(range(1, last_good + 1)) or \
-            any(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in skipped) or len(step_lines) != 3:
-        return False, "status %s, errors %s (expected %r), log %s" % (status, errors, expected, records[-4:])
+            any(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in skipped) or len(step_lines) != 3 or \
+            len(summary) != 1 or saved not in summary[0]:
+        return False, "status %s, errors %s (expected %r), log %s, summary %s" % (
+            status, errors, expected, records[-4:], summary)
     # The checkpoint left is the last applied step's: bitwise the one a run of exactly that many steps writes.
     reference = os.path.join(directory, "reference.bin")
     run(options + ["--steps", str(last_good), "--save", reference])

@@ -1646,6 +1646,12 @@ fault sp-lnf-gradients-not-added model/gpt_sequence_parallel.cu \
 fault watchdog-stage-without-tp trainer/program/run.cpp \
   's/{mesh.world_rank, mesh.pp_rank, mesh.dp_rank}/{mesh.world_rank, mesh.world_rank % mesh.pp, mesh.dp_rank}/' \
   'py:train_watchdog_test Watchdog.StoppedTpRankIsNamedByItsTpPeersComputeAndItsNeighboursTransfer'
+# main: a summary line that named --save's file as saved when no step of the run wrote it (h33k's
+# report: the diverging run's last step is skipped, not saved).
+# The summary takes the last step done for the step saved: "saved x.bin" with no step named.
+fault summary-names-the-last-step-as-saved trainer/program/run.cpp \
+  's/{options.save, options.log, saved_this_run}/{options.save, options.log, position.step}/' \
+  'py:train_stop_test NonFiniteGuard.DivergingRunStopsAfterMaxSkippedAndKeepsTheLastGoodCheckpoint'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

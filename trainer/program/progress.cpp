@@ -101,8 +101,14 @@ std::string format_summary_line(const std::vector<StepRecord>& steps, double wal
   const double median_tokens = median(tokens_per_s);
   line += " | median " + (median_tokens >= 1e3 ? format("%.1fk", median_tokens / 1e3) : format("%.0f", median_tokens)) +
           " tok/s";
-  line += outputs.checkpoint.empty() ? " | no checkpoint (--save FILE)"
-                                     : " | saved " + outputs.checkpoint + " and " + training_state_path(outputs.checkpoint);
+  if (outputs.checkpoint.empty()) {
+    line += " | no checkpoint (--save FILE)";
+  } else if (outputs.saved_step < 0) {
+    line += " | " + outputs.checkpoint + " not written by this run";
+  } else {
+    line += " | saved " + outputs.checkpoint + " and " + training_state_path(outputs.checkpoint);
+    if (steps.empty() || outputs.saved_step != steps.back().step) line += " at step " + std::to_string(outputs.saved_step);
+  }
   line += outputs.log.empty() ? " | no log (--log FILE)" : " | log " + outputs.log;
   return line;
 }

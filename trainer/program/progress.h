@@ -42,9 +42,11 @@ std::string format_progress(double elapsed_seconds, double seconds_left, int ste
 struct RunOutputs {
   std::string checkpoint;  // --save
   std::string log;         // --log
+  int saved_step = -1;     // the last step this run wrote to checkpoint (-1: none)
 };
 
 // "done: 2000/2000 steps in 12m31s | loss 1.3832 | val 1.4816, best 1.4816 at step 2000 | median 5.5k tok/s
 //  | saved run.bin and run.bin.state | log run.jsonl", of the steps this run did (the val part
-// only when it validated; "no steps" when it did none).
+// only when it validated; "no steps" when it did none). A checkpoint saved before the last step
+// done says its step; one never written (every save skipped or refused) says so.
 std::string format_summary_line(const std::vector<StepRecord>& steps, double wall_seconds, const RunOutputs& outputs);

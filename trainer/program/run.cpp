@@ -173,6 +173,7 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
   RunResult result;
   int skipped_in_a_row = 0;
   int saved_step = start.resumed ? start.position.step : -1;  // the step --save's files hold; -1: none written
+  int saved_this_run = -1;  // the last step this run saved (the summary line's)
   while (position.step < options.steps) {
     const double lr = learning_rate(schedule, position.step);
     const auto begin = std::chrono::steady_clock::now();
@@ -255,7 +256,7 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
         activity.watched = false;
         save_checkpoint(options.save, trainer, position);
         activity.watched = true;
-        saved_step = position.step;
+        saved_step = saved_this_run = position.step;
         say(out, "saved %s and %s\n", options.save.c_str(), training_state_path(options.save).c_str());
         if (setup.layout.pipedream)
           say(out, "pipedream: saved with the pipeline drained (no microbatch in flight, one weight version); a "
@@ -275,7 +276,7 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
   }
   if (traced_step > 0 && !timeline_written)
     say(out, "no timeline written: the run did not do step %d (--trace)\n", traced_step);
-  say(out, "%s\n", format_summary_line(result.steps, seconds_since(run_begin), {options.save, options.log}).c_str());
+  say(out, "%s\n", format_summary_line(result.steps, seconds_since(run_begin), {options.save, options.log, saved_this_run}).c_str());
   return result;
 }
 
