@@ -75,7 +75,8 @@ StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const 
       result.skipped = "non-finite gradient norm of update " + std::to_string(v) + ", not applied on any stage";
     }
   // Without vertical sync the stages above a stage applied update v before it had its gradient of
-  // v, so a skip cannot be agreed: the run stops here, every rank alike (docs/pipeline.md).
+  // v, so a skip cannot be agreed: the run stops here, every rank alike (docs/pipeline.md). One
+  // stage alone skipped it consistently: the step is skipped, as the synchronous guard's.
   int first_stage = -1;
   for (int s = 0; s < mesh.pp; ++s)
     if (sums[3 + size_t(s)] > 0 && (first_stage < 0 || sums[3 + size_t(s)] < sums[3 + size_t(first_stage)]))
@@ -85,11 +86,12 @@ StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const 
     const std::string stage = std::to_string(first_stage);
     result.applied = false;
     result.skipped = "non-finite gradient of update " + update + " on stage " + stage + ", not applied there";
-    result.stop = "pipedream: update " + update + "'s gradient is not finite on stage " + stage +
-                  ", which did not apply it, but without --vertical-sync the other stages may have (the later "
-                  "ones apply an update before stage " + stage + " has its gradient): the stages no longer hold "
-                  "one model, so the run stops without saving; rerun with --vertical-sync, which skips such an "
-                  "update on every stage";
+    if (mesh.pp > 1)
+      result.stop = "pipedream: update " + update + "'s gradient is not finite on stage " + stage +
+                    ", which did not apply it, but without --vertical-sync the other stages may have (the later "
+                    "ones apply an update before stage " + stage + " has its gradient): the stages no longer hold "
+                    "one model, so the run stops without saving; rerun with --vertical-sync, which skips such an "
+                    "update on every stage";
   }
   result.stop_signal = sums[2] > 0 ? SIGINT : sums[1] > 0 ? SIGTERM : 0;
   result.real_tokens = result.positions = double(BT) * m * dp;
