@@ -22,7 +22,9 @@
 // rule that clips) the update is decided by its gradient's norm, the layout-independent one of
 // trainer/step/optimizer.h (every (tensor, layer) slot's fp32 squared sum, the slots added in
 // order): clipped by settings.grad_clip as the synchronous step clips, and not applied at all
-// (weights, master weights and moments as they were) when the norm is not finite.
+// (weights, master weights and moments as they were) when the norm is not finite. Without it each
+// stage's update v is applied only when its own gradient of v is finite, element by element (the
+// elements of the stages that skip it stay as they were), wte's as stage 0's.
 //
 // Drains (a checkpoint saved at the end of a run, and its resume, which warms the pipeline up
 // again): after a drain at step d, every stage's microbatch k >= d m takes the versions the rule
@@ -214,8 +216,30 @@ Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const Pi
                                  ? decide_update(norm, norm_table.data(), int(host_table.size()), norm_blocks,
                                                  grads.data(), settings.grad_clip, update_norm, stream)
                                  : AdamWGate{1.0, 1};
+      // Without vertical sync each stage gates its own update by its own gradient: applied when
+      // every element's fp32 square is finite (kernels/adamw.cuh's set_adamw_gate_on_finite_gradient).
+      std::vector<bool> stage_applies(size_t(p), true);
+      bool wte_finite = true;
+      for (size_t i = 0; i < n && !rule.vertical_sync; ++i) {
+        const float g = float(to_compute(summed[i])), square = g * g;
+        if (std::isfinite(square)) continue;
+        stage_applies[size_t(stage[i])] = false;
+        wte_finite = wte_finite && i >= sizes[0];
+      }
+      // The head's copy of wte takes stage 0's update by wte's gradient alone: the one wte here
+      // cannot follow it when stage 0 skips for another tensor.
+      if (p > 1 && !stage_applies[0] && wte_finite)
+        throw std::logic_error("pipedream_reference::run: stage 0 skips an update whose wte gradient is finite");
+      const bool every_stage = std::all_of(stage_applies.begin(), stage_applies.end(), [](bool b) { return b; });
+      std::vector<float> before, moment1_before, moment2_before, master_before;
+      if (!every_stage) {
+        before = versions.back();
+        moment1_before = moment1.to_host();
+        moment2_before = moment2.to_host();
+        master_before = master.to_host();
+      }
       result.norms.push_back(update_norm);
-      result.applied.push_back(gate.apply != 0);
+      result.applied.push_back(gate.apply != 0 && every_stage);
       const uint64_t key = rounding_key(precision.rounding_seed, uint64_t(v));
       for (int i = 0; i < kNumParameterTensors && gate.apply; ++i)
         adamw_update<Element>(params.data() + offsets[i], master_weights ? master_weights + offsets[i] : nullptr,
@@ -224,6 +248,20 @@ Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const Pi
                               parameter_tensor_has_weight_decay(i) ? settings.weight_decay : 0.0, gate.grad_scale, v,
                               {key, offsets[i]}, stream);
       versions.push_back(to_floats(params.to_host()));
+      if (!every_stage) {  // the skipping stages' elements as they were: weights, moments, master weights
+        std::vector<float> moment1_after = moment1.to_host(), moment2_after = moment2.to_host(),
+                           master_after = master.to_host();
+        for (size_t i = 0; i < n; ++i)
+          if (!stage_applies[size_t(stage[i])]) {
+            versions.back()[i] = before[i];
+            moment1_after[i] = moment1_before[i];
+            moment2_after[i] = moment2_before[i];
+            master_after[i] = master_before[i];
+          }
+        moment1.upload(moment1_after);
+        moment2.upload(moment2_after);
+        master.upload(master_after);
+      }
       CUDA_CHECK(cudaMemset(grads.data(), 0, dp * n * sizeof(Element)));
       CUDA_CHECK(cudaMemset(grad_wte_head.data(), 0, dp * wte_count * sizeof(Element)));
     }

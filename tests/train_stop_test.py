@@ -18,7 +18,9 @@ the one of the last applied step; a NaN injected into one stage's gradient under
 and so does a NaN injected into the last stage's loss alone, saying "non-finite loss". The same at
 tp 2 (issue 33): the diverging run under `mpirun -np 2 --tp 2`; at tp 2 x pp 2 a NaN in either tp
 rank's slice of a gradient skips the step on every rank (both runs' logs bitwise equal), and so
-does a NaN in one tp rank's loss sum.
+does a NaN in one tp rank's loss sum. With
+--schedule pipedream without --vertical-sync, where only the stage holding it can skip the update,
+it stops the run after that step with one error line and exit 1, saving nothing.
 On a machine that cannot run 4 ranks (fewer GPUs), the checks under mpirun say SKIPPED.
     /usr/bin/python3 tests/train_stop_test.py [--gtest_filter=PATTERN]
 TRAIN names the program (default ./train), MPIRUN the launcher (default mpirun; MPICH's hydra is
@@ -227,6 +229,31 @@ def nan_in_either_tp_ranks_slice_skips_on_every_rank(directory):
     same = numbers[0] == numbers[1]
     return same, "step 3 skipped for a NaN on either tp rank; losses and norms of steps 1-6 %s" % (
         "bitwise the same in both runs" if same else "differ: %s vs %s" % tuple(numbers))
+def pipedream_nan_stops_the_run(directory):
+    """--schedule pipedream without --vertical-sync, TRAIN_TEST_NAN in stage 3's gradient of update 5
+    (step 2's first of 4): stage 3 skips it, the others cannot (docs/pipeline.md, "Clipping and the
+    guard"), so the run stops after step 2 with exit 1, one error line naming the update and the
+    stage and suggesting --vertical-sync, step 2 logged as skipped, and no checkpoint written."""
+    data = os.path.join(directory, "text.txt")
+    write_text(data)
+    checkpoint, log = os.path.join(directory, "x.bin"), os.path.join(directory, "log.jsonl")
+    os.environ["TRAIN_TEST_NAN"] = "rank=3,step=5,tensor=fcw,layer=3"
+    try:
+        status, lines = run(mpi_train(data, ["--steps", "6", "--schedule", "pipedream", "--grad-clip", "0", "--save",
+                                             checkpoint, "--log", log]))
+    finally:
+        del os.environ["TRAIN_TEST_NAN"]
+    errors = [line for line in lines if "error" in line]
+    expected = ("[0] train: error: pipedream: update 5's gradient is not finite on stage 3, which did not apply it, "
+                "but without --vertical-sync the other stages may have (the later ones apply an update before stage "
+                "3 has its gradient): the stages no longer hold one model, so the run stops without saving; rerun "
+                "with --vertical-sync, which skips such an update on every stage; no checkpoint written yet")
+    records = read_log(log) if os.path.exists(log) else []
+    reason = "non-finite gradient of update 5 on stage 3, not applied there"
+    ok = (status == 1 and errors == [expected] and [r.get("skipped") for r in records] == [None, reason] and
+          all(math.isfinite(r["loss"]) for r in records) and not os.path.exists(checkpoint))
+    return ok, "status %s, error lines %s, log %s, checkpoint %s" % (
+        status, errors, [r.get("skipped") for r in records], "written" if os.path.exists(checkpoint) else "none")
 
 
 # The delivery trials' run: 4 ranks, TRIAL_STEPS steps of about 0.15 s each here, about 1.5 s
@@ -357,6 +384,7 @@ CASES = {
     "NonFiniteGuard.DivergingRunStopsAfterMaxSkippedAndKeepsTheLastGoodCheckpoint": diverging_learning_rate,
     "NonFiniteGuard.NanInOneStageSkipsThatStepAndNamesIt": lambda d: nan_skips_one_step(
         d, "rank=2,step=3,tensor=fcw,layer=2", "non-finite gradient (first in stage 2, tensor fcw layer 2)", False),
+    "NonFiniteGuard.PipeDreamWithoutVerticalSyncStopsAtANonFiniteUpdate": pipedream_nan_stops_the_run,
     # The loss alone: the last stage's loss sum, every gradient finite.
     "NonFiniteGuard.NanLossOnTheLastStageSkipsThatStep": lambda d: nan_skips_one_step(
         d, "rank=3,step=3,tensor=loss", "non-finite loss", True),

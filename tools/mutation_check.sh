@@ -1531,7 +1531,7 @@ fault pipedream-stop-saves-undrained trainer/program/run.cpp \
 # bf16 (issue 37 item 2's rounding key): each region rounds with the bits of its index in the
 # stage's allocation, not in the whole model: the stages round alike only where they coincide.
 fault pipedream-bf16-rounding-by-the-stage-offset trainer/step/pipedream_updates.cpp \
-  '/^  regions_ = device_alloc<AdamWRegion>(layout.regions.size());$/i\  for (AdamWRegion\& r : table) r.full_offset = r.offset;' \
+  '/^  regions_ = device_alloc<AdamWRegion>(table.size());$/i\  for (AdamWRegion\& r : table) r.full_offset = r.offset;' \
   'mpi4 PipelineLayouts.PipeDreamInBf16*'
 # bf16's updates go to the parameters, not the fp32 master weights.
 fault pipedream-bf16-without-the-master-weights trainer/step/pipedream_updates.cpp \
@@ -1652,6 +1652,22 @@ fault watchdog-stage-without-tp trainer/program/run.cpp \
 fault summary-names-the-last-step-as-saved trainer/program/run.cpp \
   's/{options.save, options.log, saved_this_run}/{options.save, options.log, position.step}/' \
   'py:train_stop_test NonFiniteGuard.DivergingRunStopsAfterMaxSkippedAndKeepsTheLastGoodCheckpoint'
+# h37i: issue 37 item 2 (pipedream's non-finite guard without vertical sync: each stage's own gate, the stop).
+# The stage's own check not made: its gate keeps the decision it started with ({1, 1}), so the
+# last stage applies update 5's NaN.
+fault pipedream-gate-ignores-the-stages-check trainer/step/pipedream_updates.cpp \
+  's/^    set_adamw_gate_on_finite_gradient(gates_ + slot(version), gradients, layout_.size, stream);$/    if (false) \0/' \
+  'mpi4 PipelineLayouts.PipeDreamNonFiniteUpdateWithoutVerticalSync*'
+# The head's copy of wte gated by its stage's own decision, not by the wte gradient it takes: the
+# copy skips update 5 with the last stage while stage 0's wte applies it.
+fault pipedream-tied-copy-follows-its-stage-gate trainer/step/pipedream_updates.cpp \
+  's/^    if (!rule_.vertical_sync) {$/    if (false) {/' \
+  'mpi4 PipelineLayouts.PipeDreamNonFiniteUpdateWithoutVerticalSync*'
+# The stop decided by the skipping stage alone: it ends, and the other ranks go on into the next
+# step and wait for it (./train hangs until the check's time limit).
+fault pipedream-stop-on-the-skipping-stage-only trainer/step/pipedream_step.cpp \
+  's/^  if (first_stage >= 0) {$/  if (first_stage >= 0 \&\& first_stage == mesh.pp_rank) {/' \
+  'py:train_stop_test NonFiniteGuard.PipeDreamWithoutVerticalSyncStopsAtANonFiniteUpdate'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

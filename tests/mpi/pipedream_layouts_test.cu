@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <utility>
@@ -164,6 +165,50 @@ TEST(PipelineLayouts, PipeDreamNonFiniteUpdateIsSkippedOnEveryStage) {
       EXPECT_EQ(step.skipped, "non-finite gradient norm of update 5, not applied on any stage");
     }
   EXPECT_EQ(skipped_steps, 1);
+}
+
+// Without vertical sync: the same NaN (in replica 0) skips update 5 on the last stage only, by its
+// own gate (every replica of it alike, on their sum; the other stages apply it and every other
+// update), step 2 stops the run naming update 5 and that stage on every rank, and the losses and
+// every parameter after 3 steps (the trainer's steps go on; ./train stops) are finite and the
+// reference's, whose rule gates each stage's update alike. One stage (p = 1) skips it alone,
+// consistently: the step is skipped and the run goes on, as the synchronous guard's.
+void expect_own_gate_and_stop(int dp, int p) {
+  const int layer = kLayers - kLayers / p;
+  const GPTConfig config = config_of(kLayers);
+  const size_t element = parameter_tensor_offsets(config)[kFcw] + size_t(layer) * parameter_tensor_sizes(config)[kFcw] / kLayers;
+  const std::string injection = "rank=" + std::to_string(p - 1) + ",step=5,tensor=fcw,layer=" + std::to_string(layer);
+  setenv("TRAIN_TEST_NAN", injection.c_str(), 1);
+  const PipeDreamOutcome outcome =
+      expect_reference({1, true, false}, dp, p, kUnclipped, {}, std::pair<int, size_t>{5, element});
+  unsetenv("TRAIN_TEST_NAN");
+  const std::string stage = std::to_string(p - 1);
+  for (size_t t = 0; t < outcome.steps.size(); ++t) {
+    const StepResult& step = outcome.steps[t];
+    EXPECT_EQ(step.applied, t != 1) << "step " << t + 1;
+    EXPECT_EQ(step.skipped, t != 1 ? "" : "non-finite gradient of update 5 on stage " + stage + ", not applied there");
+    EXPECT_EQ(step.stop.empty(), t != 1 || p == 1) << "step " << t + 1 << ": " << step.stop;
+  }
+  if (p > 1) {
+    EXPECT_EQ(outcome.steps[1].stop,
+              "pipedream: update 5's gradient is not finite on stage " + stage + ", which did not apply it, but "
+              "without --vertical-sync the other stages may have (the later ones apply an update before stage " +
+              stage + " has its gradient): the stages no longer hold one model, so the run stops without saving; "
+              "rerun with --vertical-sync, which skips such an update on every stage");
+  }
+  for (const ParameterRegion& r : outcome.regions)
+    EXPECT_TRUE(std::all_of(outcome.parameters.begin() + r.full_offset,
+                            outcome.parameters.begin() + r.full_offset + r.count, [](float x) { return std::isfinite(x); }))
+        << parameter_tensor_name(r.tensor) << " holds a non-finite value";
+}
+
+TEST(PipelineLayouts, PipeDreamNonFiniteUpdateWithoutVerticalSyncIsSkippedOnItsStageAndStopsTheRun) {
+  expect_own_gate_and_stop(1, size_of_world());
+}
+// Replicas of two stages, or at -np 2 two replicas of one stage (as expect_reference_with_replicas).
+TEST(PipelineLayouts, PipeDreamNonFiniteUpdateInReplicasWithoutVerticalSyncIsSkippedOnItsStageAndStopsTheRun) {
+  const int pp = size_of_world() >= 4 ? 2 : 1;
+  expect_own_gate_and_stop(size_of_world() / pp, pp);
 }
 
 TEST(PipelineLayouts, PipeDreamReplicasWithStashingGiveTheReference) {

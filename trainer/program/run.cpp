@@ -210,7 +210,7 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
     record.seq_len = int(seq_len);
     record.padding = 1.0 - step.real_tokens / step.positions;
     record.has_norm = step.has_norm;
-    if (val_reader && (every(options.val_every, position.step) || position.step == options.steps)) {
+    if (val_reader && step.stop.empty() && (every(options.val_every, position.step) || position.step == options.steps)) {
       record.has_val_loss = true;
       activity.phase = "validation";
       const auto validation_begin = std::chrono::steady_clock::now();
@@ -226,6 +226,11 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
     if (mesh.world_size > 1) say(out, "  %s\n", format_stages_line(record.stages).c_str());
     if (log) log->write(record);
     result.steps.push_back(record);
+    if (!step.stop.empty()) {  // a model the stages no longer agree on: neither saved nor sampled
+      result.exit_status = 1;
+      result.error = step.stop + "; " + last_checkpoint_text(options, saved_step);
+      break;
+    }
     skipped_in_a_row = step.applied ? 0 : skipped_in_a_row + 1;
     if (skipped_in_a_row >= options.max_skipped) {
       result.exit_status = 1;

@@ -32,8 +32,9 @@ struct RunResult {
   std::vector<StepRecord> steps;     // the steps this run did (after the resumed step, if any)
   std::vector<std::string> samples;  // the decoded samples, in order
   // The program's exit status: 0; after a stop signal, trainer/safety/preemption.h's; 1 when the run
-  // stopped because --max-skipped steps in a row were not finite, with error saying so (one line,
-  // the same on every rank).
+  // stopped because --max-skipped steps in a row were not finite, or because pipedream without
+  // vertical sync skipped an update on one stage only (StepResult::stop), with error saying so (one
+  // line, the same on every rank).
   int exit_status = 0;
   std::string error;
 };

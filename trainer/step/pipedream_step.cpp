@@ -49,21 +49,50 @@ StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const 
   finish_step(trainer.executor);
   // Only the head stages' loss sums are not 0 (one a replica): their forwards of the step's own
   // microbatches (the last stage runs each microbatch's forward and backward in the same step).
-  // Also counts the stop signals.
+  // Also counts the stop signals, and without vertical sync carries per stage the first update
+  // its own gate skipped in the step (replica 0's rank speaks for its stage: the replicas gate the
+  // same sum alike).
   const int stop_signal = received_stop_signal();
-  double sums[3] = {figures.loss_sum, stop_signal == SIGTERM ? 1.0 : 0.0, stop_signal == SIGINT ? 1.0 : 0.0};
-  sum_over_world(trainer.world, sums, 3);
+  const bool vertical_sync = trainer.pipedream->vertical_sync();
+  std::vector<double> sums(3 + size_t(mesh.pp), 0.0);
+  sums[0] = figures.loss_sum;
+  sums[1] = stop_signal == SIGTERM ? 1.0 : 0.0;
+  sums[2] = stop_signal == SIGINT ? 1.0 : 0.0;
+  for (int v : decided)
+    if (!vertical_sync && mesh.dp_rank == 0 && mesh.tp_rank == 0 && !trainer.pipedream->applied(v) &&
+        sums[3 + size_t(mesh.pp_rank)] == 0)
+      sums[3 + size_t(mesh.pp_rank)] = v;
+  sum_over_world(trainer.world, sums.data(), sums.size());
   StepResult result;
   result.loss = sums[0] / (double(m) * dp);
   // The updates decided in the step (with vertical sync): those whose last microbatch it ran, but
   // the cool-down's, decided at the end of the last step (pipeline/pipedream_run.h).
-  result.has_norm = !decided.empty();
+  result.has_norm = vertical_sync && !decided.empty();
   result.grad_norm = result.has_norm ? trainer.pipedream->norm(decided.back()) : 0;
   for (int v : decided)
-    if (result.applied && !trainer.pipedream->applied(v)) {
+    if (vertical_sync && result.applied && !trainer.pipedream->applied(v)) {
       result.applied = false;
       result.skipped = "non-finite gradient norm of update " + std::to_string(v) + ", not applied on any stage";
     }
+  // Without vertical sync the stages above a stage applied update v before it had its gradient of
+  // v, so a skip cannot be agreed: the run stops here, every rank alike (docs/pipeline.md). One
+  // stage alone skipped it consistently: the step is skipped, as the synchronous guard's.
+  int first_stage = -1;
+  for (int s = 0; s < mesh.pp; ++s)
+    if (sums[3 + size_t(s)] > 0 && (first_stage < 0 || sums[3 + size_t(s)] < sums[3 + size_t(first_stage)]))
+      first_stage = s;
+  if (first_stage >= 0) {
+    const std::string update = std::to_string(int(sums[3 + size_t(first_stage)]));
+    const std::string stage = std::to_string(first_stage);
+    result.applied = false;
+    result.skipped = "non-finite gradient of update " + update + " on stage " + stage + ", not applied there";
+    if (mesh.pp > 1)
+      result.stop = "pipedream: update " + update + "'s gradient is not finite on stage " + stage +
+                    ", which did not apply it, but without --vertical-sync the other stages may have (the later "
+                    "ones apply an update before stage " + stage + " has its gradient): the stages no longer hold "
+                    "one model, so the run stops without saving; rerun with --vertical-sync, which skips such an "
+                    "update on every stage";
+  }
   result.stop_signal = sums[2] > 0 ? SIGINT : sums[1] > 0 ? SIGTERM : 0;
   result.real_tokens = result.positions = double(BT) * m * dp;
   result.stages = gather_stage_records(trainer.world, trainer.groups.mesh,

@@ -56,7 +56,8 @@ TrainerPipeDreamUpdates<Element>::TrainerPipeDreamUpdates(const GPTConfig& confi
   tied_regions_ = int(table.size()) - other_regions_;
   regions_ = device_alloc<AdamWRegion>(table.size());
   CUDA_CHECK(cudaMemcpy(regions_, table.data(), table.size() * sizeof(AdamWRegion), cudaMemcpyHostToDevice));
-  // Every update applied unclipped until a norm decides otherwise (with vertical sync only).
+  // Every update applied unclipped until a norm (with vertical sync) or the stage's own check
+  // (without) decides otherwise.
   const int kept = pipedream_decisions_kept(rule, p, m);
   host_gates_.assign(size_t(kept), AdamWGate{1.0, 1});
   host_norms_.assign(size_t(kept), 0.0);
@@ -98,7 +99,8 @@ Element* TrainerPipeDreamUpdates<Element>::head_share(int microbatch) {
 }
 
 template <typename Element>
-void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, const Element* gradients, cudaStream_t stream) {
+void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, const Element* gradients, const AdamWGate* gate,
+                                             cudaStream_t stream) {
   // Update v's microbatches are (v - 1) K .. v K - 1 of this run, all in one step (K divides m);
   // AdamW counts the run's updates after those of the steps before it (a resumed run's).
   const double learning_rate = learning_rates_.at(size_t(version * rule_.update_every - 1) / m_);
@@ -113,7 +115,7 @@ void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, const Eleme
   float* master = optimizer_.master == nullptr ? nullptr : optimizer_.master + first;
   adamw_update_regions<Element>(parameters_ + first, master, gradients + first, optimizer_.m + first,
                                 optimizer_.v + first, n, table, regions, learning_rate, settings_.beta1,
-                                settings_.beta2, settings_.eps, settings_.weight_decay, gates_ + slot(version), count,
+                                settings_.beta2, settings_.eps, settings_.weight_decay, gate, count,
                                 key, stream);
 }
 
@@ -157,7 +159,11 @@ void TrainerPipeDreamUpdates<Element>::decide(int version, const Element* gradie
 
 template <typename Element>
 void TrainerPipeDreamUpdates<Element>::update(int version, Element* gradients, cudaStream_t stream) {
-  adamw(version, false, gradients, stream);
+  if (!rule_.vertical_sync) {  // the stage's own gate: no norm, no exchange, no wait
+    decided_.push_back(version);
+    set_adamw_gate_on_finite_gradient(gates_ + slot(version), gradients, layout_.size, stream);
+  }
+  adamw(version, false, gradients, gates_ + slot(version), stream);
   CUDA_CHECK(cudaMemsetAsync(gradients, 0, layout_.size * sizeof(Element), stream));
 }
 
@@ -189,7 +195,15 @@ void TrainerPipeDreamUpdates<Element>::bring_tied_embedding_to(int version, cuda
     Element* share = share_of_update(tied_version_);  // the two shares' sum (exchange_tied_gradient)
     // The tied copy's gradient region is zero here: only this function writes it.
     sum_tied_embedding_gradient(config_, wte_gradient(gradients_), share, stream);
-    adamw(tied_version_, true, gradients_, stream);
+    // Without vertical sync the copy takes stage 0's wte update only with a finite gradient, the
+    // one stage 0's own gate reads among its others; the optimizer's gate is free here (no
+    // synchronous step uses it), and read at once.
+    const AdamWGate* gate = gates_ + slot(tied_version_);
+    if (!rule_.vertical_sync) {
+      set_adamw_gate_on_finite_gradient(optimizer_.gate, wte_gradient(gradients_), wte_count, stream);
+      gate = optimizer_.gate;
+    }
+    adamw(tied_version_, true, gradients_, gate, stream);
     CUDA_CHECK(cudaMemsetAsync(wte_gradient(gradients_), 0, wte_count * sizeof(Element), stream));
     CUDA_CHECK(cudaMemsetAsync(share, 0, wte_count * sizeof(Element), stream));
   }

@@ -20,7 +20,11 @@
 // trainer/step/optimizer.h, queued in the step of the update when its gradient is complete on the
 // stage) decides its AdamW as the synchronous step's does: clipped by --grad-clip, and not applied
 // at all on any stage when the norm is not finite (the non-finite guard). Without vertical sync
-// there is no norm: every update is applied unclipped (clipping is refused there: the options' check).
+// there is no norm (clipping is refused there: the options' check), and a stage applies update v
+// before the stages below it have their gradients of v, so no skip can be agreed: each stage gates
+// its own update v by its own gradient of v (set_adamw_gate_on_finite_gradient, on the device, no
+// wait), the tied copy its update by the wte gradient it takes, so that no non-finite gradient is
+// ever applied, and the step's end stops the run (trainer/step/pipedream_step.cpp).
 // TRAIN_TEST_NAN (trainer/safety/failure_injection.h) names an update by its number as `step`.
 #pragma once
 #include <cuda_runtime.h>
@@ -51,17 +55,19 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
   void bring_tied_embedding_to(int version, cudaStream_t stream) override;
   Element* head_share(int microbatch) override;
   int update_every() const { return rule_.update_every; }
+  bool vertical_sync() const { return rule_.vertical_sync; }
   // The updates decided since the last call (in order), and their decisions (norm, applied) copied
   // to the host on stream (read after the step's wait): update `version`'s, among the last
-  // pipedream_decisions_kept.
+  // pipedream_decisions_kept. Without vertical sync: the stage's updates applied or skipped by
+  // its own gate since the last call (no norm).
   std::vector<int> queue_decisions_download(cudaStream_t stream);
   double norm(int version) const { return host_norms_[slot(version)]; }
   bool applied(int version) const { return host_gates_[slot(version)].apply != 0; }
 
  private:
   // AdamW step `version` over the stage's regions that are (tied) or are not (!tied) wte's copy,
-  // with `gradients` (the stage's allocation), as update `version`'s decision says.
-  void adamw(int version, bool tied, const Element* gradients, cudaStream_t stream);
+  // with `gradients` (the stage's allocation), as gate (device) says.
+  void adamw(int version, bool tied, const Element* gradients, const AdamWGate* gate, cudaStream_t stream);
   size_t slot(int version) const { return size_t(version) % host_gates_.size(); }
   Element* share_of_update(int version);
   // wte's gradient in one of the stage's gradient buffers (nullptr on a stage without wte).
@@ -87,7 +93,7 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
   size_t tied_count_ = 0;  // the tied copy's elements, first in the layout (0 on other stages)
   AdamWRegion* regions_;  // AdamW's tables: other_regions_ from tied_count_, then tied_regions_ of the tied copy
   int other_regions_, tied_regions_;
-  AdamWGate* gates_;  // (pipedream_decisions_kept) update v's decision at v % size: {1, 1} without vertical sync
+  AdamWGate* gates_;  // (pipedream_decisions_kept) update v's decision at v % size
   double* norms_;     // (the same) its norm
   std::vector<AdamWGate> host_gates_;
   std::vector<double> host_norms_;

@@ -175,6 +175,9 @@ struct StepResult {
   // every layout) is not applied: no rank changes its parameters or moments.
   bool applied = true;
   std::string skipped;  // why not (trainer/safety/nonfinite.h), else empty
+  // Why the run cannot go on (one line, the same on every rank): pipedream without vertical sync
+  // after a stage skipped a non-finite update the others could not; else empty.
+  std::string stop;
   int stop_signal = 0;  // a stop signal any rank had received when the step's losses were summed
                         // (trainer/safety/preemption.h: SIGINT over SIGTERM), else 0
   double real_tokens = 0;  // the step's targets other than -1, over all replicas (every rank)
@@ -209,9 +212,10 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, size_t cap
 // rule gives). With vertical sync grad_norm is the norm of the last update decided in the step
 // (t m / K, the step's last, but in the last step the run's last, the cool-down's being decided at
 // the run's end: pipeline/pipedream_run.h), and a step is not applied when an update decided in it
-// was skipped on every stage (skipped names the first); has_norm is false when none was decided
-// (no norm without vertical sync: no clipping, no guard). The stages' records and the stop signals
-// as train_step's.
+// was skipped on every stage (skipped names the first); has_norm is false when none was decided.
+// Without vertical sync there is no norm; each stage gates its own updates by their gradients, and
+// when one skipped an update the step is not applied, skipped and stop name the first (the lowest
+// update, then stage). The stages' records and the stop signals as train_step's.
 template <typename Element>
 StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
                           double learning_rate, int t);
