@@ -1368,7 +1368,7 @@ fault pipedream-tied-copy-read-from-a-stash pipeline/pipedream_walk.cu \
 # Item 1: ./train's layout ignores --update-every: one stage updating once a step is not the
 # synchronous trainer.
 fault pipedream-train-ignores-update-every trainer/step/trainer.cpp \
-  's/        {options.update_every, options.weight_stashing == "on", options.vertical_sync}, options.steps};/        {1, options.weight_stashing == "on", options.vertical_sync}, options.steps};/' \
+  's/    layout.pipedream = PipeDreamLayout{{options.update_every, options.weight_stashing/    layout.pipedream = PipeDreamLayout{{1, options.weight_stashing/' \
   'unit TrainLayout.PipeDreamOnOneStage*'
 # Item 1: a step's loss divided over the read-ahead microbatches too (m + p - 1, not m).
 fault pipedream-step-loss-over-read-ahead trainer/step/pipedream_step.cpp \
@@ -1526,7 +1526,7 @@ fault pipedream-resume-does-not-warm-up-again trainer/program/run.cpp \
 # A stop signal before the last step saves the pipeline undrained (mixed versions, microbatches in
 # flight lost) as if it were a checkpoint.
 fault pipedream-stop-saves-undrained trainer/program/run.cpp \
-  's/^      if (setup.layout.pipedream \&\& position.step < options.steps) {$/      if (false) {/' \
+  's/^      if (setup.layout.pipedream \&\& position.step < options.steps \&\& !every(options.save_every, position.step)) {$/      if (false) {/' \
   'py:train_stop_test Preemption.PipeDream*'
 # bf16 (issue 37 item 2's rounding key): each region rounds with the bits of its index in the
 # stage's allocation, not in the whole model: the stages round alike only where they coincide.

@@ -61,7 +61,7 @@ std::pair<PipelineSchedule, std::vector<size_t>> lists_through_step(const Pipeli
   if (!layout.pipedream) return {schedule, begin};
   // The run's own lists (its last step holds the cool-down), joined through step t.
   const std::vector<std::vector<StageSchedule>> steps =
-      pipedream_step_schedules(pp, layout.microbatches, layout.pipedream->steps);
+      pipedream_step_schedules(pp, layout.microbatches, layout.pipedream->steps, layout.pipedream->drains);
   for (int s = 0; s < pp; ++s) {
     schedule.stages[s].clear();
     for (int step = 0; step < t; ++step) {
@@ -243,11 +243,12 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
       say(out, "sample after step %d:\n%s\n---\n", position.step, printable(text).c_str());
       result.samples.push_back(text);
     }
-    const bool stopping = step.stop_signal != 0;
+    const int stop_signal = step.stop_signal;
+    const bool stopping = stop_signal != 0;
     if (!options.save.empty() &&
         (every(options.save_every, position.step) || position.step == options.steps || stopping)) {
-      if (setup.layout.pipedream && position.step < options.steps) {
-        // Only the run's last step drains the asynchronous pipeline (--save-every is refused).
+      if (setup.layout.pipedream && position.step < options.steps && !every(options.save_every, position.step)) {
+        // pipedream drains at --save-every's steps (its lists are cut there) and the last only.
         say(out, "not saved: pipedream's pipeline drains only at the last step (--steps %d); %s\n", options.steps,
             last_checkpoint_text(options, saved_step).c_str());
       } else if (step.applied) {
@@ -258,17 +259,18 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
         saved_step = position.step;
         say(out, "saved %s and %s\n", options.save.c_str(), training_state_path(options.save).c_str());
         if (setup.layout.pipedream)
-          say(out, "pipedream: saved with the pipeline drained (no microbatch in flight, one weight version); a "
-              "resume warms it up again\n");
+          say(out, "pipedream: saved with the pipeline drained (no microbatch in flight, one weight version); %s\n",
+              position.step < options.steps && !stopping ? "the run warms it up again and goes on"
+                                                         : "a resume warms it up again");
       } else {
         // The checkpoint of the last applied step stays: a run that diverges does not overwrite it.
         say(out, "not saved: step %d was skipped; %s\n", position.step, last_checkpoint_text(options, saved_step).c_str());
       }
     }
     if (stopping) {
-      say(out, "stopped by %s after step %d of %d; %s\n", stop_signal_name(step.stop_signal), position.step,
+      say(out, "stopped by %s after step %d of %d; %s\n", stop_signal_name(stop_signal), position.step,
           options.steps, last_checkpoint_text(options, saved_step).c_str());
-      result.exit_status = stop_exit_status(step.stop_signal);
+      result.exit_status = stop_exit_status(stop_signal);
       break;
     }
     activity.phase = "between steps";
@@ -332,8 +334,11 @@ RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
   setup.layout = layout_from_options(options, config);
   // A resumed pipedream run is a run of its own: its checkpoint was saved drained, so its lists
   // warm up again at the step it resumes after (at least one, for a resume past --steps).
-  if (setup.layout.pipedream && setup.start.resumed)
+  if (setup.layout.pipedream && setup.start.resumed) {
     setup.layout.pipedream->steps = std::max(1, options.steps - setup.start.position.step);
+    setup.layout.pipedream->drains =
+        pipedream_drains_every(options.save_every, setup.start.position.step, setup.layout.pipedream->steps);
+  }
   try {
     setup.virtual_stages = check_layout(config, setup.mesh, setup.layout);
   } catch (const std::runtime_error& error) {
