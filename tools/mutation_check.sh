@@ -1524,9 +1524,9 @@ fault pipedream-resume-does-not-warm-up-again trainer/program/run.cpp \
   's/^    setup.layout.pipedream->steps = std::max(1, options.steps - setup.start.position.step);$/    setup.layout.pipedream->steps = options.steps;/' \
   'mpi4 PipelineLayouts.PipeDreamResumed*'
 # A stop signal before the last step saves the pipeline undrained (mixed versions, microbatches in
-# flight lost) as if it were a checkpoint.
-fault pipedream-stop-saves-undrained trainer/program/run.cpp \
-  's/^      if (setup.layout.pipedream \&\& position.step < options.steps \&\& !every(options.save_every, position.step)) {$/      if (false) {/' \
+# flight lost) as if it were a checkpoint, without the cool-down step (h37h: re-pointed at it).
+fault pipedream-stop-saves-undrained trainer/program/pipedream_stop.cpp \
+  's/^  if (!setup.layout.pipedream || setup.options.save.empty()) return signal;$/  return signal;/' \
   'py:train_stop_test Preemption.PipeDream*'
 # bf16 (issue 37 item 2's rounding key): each region rounds with the bits of its index in the
 # stage's allocation, not in the whole model: the stages round alike only where they coincide.

@@ -19,6 +19,7 @@
 #include "trainer/step/optimizer.h"
 #include "trainer/safety/preemption.h"
 #include "trainer/safety/preflight.h"
+#include "trainer/program/pipedream_stop.h"
 #include "trainer/program/progress.h"
 #include "trainer/program/schedule_report.h"
 #include "comm/host_exchange.h"
@@ -173,6 +174,7 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
   RunResult result;
   int skipped_in_a_row = 0;
   int saved_step = start.resumed ? start.position.step : -1;  // the step --save's files hold; -1: none written
+  PipeDreamStop pipedream_stop;
   while (position.step < options.steps) {
     const double lr = learning_rate(schedule, position.step);
     const auto begin = std::chrono::steady_clock::now();
@@ -243,15 +245,13 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
       say(out, "sample after step %d:\n%s\n---\n", position.step, printable(text).c_str());
       result.samples.push_back(text);
     }
-    const int stop_signal = step.stop_signal;
+    // pipedream drains at each --save-every save (its lists are cut there), and for a stop signal
+    // at the step pipedream_stop_signal chooses.
+    const int stop_signal = pipedream_stop_signal(pipedream_stop, setup, trainer, position.step, step.stop_signal, out);
     const bool stopping = stop_signal != 0;
     if (!options.save.empty() &&
         (every(options.save_every, position.step) || position.step == options.steps || stopping)) {
-      if (setup.layout.pipedream && position.step < options.steps && !every(options.save_every, position.step)) {
-        // pipedream drains at --save-every's steps (its lists are cut there) and the last only.
-        say(out, "not saved: pipedream's pipeline drains only at the last step (--steps %d); %s\n", options.steps,
-            last_checkpoint_text(options, saved_step).c_str());
-      } else if (step.applied) {
+      if (step.applied) {
         // Writing a large model may rightly take longer than a step: not watched.
         activity.watched = false;
         save_checkpoint(options.save, trainer, position);
