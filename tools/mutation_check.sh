@@ -1590,6 +1590,35 @@ fault sp-train-warmup-without-the-tp-multiple trainer/program/run.cpp \
 fault sp-split-middle-stage-drops-the-output-gradient model/gpt_split_backward_sequence_parallel.cu \
   's/^  } else {$/  } else if (range.has_embedding) {/' \
   'mpi8 TensorParallelLayouts.SequenceParallelWithZeroBubbleH1OnTwoTpRanksTimesFourStagesGivesTheSingleProcess'
+# h37h: issue 37 item 2 (PipeDream's drains at any step: --save-every saving drained, a stop signal
+# draining at the next step the work run allows, then saving).
+# The drain forgets its cool-down's last update (the part's last) in the lists: the stages warm up
+# again on a version nobody made.
+fault pipedream-drain-forgets-the-cool-downs-last-update pipeline/pipedream.cpp \
+  '/^        a.version += first \* m \/ rule.update_every;$/i\        if (a.kind == PipeDreamKind::update \&\& end < steps \&\& a.version == (end - first) * m / rule.update_every) continue;' \
+  'unit PipeDreamDrain.*'
+# The executor's lists not cut where the memory plan and the trainer's saves cut them.
+fault pipedream-executor-ignores-the-drains pipeline/pipedream_walk.cu \
+  's/^  run->drains = drains;$/  run->drains = {};/' \
+  'mpi4 PipelineLayouts.PipeDreamSaveEvery*'
+# With vertical sync, a drain before the run's end leaves its cool-down's updates undecided (no
+# norm, no clipping: a stale decision applies them).
+fault pipedream-drain-leaves-the-cool-downs-updates-undecided pipeline/pipedream_walk.cu \
+  's/^  if (drains)$/  if (run.step + 1 == run.steps)/' \
+  'mpi4 PipelineLayouts.PipeDreamSaveEvery*'
+# A stop signal's drain one microbatch too early: it would change the lists of a step already run
+# (stage 0's last forward of it falls after the drain).
+fault pipedream-stop-drain-one-microbatch-early pipeline/pipedream.cpp \
+  's/^  const int before_drain = done \* m + p - 1 + /  const int before_drain = done * m + p - 2 + /' \
+  'unit PipeDreamDrain.*'
+# A stop signal's drain chosen but the executor's lists not cut there: the save is undrained.
+fault pipedream-stop-does-not-cut-the-lists trainer/program/pipedream_stop.cpp \
+  '/^      drain_pipedream_after(trainer.executor, stop.step - first);$/d' \
+  'py:train_stop_test Preemption.PipeDream*'
+# A resumed run's --save-every drains counted from its own first step, not the whole run's.
+fault pipedream-resumed-drains-counted-from-the-resume trainer/program/run.cpp \
+  's/pipedream_drains_every(options.save_every, setup.start.position.step, /pipedream_drains_every(options.save_every, 0, /' \
+  'mpi4 PipelineLayouts.PipeDreamSaveEvery*'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
