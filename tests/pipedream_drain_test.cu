@@ -1,7 +1,7 @@
 // Drains of PipeDream's asynchronous pipeline (pipeline/pipedream.h): the run cut after a step for a
 // checkpoint (--save-every, a stop signal). A drained step ends with nothing in flight and every
 // update applied on every stage, the next step warms up again, the lists still run without
-// deadlock, and the drain a stop signal chooses leaves every step already run as it was, and is the
+// deadlock, a drain costs one flush, and the drain a stop signal chooses leaves every step already run as it was, and is the
 // earliest that does. Host code only; runs in both builds.
 #include <gtest/gtest.h>
 
@@ -54,6 +54,21 @@ TEST(PipeDreamDrain, ADrainedStepEndsWithNothingInFlightAndEveryUpdateApplied) {
         EXPECT_EQ(simulate(pipedream_run_schedules(p, m, steps, {d}), {1, 1, 1, 0}).deadlock, "")
             << rule_text(rule, p, m);
       }
+}
+
+// What a drain costs: the simulated run (F = 1, B = 2, rendezvous messages) is longer by one flush
+// per drain, the cool-down and the warm-up again: (p - 1)(t_f + t_b), a synchronous 1F1B step's
+// bubble, once per drain instead of once per step.
+TEST(PipeDreamDrain, ADrainCostsOneFlush) {
+  for (int p : {2, 4, 8})
+    for (int m : {p, 2 * p}) {
+      const StepCosts costs{1, 1, 1, 0};
+      const double plain = simulate(pipedream_run_schedules(p, m, 6), costs).makespan;
+      const double one = simulate(pipedream_run_schedules(p, m, 6, {3}), costs).makespan;
+      const double two = simulate(pipedream_run_schedules(p, m, 6, {2, 4}), costs).makespan;
+      EXPECT_EQ(one - plain, 3.0 * (p - 1)) << "p=" << p << " m=" << m;
+      EXPECT_EQ(two - plain, 2 * 3.0 * (p - 1)) << "p=" << p << " m=" << m;
+    }
 }
 
 // The steps after a drain are a new run's, microbatches numbered on: the same lists as the first
