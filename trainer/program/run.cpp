@@ -130,9 +130,10 @@ void open_run_files(const RunSetup& setup, RunFiles& files) {
   if (!options.log.empty() && setup.mesh.world_rank == 0) files.log.emplace(options.log, setup.start.resumed);
 }
 
-// PipeDream's pipeline drains only at the run's end: before, its microbatches in flight hold every
-// activation slot a forward-only pass would take, and its stages hold weights of different
-// versions. So it validates and samples after the last step only, the model one then.
+// PipeDream's pipeline drains only at the run's end and at its saves: between, its microbatches in
+// flight hold every activation slot a forward-only pass would take, and its stages hold weights of
+// different versions. So it validates and samples after the last step only, the model one then
+// (at a save's drain too would be possible: not built).
 TrainOptions run_intervals(const RunSetup& setup) {
   TrainOptions options = setup.options;
   if (setup.layout.pipedream && options.val_every > 0) options.val_every = options.steps;
