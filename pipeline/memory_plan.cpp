@@ -95,12 +95,13 @@ void plan_executor_memory(const MemoryPlanInput& in, int stage, const std::vecto
   // PipeDream's stashes, each a copy of the stage's parameters (pipeline/pipedream_walk.h's enable_pipedream).
   if (in.pipedream)
     b.device("stashed weight versions", pipedream_versions_kept(*in.pipedream, in.schedule.placement.p,
-                                                                 in.microbatches, in.steps, stage) - 1,
+                                                                 in.microbatches, in.steps, stage, in.pipedream_drains) - 1,
              multiply(parameter_layout(in.config, chunks, {in.tp, 0}).size, sizeof(Element)));
   // With vertical sync, the gradients of the updates held apart beyond the stage's own allocation.
   if (in.pipedream)
     b.device("gradients held for updates",
-             pipedream_gradients_kept(*in.pipedream, in.schedule.placement.p, in.microbatches, in.steps, stage) - 1,
+             pipedream_gradients_kept(*in.pipedream, in.schedule.placement.p, in.microbatches, in.steps, stage,
+                                      in.pipedream_drains) - 1,
              multiply(parameter_layout(in.config, chunks, {in.tp, 0}).size, sizeof(Element)));
   // The second compute stream's cuBLAS handle has a workspace of its own (an overlapped pair's
   // backward runs its GEMMs beside the forward's); its backward uses its chunk's scratch above.

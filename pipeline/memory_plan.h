@@ -67,6 +67,7 @@ struct MemoryPlanInput {
   // microbatches in the pinned buffers (pipeline/pipedream_run.h)
   std::optional<PipeDreamRule> pipedream = {};
   int steps = 0;
+  std::vector<int> pipedream_drains = {};  // where its run drains, for --save-every (pipeline/pipedream.h)
 };
 
 // One plan per stage (index = stage); every replica of a stage holds the same. Throws

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <utility>
 #include <stdexcept>
 
 #include "pipeline/schedule.h"
@@ -54,6 +55,69 @@ std::vector<PipeDreamAction> run_order(const PipeDreamRule& rule, int p, int m, 
   return order;
 }
 
+// Stage s's actions over a run of `steps` steps without a drain, cut into steps.
+std::vector<std::vector<PipeDreamAction>> steps_of_run(const PipeDreamRule& rule, int p, int m, int steps, int stage) {
+  std::vector<std::vector<PipeDreamAction>> cut(steps);
+  const std::vector<PipeDreamAction> order = run_order(rule, p, m, steps, stage);
+  // The cut: after B((t + 1) m - 1), or after its update when that follows it (K divides m); with
+  // vertical sync a stage past 0 applies that update in the next step, at its first use.
+  const auto completes = [&](size_t i) {  // order[i] is the update its predecessor completes
+    return i > 0 && order[i].kind == PipeDreamKind::update && order[i - 1].kind == PipeDreamKind::backward &&
+           order[i].version * rule.update_every == order[i - 1].microbatch + 1;
+  };
+  int step = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    cut[step].push_back(order[i]);
+    const size_t last = i + 1 < order.size() && completes(i + 1) ? i + 1 : i;  // the step's last action, if it ends
+    const PipeDreamAction& ender = order[completes(i) ? i - 1 : i];
+    const bool ends_step = last == i && ender.kind == PipeDreamKind::backward && (ender.microbatch + 1) % m == 0;
+    if (ends_step && step + 1 < steps) step++;
+  }
+  return cut;
+}
+
+// The lists of a run of `steps` steps without a drain, per step: [step][stage].
+std::vector<std::vector<StageSchedule>> step_schedules_of_run(int p, int m, int steps) {
+  const Placement ring{PlacementKind::ring, p, 1};
+  std::vector<std::vector<StageSchedule>> by_step(steps, std::vector<StageSchedule>(p));
+  for (int s = 0; s < p; s++) {
+    int current = 0;  // the step of the last compute so far
+    for (const Step& step : add_communication(one_f_one_b_order(p, m * steps, s), ring, s)) {
+      if (is_compute(step)) {
+        const Action& a = step[0];
+        current = a.kind == ActionKind::forward ? step_of_forward(p, m, s, a.microbatch) : step_of_backward(m, a.microbatch);
+        by_step[current][s].push_back(step);
+        continue;
+      }
+      // A group goes to the step of its messages: 1F1B posts each forward's receive right after the
+      // receiving stage's backward of microbatch k - w_s + 1, which is in the sender's step of F(k).
+      // In a cool-down longer than a step (m < p - 1) a group can join a gradient's send of one step
+      // with the next gradient's receive: it splits in two, the second part opening the next step.
+      std::map<int, Step> parts;
+      for (const Action& a : step) parts[step_of_message(p, m, s, a)].push_back(a);
+      for (const auto& [u, part] : parts) {
+        if (u < current) throw std::logic_error("pipedream: " + to_text(part) + " falls before its step");
+        current = u;
+        by_step[current][s].push_back(part);
+      }
+    }
+  }
+  return by_step;
+}
+
+
+// The parts of a run between its drains: [first step, end step) each, from step index 0.
+std::vector<std::pair<int, int>> parts_of_run(int steps, const std::vector<int>& drains) {
+  std::vector<std::pair<int, int>> parts;
+  int first = 0;
+  for (int d : drains) {
+    parts.push_back({first, d});
+    first = d;
+  }
+  parts.push_back({first, steps});
+  return parts;
+}
+
 }  // namespace
 
 void check_pipedream(const PipeDreamRule& rule, int p, int m, int steps) {
@@ -66,12 +130,48 @@ void check_pipedream(const PipeDreamRule& rule, int p, int m, int steps) {
     throw std::runtime_error("--vertical-sync needs --weight-stashing on (a backward must find the version its forward used)");
 }
 
+void check_pipedream_drains(int steps, const std::vector<int>& drains) {
+  for (size_t i = 0; i < drains.size(); ++i)
+    if (drains[i] < 1 || drains[i] >= steps || (i > 0 && drains[i] <= drains[i - 1]))
+      throw std::runtime_error("pipedream: a drain after step " + std::to_string(drains[i]) + " of a run of " +
+                               std::to_string(steps) + " steps: drains go in order, after a step before the last");
+}
+
+std::vector<int> pipedream_drains_every(int every, int first_step, int steps) {
+  std::vector<int> drains;
+  for (int d = 1; every > 0 && d < steps; ++d)
+    if ((first_step + d) % every == 0) drains.push_back(d);
+  return drains;
+}
+
+int pipedream_part_start(int m, const std::vector<int>& drains, int microbatch) {
+  int start = 0;
+  for (int d : drains)
+    if (d * m <= microbatch) start = d * m;
+  return start;
+}
+
+int pipedream_stop_drain(const PipeDreamRule& rule, int p, int m, int steps, const std::vector<int>& drains, int done) {
+  // Stage 0 has run its forwards through microbatch done m + p - 2; with vertical sync the update of
+  // the step's last microbatch waits for its first use, microbatch done m + p - 1's forward.
+  const int before_drain = done * m + p - 1 + (rule.vertical_sync ? 1 : 0);  // microbatches the part must hold
+  int drain = std::min(steps, (before_drain + m - 1) / m);
+  for (int d : drains)
+    if (d >= done) return std::min(drain, d);
+  return drain;
+}
+
 int pipedream_in_flight(int p, int stage) { return p - stage; }
 
 int pipedream_head_ring_size(const PipeDreamRule& rule, int p) { return (p - 2) / rule.update_every + 2; }
 
-bool pipedream_decided_at_end(const PipeDreamRule& rule, int p, int m, int steps, int version) {
-  return rule.vertical_sync && version * rule.update_every + p > m * steps;
+bool pipedream_decided_at_end(const PipeDreamRule& rule, int p, int m, int steps, int version,
+                              const std::vector<int>& drains) {
+  const int step = (version * rule.update_every - 1) / m;  // of the update's last microbatch, from 0
+  int end = steps;                                           // of its part of the run
+  for (auto it = drains.rbegin(); it != drains.rend(); ++it)
+    if (*it > step) end = *it;
+  return rule.vertical_sync && version * rule.update_every + p > m * end;
 }
 
 int pipedream_decisions_kept(const PipeDreamRule& rule, int p, int m) {
@@ -105,31 +205,28 @@ std::string to_text(const std::vector<PipeDreamAction>& actions) {
 }
 
 std::vector<std::vector<PipeDreamAction>> pipedream_steps(const PipeDreamRule& rule, int p, int m, int steps,
-                                                          int stage) {
+                                                          int stage, const std::vector<int>& drains) {
   check_pipedream(rule, p, m, steps);
+  check_pipedream_drains(steps, drains);
   check_pipeline_stage(p, m, stage);
   std::vector<std::vector<PipeDreamAction>> cut(steps);
-  const std::vector<PipeDreamAction> order = run_order(rule, p, m, steps, stage);
-  // The cut: after B((t + 1) m - 1), or after its update when that follows it (K divides m); with
-  // vertical sync a stage past 0 applies that update in the next step, at its first use.
-  const auto completes = [&](size_t i) {  // order[i] is the update its predecessor completes
-    return i > 0 && order[i].kind == PipeDreamKind::update && order[i - 1].kind == PipeDreamKind::backward &&
-           order[i].version * rule.update_every == order[i - 1].microbatch + 1;
-  };
-  int step = 0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    cut[step].push_back(order[i]);
-    const size_t last = i + 1 < order.size() && completes(i + 1) ? i + 1 : i;  // the step's last action, if it ends
-    const PipeDreamAction& ender = order[completes(i) ? i - 1 : i];
-    const bool ends_step = last == i && ender.kind == PipeDreamKind::backward && (ender.microbatch + 1) % m == 0;
-    if (ends_step && step + 1 < steps) step++;
+  // Each part is a run of its own, its microbatches numbered on and its versions counted on.
+  for (const auto& [first, end] : parts_of_run(steps, drains)) {
+    const std::vector<std::vector<PipeDreamAction>> part = steps_of_run(rule, p, m, end - first, stage);
+    for (int t = 0; t < end - first; ++t)
+      for (PipeDreamAction a : part[t]) {
+        if (a.kind != PipeDreamKind::update) a.microbatch += first * m;
+        a.version += first * m / rule.update_every;
+        cut[first + t].push_back(a);
+      }
   }
   return cut;
 }
 
-int pipedream_versions_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage) {
+int pipedream_versions_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage,
+                            const std::vector<int>& drains) {
   std::vector<PipeDreamAction> order;
-  for (const auto& step : pipedream_steps(rule, p, m, steps, stage)) order.insert(order.end(), step.begin(), step.end());
+  for (const auto& step : pipedream_steps(rule, p, m, steps, stage, drains)) order.insert(order.end(), step.begin(), step.end());
   // After action i, version v is held when its update has run (v = 0: from the start) and it is
   // still the current one or an action after i uses it: from born[v] to before max(born[v + 1],
   // last_use[v]). One pass over those intervals, not a search of the rest of the order per action.
@@ -153,9 +250,10 @@ int pipedream_versions_kept(const PipeDreamRule& rule, int p, int m, int steps, 
   return most;
 }
 
-int pipedream_gradients_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage) {
+int pipedream_gradients_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage,
+                             const std::vector<int>& drains) {
   int started = 0, applied = 0, most = 1;  // updates with a backward run, updates applied
-  for (const auto& step : pipedream_steps(rule, p, m, steps, stage))
+  for (const auto& step : pipedream_steps(rule, p, m, steps, stage, drains))
     for (const PipeDreamAction& a : step) {
       if (a.kind == PipeDreamKind::update) applied = a.version;
       if (a.kind == PipeDreamKind::backward) started = a.microbatch / rule.update_every + 1;
@@ -164,47 +262,35 @@ int pipedream_gradients_kept(const PipeDreamRule& rule, int p, int m, int steps,
   return most;
 }
 
-std::vector<std::vector<StageSchedule>> pipedream_step_schedules(int p, int m, int steps) {
+std::vector<std::vector<StageSchedule>> pipedream_step_schedules(int p, int m, int steps,
+                                                                const std::vector<int>& drains) {
   check_pipedream({}, p, m, steps);
-  const Placement ring{PlacementKind::ring, p, 1};
-  std::vector<std::vector<StageSchedule>> by_step(steps, std::vector<StageSchedule>(p));
-  for (int s = 0; s < p; s++) {
-    int current = 0;  // the step of the last compute so far
-    for (const Step& step : add_communication(one_f_one_b_order(p, m * steps, s), ring, s)) {
-      if (is_compute(step)) {
-        const Action& a = step[0];
-        current = a.kind == ActionKind::forward ? step_of_forward(p, m, s, a.microbatch) : step_of_backward(m, a.microbatch);
-        by_step[current][s].push_back(step);
-        continue;
-      }
-      // A group goes to the step of its messages: 1F1B posts each forward's receive right after the
-      // receiving stage's backward of microbatch k - w_s + 1, which is in the sender's step of F(k).
-      // In a cool-down longer than a step (m < p - 1) a group can join a gradient's send of one step
-      // with the next gradient's receive: it splits in two, the second part opening the next step.
-      std::map<int, Step> parts;
-      for (const Action& a : step) parts[step_of_message(p, m, s, a)].push_back(a);
-      for (const auto& [u, part] : parts) {
-        if (u < current) throw std::logic_error("pipedream: " + to_text(part) + " falls before its step");
-        current = u;
-        by_step[current][s].push_back(part);
-      }
+  check_pipedream_drains(steps, drains);
+  std::vector<std::vector<StageSchedule>> by_step(steps);
+  for (const auto& [first, end] : parts_of_run(steps, drains)) {
+    std::vector<std::vector<StageSchedule>> part = step_schedules_of_run(p, m, end - first);
+    for (int t = 0; t < end - first; ++t) {
+      for (StageSchedule& stage : part[t])
+        for (Step& step : stage)
+          for (Action& a : step) a.microbatch += first * m;
+      by_step[first + t] = std::move(part[t]);
     }
   }
   return by_step;
 }
 
-std::vector<StageSchedule> pipedream_run_schedules(int p, int m, int steps) {
+std::vector<StageSchedule> pipedream_run_schedules(int p, int m, int steps, const std::vector<int>& drains) {
   std::vector<StageSchedule> run(p);
-  for (const std::vector<StageSchedule>& step : pipedream_step_schedules(p, m, steps))
+  for (const std::vector<StageSchedule>& step : pipedream_step_schedules(p, m, steps, drains))
     for (int s = 0; s < p; s++) run[s].insert(run[s].end(), step[s].begin(), step[s].end());
   return run;
 }
 
-std::string format_pipedream(const PipeDreamRule& rule, int p, int m, int steps) {
+std::string format_pipedream(const PipeDreamRule& rule, int p, int m, int steps, const std::vector<int>& drains) {
   std::vector<std::vector<std::vector<PipeDreamAction>>> stages;  // [stage][step]
   size_t width = 0;
   for (int s = 0; s < p; s++) {
-    stages.push_back(pipedream_steps(rule, p, m, steps, s));
+    stages.push_back(pipedream_steps(rule, p, m, steps, s, drains));
     for (const auto& step : stages.back())
       for (const PipeDreamAction& a : step) width = std::max(width, to_text(a).size());
   }

@@ -23,6 +23,12 @@
 // stage idles at a step's end. Posting the send at the start of the next step instead would hold
 // stage s + 1 for one backward at every step's end (2 of 26 time units a step at p = 4, m = 8, with
 // B = 2 F: tests/pipedream_test.cu's simulation).
+//
+// Drains: the steps (1, 2, ..., before the last) after which the pipeline drains, for a checkpoint
+// (docs/pipeline.md, "Checkpoints"): the step ends with a cool-down and the next warms up again, as
+// if a run ended there and a new one began, its microbatches numbered on and its versions counted
+// on from the updates before. Every function below that takes drains cuts the run there (none: the
+// run drains at its end only); the executor's lists, the memory plan and the reference cut alike.
 #pragma once
 
 #include <string>
@@ -40,6 +46,20 @@ struct PipeDreamRule {
 // (an update would straddle a step's end, where checkpoints are written), or vertical sync is
 // asked for without weight stashing.
 void check_pipedream(const PipeDreamRule& rule, int p, int m, int steps);
+// Throws one line when drains are not in increasing order within [1, steps).
+void check_pipedream_drains(int steps, const std::vector<int>& drains);
+// --save-every N's drains in a run of `steps` steps after step first_step of the whole (a resumed
+// run's): each of its steps whose number in the whole run is a multiple of N, but its last.
+std::vector<int> pipedream_drains_every(int every, int first_step, int steps);
+// The first microbatch of the part of the run (between drains) that holds microbatch k.
+int pipedream_part_start(int m, const std::vector<int>& drains, int microbatch);
+// A stop signal seen after step `done` (1, 2, ...) of a run cut at drains: the first step whose end
+// can drain without changing the lists of the steps already run: a drain already there, else the
+// first whose m microbatches hold stage 0's forwards so far (done m + p - 1 microbatches; one more
+// with vertical sync, whose update of the step's last microbatch waits for its first use). At
+// m >= p - 1 (m >= p with vertical sync) the next step; done itself at p = 1 without vertical sync
+// (nothing in flight at a step's end); at most the run's last.
+int pipedream_stop_drain(const PipeDreamRule& rule, int p, int m, int steps, const std::vector<int>& drains, int done);
 
 // w_s = p - s: the microbatches stage s holds between its forward and its backward.
 int pipedream_in_flight(int p, int stage);
@@ -61,22 +81,26 @@ std::string to_text(const std::vector<PipeDreamAction>& actions);
 
 // Stage s's actions over a run of `steps` steps of m microbatches, cut into steps (index = step).
 std::vector<std::vector<PipeDreamAction>> pipedream_steps(const PipeDreamRule& rule, int p, int m, int steps,
-                                                          int stage);
+                                                          int stage, const std::vector<int>& drains = {});
 // The most weight versions stage s holds at once over such a run: the current one and every older
 // one an action still to run uses (counted from the order, not from a formula). A run of
 // 4 + 4p / m steps reaches the steady state's count: 3 times as long a run kept no more for any
 // p <= 8, m in {1, 2, 3, 4, 8, 16}, K dividing m, each mode and stage (2026-11-27). With K = 1:
 // p - s with stashing, 1 without, p - s with vertical sync (its updates wait for their first use).
-int pipedream_versions_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage);
+int pipedream_versions_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage,
+                            const std::vector<int>& drains = {});
 // With vertical sync, the updates no forward uses (v K + p > m steps: the cool-down's) wait for the
-// run's end, where their norms are summed (pipeline/pipedream_run.h says why).
-bool pipedream_decided_at_end(const PipeDreamRule& rule, int p, int m, int steps, int version);
+// run's end, where their norms are summed (pipeline/pipedream_run.h says why); with drains, the end
+// of the update's part of the run.
+bool pipedream_decided_at_end(const PipeDreamRule& rule, int p, int m, int steps, int version,
+                              const std::vector<int>& drains = {});
 // The most updates whose gradients stage s holds apart at once over such a run: an update's from
 // its first backward to the update (counted from the order). 1 but with vertical sync, where the
 // backwards after update v's last one add up the next updates' gradients until v's first use:
 // ceil(s / K) + 1 in the steady state, and in the cool-down up to every update left. Each is a
 // gradient allocation of the stage (pipeline/pipedream_run.h).
-int pipedream_gradients_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage);
+int pipedream_gradients_kept(const PipeDreamRule& rule, int p, int m, int steps, int stage,
+                             const std::vector<int>& drains = {});
 
 // The buffers of Vp C in which the head stage (without the embedding) sums its shares of wte's
 // gradient until each update's exchange with stage 0 (trainer/step/pipedream_updates.h):
@@ -91,10 +115,11 @@ int pipedream_decisions_kept(const PipeDreamRule& rule, int p, int m);
 
 // The run's lists with their sends and receives, per step: [step][stage]. Each is the 1F1B lowering
 // (pipeline/schedule.h's add_communication) of the run-long order, cut as the top says.
-std::vector<std::vector<StageSchedule>> pipedream_step_schedules(int p, int m, int steps);
+std::vector<std::vector<StageSchedule>> pipedream_step_schedules(int p, int m, int steps,
+                                                                const std::vector<int>& drains = {});
 // The same lists joined per stage: the whole run as the simulator takes it (pipeline/simulate.h).
-std::vector<StageSchedule> pipedream_run_schedules(int p, int m, int steps);
+std::vector<StageSchedule> pipedream_run_schedules(int p, int m, int steps, const std::vector<int>& drains = {});
 
 // The --print-schedule text: each stage's actions with versions, step by step, and the versions
 // each stage keeps.
-std::string format_pipedream(const PipeDreamRule& rule, int p, int m, int steps);
+std::string format_pipedream(const PipeDreamRule& rule, int p, int m, int steps, const std::vector<int>& drains = {});

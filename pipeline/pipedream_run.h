@@ -74,6 +74,7 @@ template <typename Element>
 struct PipeDreamRun {
   PipeDreamRule rule;
   int m, steps;
+  std::vector<int> drains;                    // the steps (1, 2, ...) after which it drains (pipeline/pipedream.h)
   int step = 0;                               // the next execute_step's, from 0
   std::vector<StageSchedule> step_schedules;  // [step] the stage's list (pipedream_step_schedules)
   std::vector<PipeDreamAction> order;         // the stage's whole run (pipedream_steps, joined)

@@ -1,6 +1,7 @@
 // The executor's steps of PipeDream's asynchronous pipeline (pipeline/pipedream_walk.h).
 #include "pipeline/pipedream_walk.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -9,9 +10,34 @@
 
 namespace {
 
-// The tied copy's version microbatch k needs: stage 0's forward's.
-int tied_version(const PipeDreamRule& rule, int p, int microbatch) {
-  return pipedream_forward_version(rule, p, 0, microbatch);
+// The tied copy's version microbatch k needs: stage 0's forward's, counted on from its part's start.
+template <typename Element>
+int tied_version(const PipeDreamRun<Element>& run, int p, int microbatch) {
+  const int start = pipedream_part_start(run.m, run.drains, microbatch);
+  return start / run.rule.update_every + pipedream_forward_version(run.rule, p, 0, microbatch - start);
+}
+
+// Whether the pipeline drains after step `step` (1, 2, ...): the run's last, or a drain.
+template <typename Element>
+bool ends_part(const PipeDreamRun<Element>& run, int step) {
+  return step == run.steps || std::find(run.drains.begin(), run.drains.end(), step) != run.drains.end();
+}
+
+// The run's lists cut at run.drains: each step's list, the order and each version's last use.
+template <typename Element>
+void cut_run(PipeDreamRun<Element>& run, int p, int stage) {
+  run.step_schedules.clear();
+  for (const std::vector<StageSchedule>& step : pipedream_step_schedules(p, run.m, run.steps, run.drains))
+    run.step_schedules.push_back(step[stage]);
+  run.order.clear();
+  run.step_end.clear();
+  for (const std::vector<PipeDreamAction>& step : pipedream_steps(run.rule, p, run.m, run.steps, stage, run.drains)) {
+    run.order.insert(run.order.end(), step.begin(), step.end());
+    run.step_end.push_back(run.order.size());
+  }
+  run.last_use.assign(run.m * run.steps / run.rule.update_every + 1, -1);
+  for (size_t i = 0; i < run.order.size(); ++i)
+    if (run.order[i].kind != PipeDreamKind::update) run.last_use[run.order[i].version] = int(i);
 }
 
 template <typename Element>
@@ -33,7 +59,7 @@ void complete_gradient(Executor<Element>& e, int version) {
   PipeDreamRun<Element>& run = *e.pipedream;
   Element* const gradients = gradients_of_update(run, version);
   run.updates->complete_gradient(version, gradients, e.stream);
-  if (run.rule.vertical_sync && !pipedream_decided_at_end(run.rule, e.p, run.m, run.steps, version))
+  if (run.rule.vertical_sync && !pipedream_decided_at_end(run.rule, e.p, run.m, run.steps, version, run.drains))
     run.updates->decide(version, gradients, e.stream);
 }
 
@@ -61,27 +87,21 @@ void apply_updates_before(Executor<Element>& e, size_t end) {
 
 template <typename Element>
 void enable_pipedream(Executor<Element>& e, const PipeDreamRule& rule, int m, int steps, const ParameterLayout& layout,
-                      Element* parameters, Element* gradients, std::shared_ptr<PipeDreamUpdates<Element>> updates) {
+                      Element* parameters, Element* gradients, std::shared_ptr<PipeDreamUpdates<Element>> updates,
+                      const std::vector<int>& drains) {
   auto run = std::make_shared<PipeDreamRun<Element>>();
   run->rule = rule;
   run->m = m;
   run->steps = steps;
-  for (const std::vector<StageSchedule>& step : pipedream_step_schedules(e.p, m, steps))
-    run->step_schedules.push_back(step[e.stage]);
-  for (const std::vector<PipeDreamAction>& step : pipedream_steps(rule, e.p, m, steps, e.stage)) {
-    run->order.insert(run->order.end(), step.begin(), step.end());
-    run->step_end.push_back(run->order.size());
-  }
-  run->last_use.assign(m * steps / rule.update_every + 1, -1);
-  for (size_t i = 0; i < run->order.size(); ++i)
-    if (run->order[i].kind != PipeDreamKind::update) run->last_use[run->order[i].version] = int(i);
+  run->drains = drains;
+  cut_run(*run, e.p, e.stage);
   run->layout = layout;
   run->parameters = parameters;
-  const int kept = pipedream_versions_kept(rule, e.p, m, steps, e.stage);
+  const int kept = pipedream_versions_kept(rule, e.p, m, steps, e.stage, drains);
   for (int i = 0; i + 1 < kept; ++i) run->stashes.push_back(device_alloc<Element>(layout.size));
   run->stash_version.assign(run->stashes.size(), -1);
   run->gradients = {gradients};
-  for (int i = 1; i < pipedream_gradients_kept(rule, e.p, m, steps, e.stage); ++i) {
+  for (int i = 1; i < pipedream_gradients_kept(rule, e.p, m, steps, e.stage, drains); ++i) {
     run->gradients.push_back(device_alloc<Element>(layout.size));
     CUDA_CHECK(cudaMemset(run->gradients.back(), 0, layout.size * sizeof(Element)));
   }
@@ -132,7 +152,7 @@ std::vector<ParameterTensors<Element>> pipedream_views(Executor<Element>& e, con
     throw std::logic_error("pipedream: stage " + std::to_string(e.stage) + " runs " + to_text(action) +
                            " where its order has " + to_text(planned));
   if (run.tied_copy && kind == PipeDreamKind::forward)
-    run.updates->bring_tied_embedding_to(tied_version(run.rule, e.p, action.microbatch), e.stream);
+    run.updates->bring_tied_embedding_to(tied_version(run, e.p, action.microbatch), e.stream);
   if (planned.version == run.current) return params;
   const int stash = stash_of(run, planned.version);
   if (stash < 0)
@@ -181,20 +201,45 @@ void after_pipedream_compute(Executor<Element>& e) {
 template <typename Element>
 void end_pipedream_step(Executor<Element>& e) {
   PipeDreamRun<Element>& run = *e.pipedream;
-  const int updates = run.m * run.steps / run.rule.update_every;
-  if (run.step + 1 == run.steps)
-    for (int v = 1; v <= updates; ++v)
-      if (pipedream_decided_at_end(run.rule, e.p, run.m, run.steps, v))
+  const int K = run.rule.update_every;
+  // The end of a part of the run (a drain, or the run's end): its updates decided there, all
+  // applied, and the tied copy at stage 0's last version.
+  const bool drains = ends_part(run, run.step + 1);
+  const int start = pipedream_part_start(run.m, run.drains, run.step * run.m), end = (run.step + 1) * run.m / K;
+  if (drains)
+    for (int v = start / K + 1; v <= end; ++v)
+      if (pipedream_decided_at_end(run.rule, e.p, run.m, run.steps, v, run.drains))
         run.updates->decide(v, gradients_of_update(run, v), e.stream);
   apply_updates_before(e, run.step_end[size_t(run.step)]);
   run.step += 1;
-  if (run.step == run.steps && run.tied_copy)
-    run.updates->bring_tied_embedding_to(run.m * run.steps / run.rule.update_every, e.stream);
+  if (drains && run.tied_copy) run.updates->bring_tied_embedding_to(end, e.stream);
+}
+
+template <typename Element>
+void drain_pipedream_after(Executor<Element>& e, int step) {
+  PipeDreamRun<Element>& run = *e.pipedream;
+  if (ends_part(run, step)) return;
+  const std::vector<StageSchedule> ran(run.step_schedules.begin(), run.step_schedules.begin() + run.step);
+  const std::vector<PipeDreamAction> ran_order(run.order.begin(), run.order.begin() + run.next);
+  run.drains.insert(std::upper_bound(run.drains.begin(), run.drains.end(), step), step);
+  cut_run(run, e.p, e.stage);
+  // The steps run must be the new cut's (pipeline/pipedream.h's pipedream_stop_drain chooses such a
+  // drain), and its versions and gradients fit what enable_pipedream allocated.
+  const bool same = std::equal(ran.begin(), ran.end(), run.step_schedules.begin()) &&
+                    std::equal(ran_order.begin(), ran_order.end(), run.order.begin());
+  if (!same ||
+      pipedream_versions_kept(run.rule, e.p, run.m, run.steps, e.stage, run.drains) > int(run.stashes.size()) + 1 ||
+      pipedream_gradients_kept(run.rule, e.p, run.m, run.steps, e.stage, run.drains) > int(run.gradients.size()))
+    throw std::logic_error("pipedream: stage " + std::to_string(e.stage) + " cannot drain after step " +
+                           std::to_string(step) + " (" + (same ? "more versions or gradients" : "the steps run change") + ")");
+  for (int& version : run.stash_version)  // a stash whose last use is now behind
+    if (version >= 0 && run.last_use[version] < int(run.next)) version = -1;
 }
 
 #define INSTANTIATE_PIPEDREAM_WALK(Element)                                                                          \
   template void enable_pipedream<Element>(Executor<Element>&, const PipeDreamRule&, int, int, const ParameterLayout&, \
-                                          Element*, Element*, std::shared_ptr<PipeDreamUpdates<Element>>);           \
+                                          Element*, Element*, std::shared_ptr<PipeDreamUpdates<Element>>,            \
+                                          const std::vector<int>&);                                                  \
   template void destroy_pipedream<Element>(Executor<Element>&);                                                      \
   template void begin_pipedream_step<Element>(Executor<Element>&);                                                   \
   template void after_pipedream_transfer<Element>(Executor<Element>&, const Step&);                                 \
@@ -204,7 +249,8 @@ void end_pipedream_step(Executor<Element>& e) {
       Executor<Element>&, const Action&, const std::vector<ParameterTensors<Element>>&);                             \
   template Element* pipedream_head_share<Element>(Executor<Element>&, const Action&, Element*);                                \
   template void after_pipedream_compute<Element>(Executor<Element>&);                                                \
-  template void end_pipedream_step<Element>(Executor<Element>&);
+  template void end_pipedream_step<Element>(Executor<Element>&);                                                     \
+  template void drain_pipedream_after<Element>(Executor<Element>&, int);
 
 INSTANTIATE_PIPEDREAM_WALK(float)
 INSTANTIATE_PIPEDREAM_WALK(__nv_bfloat16)

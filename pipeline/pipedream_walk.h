@@ -7,13 +7,20 @@
 
 #include "pipeline/executor_state.h"
 
-// Makes an executor created on the stage's list of pipedream_run_schedules(p, m, steps) run that
-// run under rule, one step of m microbatches per execute_step. parameters and gradients
+// Makes an executor created on the stage's list of pipedream_run_schedules(p, m, steps, drains) run
+// that run under rule, one step of m microbatches per execute_step. parameters and gradients
 // (layout.size each) are the stage's own, the views the caller passes to execute_step; the stashes
 // and the gradients of the updates beyond the first held apart are allocated here.
 template <typename Element>
 void enable_pipedream(Executor<Element>& e, const PipeDreamRule& rule, int m, int steps, const ParameterLayout& layout,
-                      Element* parameters, Element* gradients, std::shared_ptr<PipeDreamUpdates<Element>> updates);
+                      Element* parameters, Element* gradients, std::shared_ptr<PipeDreamUpdates<Element>> updates,
+                      const std::vector<int>& drains = {});
+// A stop signal's drain: the run's lists cut after step `step` (1, 2, ...) too, from
+// pipeline/pipedream.h's pipedream_stop_drain. Throws std::logic_error when the new cut would
+// change a step already run or need more stashes or gradients than were allocated; nothing when the
+// pipeline drains there already.
+template <typename Element>
+void drain_pipedream_after(Executor<Element>& e, int step);
 // Frees the stashes and those gradients (destroy_executor calls it).
 template <typename Element>
 void destroy_pipedream(Executor<Element>& e);

@@ -5,8 +5,8 @@ Preemption (trainer/safety/preemption.h): SIGTERM to one rank of `mpirun -np 4 .
 every rank finish the step, write the checkpoint, say so and exit 0, and resuming from that
 checkpoint gives bitwise the losses of the run nobody interrupted; SIGINT does the same with exit
 status 130 (to one rank; to mpirun it saves too, but hydra may report 0: see preempted_then_resumed),
-and a second SIGINT ends the program at once; --schedule pipedream, which saves only drained at its
-last step, stops without saving and says so. SIGTERM is obeyed however launchers
+and a second SIGINT ends the program at once; --schedule pipedream, which saves only drained, runs
+one more step as a cool-down, then saves and stops, its checkpoint the drained one. SIGTERM is obeyed however launchers
 deliver it: to mpirun, to every rank, to every rank twice, to every rank and then mpirun (as Slurm
 does) and to one rank, each after a random step, and to mpirun while the ranks are still starting;
 TRAIN_STOP_TRIALS runs of each (5 by default; docs/training.md has a series of 20 of each, and what
@@ -133,24 +133,46 @@ def preempted_then_resumed(directory, signal_number, expected_statuses, to_mpiru
         "bitwise those of the run without a stop" if ok else "differ: %s vs %s" % (joined, straight))
 
 
-def pipedream_stop_does_not_save(directory):
-    """--schedule pipedream saves only at its last step, where the pipeline drains (docs/pipeline.md,
-    "Checkpoints"): SIGTERM to one rank after step 4's line stops the run after a step before its
-    last with status 0, says in one line that it did not save and why, and writes no file."""
+def pipedream_stop_saves_drained(directory):
+    """--schedule pipedream on a stop signal drains its pipeline, then saves and stops (docs/pipeline.md,
+    "Checkpoints"): SIGTERM to one rank after step 4's line makes every rank run the next step as a
+    cool-down (m = 4 >= p - 1), say so in one line, save and exit 0. The checkpoint is byte for byte the
+    one a run of that many steps saves at its end, drained (the state that
+    PipelineLayouts.PipeDreamResumedAfterASaveIsTheReferenceDrainingThere holds to the one-process
+    reference), the steps before the stop are that run's, bitwise, and resuming either checkpoint gives
+    the same losses, bitwise."""
     data = os.path.join(directory, "text.txt")
     write_text(data)
-    checkpoint = os.path.join(directory, "x.bin")
-    options = ["--steps", "12", "--schedule", "pipedream", "--grad-clip", "0", "--save", checkpoint]
-    status, lines = run(mpi_train(data, options), r"^\[0\] step 4/12 \|",
+    checkpoint, drained = os.path.join(directory, "x.bin"), os.path.join(directory, "y.bin")
+    log = lambda name: os.path.join(directory, name + ".jsonl")
+    options = ["--steps", "12", "--schedule", "pipedream", "--grad-clip", "0"]
+    status, lines = run(mpi_train(data, options + ["--save", checkpoint, "--log", log("a")]), r"^\[0\] step 4/12 \|",
                         lambda process: os.kill(rank_pids(data)[2], signal.SIGTERM))
     stopped = [line for line in lines if "stopped by" in line]
-    match = re.match(r"\[0\] stopped by SIGTERM after step (\d+) of 12; no checkpoint written yet$",
+    match = re.match(r"\[0\] stopped by SIGTERM after step (\d+) of 12; resume with --resume (\S+) \(step (\d+)\)$",
                      stopped[0]) if len(stopped) == 1 else None
-    refused = "[0] not saved: pipedream's pipeline drains only at the last step (--steps 12); no checkpoint written yet"
-    ok = status == 0 and match is not None and int(match.group(1)) < 12 and refused in lines and not os.path.exists(
-        checkpoint)
-    return ok, "status %s, stop lines %s, not-saved line %s, checkpoint %s" % (
-        status, stopped or lines[-3:], refused in lines, "written" if os.path.exists(checkpoint) else "none")
+    if status != 0 or not match or match.group(2) != checkpoint:
+        return False, "status %s, stop lines %s" % (status, stopped or lines[-3:])
+    step = int(match.group(1))
+    drain = "[0] pipedream: SIGTERM after step %d: the pipeline drains at the end of step %d, then the run saves and " \
+            "stops" % (step - 1, step)
+    if drain not in lines or not 5 <= step < 12:
+        return False, "stopped after step %d; drain lines %s" % (step, [l for l in lines if "drains" in l])
+    status, _ = run(mpi_train(data, options[2:] + ["--steps", str(step), "--save", drained, "--log", log("c")]))
+    if status != 0:
+        return False, "the run of %d steps failed (status %s)" % (step, status)
+    same_files = all(open(a, "rb").read() == open(b, "rb").read()
+                     for a, b in [(checkpoint, drained), (checkpoint + ".state", drained + ".state")])
+    for resumed, name in [(checkpoint, "b"), (drained, "d")]:
+        status, _ = run(mpi_train(data, options + ["--resume", resumed, "--log", log(name)]))
+        if status != 0:
+            return False, "the run resumed from %s failed (status %s)" % (resumed, status)
+    same_steps = losses(log("a")) == losses(log("c")) and sorted(losses(log("a"))) == list(range(1, step + 1))
+    same_resumes = losses(log("b")) == losses(log("d")) and sorted(losses(log("b"))) == list(range(step + 1, 13))
+    return same_files and same_steps and same_resumes, (
+        "drained and saved at step %d: checkpoint %s the %d-step run's; losses through it %s; resumed %s" % (
+            step, "bitwise" if same_files else "not", step, "the same" if same_steps else "differ",
+            "the same" if same_resumes else "differ: %s vs %s" % (losses(log("b")), losses(log("d")))))
 
 
 def diverging_learning_rate(directory, tp=1):
@@ -374,7 +396,7 @@ CASES = {
     "Preemption.SigintToMpirunSaves":
         lambda d: preempted_then_resumed(d, signal.SIGINT, (130, 0), True),
     "Preemption.SecondSigintEndsAtOnce": second_sigint_ends_at_once,
-    "Preemption.PipeDreamSigtermBeforeTheLastStepDoesNotSave": pipedream_stop_does_not_save,
+    "Preemption.PipeDreamSigtermDrainsSavesAndResumesBitwise": pipedream_stop_saves_drained,
     "Preemption.SigtermToMpirunSavesEveryTime": lambda d: sigterm_trials(d, to_mpirun),
     "Preemption.SigtermToEveryRankSavesEveryTime": lambda d: sigterm_trials(d, to_every_rank),
     "Preemption.SigtermToEveryRankTwiceSavesEveryTime": lambda d: sigterm_trials(d, to_every_rank_twice),

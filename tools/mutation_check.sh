@@ -1368,7 +1368,7 @@ fault pipedream-tied-copy-read-from-a-stash pipeline/pipedream_walk.cu \
 # Item 1: ./train's layout ignores --update-every: one stage updating once a step is not the
 # synchronous trainer.
 fault pipedream-train-ignores-update-every trainer/step/trainer.cpp \
-  's/        {options.update_every, options.weight_stashing == "on", options.vertical_sync}, options.steps};/        {1, options.weight_stashing == "on", options.vertical_sync}, options.steps};/' \
+  's/    layout.pipedream = PipeDreamLayout{{options.update_every, options.weight_stashing/    layout.pipedream = PipeDreamLayout{{1, options.weight_stashing/' \
   'unit TrainLayout.PipeDreamOnOneStage*'
 # Item 1: a step's loss divided over the read-ahead microbatches too (m + p - 1, not m).
 fault pipedream-step-loss-over-read-ahead trainer/step/pipedream_step.cpp \
@@ -1524,9 +1524,9 @@ fault pipedream-resume-does-not-warm-up-again trainer/program/run.cpp \
   's/^    setup.layout.pipedream->steps = std::max(1, options.steps - setup.start.position.step);$/    setup.layout.pipedream->steps = options.steps;/' \
   'mpi4 PipelineLayouts.PipeDreamResumed*'
 # A stop signal before the last step saves the pipeline undrained (mixed versions, microbatches in
-# flight lost) as if it were a checkpoint.
-fault pipedream-stop-saves-undrained trainer/program/run.cpp \
-  's/^      if (setup.layout.pipedream \&\& position.step < options.steps) {$/      if (false) {/' \
+# flight lost) as if it were a checkpoint, without the cool-down step (h37h: re-pointed at it).
+fault pipedream-stop-saves-undrained trainer/program/pipedream_stop.cpp \
+  's/^  if (!setup.layout.pipedream || setup.options.save.empty()) return signal;$/  return signal;/' \
   'py:train_stop_test Preemption.PipeDream*'
 # bf16 (issue 37 item 2's rounding key): each region rounds with the bits of its index in the
 # stage's allocation, not in the whole model: the stages round alike only where they coincide.
@@ -1668,6 +1668,35 @@ fault pipedream-tied-copy-follows-its-stage-gate trainer/step/pipedream_updates.
 fault pipedream-stop-on-the-skipping-stage-only trainer/step/pipedream_step.cpp \
   's/^  if (first_stage >= 0) {$/  if (first_stage >= 0 \&\& first_stage == mesh.pp_rank) {/' \
   'py:train_stop_test NonFiniteGuard.PipeDreamWithoutVerticalSyncStopsAtANonFiniteUpdate'
+# h37h: issue 37 item 2 (PipeDream's drains at any step: --save-every saving drained, a stop signal
+# draining at the next step the work run allows, then saving).
+# The drain forgets its cool-down's last update (the part's last) in the lists: the stages warm up
+# again on a version nobody made.
+fault pipedream-drain-forgets-the-cool-downs-last-update pipeline/pipedream.cpp \
+  '/^        a.version += first \* m \/ rule.update_every;$/i\        if (a.kind == PipeDreamKind::update \&\& end < steps \&\& a.version == (end - first) * m / rule.update_every) continue;' \
+  'unit PipeDreamDrain.*'
+# The executor's lists not cut where the memory plan and the trainer's saves cut them.
+fault pipedream-executor-ignores-the-drains pipeline/pipedream_walk.cu \
+  's/^  run->drains = drains;$/  run->drains = {};/' \
+  'mpi4 PipelineLayouts.PipeDreamSaveEvery*'
+# With vertical sync, a drain before the run's end leaves its cool-down's updates undecided (no
+# norm, no clipping: a stale decision applies them).
+fault pipedream-drain-leaves-the-cool-downs-updates-undecided pipeline/pipedream_walk.cu \
+  's/^  if (drains)$/  if (run.step + 1 == run.steps)/' \
+  'mpi4 PipelineLayouts.PipeDreamSaveEvery*'
+# A stop signal's drain one microbatch too early: it would change the lists of a step already run
+# (stage 0's last forward of it falls after the drain).
+fault pipedream-stop-drain-one-microbatch-early pipeline/pipedream.cpp \
+  's/^  const int before_drain = done \* m + p - 1 + /  const int before_drain = done * m + p - 2 + /' \
+  'unit PipeDreamDrain.*'
+# A stop signal's drain chosen but the executor's lists not cut there: the save is undrained.
+fault pipedream-stop-does-not-cut-the-lists trainer/program/pipedream_stop.cpp \
+  '/^      drain_pipedream_after(trainer.executor, stop.step - first);$/d' \
+  'py:train_stop_test Preemption.PipeDream*'
+# A resumed run's --save-every drains counted from its own first step, not the whole run's.
+fault pipedream-resumed-drains-counted-from-the-resume trainer/program/run.cpp \
+  's/pipedream_drains_every(options.save_every, setup.start.position.step, /pipedream_drains_every(options.save_every, 0, /' \
+  'mpi4 PipelineLayouts.PipeDreamSaveEvery*'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -4,7 +4,8 @@
 // after step 2 and resumed to step 4 is bitwise the one-process reference (tests/pipedream_
 // reference.h) draining after step 2: each step's loss and the model file saved at the end. The
 // same run of 4 steps without a save never drains: its first 2 losses are the saved run's and the
-// next 2 are not (microbatches after the drain take fresher versions). Kept in the
+// next 2 are not (microbatches after the drain take fresher versions); --save-every drains at
+// each save, as the reference draining there. Kept in the
 // PipelineLayouts suite, which tools/run_tests.sh runs at -np 2, 4 and 8.
 #include <gtest/gtest.h>
 
@@ -86,6 +87,51 @@ TEST(PipelineLayouts, PipeDreamResumedAfterASaveIsTheReferenceDrainingThere) {
   EXPECT_EQ(std::vector<double>(uninterrupted.begin(), uninterrupted.begin() + kDrainStep), saved);
   for (int t = kDrainStep; t < kSteps; ++t)
     EXPECT_NE(uninterrupted[t], resumed[t - kDrainStep]) << "step " << t + 1 << " is the same without the drain";
+}
+
+// --save-every 2 over 6 steps drains after steps 2 and 4 (each part a run of its own, warming up
+// again) and saves there: each step's loss and the model saved at the end are the reference's
+// draining at the same steps, with stashing and with vertical sync, every update clipped (the
+// updates after a part's last forward are decided at the part's end, pipeline/pipedream_run.h).
+// A run of 3 steps saving every 2 (a save mid-run at step 2, and at its end), resumed to step 6
+// with the same --save-every (a drain after step 4 of the whole run, its second step), is the
+// reference draining after steps 2, 3 and 4.
+TEST(PipelineLayouts, PipeDreamSaveEveryIsTheReferenceDrainingAtEachSave) {
+  SharedDirectory dir;
+  for (const bool vertical_sync : {false, true}) {
+    SCOPED_TRACE(vertical_sync ? "vertical sync" : "stashing");
+    TrainOptions whole = pipedream_options(dir.path);
+    whole.steps = 6;
+    whole.save_every = 2;
+    whole.save = dir.path + "whole.bin";
+    whole.vertical_sync = vertical_sync;
+    whole.grad_clip = vertical_sync ? 0.05f : 0.0f;  // below every update's norm of the tiny model
+    TrainOptions first = whole, second = whole;
+    first.steps = 3;
+    first.save = dir.path + "first.bin";
+    second.resume = first.save;
+    second.save = dir.path + "second.bin";
+    const std::vector<double> drained = losses(run_training(whole, nullptr));
+    std::vector<double> resumed = losses(run_training(first, nullptr));
+    for (double loss : losses(run_training(second, nullptr))) resumed.push_back(loss);
+
+    const RunSetup setup = prepare_run(whole);
+    const auto reference = [&](const std::vector<int>& drains) {
+      const AdamWSettings settings{whole.beta1, whole.beta2, whole.eps, whole.weight_decay, whole.grad_clip};
+      return pipedream_reference::run(setup.start.config, setup.B, setup.T, size_of_world(), kM, whole.steps,
+                                      PipeDreamRule{1, true, vertical_sync}, settings, whole.lr,
+                                      setup.start.parameters,
+                                      make_batch_reader(setup.data.train, setup.B, setup.T, whole.shuffle, whole.seed),
+                                      1, drains);
+    };
+    const pipedream_reference::Run expected = reference({2, 4}), expected_resumed = reference({2, 3, 4});
+    EXPECT_EQ(drained, expected.losses);
+    EXPECT_TRUE(read_model_file(whole.save).parameters == expected.parameters)
+        << "the model saved at the end differs from the reference's draining after steps 2 and 4";
+    EXPECT_EQ(resumed, expected_resumed.losses);
+    EXPECT_TRUE(read_model_file(second.save).parameters == expected_resumed.parameters)
+        << "the resumed run's model differs from the reference's draining after steps 2, 3 and 4";
+  }
 }
 
 // The checkpoint is the synchronous schedules' (the same model and state files), and a run that

@@ -282,8 +282,7 @@ std::vector<std::string> pipedream_not_built(const TrainOptions& options) {
   std::vector<std::string> named;
   if (options.tp > 1) named.push_back("--tp " + std::to_string(options.tp));
   if (options.zero == 1) named.push_back("--zero 1");
-  // A checkpoint is saved drained, and only the run's last step drains (docs/pipeline.md).
-  for (const char* name : {"recompute", "save-every", "documents", "seq-len-warmup"})
+  for (const char* name : {"recompute", "documents", "seq-len-warmup"})
     if (options.given.count(name)) named.push_back(std::string("--") + name);
   if (options.layers_per_stage_auto) named.push_back("--layers-per-stage auto");
   // A run's --trace is built; the predicted timeline of --print-schedule is not.

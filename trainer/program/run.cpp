@@ -19,6 +19,7 @@
 #include "trainer/step/optimizer.h"
 #include "trainer/safety/preemption.h"
 #include "trainer/safety/preflight.h"
+#include "trainer/program/pipedream_stop.h"
 #include "trainer/program/progress.h"
 #include "trainer/program/schedule_report.h"
 #include "comm/host_exchange.h"
@@ -61,7 +62,7 @@ std::pair<PipelineSchedule, std::vector<size_t>> lists_through_step(const Pipeli
   if (!layout.pipedream) return {schedule, begin};
   // The run's own lists (its last step holds the cool-down), joined through step t.
   const std::vector<std::vector<StageSchedule>> steps =
-      pipedream_step_schedules(pp, layout.microbatches, layout.pipedream->steps);
+      pipedream_step_schedules(pp, layout.microbatches, layout.pipedream->steps, layout.pipedream->drains);
   for (int s = 0; s < pp; ++s) {
     schedule.stages[s].clear();
     for (int step = 0; step < t; ++step) {
@@ -129,9 +130,10 @@ void open_run_files(const RunSetup& setup, RunFiles& files) {
   if (!options.log.empty() && setup.mesh.world_rank == 0) files.log.emplace(options.log, setup.start.resumed);
 }
 
-// PipeDream's pipeline drains only at the run's end: before, its microbatches in flight hold every
-// activation slot a forward-only pass would take, and its stages hold weights of different
-// versions. So it validates and samples after the last step only, the model one then.
+// PipeDream's pipeline drains only at the run's end and at its saves: between, its microbatches in
+// flight hold every activation slot a forward-only pass would take, and its stages hold weights of
+// different versions. So it validates and samples after the last step only, the model one then
+// (at a save's drain too would be possible: not built).
 TrainOptions run_intervals(const RunSetup& setup) {
   TrainOptions options = setup.options;
   if (setup.layout.pipedream && options.val_every > 0) options.val_every = options.steps;
@@ -174,6 +176,7 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
   int skipped_in_a_row = 0;
   int saved_step = start.resumed ? start.position.step : -1;  // the step --save's files hold; -1: none written
   int saved_this_run = -1;  // the last step this run saved (the summary line's)
+  PipeDreamStop pipedream_stop;
   while (position.step < options.steps) {
     const double lr = learning_rate(schedule, position.step);
     const auto begin = std::chrono::steady_clock::now();
@@ -249,14 +252,13 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
       say(out, "sample after step %d:\n%s\n---\n", position.step, printable(text).c_str());
       result.samples.push_back(text);
     }
-    const bool stopping = step.stop_signal != 0;
+    // pipedream drains at each --save-every save (its lists are cut there), and for a stop signal
+    // at the step pipedream_stop_signal chooses.
+    const int stop_signal = pipedream_stop_signal(pipedream_stop, setup, trainer, position.step, step.stop_signal, out);
+    const bool stopping = stop_signal != 0;
     if (!options.save.empty() &&
         (every(options.save_every, position.step) || position.step == options.steps || stopping)) {
-      if (setup.layout.pipedream && position.step < options.steps) {
-        // Only the run's last step drains the asynchronous pipeline (--save-every is refused).
-        say(out, "not saved: pipedream's pipeline drains only at the last step (--steps %d); %s\n", options.steps,
-            last_checkpoint_text(options, saved_step).c_str());
-      } else if (step.applied) {
+      if (step.applied) {
         // Writing a large model may rightly take longer than a step: not watched.
         activity.watched = false;
         save_checkpoint(options.save, trainer, position);
@@ -264,17 +266,18 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
         saved_step = saved_this_run = position.step;
         say(out, "saved %s and %s\n", options.save.c_str(), training_state_path(options.save).c_str());
         if (setup.layout.pipedream)
-          say(out, "pipedream: saved with the pipeline drained (no microbatch in flight, one weight version); a "
-              "resume warms it up again\n");
+          say(out, "pipedream: saved with the pipeline drained (no microbatch in flight, one weight version); %s\n",
+              position.step < options.steps && !stopping ? "the run warms it up again and goes on"
+                                                         : "a resume warms it up again");
       } else {
         // The checkpoint of the last applied step stays: a run that diverges does not overwrite it.
         say(out, "not saved: step %d was skipped; %s\n", position.step, last_checkpoint_text(options, saved_step).c_str());
       }
     }
     if (stopping) {
-      say(out, "stopped by %s after step %d of %d; %s\n", stop_signal_name(step.stop_signal), position.step,
+      say(out, "stopped by %s after step %d of %d; %s\n", stop_signal_name(stop_signal), position.step,
           options.steps, last_checkpoint_text(options, saved_step).c_str());
-      result.exit_status = stop_exit_status(step.stop_signal);
+      result.exit_status = stop_exit_status(stop_signal);
       break;
     }
     activity.phase = "between steps";
@@ -338,8 +341,11 @@ RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
   setup.layout = layout_from_options(options, config);
   // A resumed pipedream run is a run of its own: its checkpoint was saved drained, so its lists
   // warm up again at the step it resumes after (at least one, for a resume past --steps).
-  if (setup.layout.pipedream && setup.start.resumed)
+  if (setup.layout.pipedream && setup.start.resumed) {
     setup.layout.pipedream->steps = std::max(1, options.steps - setup.start.position.step);
+    setup.layout.pipedream->drains =
+        pipedream_drains_every(options.save_every, setup.start.position.step, setup.layout.pipedream->steps);
+  }
   try {
     setup.virtual_stages = check_layout(config, setup.mesh, setup.layout);
   } catch (const std::runtime_error& error) {

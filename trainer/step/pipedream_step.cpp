@@ -17,7 +17,8 @@ void enable_pipedream_updates(Trainer<Element>& trainer, const PipeDreamLayout& 
       trainer.config, layout.rule, trainer.groups.mesh.pp, trainer.microbatches, trainer.parameter_layout,
       trainer.groups, trainer.optimizer, trainer.parameter_memory, trainer.gradient_memory, trainer.grad_wte_head);
   enable_pipedream(trainer.executor, layout.rule, trainer.microbatches, layout.steps, trainer.parameter_layout,
-                   trainer.parameter_memory, trainer.gradient_memory, std::shared_ptr<PipeDreamUpdates<Element>>(trainer.pipedream));
+                   trainer.parameter_memory, trainer.gradient_memory, std::shared_ptr<PipeDreamUpdates<Element>>(trainer.pipedream),
+                   layout.drains);
 }
 
 template <typename Element>

@@ -111,8 +111,8 @@ PipelineLayout layout_from_options(const TrainOptions& options, const GPTConfig&
   PipelineLayout layout{pipedream ? ScheduleKind::one_f_one_b : parse_schedule_kind(options.schedule),
                         options.microbatches, options.virtual_stages, options.recompute, options.layers_per_stage};
   if (pipedream)
-    layout.pipedream = PipeDreamLayout{
-        {options.update_every, options.weight_stashing == "on", options.vertical_sync}, options.steps};
+    layout.pipedream = PipeDreamLayout{{options.update_every, options.weight_stashing == "on", options.vertical_sync},
+                                       options.steps, pipedream_drains_every(options.save_every, 0, options.steps)};
   if (!options.schedule_file.empty()) layout.schedule_file = read_schedule_file(options.schedule_file);
   layout.microbatch_group = options.microbatch_group;
   layout.pipeline_layout = options.pipeline_layout;
@@ -126,7 +126,7 @@ PipelineSchedule layout_schedule(const PipelineLayout& layout, int pp) {
   if (layout.pipedream) {
     check_pipedream(layout.pipedream->rule, pp, layout.microbatches, layout.pipedream->steps);
     const PipeDreamLayout& run = *layout.pipedream;
-    return {Placement{PlacementKind::ring, pp, 1}, pipedream_run_schedules(pp, layout.microbatches, run.steps)};
+    return {Placement{PlacementKind::ring, pp, 1}, pipedream_run_schedules(pp, layout.microbatches, run.steps, run.drains)};
   }
   if (layout.schedule_file) return schedule_from_grid(*layout.schedule_file, pp, layout.microbatches);
   return make_pipeline_schedule(layout.schedule, pp, layout.microbatches, layout.virtual_stages,
@@ -152,7 +152,8 @@ MemoryPlanInput memory_plan_input(const GPTConfig& config, int B, int T, const P
                          mesh.tp,
                          layout.sequence_parallel,
                          layout.pipedream ? std::optional(layout.pipedream->rule) : std::nullopt,
-                         layout.pipedream ? layout.pipedream->steps : 0};
+                         layout.pipedream ? layout.pipedream->steps : 0,
+                         layout.pipedream ? layout.pipedream->drains : std::vector<int>{}};
 }
 
 std::vector<LayerRange> check_layout(const GPTConfig& config, const Mesh& mesh, const PipelineLayout& layout) {

@@ -39,6 +39,7 @@
 struct PipeDreamLayout {
   PipeDreamRule rule;
   int steps;
+  std::vector<int> drains = {};  // the steps after which it drains for --save-every (pipeline/pipedream.h)
 };
 
 // How the model is cut and scheduled (the mesh, dp x pp, is in the CommGroups).
