@@ -119,7 +119,9 @@ TEST(PipeDreamDrain, AStopDrainLeavesTheStepsRunAsTheyWereAndIsTheEarliest) {
           ASSERT_LE(d, steps) << where;
           if (d == steps) continue;  // the run's end drains anyway
           EXPECT_TRUE(same_through(rule, p, m, steps, {d}, done)) << where << ": drain after " << d;
-          if (d > done) EXPECT_FALSE(same_through(rule, p, m, steps, {d - 1}, done)) << where << ": drain after " << d - 1;
+          if (d > done) {
+            EXPECT_FALSE(same_through(rule, p, m, steps, {d - 1}, done)) << where << ": drain after " << d - 1;
+          }
           for (int s = 0; s < p; ++s) {
             EXPECT_LE(pipedream_versions_kept(rule, p, m, steps, s, {d}), pipedream_versions_kept(rule, p, m, steps, s));
             EXPECT_LE(pipedream_gradients_kept(rule, p, m, steps, s, {d}), pipedream_gradients_kept(rule, p, m, steps, s));
