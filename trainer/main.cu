@@ -46,6 +46,11 @@ int train(int argc, char** argv) {
     if (options.schedule == "pipedream" && options.print_schedule) {  // its versions and steps
       const std::string report = pipedream_report(options, world.size);
       if (out) std::printf("%s", report.c_str());
+      if (options.trace.empty()) return 0;
+      const std::string json = pipedream_timeline_json(options, world.size);
+      if (out == nullptr) return 0;
+      write_file_atomically(options.trace, {{json.data(), json.size()}});
+      std::printf("wrote the predicted timeline to %s\n", options.trace.c_str());
       return 0;
     }
     if (options.plan_layouts) {

@@ -286,8 +286,6 @@ std::vector<std::string> pipedream_not_built(const TrainOptions& options) {
   for (const char* name : {"recompute", "save-every", "documents", "seq-len-warmup"})
     if (options.given.count(name)) named.push_back(std::string("--") + name);
   if (options.layers_per_stage_auto) named.push_back("--layers-per-stage auto");
-  // A run's --trace is built; the predicted timeline of --print-schedule is not.
-  if (options.print_schedule && options.given.count("trace")) named.push_back("--print-schedule --trace");
   return named;
 }
 
