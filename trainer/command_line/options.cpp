@@ -285,7 +285,6 @@ std::vector<std::string> pipedream_not_built(const TrainOptions& options) {
   // A checkpoint is saved drained, and only the run's last step drains (docs/pipeline.md).
   for (const char* name : {"recompute", "save-every", "documents", "seq-len-warmup"})
     if (options.given.count(name)) named.push_back(std::string("--") + name);
-  if (options.layers_per_stage_auto) named.push_back("--layers-per-stage auto");
   return named;
 }
 
