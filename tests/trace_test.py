@@ -365,7 +365,7 @@ def pipedream_predicted_timeline_is_the_printed_schedule():
     updates = 0
     for (_, stage), events in tracks(document).items():
         computes = [e for e in events if e["cat"] not in ("transfer", "update")]
-        shown = [("%s@%s" % (e["name"], e["args"]["used"][len("weights v"):])) for e in computes]
+        shown = ["%s@%s" % (e["name"], e.get("args", {}).get("used", "")[len("weights v"):]) for e in computes]
         printed_computes = [a for a in planned.get(stage, []) if not a.startswith("U")]
         if shown != printed_computes:
             return False, "stage %d's computes %s, printed %s" % (stage, shown[:8], printed_computes[:8])
