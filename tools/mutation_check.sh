@@ -1531,7 +1531,7 @@ fault pipedream-stop-saves-undrained trainer/program/run.cpp \
 # bf16 (issue 37 item 2's rounding key): each region rounds with the bits of its index in the
 # stage's allocation, not in the whole model: the stages round alike only where they coincide.
 fault pipedream-bf16-rounding-by-the-stage-offset trainer/step/pipedream_updates.cpp \
-  '/^  regions_ = device_alloc<AdamWRegion>(layout.regions.size());$/i\  for (AdamWRegion\& r : table) r.full_offset = r.offset;' \
+  '/^  regions_ = device_alloc<AdamWRegion>(table.size());$/i\  for (AdamWRegion\& r : table) r.full_offset = r.offset;' \
   'mpi4 PipelineLayouts.PipeDreamInBf16*'
 # bf16's updates go to the parameters, not the fp32 master weights.
 fault pipedream-bf16-without-the-master-weights trainer/step/pipedream_updates.cpp \
