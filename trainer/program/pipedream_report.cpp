@@ -102,7 +102,7 @@ std::string pipedream_timeline_json(const TrainOptions& options, int world_size)
   timeline.about = {{"what", "the simulator's predicted timeline of the first " + std::to_string(shown) +
                                  " steps; one unit of --schedule-costs = 1 ms; updates cost 0"},
                     {"schedule", "pipedream schedule"},
-                    {"layout", "dp 1 x pp " + std::to_string(p)},
+                    {"layout", "pp " + std::to_string(p) + ", one replica"},
                     {"microbatches", std::to_string(m)},
                     {"update every", std::to_string(rule.update_every)},
                     {"weight stashing", rule.weight_stashing ? "on" : "off"},
