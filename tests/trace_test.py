@@ -11,7 +11,7 @@ measured, every send has one flow to the receive of the same message on the neig
 inside both groups' measured times; against the world: every flow ends after it starts (the
 ranks' clocks aligned by the barrier, also with one rank's device slowed), and --trace-step's step
 has the loss --log gives that step; pipedream's traced step holds the computes --print-schedule
-gives it; dualpipev's pairs' backwards on each stage's second compute
+gives it, and its predicted trace the printed schedule with its updates; dualpipev's pairs' backwards on each stage's second compute
 track, as predicted; at tp 2 x pp 2 a track per stage and tp rank, the flows within a tp rank; and
 tools/trace_svg.py draws every event and sums them up. Run by tools/run_tests.sh with Debian's /usr/bin/python3:
     /usr/bin/python3 tests/trace_test.py [--gtest_filter=PATTERN]
@@ -350,6 +350,38 @@ def pipedream_step_is_the_printed_step():
     return ok, "4 tracks of step 2's computes; %d sends, %d flows; %s; loss %r" % (sends, len(flows), what, loss)
 
 
+def pipedream_predicted_timeline_is_the_printed_schedule():
+    """--schedule pipedream --print-schedule --trace (pipeline/pipedream_timeline.h): each stage's
+    computes, in time order, are the printed schedule's of the 3 steps, each with the weight version
+    printed ("F7@4": "weights v4"); its updates are the printed ones, in order, each at the end of the
+    compute printed just before it (an update costs nothing in the model)."""
+    options = ("--schedule", "pipedream", "--grad-clip", "0", "--steps", "3", "--microbatches", "4")
+    _, document = trace("predicted", 1, options)
+    printed = subprocess.run([MPIRUN, "-np", "4", TRAIN, "--print-schedule"] + SMALL_RUN + list(options), cwd=ROOT,
+                             check=True, capture_output=True, text=True, timeout=120).stdout
+    planned = {}  # the grid of the steps, before the report's timeline
+    for stage, actions in re.findall(r"^stage (\d) \| (.*)$", printed.split("\ntimeline of those steps")[0], re.M):
+        planned.setdefault(int(stage), []).extend(actions.split())
+    updates = 0
+    for (_, stage), events in tracks(document).items():
+        computes = [e for e in events if e["cat"] not in ("transfer", "update")]
+        shown = ["%s@%s" % (e["name"], e.get("args", {}).get("used", "")[len("weights v"):]) for e in computes]
+        printed_computes = [a for a in planned.get(stage, []) if not a.startswith("U")]
+        if shown != printed_computes:
+            return False, "stage %d's computes %s, printed %s" % (stage, shown[:8], printed_computes[:8])
+        ends = {a: e["ts"] + e["dur"] for a, e in zip(shown, computes)}
+        placed = [e for e in events if e["cat"] == "update"]
+        expected = [(a, planned[stage][i - 1]) for i, a in enumerate(planned[stage]) if a.startswith("U")]
+        if [e["name"] for e in placed] != [name for name, _ in expected]:
+            return False, "stage %d's updates %s, printed %s" % (stage, [e["name"] for e in placed], expected)
+        for event, (name, before) in zip(placed, expected):
+            if abs(event["ts"] - ends[before]) > ROUNDING_US:
+                return False, "stage %d's %s at %.3f us, %s ends at %.3f" % (stage, name, event["ts"], before,
+                                                                            ends[before])
+        updates += len(placed)
+    return updates == 4 * 12, "4 stages' computes and versions as printed; %d updates, each where printed" % updates
+
+
 CHECKS = {
     "Trace.EveryTrackHoldsExactlyItsSchedulesSteps": exactly_the_schedules_steps,
     "Trace.EventsOfATrackNeverOverlap": events_never_overlap,
@@ -361,6 +393,7 @@ CHECKS = {
     "Trace.TraceStepChoosesTheStepAndTheFileSaysWhatItIs": trace_step_and_about,
     "Trace.TensorParallelRanksHaveTheirOwnTracks": tensor_parallel_ranks_have_their_own_tracks,
     "Trace.PipeDreamStepIsThePrintedStep": pipedream_step_is_the_printed_step,
+    "Trace.PipeDreamPredictedTimelineIsThePrintedSchedule": pipedream_predicted_timeline_is_the_printed_schedule,
     "TraceSvg.DrawsEveryEventOfEveryTrack": svg_draws_every_event,
     "TraceSvg.SummaryGivesIdleSharesAndMeanCosts": summary_names_idle_and_costs,
     "TraceSvg.BadTraceFailsInOneLine": bad_trace_fails_in_one_line,

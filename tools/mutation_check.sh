@@ -1697,6 +1697,27 @@ fault pipedream-stop-does-not-cut-the-lists trainer/program/pipedream_stop.cpp \
 fault pipedream-resumed-drains-counted-from-the-resume trainer/program/run.cpp \
   's/pipedream_drains_every(options.save_every, setup.start.position.step, /pipedream_drains_every(options.save_every, 0, /' \
   'mpi4 PipelineLayouts.PipeDreamSaveEvery*'
+# h37j: issue 37 item 4 (pipedream with --print-schedule --trace and --layers-per-stage auto).
+# An update drawn at the start of the backward that completes it, not at its end.
+fault pipedream-timeline-update-inside-its-backward pipeline/pipedream_timeline.cpp \
+  's/^        last_end = compute.start_us + compute.duration_us;$/        last_end = compute.start_us;/' \
+  'unit PipeDreamTimeline.*'
+# A compute's event names its microbatch where its weight version belongs.
+fault pipedream-timeline-version-is-the-microbatch pipeline/pipedream_timeline.cpp \
+  's/"weights v" + std::to_string(action.version)/"weights v" + std::to_string(action.microbatch)/' \
+  'unit PipeDreamTimeline.*'
+# ./train writes the synchronous path's predicted trace for pipedream: one 1F1B step, no updates.
+fault pipedream-trace-is-one-1f1b-step trainer/main.cu \
+  's/^      const std::string json = pipedream_timeline_json(shown, world.size);$/      const std::string json = predicted_timeline_json(prepare_run(shown, nullptr));/' \
+  'py:trace_test Trace.PipeDreamPredictedTimelineIsThePrintedSchedule'
+# Auto balances pipedream's stages as a synchronous schedule's: its updates left out of a stage's time.
+fault pipedream-auto-leaves-out-the-updates trainer/program/auto_layer_split.cpp \
+  's/^  return layout.pipedream ? 1.0 \/ layout.pipedream->rule.update_every : 0.0;$/  return 0.0;/' \
+  'unit AutoLayerSplit.*'
+# Pipedream's predicted step a flushed 1F1B step instead of the steady one.
+fault pipedream-auto-predicts-a-flushed-step trainer/program/auto_layer_split.cpp \
+  's/^  if (layout.pipedream) {  \/\/ no flush/  if (false) {  \/\/ no flush/' \
+  'unit AutoLayerSplit.PipeDreamPredictsTheSteadyStep'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

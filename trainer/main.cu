@@ -44,8 +44,15 @@ int train(int argc, char** argv) {
       return 0;
     }
     if (options.schedule == "pipedream" && options.print_schedule) {  // its versions and steps
-      const std::string report = pipedream_report(options, world.size);
+      TrainOptions shown = options;  // with --layers-per-stage auto, the split measured (prepare_run prints it)
+      if (options.layers_per_stage_auto) shown.layers_per_stage = prepare_run(options, out).layout.layers_per_stage;
+      const std::string report = pipedream_report(shown, world.size);
       if (out) std::printf("%s", report.c_str());
+      if (options.trace.empty()) return 0;
+      const std::string json = pipedream_timeline_json(shown, world.size);
+      if (out == nullptr) return 0;
+      write_file_atomically(options.trace, {{json.data(), json.size()}});
+      std::printf("wrote the predicted timeline to %s\n", options.trace.c_str());
       return 0;
     }
     if (options.plan_layouts) {

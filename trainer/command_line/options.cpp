@@ -284,9 +284,6 @@ std::vector<std::string> pipedream_not_built(const TrainOptions& options) {
   if (options.zero == 1) named.push_back("--zero 1");
   for (const char* name : {"recompute", "documents", "seq-len-warmup"})
     if (options.given.count(name)) named.push_back(std::string("--") + name);
-  if (options.layers_per_stage_auto) named.push_back("--layers-per-stage auto");
-  // A run's --trace is built; the predicted timeline of --print-schedule is not.
-  if (options.print_schedule && options.given.count("trace")) named.push_back("--print-schedule --trace");
   return named;
 }
 

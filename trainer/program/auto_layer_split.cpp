@@ -29,6 +29,12 @@ LayerCosts forward_costs(const MeasuredLayerCosts& m, int layers) {
   return {std::vector<double>(layers, m.block_forward), m.embedding_forward, m.head_forward};
 }
 
+// A microbatch's share of the updates: each kind's AdamW times the updates per microbatch.
+LayerCosts update_costs(const MeasuredLayerCosts& m, int layers, double updates_per_microbatch) {
+  const double u = updates_per_microbatch;
+  return {std::vector<double>(layers, u * m.block_update), u * m.embedding_update, u * m.head_update};
+}
+
 LayerCosts backward_costs(const MeasuredLayerCosts& m, int layers, bool recompute) {
   const double again = recompute ? 1 : 0;
   return {std::vector<double>(layers, m.block_backward + again * m.block_forward),
@@ -37,11 +43,12 @@ LayerCosts backward_costs(const MeasuredLayerCosts& m, int layers, bool recomput
 
 // The mean over the world of each rank's figures (integers: the sum is exact in any order).
 MeasuredLayerCosts mean_over_world(const MeasuredLayerCosts& mine, const World& world) {
-  double values[] = {mine.block_forward,     mine.block_backward, mine.embedding_forward,
-                     mine.embedding_backward, mine.head_forward,   mine.head_backward};
-  if (world.size > 1) sum_over_world(world, values, 6);
+  double values[] = {mine.block_forward, mine.block_backward, mine.embedding_forward, mine.embedding_backward,
+                     mine.head_forward,  mine.head_backward,  mine.block_update,      mine.embedding_update,
+                     mine.head_update};
+  if (world.size > 1) sum_over_world(world, values, 9);
   for (double& value : values) value /= world.size;
-  return {values[0], values[1], values[2], values[3], values[4], values[5]};
+  return {values[0], values[1], values[2], values[3], values[4], values[5], values[6], values[7], values[8]};
 }
 
 // Every rank's usable device bytes on every rank (as check_memory_fits gathers them).
@@ -70,18 +77,31 @@ std::vector<int> stages_over_memory(const RunSetup& setup, const std::vector<int
 
 }  // namespace
 
-LayerCosts layer_costs(const MeasuredLayerCosts& measured, int layers, bool recompute) {
+LayerCosts layer_costs(const MeasuredLayerCosts& measured, int layers, bool recompute, double updates_per_microbatch) {
   const LayerCosts forward = forward_costs(measured, layers), backward = backward_costs(measured, layers, recompute);
-  LayerCosts costs{{}, forward.embedding + backward.embedding, forward.head + backward.head};
-  for (int layer = 0; layer < layers; ++layer) costs.blocks.push_back(forward.blocks[layer] + backward.blocks[layer]);
+  const LayerCosts update = update_costs(measured, layers, updates_per_microbatch);
+  LayerCosts costs{{}, forward.embedding + backward.embedding + update.embedding,
+                   forward.head + backward.head + update.head};
+  for (int layer = 0; layer < layers; ++layer)
+    costs.blocks.push_back(forward.blocks[layer] + backward.blocks[layer] + update.blocks[layer]);
   return costs;
 }
 
-double predicted_step_ns(const PipelineSchedule& schedule, const MeasuredLayerCosts& measured, int layers,
-                         bool recompute, const std::vector<int>& counts) {
+double updates_per_microbatch(const PipelineLayout& layout) {
+  return layout.pipedream ? 1.0 / layout.pipedream->rule.update_every : 0.0;
+}
+
+double predicted_step_ns(const PipelineLayout& layout, int pp, const MeasuredLayerCosts& measured, int layers,
+                         const std::vector<int>& counts) {
+  if (layout.pipedream) {  // no flush: m periods of the slowest stage, its share of the updates in each
+    const std::vector<double> times =
+        chunk_times(layer_costs(measured, layers, layout.recompute, updates_per_microbatch(layout)), counts);
+    return layout.microbatches * *std::max_element(times.begin(), times.end());
+  }
+  const PipelineSchedule schedule = layout_schedule(layout, pp);
   const Placement& placement = schedule.placement;
   const std::vector<double> forwards = chunk_times(forward_costs(measured, layers), counts);
-  const std::vector<double> backwards = chunk_times(backward_costs(measured, layers, recompute), counts);
+  const std::vector<double> backwards = chunk_times(backward_costs(measured, layers, layout.recompute), counts);
   std::vector<double> stage_forward(placement.p, 0.0), stage_backward(placement.p, 0.0);
   for (int vs = 0; vs < placement.virtual_stages(); ++vs) {
     stage_forward[placement.stage_of(vs)] += forwards[vs];
@@ -103,10 +123,11 @@ AutoLayerSplit choose_auto_layer_split(const RunSetup& setup) {
   AutoLayerSplit split;
   split.measured = mean_over_world(mine, world);
   split.ranks = world.size;
+  split.update_every = setup.layout.pipedream ? setup.layout.pipedream->rule.update_every : 0;
   const int layers = config.num_layers;
   const PipelineSchedule schedule = layout_schedule(setup.layout, setup.mesh.pp);
   const int chunks = schedule.placement.virtual_stages();
-  const LayerCosts costs = layer_costs(split.measured, layers, options.recompute);
+  const LayerCosts costs = layer_costs(split.measured, layers, options.recompute, updates_per_microbatch(setup.layout));
   for (const LayerRange& range : split_layers(layers, chunks, 1)) split.even.push_back(range.end_layer - range.first_layer);
   // A split over a rank's memory: each chunk of its stage gets a cap of one layer fewer, and the
   // partitioner runs again; the caps only fall, so this ends, at a split that fits or at none.
@@ -126,22 +147,26 @@ AutoLayerSplit choose_auto_layer_split(const RunSetup& setup) {
   };
   split.heaviest_ns = heaviest(split.counts);
   split.even_heaviest_ns = heaviest(split.even);
-  split.step_ns = predicted_step_ns(schedule, split.measured, layers, options.recompute, split.counts);
-  split.even_step_ns = predicted_step_ns(schedule, split.measured, layers, options.recompute, split.even);
+  split.step_ns = predicted_step_ns(setup.layout, setup.mesh.pp, split.measured, layers, split.counts);
+  split.even_step_ns = predicted_step_ns(setup.layout, setup.mesh.pp, split.measured, layers, split.even);
   return split;
 }
 
 std::string auto_layer_split_text(const AutoLayerSplit& split) {
   const MeasuredLayerCosts& m = split.measured;
-  char text[640];
+  // PipeDream's stage time holds its share of the updates, its step is the steady one (no flush).
+  const std::string updates = split.update_every == 0 ? "" : " (F + B + AdamW / " + std::to_string(split.update_every) + ")";
+  const char* step = split.update_every == 0 ? "predicted step" : "predicted steady step";
+  char text[768];
   std::snprintf(text, sizeof(text),
                 "layers per stage auto: measured F/B per microbatch (mean of %d rank%s): block %.3g/%.3g ms, "
-                "embedding %.3g/%.3g ms, head %.3g/%.3g ms\n"
-                "layers per stage auto: %s, heaviest stage %.3g ms, predicted step %.4g ms; even split %s: %.3g ms, "
+                "embedding %.3g/%.3g ms, head %.3g/%.3g ms; AdamW update block %.3g ms, embedding %.3g ms, head %.3g ms\n"
+                "layers per stage auto: %s, heaviest stage%s %.3g ms, %s %.4g ms; even split %s: %.3g ms, "
                 "%.4g ms (--layers-per-stage %s reproduces this run)\n",
                 split.ranks, split.ranks == 1 ? "" : "s", m.block_forward / 1e6, m.block_backward / 1e6,
                 m.embedding_forward / 1e6, m.embedding_backward / 1e6, m.head_forward / 1e6, m.head_backward / 1e6,
-                join(split.counts).c_str(), split.heaviest_ns / 1e6, split.step_ns / 1e6, join(split.even).c_str(),
+                m.block_update / 1e6, m.embedding_update / 1e6, m.head_update / 1e6, join(split.counts).c_str(),
+                updates.c_str(), split.heaviest_ns / 1e6, step, split.step_ns / 1e6, join(split.even).c_str(),
                 split.even_heaviest_ns / 1e6, split.even_step_ns / 1e6, join(split.counts).c_str());
   return text;
 }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <vector>
 
+#include "kernels/adamw.cuh"
 #include "kernels/cublas_check.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
@@ -18,8 +19,8 @@
 
 namespace {
 
-struct ForwardBackward {
-  double forward, backward;  // ns, medians
+struct RangeCosts {
+  double forward, backward, update;  // ns, medians
 };
 
 double median_ns(std::vector<double> times) {
@@ -39,8 +40,28 @@ void* zeroed(size_t bytes) {
 
 // One range's forward and backward, timed: an embedding range reads tokens, the others a (B, T, C)
 // input; a head range starts its backward from the loss, the others from a (B, T, C) gradient.
+// One AdamW update of the range's n parameters, timed (the run's: fp32 moments, and with bf16 the
+// fp32 master weights, as --master-weights 1 keeps them): what PipeDream runs after each K-th backward.
 template <typename Element>
-ForwardBackward time_range(const GPTConfig& config, const LayerRange& range, int B, int T, AttentionKind attention,
+double time_update(Element* params, const Element* grads, size_t n, cudaStream_t stream, int repeats) {
+  const bool master = sizeof(Element) < sizeof(float);
+  auto* moments = static_cast<Compute<Element>*>(zeroed(2 * n * sizeof(Compute<Element>)));
+  auto* master_params = master ? static_cast<Compute<Element>*>(zeroed(n * sizeof(Compute<Element>))) : nullptr;
+  std::vector<double> times;
+  for (int call = 0; call <= repeats; ++call) {
+    const auto start = std::chrono::steady_clock::now();
+    adamw_update(params, master_params, grads, moments, moments + n, n, 1e-3, 0.9, 0.95, 1e-8, 0.0, 1.0, call + 1,
+                 StochasticRounding{0, 0}, stream);
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (call > 0) times.push_back(elapsed_ns(start));  // the first touches the buffers
+  }
+  device_free(moments);
+  device_free(master_params);
+  return median_ns(times);
+}
+
+template <typename Element>
+RangeCosts time_range(const GPTConfig& config, const LayerRange& range, int B, int T, AttentionKind attention,
                            cublasHandle_t cublas, cudaStream_t stream, int repeats) {
   const ParameterLayout layout = parameter_layout(config, {range});
   const size_t btc_bytes = size_t(B) * T * config.channels * sizeof(Element);
@@ -72,13 +93,14 @@ ForwardBackward time_range(const GPTConfig& config, const LayerRange& range, int
     forwards.push_back(forward);
     backwards.push_back(elapsed_ns(backward_start));
   }
+  const double update = time_update(params, grads, layout.size, stream, repeats);
   destroy_backward_scratch(scratch);
   destroy_activations(acts);
   for (void* memory : {static_cast<void*>(params), static_cast<void*>(grads), static_cast<void*>(tokens),
                        static_cast<void*>(input), static_cast<void*>(grad_input), static_cast<void*>(grad_output),
                        static_cast<void*>(grad_wte_head)})
     device_free(memory);
-  return {median_ns(forwards), median_ns(backwards)};
+  return {median_ns(forwards), median_ns(backwards), update};
 }
 
 }  // namespace
@@ -94,14 +116,15 @@ MeasuredLayerCosts probe_layer_costs(const GPTConfig& config, int B, int T, Atte
   bind_cublas(cublas, stream, workspace, cublas_workspace_bytes());
   CUBLAS_CHECK(cublasSetMathMode(cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   const int L = config.num_layers;
-  const ForwardBackward block = time_range<Element>(config, {0, 1, false, false}, B, T, attention, cublas, stream, repeats);
-  const ForwardBackward embedding =
+  const RangeCosts block = time_range<Element>(config, {0, 1, false, false}, B, T, attention, cublas, stream, repeats);
+  const RangeCosts embedding =
       time_range<Element>(config, {0, 0, true, false}, B, T, attention, cublas, stream, repeats);
-  const ForwardBackward head = time_range<Element>(config, {L, L, false, true}, B, T, attention, cublas, stream, repeats);
+  const RangeCosts head = time_range<Element>(config, {L, L, false, true}, B, T, attention, cublas, stream, repeats);
   CUBLAS_CHECK(cublasDestroy(cublas));
   CUDA_CHECK(cudaStreamDestroy(stream));
   device_free(workspace);
-  return {block.forward, block.backward, embedding.forward, embedding.backward, head.forward, head.backward};
+  return {block.forward,     block.backward, embedding.forward, embedding.backward, head.forward,
+          head.backward,     block.update,   embedding.update,  head.update};
 }
 
 template MeasuredLayerCosts probe_layer_costs<float>(const GPTConfig&, int, int, AttentionKind, bool, int);

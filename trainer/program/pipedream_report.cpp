@@ -7,6 +7,7 @@
 #include "comm/mesh.h"
 #include "model/parameter_layout.h"
 #include "pipeline/pipedream.h"
+#include "pipeline/pipedream_timeline.h"
 #include "pipeline/simulate.h"
 #include "trainer/command_line/options.h"
 #include "trainer/program/memory_report.h"
@@ -27,16 +28,26 @@ std::vector<double> step_ends(const std::vector<std::vector<StageSchedule>>& by_
   return ends;
 }
 
+// What the report and its timeline show: the rule at the world's p, the first steps, the costs.
+struct ShownRun {
+  int p, m;
+  PipeDreamRule rule;
+  int shown;  // the steps shown: at most 3
+  StepCosts costs;
+};
+
+ShownRun shown_run(const TrainOptions& options, int world_size) {
+  const int p = make_mesh(options.dp, options.tp, options.pp, world_size, 0).pp;
+  const PipeDreamRule rule{options.update_every, options.weight_stashing == "on", options.vertical_sync};
+  check_pipedream(rule, p, options.microbatches, options.steps);
+  const std::vector<double>& c = options.schedule_costs;
+  return {p, options.microbatches, rule, std::min(options.steps, 3), {c[0], c[1], c[2], c[3]}};
+}
+
 }  // namespace
 
 std::string pipedream_report(const TrainOptions& options, int world_size) {
-  const int p = make_mesh(options.dp, options.tp, options.pp, world_size, 0).pp;
-  const int m = options.microbatches;
-  const PipeDreamRule rule{options.update_every, options.weight_stashing == "on", options.vertical_sync};
-  check_pipedream(rule, p, m, options.steps);
-  const int shown = std::min(options.steps, 3);
-  const StepCosts costs{options.schedule_costs[0], options.schedule_costs[1], options.schedule_costs[2],
-                        options.schedule_costs[3]};
+  const auto [p, m, rule, shown, costs] = shown_run(options, world_size);
   char line[512];
   std::snprintf(line, sizeof(line),
                 "pipedream schedule, p = %d, m = %d microbatches a step, an update every %d backward%s, weight "
@@ -83,4 +94,18 @@ std::string pipedream_report(const TrainOptions& options, int world_size) {
     report += line;
   }
   return report;
+}
+
+std::string pipedream_timeline_json(const TrainOptions& options, int world_size) {
+  const auto [p, m, rule, shown, costs] = shown_run(options, world_size);
+  Timeline timeline = pipedream_predicted_timeline(rule, p, m, shown, costs, 1e3);
+  timeline.about = {{"what", "the simulator's predicted timeline of the first " + std::to_string(shown) +
+                                 " steps; one unit of --schedule-costs = 1 ms; updates cost 0"},
+                    {"schedule", "pipedream schedule"},
+                    {"layout", "pp " + std::to_string(p) + ", one replica"},
+                    {"microbatches", std::to_string(m)},
+                    {"update every", std::to_string(rule.update_every)},
+                    {"weight stashing", rule.weight_stashing ? "on" : "off"},
+                    {"vertical sync", rule.vertical_sync ? "on" : "off"}};
+  return chrome_trace_json(timeline);
 }
