@@ -46,9 +46,19 @@ TEST(PipeDreamOptions, WhatIsNotBuiltYetIsRefusedByName) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--tp", "2"}, "--tp 2"},
       {{"--zero", "1"}, "--zero 1"},
-      {{"--recompute"}, "--recompute"},    {{"--documents"}, "--documents"}};
+      {{"--documents"}, "--documents"}};
   for (const auto& [more, option] : cases)
     EXPECT_EQ(error_of(pipedream(more)), "--schedule pipedream does not run with " + option + " yet (issue 37)");
+}
+
+// --recompute is taken with stashing (the default, and with vertical sync), and refused without it:
+// the forward's version would be gone when its activations are recomputed.
+TEST(PipeDreamOptions, RecomputeIsTakenWithStashingOnly) {
+  EXPECT_TRUE(parse(pipedream({"--recompute"})).recompute);
+  EXPECT_TRUE(parse(pipedream({"--recompute", "--vertical-sync"})).recompute);
+  EXPECT_EQ(error_of(pipedream({"--recompute", "--weight-stashing", "off"})),
+            "--schedule pipedream with --recompute needs weight stashing (without it the forward's weight version is "
+            "gone when its activations are recomputed): drop --weight-stashing off or --recompute");
 }
 
 // A checkpoint every N steps is taken: the pipeline drains at each (docs/pipeline.md, "Checkpoints").

@@ -165,7 +165,8 @@ def pipedream_plan_is_what_each_stage_holds():
     """--schedule pipedream at -np 4: each stage's printed peak less its set-up transient is the
     device bytes the stage holds during the run (its stashed weight versions and the head's ring
     among them, from the --log's stage records), and a --memory-limit one byte below stage 0's peak
-    (3 stashed versions of its parameters above 1f1b's) refuses the run before anything is allocated."""
+    (3 stashed versions of its parameters above 1f1b's) refuses the run before anything is allocated,
+    offering --recompute, which it does not offer without stashing."""
     layout = ["--schedule", "pipedream", "--grad-clip", "0", "--steps", "2"]
     peaks = peaks_of(["--world", "4"] + layout)
     status, lines, _ = run([TRAIN, "--print-memory", "--world", "4"] + layout)
@@ -184,12 +185,23 @@ def pipedream_plan_is_what_each_stage_holds():
     status, lines, _ = run(MPIRUN + ["-np", "4", TRAIN, "--memory-limit", str(peaks[0] - 1)] + layout + SMALL_RUN[:4])
     error = refusal(lines)
     fits = [line for line in error or [] if line.startswith("  would fit")]
-    # Only changes pipedream runs with: not --recompute (refused with it); bf16 is one.
+    # Changes pipedream runs with: --recompute (with stashing, the default: one working set instead
+    # of stage 0's 4 slots of activations) and bf16.
     ok = (status == 1 and error is not None and re.match(r"train: error: rank 0 \(stage 0\) plans ", error[0])
-          and len(fits) >= 1 and not any("--recompute" in fit for fit in fits)
-          and any("--dtype bf16" in fit for fit in fits))
-    return bool(ok), "planned %s held each step; limit %d: status %d, %s" % (planned, peaks[0] - 1, status,
-                                                                               error or lines[-3:])
+          and any("--recompute" in fit for fit in fits) and any("--dtype bf16" in fit for fit in fits))
+    if not ok:
+        return False, "planned %s held each step; limit %d: status %d, %s" % (planned, peaks[0] - 1, status,
+                                                                                error or lines[-3:])
+    # Without stashing pipedream refuses --recompute, so the refusal does not offer it, though it
+    # would fit (stage 0's 4 slots of activations, the most it saves); another change does.
+    unstashed = layout + ["--weight-stashing", "off"]
+    limit = peaks_of(["--world", "4"] + unstashed)[0] - 1
+    status, lines, _ = run(MPIRUN + ["-np", "4", TRAIN, "--memory-limit", str(limit)] + unstashed + SMALL_RUN[:4])
+    error = refusal(lines)
+    fits = [line for line in error or [] if line.startswith("  would fit")]
+    ok = status == 1 and len(fits) == 1 and "--recompute" not in fits[0]
+    return ok, "planned %s held each step; refusals with stashing and without: status %d, %s" % (
+        planned, status, error or lines[-3:])
 
 
 BAD_INPUT = {

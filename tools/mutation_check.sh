@@ -1393,9 +1393,9 @@ fault pipedream-plan-without-the-heads-ring pipeline/memory_plan.cpp \
 fault pipedream-plan-without-the-read-ahead pipeline/memory_plan.cpp \
   's/  const uint64_t held = in.microbatches + (in.pipedream ? p - 1 : 0);/  const uint64_t held = in.microbatches;/' \
   'unit MemoryPlan.PipeDream*'
-# Item 2: the refusal suggests --recompute, which pipedream refuses.
+# Item 2: the refusal suggests --recompute where pipedream refuses it (without stashing, since h37k).
 fault pipedream-refusal-suggests-recompute trainer/program/memory_report.cpp \
-  's/  if (!o.recompute \&\& !pipedream) changes.push_back/  if (!o.recompute) changes.push_back/' \
+  's/  if (!o.recompute \&\& !recompute_refused) changes.push_back/  if (!o.recompute) changes.push_back/' \
   'py:train_memory_test TrainMemory.PipeDream*'
 # Item 4: --trace with the whole run's messages as the traced step's flows (PipeDream's step
 # lists are a part of the run's).
@@ -1718,6 +1718,24 @@ fault pipedream-auto-leaves-out-the-updates trainer/program/auto_layer_split.cpp
 fault pipedream-auto-predicts-a-flushed-step trainer/program/auto_layer_split.cpp \
   's/^  if (layout.pipedream) {  \/\/ no flush/  if (false) {  \/\/ no flush/' \
   'unit AutoLayerSplit.PipeDreamPredictsTheSteadyStep'
+# h37k: issue 37 (pipedream with --recompute).
+# The forward run again before a backward reads the stage's latest weights, not the stashed version
+# its forward (and its backward) used.
+fault pipedream-recompute-with-the-latest-weights pipeline/execute_steps.cu \
+  's/^    forward_chunk(e, on, params, chunk, slot,$/    forward_chunk(e, on, e.pipedream ? stage_views(e.pipedream->parameters, e.pipedream->layout) : params, chunk, slot,/' \
+  'mpi4 PipelineLayouts.PipeDreamRecomputing*'
+# The memory plan counts each in-flight microbatch's activations (w_s slots) with pipedream's recompute.
+fault pipedream-recompute-plan-counts-every-slots-activations pipeline/memory_plan.cpp \
+  's/^    if (!in.recompute) b.device("slot activations"/    if (!in.recompute || in.pipedream) b.device("slot activations"/' \
+  'mpi4 PipelineLayouts.PipeDreamRecomputing*'
+# --recompute taken without weight stashing (the forward's version gone when it runs again).
+fault pipedream-recompute-taken-without-stashing trainer/command_line/options.cpp \
+  's/options.recompute \&\& options.weight_stashing == "off"/false/' \
+  'unit PipeDreamOptions.*'
+# --memory-limit's refusal leaves --recompute out of pipedream's changes, as when it was refused.
+fault pipedream-memory-limit-leaves-out-recompute trainer/program/memory_report.cpp \
+  's/= run.layout.pipedream.has_value() \&\& !run.layout.pipedream->rule.weight_stashing;/= run.layout.pipedream.has_value();/' \
+  'py:train_memory_test TrainMemory.PipeDreamPlanIsWhatEachStageHolds'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -3,7 +3,8 @@
 // the world / 2), several steps, bitwise equal to
 // the one-process reference of its rule (tests/pipedream_reference.h): each step's loss and the
 // parameters after the last update, the tied copy of wte on the last stage among them; and the
-// run's device peak, which is its memory plan to the byte (the stashes, the ring). Both run
+// run's device peak, which is its memory plan to the byte (the stashes, the ring; with
+// --recompute one working set instead of each slot's activations). Both run
 // fp32, or bf16 with the same stochastic rounding, on the same kernels in the same order of
 // additions, so nothing but a version taken wrong (or a rounding keyed otherwise) can move a bit.
 // Kept in the PipelineLayouts suite for those modes.
@@ -37,13 +38,14 @@ struct PipeDreamOutcome {
   std::vector<StepResult> steps;
   std::vector<float> parameters;  // llm.c's layout, zeros outside the rank's stage
   std::vector<ParameterRegion> regions;
+  int recomputed = 0;  // the stage's backwards that ran their forward again, over the run
 };
 
 template <typename Element = float>
 PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& groups, const AdamWSettings& settings,
-                              const MixedPrecision& precision) {
+                              const MixedPrecision& precision, bool recompute) {
   const GPTConfig config = config_of(kLayers);
-  PipelineLayout layout{ScheduleKind::one_f_one_b, kM, 1, false, {}};
+  PipelineLayout layout{ScheduleKind::one_f_one_b, kM, 1, recompute, {}};
   layout.pipedream = PipeDreamLayout{rule, kSteps};
   const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
   const StageMemoryPlan plan =
@@ -57,6 +59,7 @@ PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& group
   for (int t = 1; t <= kSteps; ++t) {
     outcome.steps.push_back(train_step(trainer, reader, settings, kLearningRate, t));
     outcome.losses.push_back(outcome.steps.back().loss);
+    for (const ExecutedStep& executed : trainer.executor.trace) outcome.recomputed += executed.recomputed ? 1 : 0;
   }
   // The memory plan, stashes and the head's ring included, is the run's peak to the byte.
   EXPECT_EQ(device_memory_counts().peak_bytes - bytes_before, plan.peak_bytes)
@@ -73,16 +76,16 @@ PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& group
 template <typename Element = float>
 PipeDreamOutcome expect_reference(const PipeDreamRule& rule, int dp, int p, const AdamWSettings& settings = kUnclipped,
                                   const MixedPrecision& precision = {},
-                                  std::optional<std::pair<int, size_t>> nan_gradient = {}) {
+                                  std::optional<std::pair<int, size_t>> nan_gradient = {}, bool recompute = false) {
   WorldGroups world(dp, p);
   SCOPED_TRACE("dp " + std::to_string(dp) + " p " + std::to_string(p) + " K " + std::to_string(rule.update_every) +
                (rule.weight_stashing ? " stashing" : " no stashing") + (rule.vertical_sync ? " vertical sync" : "") +
-               " clip " + std::to_string(settings.grad_clip));
+               " clip " + std::to_string(settings.grad_clip) + (recompute ? " recompute" : ""));
   const GPTConfig config = config_of(kLayers);
   const pipedream_reference::Run expected = pipedream_reference::run<Element>(
       config, kB, kT, p, kM, kSteps, rule, settings, kLearningRate, initial_parameters(config),
       make_batch_reader(dataset(), kB, kT, false, 1), dp, {}, precision, nan_gradient);
-  const PipeDreamOutcome outcome = run_pipeline<Element>(rule, world.groups, settings, precision);
+  const PipeDreamOutcome outcome = run_pipeline<Element>(rule, world.groups, settings, precision, recompute);
   EXPECT_EQ(outcome.losses, expected.losses);
   // The updates each step decides: those whose last microbatch it runs, but the cool-down's (no
   // forward uses them), which the last step decides at its end (pipeline/pipedream_run.h).
@@ -219,6 +222,33 @@ TEST(PipelineLayouts, PipeDreamReplicasWithoutStashingGiveTheReference) {
 }
 TEST(PipelineLayouts, PipeDreamReplicasWithVerticalSyncGiveTheReference) {
   expect_reference_with_replicas({1, true, true});
+}
+// --recompute: each stage but the last keeps only its in-flight microbatches' inputs and runs a
+// forward again before its backward, with the version the backward reads (with stashing the
+// forward's, from its stash; with vertical sync stage 0's): bitwise the reference's, which keeps
+// every activation, so bitwise the run without --recompute; the peak is the plan's (one working
+// set, not w_s slots of activations). Without stashing it is refused (trainer/command_line/options.cpp).
+template <typename Element = float>
+void expect_recomputed_reference(const PipeDreamRule& rule, int dp, int p, const MixedPrecision& precision = {}) {
+  const PipeDreamOutcome outcome = expect_reference<Element>(rule, dp, p, kUnclipped, precision, {}, true);
+  const int stage = make_mesh(dp, 1, p, size_of_world(), rank_in_world()).pp_rank;
+  if (stage < p - 1) {
+    EXPECT_GT(outcome.recomputed, 0) << "stage " << stage << " never ran a forward again";
+  }
+}
+// With stashing: K = 1 and 2, and in bf16 (its bf16 reference).
+TEST(PipelineLayouts, PipeDreamRecomputingWithStashingGivesTheReference) {
+  expect_recomputed_reference({1, true, false}, 1, size_of_world());
+  expect_recomputed_reference({2, true, false}, 1, size_of_world());
+  expect_recomputed_reference<__nv_bfloat16>({1, true, false}, 1, size_of_world(), {true, 81});
+}
+TEST(PipelineLayouts, PipeDreamRecomputingWithVerticalSyncGivesTheReference) {
+  expect_recomputed_reference({1, true, true}, 1, size_of_world());
+}
+// Replicas of two stages, or at -np 2 two replicas of one stage (which recomputes nothing).
+TEST(PipelineLayouts, PipeDreamRecomputingReplicasGiveTheReference) {
+  const int pp = size_of_world() >= 4 ? 2 : 1;
+  expect_recomputed_reference({1, true, false}, size_of_world() / pp, pp);
 }
 // bf16 (the trainer's mixed precision): the stashes bf16, the rounding key (seed, the update's
 // AdamW count) at each element's whole-model index, with master weights and without.

@@ -282,7 +282,7 @@ std::vector<std::string> pipedream_not_built(const TrainOptions& options) {
   std::vector<std::string> named;
   if (options.tp > 1) named.push_back("--tp " + std::to_string(options.tp));
   if (options.zero == 1) named.push_back("--zero 1");
-  for (const char* name : {"recompute", "documents", "seq-len-warmup"})
+  for (const char* name : {"documents", "seq-len-warmup"})
     if (options.given.count(name)) named.push_back(std::string("--") + name);
   return named;
 }
@@ -339,6 +339,12 @@ void check_consistency(const TrainOptions& options) {
                             options.print_memory);
   check_pipedream_options(options.schedule == "pipedream", options.vertical_sync, options.grad_clip,
                           pipedream_not_built(options), options.given);
+  // A recompute needs the version its forward used; without stashing only the latest is kept, and a
+  // forward run again with it would give other activations than the rule's backward reads.
+  if (options.schedule == "pipedream" && options.recompute && options.weight_stashing == "off")
+    throw std::runtime_error("--schedule pipedream with --recompute needs weight stashing (without it the forward's "
+                             "weight version is gone when its activations are recomputed): drop --weight-stashing off "
+                             "or --recompute");
   check_document_options(options.seq_len_warmup_start, options.seq_len, options.given);
   check_sequence_parallel_options(options.sequence_parallel, options.tp, options.seq_len);
   if (options.given.count("schedule-costs") && !options.print_schedule)

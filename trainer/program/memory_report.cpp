@@ -54,18 +54,18 @@ struct Change {
 // The changes the refusal tries, one at a time and then the two cheapest together: the fused
 // attention (when the run asked for the materialised one), recompute, bf16, smaller microbatches
 // with as many more of them (the same tokens per step), 1F1B instead of all-forward-all-backward,
-// twice the stages (on twice the ranks); with pipedream not recompute.
+// twice the stages (on twice the ranks); with pipedream recompute only with weight stashing.
 std::vector<Change> changes_to_try(const PlannedRun& run) {
   const TrainOptions& o = run.options;
   std::vector<Change> changes;
   if (run.layout.attention == AttentionKind::materialized &&
       fused_attention_takes_heads(run.config.channels, run.config.num_heads))
     changes.push_back({"--attention fused", [](TrainOptions& t) { t.attention = "fused"; }});
-  // Not those --schedule pipedream does not run with yet (trainer/command_line/pipedream_options.h).
-  const bool pipedream = run.layout.pipedream.has_value();
-  if (!o.recompute && !pipedream) changes.push_back({"--recompute", [](TrainOptions& t) { t.recompute = true; }});
+  // Not --recompute where --schedule pipedream refuses it: without weight stashing (trainer/command_line/options.cpp).
+  const bool recompute_refused = run.layout.pipedream.has_value() && !run.layout.pipedream->rule.weight_stashing;
+  if (!o.recompute && !recompute_refused) changes.push_back({"--recompute", [](TrainOptions& t) { t.recompute = true; }});
   if (!is_bf16(o)) changes.push_back({"--dtype bf16", [](TrainOptions& t) { t.dtype = "bf16"; }});
-  if (!o.recompute && !is_bf16(o) && !pipedream)
+  if (!o.recompute && !is_bf16(o) && !recompute_refused)
     changes.push_back({"--recompute --dtype bf16", [](TrainOptions& t) { t.recompute = true, t.dtype = "bf16"; }});
   for (int divisor = 2; divisor <= o.batch; divisor *= 2)
     if (o.batch % divisor == 0) {
