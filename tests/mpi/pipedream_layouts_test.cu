@@ -41,10 +41,10 @@ struct PipeDreamOutcome {
 
 template <typename Element = float>
 PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& groups, const AdamWSettings& settings,
-                              const MixedPrecision& precision) {
+                              const MixedPrecision& precision, const std::vector<int>& drains) {
   const GPTConfig config = config_of(kLayers);
   PipelineLayout layout{ScheduleKind::one_f_one_b, kM, 1, false, {}};
-  layout.pipedream = PipeDreamLayout{rule, kSteps};
+  layout.pipedream = PipeDreamLayout{rule, kSteps, drains};
   const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
   const StageMemoryPlan plan =
       plan_memory(memory_plan_input(config, kB, kT, layout, groups.mesh, bf16, precision))[groups.mesh.pp_rank];
@@ -68,25 +68,27 @@ PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& group
 }
 
 // dp replicas of p stages (one rank each, the world dp p), in Element (bf16: dp 1 or 2, the
-// reference's). With vertical sync, each step's norm is the last update's it decides (trainer.h's
+// reference's), the run's lists cut after each step of drains (--save-every's, --val-every's). With vertical sync, each step's norm is the last update's it decides (trainer.h's
 // pipedream_step), and a step is applied when all those are.
 template <typename Element = float>
 PipeDreamOutcome expect_reference(const PipeDreamRule& rule, int dp, int p, const AdamWSettings& settings = kUnclipped,
                                   const MixedPrecision& precision = {},
-                                  std::optional<std::pair<int, size_t>> nan_gradient = {}) {
+                                  std::optional<std::pair<int, size_t>> nan_gradient = {},
+                                  const std::vector<int>& drains = {}) {
   WorldGroups world(dp, p);
   SCOPED_TRACE("dp " + std::to_string(dp) + " p " + std::to_string(p) + " K " + std::to_string(rule.update_every) +
                (rule.weight_stashing ? " stashing" : " no stashing") + (rule.vertical_sync ? " vertical sync" : "") +
-               " clip " + std::to_string(settings.grad_clip));
+               " clip " + std::to_string(settings.grad_clip) + (drains.empty() ? "" : " drained"));
   const GPTConfig config = config_of(kLayers);
   const pipedream_reference::Run expected = pipedream_reference::run<Element>(
       config, kB, kT, p, kM, kSteps, rule, settings, kLearningRate, initial_parameters(config),
-      make_batch_reader(dataset(), kB, kT, false, 1), dp, {}, precision, nan_gradient);
-  const PipeDreamOutcome outcome = run_pipeline<Element>(rule, world.groups, settings, precision);
+      make_batch_reader(dataset(), kB, kT, false, 1), dp, drains, precision, nan_gradient);
+  const PipeDreamOutcome outcome = run_pipeline<Element>(rule, world.groups, settings, precision, drains);
   EXPECT_EQ(outcome.losses, expected.losses);
   // The updates each step decides: those whose last microbatch it runs, but the cool-down's (no
   // forward uses them), which the last step decides at its end (pipeline/pipedream_run.h).
   std::vector<std::vector<int>> decided(kSteps);
+  if (rule.vertical_sync && !drains.empty()) ADD_FAILURE() << "the decided updates below know no drain";
   for (int v = 1; rule.vertical_sync && v <= kSteps * kM / rule.update_every; ++v)
     decided[pipedream_decided_at_end(rule, p, kM, kSteps, v) ? kSteps - 1 : (v * rule.update_every - 1) / kM]
         .push_back(v);
@@ -234,6 +236,18 @@ TEST(PipelineLayouts, PipeDreamClippedInBf16WithVerticalSyncGivesTheBf16Referenc
 // Two replicas of the world / 2 stages in bf16: each update's sum over them is one bf16 rounding.
 TEST(PipelineLayouts, PipeDreamReplicasInBf16GiveTheBf16Reference) {
   expect_reference<__nv_bfloat16>({1, true, false}, 2, size_of_world() / 2, kUnclipped, {true, 79});
+}
+
+// Drained after step 1 of 3 (a --save-every or --val-every drain: the step ends with a cool-down,
+// the next warms up again, its versions counted on), in bf16 with master weights (the tied copy
+// brought to stage 0's version and rounded with its key at the drain) and with two replicas of
+// the world / 2 stages, fp32 and bf16: bitwise the reference draining there.
+TEST(PipelineLayouts, PipeDreamDrainedInBf16GivesTheBf16ReferenceDrainingThere) {
+  expect_reference<__nv_bfloat16>({1, true, false}, 1, size_of_world(), kUnclipped, {true, 81}, {}, {1});
+}
+TEST(PipelineLayouts, PipeDreamDrainedReplicasGiveTheReferenceDrainingThere) {
+  expect_reference({1, true, false}, 2, size_of_world() / 2, kUnclipped, {}, {}, {1});
+  expect_reference<__nv_bfloat16>({1, true, false}, 2, size_of_world() / 2, kUnclipped, {true, 82}, {}, {1});
 }
 
 }  // namespace
