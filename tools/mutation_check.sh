@@ -1378,10 +1378,6 @@ fault pipedream-step-loss-over-read-ahead trainer/step/pipedream_step.cpp \
 fault pipedream-step-without-stage-records trainer/step/pipedream_step.cpp \
   's/^  result.stages = gather_stage_records(/  if (false) result.stages = gather_stage_records(/' \
   'unit TrainLayout.PipeDreamFourStages*'
-# Item 1: validation between steps, while microbatches in flight hold every slot.
-fault pipedream-validation-mid-run trainer/program/run.cpp \
-  's/  if (setup.layout.pipedream \&\& options.val_every > 0) options.val_every = options.steps;//' \
-  'unit TrainLayout.PipeDreamFourStages*'
 # Item 2: the memory plan without pipedream's stashed versions, without the head's ring, or with
 # the step's microbatches only in the pinned buffers (not stage 0's read-ahead).
 fault pipedream-plan-without-stashes pipeline/memory_plan.cpp \
