@@ -137,10 +137,11 @@ void check_pipedream_drains(int steps, const std::vector<int>& drains) {
                                std::to_string(steps) + " steps: drains go in order, after a step before the last");
 }
 
-std::vector<int> pipedream_drains_every(int every, int first_step, int steps) {
+std::vector<int> pipedream_drains_every(const std::vector<int>& intervals, int first_step, int steps) {
   std::vector<int> drains;
-  for (int d = 1; every > 0 && d < steps; ++d)
-    if ((first_step + d) % every == 0) drains.push_back(d);
+  for (int d = 1; d < steps; ++d)
+    if (std::any_of(intervals.begin(), intervals.end(), [&](int every) { return every > 0 && (first_step + d) % every == 0; }))
+      drains.push_back(d);
   return drains;
 }
 

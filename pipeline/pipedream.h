@@ -48,9 +48,10 @@ struct PipeDreamRule {
 void check_pipedream(const PipeDreamRule& rule, int p, int m, int steps);
 // Throws one line when drains are not in increasing order within [1, steps).
 void check_pipedream_drains(int steps, const std::vector<int>& drains);
-// --save-every N's drains in a run of `steps` steps after step first_step of the whole (a resumed
-// run's): each of its steps whose number in the whole run is a multiple of N, but its last.
-std::vector<int> pipedream_drains_every(int every, int first_step, int steps);
+// The drains of a run of `steps` steps after step first_step of the whole (a resumed run's) for
+// intervals N (--save-every, --val-every, --sample-every; 0: none): each of its steps whose number in
+// the whole run is a multiple of one of them, but its last, in increasing order.
+std::vector<int> pipedream_drains_every(const std::vector<int>& intervals, int first_step, int steps);
 // The first microbatch of the part of the run (between drains) that holds microbatch k.
 int pipedream_part_start(int m, const std::vector<int>& drains, int microbatch);
 // A stop signal seen after step `done` (1, 2, ...) of a run cut at drains: the first step whose end

@@ -130,13 +130,15 @@ TEST(PipeDreamDrain, AStopDrainLeavesTheStepsRunAsTheyWereAndIsTheEarliest) {
       }
 }
 
-// --save-every N's drains: the steps of the whole run that are multiples of N, counted from a resumed
-// run's first; the stop drain takes a drain already there.
+// --save-every N's (and --val-every's, --sample-every's) drains: the steps of the whole run that are
+// multiples of N, counted from a resumed run's first; the stop drain takes a drain already there.
 TEST(PipeDreamDrain, SaveEveryDrainsAtItsMultiplesAndAStopTakesTheNextOne) {
-  EXPECT_EQ(pipedream_drains_every(2, 0, 7), (std::vector<int>{2, 4, 6}));
-  EXPECT_EQ(pipedream_drains_every(2, 0, 6), (std::vector<int>{2, 4}));  // the run's end drains anyway
-  EXPECT_EQ(pipedream_drains_every(3, 2, 8), (std::vector<int>{1, 4, 7}));  // steps 3, 6, 9 of the whole
-  EXPECT_EQ(pipedream_drains_every(0, 0, 8), (std::vector<int>{}));
+  EXPECT_EQ(pipedream_drains_every({2}, 0, 7), (std::vector<int>{2, 4, 6}));
+  EXPECT_EQ(pipedream_drains_every({2}, 0, 6), (std::vector<int>{2, 4}));  // the run's end drains anyway
+  EXPECT_EQ(pipedream_drains_every({3}, 2, 8), (std::vector<int>{1, 4, 7}));  // steps 3, 6, 9 of the whole
+  EXPECT_EQ(pipedream_drains_every({0}, 0, 8), (std::vector<int>{}));
+  // --save-every 4, --val-every 6, no samples: the multiples of either, once each, in order.
+  EXPECT_EQ(pipedream_drains_every({4, 6, 0}, 0, 13), (std::vector<int>{4, 6, 8, 12}));
   EXPECT_EQ(pipedream_stop_drain(kStashing, 4, 4, 12, {}, 4), 5);
   EXPECT_EQ(pipedream_stop_drain(kStashing, 4, 4, 12, {4, 8}, 4), 4);
   EXPECT_EQ(pipedream_stop_drain(kStashing, 1, 4, 12, {}, 4), 4);  // nothing in flight on one stage

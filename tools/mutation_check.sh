@@ -1378,10 +1378,6 @@ fault pipedream-step-loss-over-read-ahead trainer/step/pipedream_step.cpp \
 fault pipedream-step-without-stage-records trainer/step/pipedream_step.cpp \
   's/^  result.stages = gather_stage_records(/  if (false) result.stages = gather_stage_records(/' \
   'unit TrainLayout.PipeDreamFourStages*'
-# Item 1: validation between steps, while microbatches in flight hold every slot.
-fault pipedream-validation-mid-run trainer/program/run.cpp \
-  's/  if (setup.layout.pipedream \&\& options.val_every > 0) options.val_every = options.steps;//' \
-  'unit TrainLayout.PipeDreamFourStages*'
 # Item 2: the memory plan without pipedream's stashed versions, without the head's ring, or with
 # the step's microbatches only in the pinned buffers (not stage 0's read-ahead).
 fault pipedream-plan-without-stashes pipeline/memory_plan.cpp \
@@ -1695,7 +1691,7 @@ fault pipedream-stop-does-not-cut-the-lists trainer/program/pipedream_stop.cpp \
   'py:train_stop_test Preemption.PipeDream*'
 # A resumed run's --save-every drains counted from its own first step, not the whole run's.
 fault pipedream-resumed-drains-counted-from-the-resume trainer/program/run.cpp \
-  's/pipedream_drains_every(options.save_every, setup.start.position.step, /pipedream_drains_every(options.save_every, 0, /' \
+  's/ setup.start.position.step, setup.layout.pipedream->steps);$/ 0, setup.layout.pipedream->steps);/' \
   'mpi4 PipelineLayouts.PipeDreamSaveEvery*'
 # h37j: issue 37 item 4 (pipedream with --print-schedule --trace and --layers-per-stage auto).
 # An update drawn at the start of the backward that completes it, not at its end.
@@ -1736,6 +1732,21 @@ fault pipedream-recompute-taken-without-stashing trainer/command_line/options.cp
 fault pipedream-memory-limit-leaves-out-recompute trainer/program/memory_report.cpp \
   's/= run.layout.pipedream.has_value() \&\& !run.layout.pipedream->rule.weight_stashing;/= run.layout.pipedream.has_value();/' \
   'py:train_memory_test TrainMemory.PipeDreamPlanIsWhatEachStageHolds'
+# h37m: issue 37 item 2 (pipedream validates and samples at drained steps; its drains held to the reference in bf16 and with replicas).
+# --val-every's steps not drained: the validation reads a pipeline with microbatches in flight and
+# weights of several versions, and the steps after it are the undrained rule's.
+fault pipedream-validation-does-not-drain trainer/step/trainer.cpp \
+  's/{options.save_every, options.val_every, options.sample_every}, 0, options.steps)/{options.save_every, options.sample_every}, 0, options.steps)/' \
+  'mpi4 PipelineLayouts.PipeDreamValidatesTheReferenceModelAtEachDrain'
+# --sample-every's steps not drained.
+fault pipedream-sample-does-not-drain trainer/step/trainer.cpp \
+  's/{options.save_every, options.val_every, options.sample_every}, 0, options.steps)/{options.save_every, options.val_every}, 0, options.steps)/' \
+  'mpi4 PipelineLayouts.PipeDreamValidatesTheReferenceModelAtEachDrain'
+# bf16: the drain's update of the last stage's tied copy rounds from its bf16 values, not from the
+# master weights stage 0's wte updates from.
+fault pipedream-bf16-tied-copy-without-master-weights trainer/step/pipedream_updates.cpp \
+  's/^  float\* master = optimizer_.master == nullptr ? nullptr : /  float* master = optimizer_.master == nullptr || tied ? nullptr : /' \
+  'mpi4 PipelineLayouts.PipeDreamDrainedInBf16GivesTheBf16ReferenceDrainingThere'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -43,10 +43,10 @@ struct PipeDreamOutcome {
 
 template <typename Element = float>
 PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& groups, const AdamWSettings& settings,
-                              const MixedPrecision& precision, bool recompute) {
+                              const MixedPrecision& precision, const std::vector<int>& drains, bool recompute) {
   const GPTConfig config = config_of(kLayers);
   PipelineLayout layout{ScheduleKind::one_f_one_b, kM, 1, recompute, {}};
-  layout.pipedream = PipeDreamLayout{rule, kSteps};
+  layout.pipedream = PipeDreamLayout{rule, kSteps, drains};
   const bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
   const StageMemoryPlan plan =
       plan_memory(memory_plan_input(config, kB, kT, layout, groups.mesh, bf16, precision))[groups.mesh.pp_rank];
@@ -71,25 +71,28 @@ PipeDreamOutcome run_pipeline(const PipeDreamRule& rule, const CommGroups& group
 }
 
 // dp replicas of p stages (one rank each, the world dp p), in Element (bf16: dp 1 or 2, the
-// reference's). With vertical sync, each step's norm is the last update's it decides (trainer.h's
+// reference's), the run's lists cut after each step of drains (--save-every's, --val-every's). With vertical sync, each step's norm is the last update's it decides (trainer.h's
 // pipedream_step), and a step is applied when all those are.
 template <typename Element = float>
 PipeDreamOutcome expect_reference(const PipeDreamRule& rule, int dp, int p, const AdamWSettings& settings = kUnclipped,
                                   const MixedPrecision& precision = {},
-                                  std::optional<std::pair<int, size_t>> nan_gradient = {}, bool recompute = false) {
+                                  std::optional<std::pair<int, size_t>> nan_gradient = {},
+                                  const std::vector<int>& drains = {}, bool recompute = false) {
   WorldGroups world(dp, p);
   SCOPED_TRACE("dp " + std::to_string(dp) + " p " + std::to_string(p) + " K " + std::to_string(rule.update_every) +
                (rule.weight_stashing ? " stashing" : " no stashing") + (rule.vertical_sync ? " vertical sync" : "") +
-               " clip " + std::to_string(settings.grad_clip) + (recompute ? " recompute" : ""));
+               " clip " + std::to_string(settings.grad_clip) + (drains.empty() ? "" : " drained") +
+               (recompute ? " recompute" : ""));
   const GPTConfig config = config_of(kLayers);
   const pipedream_reference::Run expected = pipedream_reference::run<Element>(
       config, kB, kT, p, kM, kSteps, rule, settings, kLearningRate, initial_parameters(config),
-      make_batch_reader(dataset(), kB, kT, false, 1), dp, {}, precision, nan_gradient);
-  const PipeDreamOutcome outcome = run_pipeline<Element>(rule, world.groups, settings, precision, recompute);
+      make_batch_reader(dataset(), kB, kT, false, 1), dp, drains, precision, nan_gradient);
+  const PipeDreamOutcome outcome = run_pipeline<Element>(rule, world.groups, settings, precision, drains, recompute);
   EXPECT_EQ(outcome.losses, expected.losses);
   // The updates each step decides: those whose last microbatch it runs, but the cool-down's (no
   // forward uses them), which the last step decides at its end (pipeline/pipedream_run.h).
   std::vector<std::vector<int>> decided(kSteps);
+  if (rule.vertical_sync && !drains.empty()) ADD_FAILURE() << "the decided updates below know no drain";
   for (int v = 1; rule.vertical_sync && v <= kSteps * kM / rule.update_every; ++v)
     decided[pipedream_decided_at_end(rule, p, kM, kSteps, v) ? kSteps - 1 : (v * rule.update_every - 1) / kM]
         .push_back(v);
@@ -230,7 +233,7 @@ TEST(PipelineLayouts, PipeDreamReplicasWithVerticalSyncGiveTheReference) {
 // set, not w_s slots of activations). Without stashing it is refused (trainer/command_line/options.cpp).
 template <typename Element = float>
 void expect_recomputed_reference(const PipeDreamRule& rule, int dp, int p, const MixedPrecision& precision = {}) {
-  const PipeDreamOutcome outcome = expect_reference<Element>(rule, dp, p, kUnclipped, precision, {}, true);
+  const PipeDreamOutcome outcome = expect_reference<Element>(rule, dp, p, kUnclipped, precision, {}, {}, true);
   const int stage = make_mesh(dp, 1, p, size_of_world(), rank_in_world()).pp_rank;
   if (stage < p - 1) {
     EXPECT_GT(outcome.recomputed, 0) << "stage " << stage << " never ran a forward again";
@@ -264,6 +267,18 @@ TEST(PipelineLayouts, PipeDreamClippedInBf16WithVerticalSyncGivesTheBf16Referenc
 // Two replicas of the world / 2 stages in bf16: each update's sum over them is one bf16 rounding.
 TEST(PipelineLayouts, PipeDreamReplicasInBf16GiveTheBf16Reference) {
   expect_reference<__nv_bfloat16>({1, true, false}, 2, size_of_world() / 2, kUnclipped, {true, 79});
+}
+
+// Drained after step 1 of 3 (a --save-every or --val-every drain: the step ends with a cool-down,
+// the next warms up again, its versions counted on), in bf16 with master weights (the tied copy
+// brought to stage 0's version and rounded with its key at the drain) and with two replicas of
+// the world / 2 stages, fp32 and bf16: bitwise the reference draining there.
+TEST(PipelineLayouts, PipeDreamDrainedInBf16GivesTheBf16ReferenceDrainingThere) {
+  expect_reference<__nv_bfloat16>({1, true, false}, 1, size_of_world(), kUnclipped, {true, 81}, {}, {1});
+}
+TEST(PipelineLayouts, PipeDreamDrainedReplicasGiveTheReferenceDrainingThere) {
+  expect_reference({1, true, false}, 2, size_of_world() / 2, kUnclipped, {}, {}, {1});
+  expect_reference<__nv_bfloat16>({1, true, false}, 2, size_of_world() / 2, kUnclipped, {true, 82}, {}, {1});
 }
 
 }  // namespace

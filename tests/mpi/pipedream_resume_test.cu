@@ -5,8 +5,9 @@
 // reference.h) draining after step 2: each step's loss and the model file saved at the end. The
 // same run of 4 steps without a save never drains: its first 2 losses are the saved run's and the
 // next 2 are not (microbatches after the drain take fresher versions); --save-every drains at
-// each save, as the reference draining there. Kept in the
-// PipelineLayouts suite, which tools/run_tests.sh runs at -np 2, 4 and 8.
+// each save, as the reference draining there; --val-every and --sample-every drain where they
+// validate and sample, and the validation loss there is the reference's model at that drain
+// evaluated. Kept in the PipelineLayouts suite, which tools/run_tests.sh runs at -np 2, 4 and 8.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -53,6 +54,29 @@ std::vector<double> losses(const RunResult& result) {
   std::vector<double> all;
   for (const StepRecord& step : result.steps) all.push_back(step.loss);
   return all;
+}
+
+// The synchronous evaluation of a model (llm.c's layout, fp32) on the first `batches` microbatches
+// of reader: the whole model's forward in one process, each batch's mean loss, their mean.
+double reference_validation_loss(const GPTConfig& config, int B, int T, const std::vector<float>& parameters,
+                                 BatchReader reader, int batches) {
+  const LayerRange whole = whole_model(config);
+  DeviceBuffer<float> params(parameters);
+  DeviceBuffer<int> tokens(size_t(B) * T), targets(size_t(B) * T);
+  std::vector<int> host_tokens(size_t(B) * T), host_targets(size_t(B) * T);
+  Activations<float> acts = create_activations<float>(config, B, T, whole);
+  CublasHandle cublas;
+  double sum = 0;
+  for (int batch = 0; batch < batches; ++batch) {
+    read_microbatch(reader, host_tokens.data(), host_targets.data());
+    tokens.upload(host_tokens);
+    targets.upload(host_targets);
+    gpt_forward(config, whole, point_views(params.data(), config), acts, tokens.data(), nullptr, targets.data(), 1.0,
+                B, T, cublas.get(), nullptr);
+    sum += mean_loss(acts, B, T, nullptr);
+  }
+  destroy_activations(acts);
+  return sum / batches;
 }
 
 TEST(PipelineLayouts, PipeDreamResumedAfterASaveIsTheReferenceDrainingThere) {
@@ -165,6 +189,45 @@ TEST(PipelineLayouts, PipeDreamAndSynchronousCheckpointsResumeEachOther) {
     EXPECT_TRUE(read_bytes(training_state_path(second.save)) == read_bytes(training_state_path(sync.save)))
         << "the state files at the end differ";
   }
+}
+
+// --val-every 2 and --sample-every 3 over 4 steps drain after steps 2 and 3 (as --save-every
+// would) and validate and sample there, with one weight version and nothing in flight: the
+// losses are the reference's draining after steps 2 and 3, steps 2 and 4 carry a validation loss
+// and steps 1 and 3 none, and each is the synchronous evaluation on the validation batches of the
+// reference's model at that step (its 2-step run's, its whole run's); one sample, after step 3.
+TEST(PipelineLayouts, PipeDreamValidatesTheReferenceModelAtEachDrain) {
+  SharedDirectory dir;
+  TrainOptions options = pipedream_options(dir.path);
+  options.val_every = 2;
+  options.val_batches = 2;
+  options.sample_every = 3;
+  options.sample_len = 4;
+  // Undrained, the forward-only pass of a validation or sample hangs on the microbatches in flight
+  // (watched): the drains are checked first, so that such a fault fails at once.
+  const RunSetup setup = prepare_run(options);
+  ASSERT_EQ(setup.layout.pipedream->drains, (std::vector<int>{2, 3})) << "the steps that validate or sample";
+  const RunResult result = run_training(options, nullptr);
+
+  const auto reference = [&](int steps, const std::vector<int>& drains) {
+    const AdamWSettings settings{options.beta1, options.beta2, options.eps, options.weight_decay, 0.0};
+    return pipedream_reference::run(setup.start.config, setup.B, setup.T, size_of_world(), kM, steps, PipeDreamRule{},
+                                    settings, options.lr, setup.start.parameters,
+                                    make_batch_reader(setup.data.train, setup.B, setup.T, options.shuffle, options.seed),
+                                    1, drains);
+  };
+  const pipedream_reference::Run whole = reference(kSteps, {2, 3}), at_step_2 = reference(2, {});
+  const auto evaluated = [&](const std::vector<float>& parameters) {
+    return reference_validation_loss(setup.start.config, setup.B, setup.T, parameters,
+                                     make_batch_reader(setup.data.val, setup.B, setup.T, false, options.seed),
+                                     options.val_batches);
+  };
+  EXPECT_EQ(losses(result), whole.losses);
+  ASSERT_EQ(result.steps.size(), size_t(kSteps));
+  for (const StepRecord& step : result.steps) EXPECT_EQ(step.has_val_loss, step.step % 2 == 0) << "step " << step.step;
+  EXPECT_EQ(result.steps[1].val_loss, evaluated(at_step_2.parameters)) << "step 2's validation";
+  EXPECT_EQ(result.steps[3].val_loss, evaluated(whole.parameters)) << "step 4's validation";
+  EXPECT_EQ(result.samples.size(), 1u);
 }
 
 }  // namespace

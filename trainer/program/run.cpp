@@ -130,23 +130,15 @@ void open_run_files(const RunSetup& setup, RunFiles& files) {
   if (!options.log.empty() && setup.mesh.world_rank == 0) files.log.emplace(options.log, setup.start.resumed);
 }
 
-// PipeDream's pipeline drains only at the run's end and at its saves: between, its microbatches in
-// flight hold every activation slot a forward-only pass would take, and its stages hold weights of
-// different versions. So it validates and samples after the last step only, the model one then
-// (at a save's drain too would be possible: not built).
-TrainOptions run_intervals(const RunSetup& setup) {
-  TrainOptions options = setup.options;
-  if (setup.layout.pipedream && options.val_every > 0) options.val_every = options.steps;
-  if (setup.layout.pipedream && options.sample_every > 0) options.sample_every = options.steps;
-  return options;
-}
-
 // The step loop with validation, samples, checkpoints and logging, on a trainer created for setup;
 // what it does goes to activity, for the watchdog.
 template <typename Element>
 RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& files, RunActivity& activity,
                     std::FILE* out) {
-  const TrainOptions options = run_intervals(setup);
+  // PipeDream validates and samples only where its pipeline has drained (one weight version, no
+  // microbatch in flight): its lists are cut after every step --val-every or --sample-every names
+  // (trainer.h's layout_from_options), as after --save-every's.
+  const TrainOptions& options = setup.options;
   const StartingPoint& start = setup.start;
   const GPTConfig& config = start.config;
   const Mesh& mesh = setup.mesh;
@@ -343,8 +335,8 @@ RunSetup prepare_run(const TrainOptions& options, std::FILE* out) {
   // warm up again at the step it resumes after (at least one, for a resume past --steps).
   if (setup.layout.pipedream && setup.start.resumed) {
     setup.layout.pipedream->steps = std::max(1, options.steps - setup.start.position.step);
-    setup.layout.pipedream->drains =
-        pipedream_drains_every(options.save_every, setup.start.position.step, setup.layout.pipedream->steps);
+    setup.layout.pipedream->drains = pipedream_drains_every({options.save_every, options.val_every, options.sample_every},
+                                                            setup.start.position.step, setup.layout.pipedream->steps);
   }
   try {
     setup.virtual_stages = check_layout(config, setup.mesh, setup.layout);
@@ -418,7 +410,8 @@ RunResult run_training(const RunSetup& setup, std::FILE* out, const FailureHandl
     say(out, "pipedream: resumed after step %d with the pipeline empty: it warms up again, as a run that drained "
         "there\n", setup.start.position.step);
   if (setup.layout.pipedream && (options.val_every > 0 || options.sample_every > 0))
-    say(out, "pipedream: validation and samples after the last step only, once the pipeline has drained\n");
+    say(out, "pipedream: the pipeline drains after each step that validates or samples (--val-every, "
+        "--sample-every: one flush each), then validates and samples the one weight version there\n");
 
   CommGroups groups = create_world_groups(mesh);
   // On the watchdog's thread: report, and nothing that touches the communicators.

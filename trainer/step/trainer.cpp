@@ -112,7 +112,8 @@ PipelineLayout layout_from_options(const TrainOptions& options, const GPTConfig&
                         options.microbatches, options.virtual_stages, options.recompute, options.layers_per_stage};
   if (pipedream)
     layout.pipedream = PipeDreamLayout{{options.update_every, options.weight_stashing == "on", options.vertical_sync},
-                                       options.steps, pipedream_drains_every(options.save_every, 0, options.steps)};
+                                       options.steps, pipedream_drains_every(
+                                           {options.save_every, options.val_every, options.sample_every}, 0, options.steps)};
   if (!options.schedule_file.empty()) layout.schedule_file = read_schedule_file(options.schedule_file);
   layout.microbatch_group = options.microbatch_group;
   layout.pipeline_layout = options.pipeline_layout;
