@@ -239,9 +239,9 @@ void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
     CUDA_CHECK(cudaMemcpyAsync(state.inputs.buffers[slot],
                                microbatch_of(host_tokens, microbatch - e.first_microbatch, block),
                                size_t(e.B) * T * sizeof(int), cudaMemcpyHostToDevice, e.stream));
+  const double loss_scale = loss_scale_of(e, microbatch);
   forward_chunk(e, {e.stream, e.cublas}, params, chunk, slot,
-                microbatch_of(host_targets, microbatch - e.first_microbatch, block), loss_scale_of(e, microbatch), e.B,
-                T);
+                microbatch_of(host_targets, microbatch - e.first_microbatch, block), loss_scale, e.B, T);
   record_compute(record, ActionKind::forward, microbatch, chunk, slot);
   record.output_buffer = buffers.output_buffer;
   if (e.recompute) state.working_microbatch = microbatch;
