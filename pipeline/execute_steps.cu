@@ -59,6 +59,11 @@ int key_of(const Executor<Element>& e, int microbatch, int chunk) { return micro
 template <typename Element>
 int length_of(const Executor<Element>& e, int microbatch) { return e.shape.lengths[microbatch - e.first_microbatch]; }
 
+template <typename Element>
+double loss_scale_of(const Executor<Element>& e, int microbatch) {
+  return e.shape.loss_scales.empty() ? e.shape.loss_scale : e.shape.loss_scales[microbatch - e.first_microbatch];
+}
+
 // Every microbatch of the schedule has a length in [1, T]: a longer one would overrun the buffers
 // sized for T, a missing one would be read past the lengths' end.
 template <typename Element>
@@ -234,8 +239,9 @@ void forward_step(Executor<Element>& e, const std::vector<ParameterTensors<Eleme
     CUDA_CHECK(cudaMemcpyAsync(state.inputs.buffers[slot],
                                microbatch_of(host_tokens, microbatch - e.first_microbatch, block),
                                size_t(e.B) * T * sizeof(int), cudaMemcpyHostToDevice, e.stream));
+  const double loss_scale = loss_scale_of(e, microbatch);
   forward_chunk(e, {e.stream, e.cublas}, params, chunk, slot,
-                microbatch_of(host_targets, microbatch - e.first_microbatch, block), e.shape.loss_scale, e.B, T);
+                microbatch_of(host_targets, microbatch - e.first_microbatch, block), loss_scale, e.B, T);
   record_compute(record, ActionKind::forward, microbatch, chunk, slot);
   record.output_buffer = buffers.output_buffer;
   if (e.recompute) state.working_microbatch = microbatch;
@@ -269,8 +275,8 @@ void backward_step(Executor<Element>& e, const ComputeStream& on, const std::vec
   record.stream = on.stream == e.stream ? 0 : 1;
   if (e.recompute && state.working_microbatch != microbatch) {
     forward_chunk(e, on, params, chunk, slot,
-                  microbatch_of(host_targets, microbatch - e.first_microbatch, size_t(e.B) * e.T), e.shape.loss_scale,
-                  e.B, T);
+                  microbatch_of(host_targets, microbatch - e.first_microbatch, size_t(e.B) * e.T),
+                  loss_scale_of(e, microbatch), e.B, T);
     state.working_microbatch = microbatch;
     record.recomputed = true;
   }
@@ -414,6 +420,7 @@ void record_step_event(Executor<Element>& e, cudaEvent_t event, cudaStream_t str
 #define INSTANTIATE_EXECUTOR_STEPS(Element)                                                                         \
   template int key_of<Element>(const Executor<Element>&, int, int);                                                 \
   template int length_of<Element>(const Executor<Element>&, int);                                                   \
+  template double loss_scale_of<Element>(const Executor<Element>&, int);                                            \
   template void check_lengths<Element>(const Executor<Element>&, const std::vector<int>&);                          \
   template int local_next_chunk<Element>(const Executor<Element>&, int);                                            \
   template int local_previous_chunk<Element>(const Executor<Element>&, int);                                        \

@@ -38,6 +38,9 @@ void forward_chunk(Executor<Element>& e, const ComputeStream& on, const std::vec
 // Microbatch k's T in the current step (e.shape's).
 template <typename Element>
 int length_of(const Executor<Element>& e, int microbatch);
+// Microbatch k's loss scale in the current step (e.shape's loss_scales, or its loss_scale).
+template <typename Element>
+double loss_scale_of(const Executor<Element>& e, int microbatch);
 // Throws (one line) unless every microbatch of the schedule has a length in lengths, in [1, T].
 template <typename Element>
 void check_lengths(const Executor<Element>& e, const std::vector<int>& lengths);

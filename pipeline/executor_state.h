@@ -23,11 +23,14 @@
 // loss_divisor B T (each microbatch's mean, today's sum). A step with padding (target -1) has
 // loss_scale 1 / its real targets over all microbatches of all replicas, the same on every stage
 // and replica, and loss_divisor 1 (the plain sums, which the caller divides by the real targets:
-// its loss is then their mean, however they are split into microbatches).
+// its loss is then their mean, however they are split into microbatches). PipeDream's step
+// (trainer/step/pipedream_step.cpp) holds several updates, each the mean over its own microbatches'
+// real targets: loss_scales gives each microbatch its update's scale.
 struct StepShape {
   std::vector<int> lengths;  // (m) microbatch k's T, in [1, the executor's T]
   double loss_scale;
   double loss_divisor;
+  std::vector<double> loss_scales;  // (m) microbatch k's scale in place of loss_scale; empty: loss_scale for all
 };
 
 // One chunk's microbatch slots and, with recompute, its working set.

@@ -45,8 +45,7 @@ TEST(PipeDreamOptions, BadValuesAreRefusedInOneLine) {
 TEST(PipeDreamOptions, WhatIsNotBuiltYetIsRefusedByName) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--tp", "2"}, "--tp 2"},
-      {{"--zero", "1"}, "--zero 1"},
-      {{"--documents"}, "--documents"}};
+      {{"--zero", "1"}, "--zero 1"}};
   for (const auto& [more, option] : cases)
     EXPECT_EQ(error_of(pipedream(more)), "--schedule pipedream does not run with " + option + " yet (issue 37)");
 }
@@ -59,6 +58,13 @@ TEST(PipeDreamOptions, RecomputeIsTakenWithStashingOnly) {
   EXPECT_EQ(error_of(pipedream({"--recompute", "--weight-stashing", "off"})),
             "--schedule pipedream with --recompute needs weight stashing (without it the forward's weight version is "
             "gone when its activations are recomputed): drop --weight-stashing off or --recompute");
+}
+
+// Microbatches of different lengths are taken: documents and the warm-up's caps
+// (tests/mpi/pipedream_lengths_test.cu holds them to the reference).
+TEST(PipeDreamOptions, DocumentsAndSeqLenWarmupAreTaken) {
+  EXPECT_TRUE(parse({"--schedule", "pipedream", "--grad-clip", "0", "--documents"}).documents);
+  EXPECT_EQ(parse({"--schedule", "pipedream", "--grad-clip", "0", "--seq-len-warmup", "10"}).seq_len_warmup, 10);
 }
 
 // A checkpoint every N steps is taken: the pipeline drains at each (docs/pipeline.md, "Checkpoints").

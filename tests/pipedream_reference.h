@@ -26,6 +26,13 @@
 // stage's update v is applied only when its own gradient of v is finite, element by element (the
 // elements of the stages that skip it stay as they were), wte's as stage 0's.
 //
+// Lengths (issue 34's microbatches of different lengths): step t's microbatches at its cap
+// (caps[t]), packed sequences cut to it, or with documents each at its own T_k up to it, with
+// padding. Each loss is then scaled by 1 / the real targets (not -1) of its update's K dp
+// microbatches, counted here from the targets read, and a step's loss is, packed, the mean of its
+// microbatches' mean losses, with documents their loss sums over the step's real targets. At T
+// without documents that scale is the 1 / (B T K dp) above, bitwise (an exact integer).
+//
 // Drains (a checkpoint saved at the end of a run, and its resume, which warms the pipeline up
 // again): after a drain at step d, every stage's microbatch k >= d m takes the versions the rule
 // gives microbatch k - d m of a run from step d's model, the d m / K updates before counted on.
@@ -55,12 +62,18 @@
 #include "tests/cublas_handle.h"
 #include "tests/device_buffer.h"
 #include "trainer/data/data.h"
+#include "trainer/data/documents.h"
 #include "trainer/step/optimizer.h"
 
 namespace pipedream_reference {
 
+struct Lengths {
+  std::optional<DocumentReader> documents;  // read from it instead of the packed reader
+  std::vector<size_t> caps;                 // per step: its cap; empty: T
+};
+
 struct Run {
-  std::vector<double> losses;     // per step: the mean of its m microbatches' mean losses
+  std::vector<double> losses;     // per step: its loss (the top says which mean)
   std::vector<float> parameters;  // after the last update, llm.c's layout
   std::vector<double> norms;      // per update from 1: [v - 1] its gradient's norm (vertical sync only)
   std::vector<bool> applied;      // per update from 1: not skipped for a non-finite norm
@@ -121,7 +134,7 @@ template <typename Element = float>
 Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const PipeDreamRule& rule,
         const AdamWSettings& settings, double learning_rate, const std::vector<float>& initial, BatchReader reader,
         int dp = 1, const std::vector<int>& drains = {}, const MixedPrecision& precision = {},
-        std::optional<std::pair<int, size_t>> nan_gradient = {}) {
+        std::optional<std::pair<int, size_t>> nan_gradient = {}, Lengths lengths = {}) {
   constexpr bool bf16 = std::is_same_v<Element, __nv_bfloat16>;
   if (bf16 && dp > 2) throw std::logic_error("pipedream_reference::run: bf16 at dp 1 or 2 only");
   const auto to_elements = [](const std::vector<float>& values) {
@@ -165,6 +178,10 @@ Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const Pi
   DeviceBuffer<double> loss_sums(dp);
   DeviceBuffer<int> tokens(size_t(B) * T), targets(size_t(B) * T);
   std::vector<int> host_tokens(size_t(B) * T), host_targets(size_t(B) * T);
+  // Replica r's microbatch j of the step at [r m + j]: its (B, T_k) at the start, T_k, real targets.
+  std::vector<std::vector<int>> step_tokens(size_t(m) * dp), step_targets(size_t(m) * dp);
+  std::vector<int> step_lengths(size_t(m) * dp);
+  std::vector<double> step_real(size_t(m) * dp);
   const LayerRange whole = whole_model(config);
   Activations<Element> acts = create_activations<Element>(config, B, T, whole);
   BackwardScratch<Element> scratch = create_backward_scratch<Element>(config, B, T, whole);
@@ -179,21 +196,46 @@ Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const Pi
   Run result;
   for (int t = 0; t < steps; ++t) {
     CUDA_CHECK(cudaMemset(loss_sums.data(), 0, dp * sizeof(double)));
+    const size_t cap = lengths.caps.empty() ? size_t(T) : lengths.caps.at(size_t(t));
+    double real = 0;  // the step's
+    for (int i = 0; i < m * dp; ++i) {
+      const uint64_t index = start + uint64_t(t) * m * dp + uint64_t(i);
+      std::vector<int>& tokens_i = step_tokens[size_t(i)] = std::vector<int>(size_t(B) * T, 0);
+      std::vector<int>& targets_i = step_targets[size_t(i)] = std::vector<int>(size_t(B) * T, -1);
+      if (lengths.documents) {
+        lengths.documents->next_microbatch = index;
+        step_lengths[size_t(i)] = int(read_document_microbatch(*lengths.documents, cap, tokens_i.data(), targets_i.data()));
+      } else {
+        reader.next_microbatch = index;
+        read_microbatch(reader, host_tokens.data(), host_targets.data());
+        for (size_t b = 0; b < size_t(B); ++b)
+          for (size_t x = 0; x < cap; ++x) {
+            tokens_i[b * cap + x] = host_tokens[b * T + x];
+            targets_i[b * cap + x] = host_targets[b * T + x];
+          }
+        step_lengths[size_t(i)] = int(cap);
+      }
+      const size_t rows = size_t(B) * step_lengths[size_t(i)];
+      step_real[size_t(i)] = double(std::count_if(targets_i.begin(), targets_i.begin() + rows, [](int x) { return x >= 0; }));
+      real += step_real[size_t(i)];
+    }
     for (int j = 0; j < m; ++j) {
       const int k = t * m + j;
+      double update_real = 0;  // the real targets of the update of microbatch j: K of every replica
+      for (int r = 0; r < dp; ++r)
+        for (int i = j / K * K; i < j / K * K + K; ++i) update_real += step_real[size_t(r * m + i)];
       for (int r = 0; r < dp; ++r) {
-        reader.next_microbatch = start + uint64_t(t) * m * dp + uint64_t(r) * m + j;
-        read_microbatch(reader, host_tokens.data(), host_targets.data());
-        tokens.upload(host_tokens);
-        targets.upload(host_targets);
+        const int Tk = step_lengths[size_t(r * m + j)];
+        tokens.upload(step_tokens[size_t(r * m + j)]);
+        targets.upload(step_targets[size_t(r * m + j)]);
         params.upload(to_elements(assemble(k, true)));
         gpt_forward(config, whole, point_views(params.data(), config), acts, tokens.data(), nullptr, targets.data(),
-                    1.0 / (double(B) * T * K * dp), B, T, cublas.get(), stream);
-        add_mean_loss(acts, B, T, double(B) * T, loss_sums.data() + r, stream);
+                    1.0 / update_real, B, Tk, cublas.get(), stream);
+        add_mean_loss(acts, B, Tk, lengths.documents ? 1.0 : double(B) * Tk, loss_sums.data() + r, stream);
         if (!rule.weight_stashing) params.upload(to_elements(assemble(k, false)));
         gpt_backward(config, whole, point_views(params.data(), config), point_views(grads.data() + r * n, config),
                      grad_wte_head.data() + r * wte_count, acts, scratch, tokens.data(), nullptr, nullptr, nullptr, B,
-                     T, cublas.get(), stream);
+                     Tk, cublas.get(), stream);
       }
       if ((k + 1) % K != 0) continue;
       // Update v = (k + 1) / K of every stage, on the replicas' sum.
@@ -269,7 +311,7 @@ Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const Pi
     const std::vector<double> sums = loss_sums.to_host();
     double step_loss = 0;
     for (double replica_sum : sums) step_loss += replica_sum;
-    result.losses.push_back(step_loss / (double(m) * dp));
+    result.losses.push_back(step_loss / (lengths.documents ? real : double(m) * dp));
   }
   destroy_activations(acts);
   destroy_backward_scratch(scratch);

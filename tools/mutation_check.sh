@@ -1103,7 +1103,7 @@ fault variable-length-receive-at-the-previous-microbatchs-T pipeline/execute_ste
 # Item 2: every forward (and recompute) at the buffers' T: the same on every layout, so only the
 # same sequences split otherwise show it.
 fault variable-length-forward-at-the-buffers-T pipeline/execute_steps.cu \
-  's/e.shape.loss_scale, e.B, T);/e.shape.loss_scale, e.B, e.T);/' \
+  's/block), loss_scale, e.B, T);/block), loss_scale, e.B, e.T);/' \
   'unit DocumentStep.*'
 # Item 4 (issue 3's loss): the gradient, or the reported loss, over the step's positions, padding
 # included, or each microbatch's loss divided by its B T before the sum.
@@ -1372,7 +1372,7 @@ fault pipedream-train-ignores-update-every trainer/step/trainer.cpp \
   'unit TrainLayout.PipeDreamOnOneStage*'
 # Item 1: a step's loss divided over the read-ahead microbatches too (m + p - 1, not m).
 fault pipedream-step-loss-over-read-ahead trainer/step/pipedream_step.cpp \
-  's/  result.loss = sums\[0\] \/ (double(m) \* dp);/  result.loss = sums[0] \/ (double(m + ahead) * dp);/' \
+  's/  result.loss = sums\[0\] \/ (padded ? step_real : double(m) \* dp);/  result.loss = sums[0] \/ (padded ? step_real : double(m + ahead) * dp);/' \
   'unit TrainLayout.PipeDreamFourStages*'
 # Item 1: the stages' records not gathered: no stages line under the step line.
 fault pipedream-step-without-stage-records trainer/step/pipedream_step.cpp \
@@ -1416,11 +1416,12 @@ fault pipedream-dp-tied-share-not-summed trainer/step/pipedream_updates.cpp \
   'mpi4 PipelineLayouts.PipeDreamReplicas*'
 # Every replica reads replica 0's microbatches.
 fault pipedream-dp-replicas-read-the-same-data trainer/step/pipedream_step.cpp \
-  's/ + uint64_t(mesh.dp_rank) \* m + k % m;/ + k % m;/' \
+  's/ + uint64_t(replica) \* m + k % m;/ + k % m;/' \
   'mpi4 PipelineLayouts.PipeDreamReplicas*'
-# The loss scaled by 1 / (B T K), not 1 / (B T K dp): the replicas' sum is dp times the mean's gradient.
+# The loss scaled by 1 / (B T K), not 1 / (B T K dp): an update's real targets counted in one replica
+# only, the replicas' sum dp times the mean's gradient.
 fault pipedream-dp-loss-scale-without-replicas trainer/step/pipedream_step.cpp \
-  's/update_every() \* dp);/update_every());/' \
+  's/^      for (int r = 0; r < dp; ++r) {$/      for (int r = 0; r < 1; ++r) {/' \
   'mpi4 PipelineLayouts.PipeDreamReplicas*'
 
 # h33g: issue 33 item 6 and Checks (PyTorch at tp 2, tp 2 x pp 4 layouts at -np 8, the fixed-tp
@@ -1747,6 +1748,19 @@ fault pipedream-sample-does-not-drain trainer/step/trainer.cpp \
 fault pipedream-bf16-tied-copy-without-master-weights trainer/step/pipedream_updates.cpp \
   's/^  float\* master = optimizer_.master == nullptr ? nullptr : /  float* master = optimizer_.master == nullptr || tied ? nullptr : /' \
   'mpi4 PipelineLayouts.PipeDreamDrainedInBf16GivesTheBf16ReferenceDrainingThere'
+# h37l: issue 37 (pipedream with --documents and --seq-len-warmup: each microbatch at its own T).
+# The microbatches stage 0 reads ahead cut at this step's cap, not at their own step's.
+fault pipedream-reads-ahead-at-this-steps-cap trainer/step/pipedream_step.cpp \
+  's/return pipedream_cap(trainer, uint64_t(t - 1 + k \/ m));/return pipedream_cap(trainer, uint64_t(t - 1));/' \
+  'mpi4 PipelineLayouts.PipeDreamWithSeqLenWarmup*'
+# Every stage runs each microbatch at maxT whatever its documents' T.
+fault pipedream-microbatch-at-maxT trainer/step/pipedream_step.cpp \
+  's/^    trainer.shape.lengths\[size_t(k)\] = int(read_at(/    trainer.shape.lengths[size_t(k)] = trainer.T + 0 * int(read_at(/' \
+  'mpi4 PipelineLayouts.PipeDreamWithDocuments*'
+# An update's loss scale from the real targets of its first microbatch alone (K = 2 catches it).
+fault pipedream-update-scale-of-its-first-microbatch trainer/step/pipedream_step.cpp \
+  's/^    for (int k = first; k < first + K; ++k)$/    for (int k = first; k < first + 1; ++k)/' \
+  'mpi4 PipelineLayouts.PipeDreamWithDocuments*'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

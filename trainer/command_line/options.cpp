@@ -282,8 +282,6 @@ std::vector<std::string> pipedream_not_built(const TrainOptions& options) {
   std::vector<std::string> named;
   if (options.tp > 1) named.push_back("--tp " + std::to_string(options.tp));
   if (options.zero == 1) named.push_back("--zero 1");
-  for (const char* name : {"documents", "seq-len-warmup"})
-    if (options.given.count(name)) named.push_back(std::string("--") + name);
   return named;
 }
 

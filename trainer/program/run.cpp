@@ -169,6 +169,7 @@ RunResult run_steps(const RunSetup& setup, Trainer<Element>& trainer, RunFiles& 
   int saved_step = start.resumed ? start.position.step : -1;  // the step --save's files hold; -1: none written
   int saved_this_run = -1;  // the last step this run saved (the summary line's)
   PipeDreamStop pipedream_stop;
+  trainer.warmup = files.warmup;  // pipedream reads the next steps' microbatches ahead, at their caps
   while (position.step < options.steps) {
     const double lr = learning_rate(schedule, position.step);
     const auto begin = std::chrono::steady_clock::now();

@@ -3,6 +3,7 @@
 // the trainer's set-up for it.
 #include <csignal>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "comm/host_exchange.h"
@@ -21,24 +22,73 @@ void enable_pipedream_updates(Trainer<Element>& trainer, const PipeDreamLayout& 
                    layout.drains);
 }
 
+namespace {
+
+// Microbatch `index` of the data at cap into tokens and targets ((B, T_k) at their start); its T_k.
+// Packed: each row's first cap tokens, rows packed to (B, cap) as the synchronous step packs them.
+size_t read_at(BatchReader& reader, uint64_t index, size_t cap, int* tokens, int* targets) {
+  reader.next_microbatch = index;
+  read_microbatch(reader, tokens, targets);
+  cut_rows_to(cap, reader.B, reader.T, tokens, targets);
+  return cap;
+}
+size_t read_at(DocumentReader& reader, uint64_t index, size_t cap, int* tokens, int* targets) {
+  reader.next_microbatch = index;
+  return read_document_microbatch(reader, cap, tokens, targets);
+}
+double real_targets(BatchReader& reader, uint64_t, size_t cap) { return double(reader.B * cap); }
+double real_targets(DocumentReader& reader, uint64_t index, size_t cap) {
+  return double(microbatch_real_tokens(reader, index, cap));
+}
+double positions_of(BatchReader& reader, uint64_t, size_t cap) { return double(reader.B * cap); }
+double positions_of(DocumentReader& reader, uint64_t index, size_t cap) {
+  return double(reader.B) * double(microbatch_length(reader, index, cap));
+}
+
+}  // namespace
+
 template <typename Element>
-StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
+size_t pipedream_cap(const Trainer<Element>& trainer, uint64_t step) {
+  return trainer.warmup.max == 0 ? size_t(trainer.T) : warmup_seq_len(trainer.warmup, step);
+}
+
+template <typename Element, typename Reader>
+StepResult pipedream_step(Trainer<Element>& trainer, Reader& reader, const AdamWSettings& settings,
                           double learning_rate, int t) {
+  constexpr bool padded = std::is_same_v<Reader, DocumentReader>;
   const Mesh& mesh = trainer.groups.mesh;
-  const int m = trainer.microbatches, ahead = mesh.pp - 1, dp = mesh.dp;
+  const int m = trainer.microbatches, ahead = mesh.pp - 1, dp = mesh.dp, K = trainer.pipedream->update_every();
   const size_t BT = size_t(trainer.B) * trainer.T;
   const uint64_t step_start = reader.next_microbatch;
   // The synchronous schedules' split: a step reads m dp microbatches, replica r its r m .. r m + m - 1;
-  // the ones read ahead are the replica's own of the following step(s).
-  for (int k = 0; k < m + ahead; ++k) {
-    reader.next_microbatch = step_start + uint64_t(k / m) * m * dp + uint64_t(mesh.dp_rank) * m + k % m;
-    read_microbatch(reader, trainer.host_tokens + k * BT, trainer.host_targets + k * BT);
+  // the ones read ahead are the replica's own of the following step(s), each at its own step's cap.
+  const auto index_of = [&](int k, int replica) {
+    return step_start + uint64_t(k / m) * m * dp + uint64_t(replica) * m + k % m;
+  };
+  const auto cap_of = [&](int k) { return pipedream_cap(trainer, uint64_t(t - 1 + k / m)); };
+  // Every rank counts each update's real targets, its K microbatches of every replica, from the
+  // data alone: the same loss scale on every stage and replica, no exchange. An update's gradient,
+  // summed over the replicas, is then that of the mean loss over its real targets.
+  trainer.shape.lengths.resize(size_t(m + ahead));
+  trainer.shape.loss_scales.resize(size_t(m + ahead));
+  double step_real = 0, step_positions = 0;
+  for (int first = 0; first < m + ahead; first += K) {
+    double update_real = 0;
+    for (int k = first; k < first + K; ++k)
+      for (int r = 0; r < dp; ++r) {
+        update_real += real_targets(reader, index_of(k, r), cap_of(k));
+        if (k < m) step_positions += positions_of(reader, index_of(k, r), cap_of(k));
+      }
+    for (int k = first; k < first + K && k < m + ahead; ++k) trainer.shape.loss_scales[size_t(k)] = 1.0 / update_real;
+    if (first < m) step_real += update_real;
   }
+  for (int k = 0; k < m + ahead; ++k)
+    trainer.shape.lengths[size_t(k)] = int(read_at(reader, index_of(k, mesh.dp_rank), cap_of(k),
+                                                   trainer.host_tokens + k * BT, trainer.host_targets + k * BT));
   reader.next_microbatch = step_start + uint64_t(m) * dp;
-  trainer.shape.lengths.assign(m + ahead, trainer.T);
-  // An update's gradient, summed over the replicas, is that of the mean loss of its K dp microbatches.
-  trainer.shape.loss_scale = 1.0 / (double(BT) * trainer.pipedream->update_every() * dp);
-  trainer.shape.loss_divisor = double(BT);
+  // Packed, each microbatch's mean loss (their sum over m dp, the step's loss); with documents the
+  // plain loss sums, over the step's real targets (train_step's).
+  trainer.shape.loss_divisor = padded ? 1.0 : double(trainer.B) * double(cap_of(0));
   trainer.pipedream->set_step(settings, t, learning_rate);
   execute_step(trainer.executor, trainer.params, trainer.grads, trainer.grad_wte_head, trainer.host_tokens,
                trainer.host_targets, trainer.shape);
@@ -65,7 +115,7 @@ StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const 
       sums[3 + size_t(mesh.pp_rank)] = v;
   sum_over_world(trainer.world, sums.data(), sums.size());
   StepResult result;
-  result.loss = sums[0] / (double(m) * dp);
+  result.loss = sums[0] / (padded ? step_real : double(m) * dp);
   // The updates decided in the step (with vertical sync): those whose last microbatch it ran, but
   // the cool-down's, decided at the end of the last step (pipeline/pipedream_run.h).
   result.has_norm = vertical_sync && !decided.empty();
@@ -95,7 +145,8 @@ StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const 
                     "update on every stage";
   }
   result.stop_signal = sums[2] > 0 ? SIGINT : sums[1] > 0 ? SIGTERM : 0;
-  result.real_tokens = result.positions = double(BT) * m * dp;
+  result.real_tokens = step_real;
+  result.positions = step_positions;
   result.stages = gather_stage_records(trainer.world, trainer.groups.mesh,
                                        measure_stage(trainer.groups.mesh.pp_rank, trainer.executor.accounting));
   return result;
@@ -103,6 +154,11 @@ StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const 
 
 template void enable_pipedream_updates<float>(Trainer<float>&, const PipeDreamLayout&);
 template void enable_pipedream_updates<__nv_bfloat16>(Trainer<__nv_bfloat16>&, const PipeDreamLayout&);
-template StepResult pipedream_step<float>(Trainer<float>&, BatchReader&, const AdamWSettings&, double, int);
-template StepResult pipedream_step<__nv_bfloat16>(Trainer<__nv_bfloat16>&, BatchReader&, const AdamWSettings&, double,
-                                                  int);
+#define INSTANTIATE_PIPEDREAM_STEP(Element, Reader)                                                                 \
+  template StepResult pipedream_step<Element, Reader>(Trainer<Element>&, Reader&, const AdamWSettings&, double, int);
+INSTANTIATE_PIPEDREAM_STEP(float, BatchReader)
+INSTANTIATE_PIPEDREAM_STEP(float, DocumentReader)
+INSTANTIATE_PIPEDREAM_STEP(__nv_bfloat16, BatchReader)
+INSTANTIATE_PIPEDREAM_STEP(__nv_bfloat16, DocumentReader)
+template size_t pipedream_cap<float>(const Trainer<float>&, uint64_t);
+template size_t pipedream_cap<__nv_bfloat16>(const Trainer<__nv_bfloat16>&, uint64_t);

@@ -7,6 +7,28 @@
 
 #include "trainer/step/trainer.h"
 
+namespace {
+
+// With pipedream the warm-up's caps come from trainer.warmup (the steps read ahead need theirs):
+// the caller's cap must be that of step t.
+template <typename Element>
+void check_pipedream_cap(const Trainer<Element>& trainer, size_t cap, int t) {
+  if (cap != pipedream_cap(trainer, uint64_t(t - 1)))
+    throw std::logic_error("train_step: pipedream's step " + std::to_string(t) + " at cap " + std::to_string(cap) +
+                           ", its warm-up's is " + std::to_string(pipedream_cap(trainer, uint64_t(t - 1))) +
+                           " (set trainer.warmup)");
+}
+
+}  // namespace
+
+void cut_rows_to(size_t cap, size_t B, size_t T, int* tokens, int* targets) {
+  // A row's destination never lies past its source, so moving them in row order is safe.
+  for (size_t b = 1; cap < T && b < B; ++b) {
+    std::memmove(tokens + b * cap, tokens + b * T, cap * sizeof(int));
+    std::memmove(targets + b * cap, targets + b * T, cap * sizeof(int));
+  }
+}
+
 template <typename Element>
 StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
                       double learning_rate, int t) {
@@ -16,7 +38,10 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
 template <typename Element>
 StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, size_t cap, const AdamWSettings& settings,
                       double learning_rate, int t) {
-  if (trainer.pipedream) return pipedream_step(trainer, reader, settings, learning_rate, t);  // at T: no warm-up
+  if (trainer.pipedream) {
+    check_pipedream_cap(trainer, cap, t);
+    return pipedream_step(trainer, reader, settings, learning_rate, t);
+  }
   const Mesh& mesh = trainer.groups.mesh;
   const int m = trainer.microbatches;
   const size_t B = size_t(trainer.B), T = size_t(trainer.T), BT = B * T, rows = B * cap;
@@ -29,12 +54,7 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, size_t cap
     int* tokens = trainer.host_tokens + k * BT;
     int* targets = trainer.host_targets + k * BT;
     read_microbatch(reader, tokens, targets);
-    // Below T (the warm-up): each row's first cap tokens, rows packed to (B, cap); a row's
-    // destination never lies past its source, so moving them in row order is safe.
-    for (size_t b = 1; cap < T && b < B; ++b) {
-      std::memmove(tokens + b * cap, tokens + b * T, cap * sizeof(int));
-      std::memmove(targets + b * cap, targets + b * T, cap * sizeof(int));
-    }
+    cut_rows_to(cap, B, T, tokens, targets);  // below T (the warm-up): each row's first cap tokens
   }
   reader.next_microbatch = step_start + uint64_t(mesh.dp) * m;
   // Each microbatch's mean loss, their sum divided by m dp on the host: at cap = T today's
@@ -57,6 +77,10 @@ StepResult train_step(Trainer<Element>& trainer, DocumentReader& reader, size_t 
     throw std::runtime_error("train_step: a document reader of B = " + std::to_string(reader.B) + ", maxT = " +
                              std::to_string(reader.maxT) + " for a trainer of B = " + std::to_string(trainer.B) +
                              ", T = " + std::to_string(trainer.T));
+  if (trainer.pipedream) {
+    check_pipedream_cap(trainer, cap, t);
+    return pipedream_step(trainer, reader, settings, learning_rate, t);
+  }
   const uint64_t step_start = reader.next_microbatch;
   // Every rank counts the whole step's real targets and positions, every replica's microbatches,
   // from the document starts alone: the same loss scale on every stage and replica, no exchange.

@@ -110,6 +110,9 @@ struct Trainer {
   StepShape shape;                 // the current step's lengths and loss normalisation (pipeline/executor_state.h)
   std::vector<float> host_logits;  // (Vp) one row of logits, for sampling
   std::shared_ptr<TrainerPipeDreamUpdates<Element>> pipedream;  // --schedule pipedream's updates; else null
+  // The run's sequence-length warm-up (max 0: none, every step at T): pipedream reads microbatches
+  // of the next steps ahead, each at its own step's cap (pipedream_cap).
+  SeqLenWarmup warmup = {0, 0, 0, 1};
 };
 
 // Checks the layout against the mesh and the model without communicating (throws: too few
@@ -205,21 +208,28 @@ StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, const Adam
 template <typename Element>
 StepResult train_step(Trainer<Element>& trainer, BatchReader& reader, size_t cap, const AdamWSettings& settings,
                       double learning_rate, int t);
-// --schedule pipedream's step t (trainer/step/pipedream_step.cpp; train_step above calls it): reads the
-// step's m microbatches and the p - 1 after them (stage 0's forwards run ahead; the reader advances by
-// m), each loss scaled by 1 / (B T K), and runs the step's part of the run, whose updates the
-// executor queues (pipeline/pipedream_walk.h). loss: the mean of the step's microbatch losses (the
-// head stage runs each microbatch's forward in its own step, with the version docs/pipeline.md's
-// rule gives). With vertical sync grad_norm is the norm of the last update decided in the step
+// --schedule pipedream's step t (trainer/step/pipedream_step.cpp; train_step's front ends call it):
+// reads the step's m microbatches and the p - 1 after them (stage 0's forwards run ahead; the reader
+// advances by m), microbatch k of step j at pipedream_cap(j)'s T (with documents, its own T_k up to
+// it), each loss scaled by 1 / the real targets of its update's K dp microbatches, and runs the
+// step's part of the run, whose updates the executor queues (pipeline/pipedream_walk.h). loss: as
+// the synchronous step's, packed the mean of the step's microbatch losses, with documents their
+// loss sums over the step's real targets (the head stage runs each microbatch's forward in its own
+// step, with the version docs/pipeline.md's rule gives). With vertical sync grad_norm is the norm of the last update decided in the step
 // (t m / K, the step's last, but in the last step the run's last, the cool-down's being decided at
 // the run's end: pipeline/pipedream_run.h), and a step is not applied when an update decided in it
 // was skipped on every stage (skipped names the first); has_norm is false when none was decided.
 // Without vertical sync there is no norm; each stage gates its own updates by their gradients, and
 // when one skipped an update the step is not applied, skipped and stop name the first (the lowest
 // update, then stage). The stages' records and the stop signals as train_step's.
-template <typename Element>
-StepResult pipedream_step(Trainer<Element>& trainer, BatchReader& reader, const AdamWSettings& settings,
+template <typename Element, typename Reader>  // BatchReader or DocumentReader
+StepResult pipedream_step(Trainer<Element>& trainer, Reader& reader, const AdamWSettings& settings,
                           double learning_rate, int t);
+// The cap of step `step` + 1 (from 0) with pipedream: trainer.warmup's, or T without one.
+template <typename Element>
+size_t pipedream_cap(const Trainer<Element>& trainer, uint64_t step);
+// A packed microbatch (B, T) cut to each row's first cap tokens, its rows packed to (B, cap).
+void cut_rows_to(size_t cap, size_t B, size_t T, int* tokens, int* targets);
 // create_trainer's last part for a pipedream layout: the updates (the head's ring allocated) and
 // the executor made to run the run (its stashes allocated).
 template <typename Element>
