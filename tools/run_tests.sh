@@ -29,9 +29,11 @@ fi
 # An empty filter: the mode does not run that binary; cpu_tests and Python checks run in the
 # natural mode only. Every run also keeps to $FILTER (make test FILTER='Suite.*').
 # The thread orders and 1 OS thread per launch (the natural mode runs one per core: cpu/runtime/settings.h)
-# run all of unit_tests, not only the kernel
-# and model families: a mode takes 13-30 s on 2 cores shared with others (2026-11-23), and
-# all four add 1.5 minutes to the 7 of make test.
+# run unit_tests but four families: TrainLayout.* and TrainTensorParallel.* start ./train under
+# mpirun and compare its losses between layouts (the same kernels at the same shapes as Trainer.*
+# and GPT.*, which run in-process in every order, and the order changes no bit), Simulator.* runs
+# no kernel, and Watchdog.* times a stuck step. They took 74 of the natural mode's 103 s, and each
+# order mode 70-91 s with them (2026-11-28, fresh clone on the idle 2 cores).
 # Strict memory and the stream delay are for the code that hands device memory and streams
 # between host, model and pipeline (issue 10); a build without them ignores the variables.
 # Every mode that runs mpi_tests checks that each NCCL call matches its partners'
@@ -77,18 +79,23 @@ fi
 # whose *FourStages* the np 8 mode's filter matches: 6.1 to 7.4, 8.0 to 8.1 and 8.1 to 9.7 s, 2026-11-28). tp 2 alone, with
 # and without --sequence-parallel (TensorParallelLayouts.TwoTpRanksGiveTheSingleProcess and
 # ...SequenceParallelOnTwoTpRanksGivesTheSingleProcess) needs 2 ranks: the np 2 mode runs them, the
-# natural mode leaves them out (0.5 and 1.1 s, 2026-11-28). ZeroOne's other
+# natural mode leaves them out (0.5 and 1.1 s, 2026-11-28). Of PipeDream's layouts (p = the world,
+# one stage a rank), the np 8 mode runs those whose staleness p = 8 changes: the rule with and
+# without stashing, updating every two, vertical sync, documents, and recompute with stashing (19 s,
+# 2026-11-28). Their twins with replicas, bf16, the non-finite gate, drains, saves, clipping, the
+# warm-up and validation run the same host code at p = 8 as at 4 and 2, where both other modes
+# run them; they took 105 of the mode's 367 s. ZeroOne's other
 # cases run under strict memory and the stream delay too: ZeRO-1 moves gradients to their owners
 # on the reduction stream and parameters back on the compute stream (14 s in each, 2026-11-27).
 mode_table() {
   sed -E 's/[[:space:]]*\|[[:space:]]*/|/g; s/^[[:space:]]+|[[:space:]]+$//g' <<'TABLE'
 natural             | CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1                              | *                             | *:-ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages:TensorParallelLayouts.TwoTpRanksGiveTheSingleProcess:TensorParallelLayouts.SequenceParallelOnTwoTpRanksGivesTheSingleProcess:TensorParallelMesh.GroupsOfDpTwoTpTwoPpTwo:TensorParallelLayouts.TwoReplicasOfTwoTpRanksTimesTwoStagesGiveTheSingleProcess:TensorParallelLayouts.SequenceParallelOnTwoReplicas*:TensorParallelLayouts.*FourStages*:ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages | 4
 np 2                | CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1                              |                               | PipelineLayouts.*:TensorParallelLayouts.TwoTpRanksGiveTheSingleProcess:TensorParallelLayouts.SequenceParallelOnTwoTpRanksGivesTheSingleProcess | 2
-np 8                | CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1                              |                               | PipelineLayouts.*:ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages:TensorParallelMesh.GroupsOfDpTwoTpTwoPpTwo:TensorParallelLayouts.TwoReplicasOfTwoTpRanksTimesTwoStagesGiveTheSingleProcess:TensorParallelLayouts.SequenceParallelOnTwoReplicas*:TensorParallelLayouts.*FourStages*:ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages | 8
-shuffle seed 1      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=1                             | *                             |                                                         |
-shuffle seed 2      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=2                             | *                             |                                                         |
-reverse             | CUDA_CPU_THREAD_ORDER=reverse                                             | *                             |                                                         |
-1 block thread      | CUDA_CPU_BLOCK_THREADS=1                                                  | *                             |                                                         |
+np 8                | CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1                              |                               | PipelineLayouts.*:ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages:TensorParallelMesh.GroupsOfDpTwoTpTwoPpTwo:TensorParallelLayouts.TwoReplicasOfTwoTpRanksTimesTwoStagesGiveTheSingleProcess:TensorParallelLayouts.SequenceParallelOnTwoReplicas*:TensorParallelLayouts.*FourStages*:ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages-PipelineLayouts.PipeDream*Replicas*:PipelineLayouts.PipeDream*Bf16*:PipelineLayouts.PipeDream*NonFinite*:PipelineLayouts.PipeDream*Drain*:PipelineLayouts.PipeDreamAndSynchronous*:PipelineLayouts.PipeDreamClipped*:PipelineLayouts.PipeDreamWithSeqLenWarmup*:PipelineLayouts.PipeDreamValidates*:PipelineLayouts.PipeDreamRecomputingWithVerticalSync* | 8
+shuffle seed 1      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=1                             | *:-TrainLayout.*:TrainTensorParallel.*:Simulator.*:Watchdog.* |                                                         |
+shuffle seed 2      | CUDA_CPU_THREAD_ORDER=shuffle CUDA_CPU_SEED=2                             | *:-TrainLayout.*:TrainTensorParallel.*:Simulator.*:Watchdog.* |                                                         |
+reverse             | CUDA_CPU_THREAD_ORDER=reverse                                             | *:-TrainLayout.*:TrainTensorParallel.*:Simulator.*:Watchdog.* |                                                         |
+1 block thread      | CUDA_CPU_BLOCK_THREADS=1                                                  | *:-TrainLayout.*:TrainTensorParallel.*:Simulator.*:Watchdog.* |                                                         |
 strict memory       | CUDA_CPU_STRICT_MEMORY=1 CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1     | Trainer.*:GPT.*:TrainLayout.* | Pipeline.*:TrainLayout.*:Trainer.*:PipelineLayouts.OneFOneB*:PipelineLayouts.ZeroBubbleV*:PipelineLayouts.Uneven*:PipelineLayouts.LayoutString*:PipelineLayouts.DualPipeV*:PipelineLayouts.Bf16*:ZeroOne.*-ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages:ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages | 4
 stream delay 200 us | CUDA_CPU_STREAM_DELAY_US=200 CUDA_CPU_NCCL_CHECK=1 CUDA_CPU_NCCL_SERIAL=1 | Trainer.*:GPT.*:TrainLayout.* | Pipeline.*:TrainLayout.*:Trainer.*:PipelineLayouts.ZeroBubbleV*:PipelineLayouts.Uneven*:PipelineLayouts.LayoutString*:PipelineLayouts.DualPipeV*:ZeroOne.*-ZeroOne.BitwiseZeroZeroOnFourReplicasOfTwoStages:ZeroOne.BitwiseZeroZeroOnTwoReplicasOfTwoTpRanksTimesTwoStages | 4
 TABLE
