@@ -84,7 +84,7 @@ fi
 # without stashing, updating every two, vertical sync, documents, and recompute with stashing (19 s,
 # 2026-11-28). Their twins with replicas, bf16, the non-finite gate, drains, saves, clipping, the
 # warm-up and validation run the same host code at p = 8 as at 4 and 2, where both other modes
-# run them; they took 105 of the mode's 367 s. ZeroOne's other
+# run them; they took 101 of the mode's 367 s. ZeroOne's other
 # cases run under strict memory and the stream delay too: ZeRO-1 moves gradients to their owners
 # on the reduction stream and parameters back on the compute stream (14 s in each, 2026-11-27).
 mode_table() {
