@@ -1653,7 +1653,7 @@ fault summary-names-the-last-step-as-saved trainer/program/run.cpp \
 # The stage's own check not made: its gate keeps the decision it started with ({1, 1}), so the
 # last stage applies update 5's NaN.
 fault pipedream-gate-ignores-the-stages-check trainer/step/pipedream_updates.cpp \
-  's/^    set_adamw_gate_on_finite_gradient(gates_ + slot(version), gradients, layout_.size, stream);$/    if (false) \0/' \
+  's/^    gate_on_own_sum(gates_ + slot(version), norms_ + slot(version), gradients + tied_count_,$/    if (false) \0/' \
   'mpi4 PipelineLayouts.PipeDreamNonFiniteUpdateWithoutVerticalSync*'
 # The head's copy of wte gated by its stage's own decision, not by the wte gradient it takes: the
 # copy skips update 5 with the last stage while stage 0's wte applies it.
@@ -1665,6 +1665,14 @@ fault pipedream-tied-copy-follows-its-stage-gate trainer/step/pipedream_updates.
 fault pipedream-stop-on-the-skipping-stage-only trainer/step/pipedream_step.cpp \
   's/^  if (first_stage >= 0) {$/  if (first_stage >= 0 \&\& first_stage == mesh.pp_rank) {/' \
   'py:train_stop_test NonFiniteGuard.PipeDreamWithoutVerticalSyncStopsAtANonFiniteUpdate'
+# h38a: issue 37's review item 1 (pipedream's own gate without vertical sync: the synchronous guard's
+# fp32 sum of squares, on the stage's gradient alone).
+# The stage's gate sums the tied copy's gradient region (what the copy's own gate sums, zero here)
+# instead of its own tensors': the last stage's sum is 0 and it applies update 5's NaN.
+fault pipedream-own-gate-sums-the-tied-copy-region trainer/step/pipedream_updates.cpp \
+  's/^    gate_on_own_sum(gates_ + slot(version), norms_ + slot(version), gradients + tied_count_,$/    gate_on_own_sum(gates_ + slot(version), norms_ + slot(version), gradients, tied_count_, stream);/' \
+  '/^    gate_on_own_sum(gates_ + slot(version), norms_ + slot(version), gradients, tied_count_, stream);$/{n;d}' \
+  'mpi4 PipelineLayouts.PipeDreamNonFiniteUpdateWithoutVerticalSync*'
 # h37h: issue 37 item 2 (PipeDream's drains at any step: --save-every saving drained, a stop signal
 # draining at the next step the work run allows, then saving).
 # The drain forgets its cool-down's last update (the part's last) in the lists: the stages warm up
