@@ -1,6 +1,7 @@
 // --schedule pipedream's step (trainer/step/trainer.h's pipedream_step): the step's microbatches and
 // those stage 0 reads ahead, the executor's part of the run with its updates, the step's loss; and
 // the trainer's set-up for it.
+#include <algorithm>
 #include <csignal>
 #include <string>
 #include <type_traits>
@@ -20,6 +21,7 @@ void enable_pipedream_updates(Trainer<Element>& trainer, const PipeDreamLayout& 
   enable_pipedream(trainer.executor, layout.rule, trainer.microbatches, layout.steps, trainer.parameter_layout,
                    trainer.parameter_memory, trainer.gradient_memory, std::shared_ptr<PipeDreamUpdates<Element>>(trainer.pipedream),
                    layout.drains);
+  trainer.pipedream_sums.resize(3 + size_t(trainer.groups.mesh.pp));
 }
 
 namespace {
@@ -105,7 +107,8 @@ StepResult pipedream_step(Trainer<Element>& trainer, Reader& reader, const AdamW
   // same sum alike).
   const int stop_signal = received_stop_signal();
   const bool vertical_sync = trainer.pipedream->vertical_sync();
-  std::vector<double> sums(3 + size_t(mesh.pp), 0.0);
+  std::vector<double>& sums = trainer.pipedream_sums;
+  std::fill(sums.begin(), sums.end(), 0.0);
   sums[0] = figures.loss_sum;
   sums[1] = stop_signal == SIGTERM ? 1.0 : 0.0;
   sums[2] = stop_signal == SIGINT ? 1.0 : 0.0;

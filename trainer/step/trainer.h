@@ -110,6 +110,7 @@ struct Trainer {
   StepShape shape;                 // the current step's lengths and loss normalisation (pipeline/executor_state.h)
   std::vector<float> host_logits;  // (Vp) one row of logits, for sampling
   std::shared_ptr<TrainerPipeDreamUpdates<Element>> pipedream;  // --schedule pipedream's updates; else null
+  std::vector<double> pipedream_sums;  // (3 + pp) what pipedream_step sums over the world, sized once
   // The run's sequence-length warm-up (max 0: none, every step at T): pipedream reads microbatches
   // of the next steps ahead, each at its own step's cap (pipedream_cap).
   SeqLenWarmup warmup = {0, 0, 0, 1};
