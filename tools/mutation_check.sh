@@ -1421,7 +1421,7 @@ fault pipedream-dp-replicas-read-the-same-data trainer/step/pipedream_step.cpp \
 # The loss scaled by 1 / (B T K), not 1 / (B T K dp): an update's real targets counted in one replica
 # only, the replicas' sum dp times the mean's gradient.
 fault pipedream-dp-loss-scale-without-replicas trainer/step/pipedream_step.cpp \
-  's/^      for (int r = 0; r < dp; ++r) {$/      for (int r = 0; r < 1; ++r) {/' \
+  's/^      for (int r = 0; r < dp; ++r) update_real\[size_t(u)\] += /      for (int r = 0; r < 1; ++r) update_real[size_t(u)] += /' \
   'mpi4 PipelineLayouts.PipeDreamReplicas*'
 
 # h33g: issue 33 item 6 and Checks (PyTorch at tp 2, tp 2 x pp 4 layouts at -np 8, the fixed-tp
@@ -1767,7 +1767,14 @@ fault pipedream-microbatch-at-maxT trainer/step/pipedream_step.cpp \
   'mpi4 PipelineLayouts.PipeDreamWithDocuments*'
 # An update's loss scale from the real targets of its first microbatch alone (K = 2 catches it).
 fault pipedream-update-scale-of-its-first-microbatch trainer/step/pipedream_step.cpp \
-  's/^    for (int k = first; k < first + K; ++k)$/    for (int k = first; k < first + 1; ++k)/' \
+  's/^    for (int k = u \* K; k < u \* K + K; ++k)$/    for (int k = u * K; k < u * K + 1; ++k)/' \
+  'mpi4 PipelineLayouts.PipeDreamWithDocuments*'
+# h38a: issue 37's review item 3 (pipedream's real targets counted once per update: the updates read
+# ahead kept for the next step).
+# The kept counts carried one update short: each step's first update takes the scale of the step
+# before's last own update (at K = 1, p = 4, its microbatch 3's real targets for its microbatch 0).
+fault pipedream-kept-counts-carried-one-short trainer/step/pipedream_step.cpp \
+  's/^    std::copy(update_real.begin() + own, update_real.end(), update_real.begin());$/    std::copy(update_real.begin() + own - 1, update_real.end() - 1, update_real.begin());/' \
   'mpi4 PipelineLayouts.PipeDreamWithDocuments*'
 # ---- running ----
 
