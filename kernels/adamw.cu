@@ -108,22 +108,6 @@ __global__ void flag_nonfinite_kernel(double* nonfinite, const double* value) {
   *nonfinite = is_finite(*value) ? 0.0 : 1.0;
 }
 
-__global__ void open_adamw_gate_kernel(AdamWGate* gate) {
-  gate->grad_scale = 1.0;
-  gate->apply = 1;
-}
-
-// Every thread that finds its element's square not finite writes the same 0: no order to keep.
-template <typename T>
-__global__ void __launch_bounds__(kAdamWThreads)
-    close_gate_on_nonfinite_kernel(AdamWGate* gate, const T* gradients, size_t n) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float g = to_compute(gradients[i]);
-  const float square = g * g;
-  if (!is_finite(square)) gate->apply = 0;
-}
-
 // 1 - beta1^t and 1 - beta2^t, in double once per launch; exits naming `launcher` when t < 1.
 struct BiasCorrections {
   double first, second;
@@ -163,15 +147,6 @@ void flag_nonfinite(double* nonfinite, const double* value, cudaStream_t stream)
 }
 
 template <typename T>
-void set_adamw_gate_on_finite_gradient(AdamWGate* gate, const T* gradients, size_t n, cudaStream_t stream) {
-  launch(open_adamw_gate_kernel, dim3(1), dim3(1), 0, stream, gate);
-  if (n == 0) return;
-  const size_t blocks = (n + kAdamWThreads - 1) / kAdamWThreads;
-  launch(close_gate_on_nonfinite_kernel<T>, dim3(unsigned(blocks)), dim3(kAdamWThreads), 0, stream, gate, gradients,
-         n);
-}
-
-template <typename T>
 void adamw_update_regions(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v,
                           size_t n, const AdamWRegion* regions, int num_regions, double learning_rate, double beta1,
                           double beta2, double eps, double weight_decay, const AdamWGate* gate, int t,
@@ -185,9 +160,6 @@ void adamw_update_regions(T* params, Compute<T>* master_params, const T* grads, 
          C(corrections.second), C(eps), C(weight_decay), gate, rounding_key);
 }
 
-template void set_adamw_gate_on_finite_gradient<float>(AdamWGate*, const float*, size_t, cudaStream_t);
-template void set_adamw_gate_on_finite_gradient<__nv_bfloat16>(AdamWGate*, const __nv_bfloat16*, size_t,
-                                                               cudaStream_t);
 template void adamw_update_regions<float>(float*, float*, const float*, float*, float*, size_t, const AdamWRegion*,
                                           int, double, double, double, double, double, const AdamWGate*, int,
                                           uint64_t, cudaStream_t);

@@ -55,13 +55,6 @@ void set_adamw_gate(AdamWGate* gate, double* norm, const float* squared_norm, co
 // *nonfinite (=) = 0 when *value is finite, else 1 (device, one thread).
 void flag_nonfinite(double* nonfinite, const double* value, cudaStream_t stream);
 
-// *gate (device) = {1, apply} with apply = 0 when the fp32 square of any of gradients' n elements
-// is not finite (a NaN, an infinity, or above about 1.8e19, whose square would make AdamW's second
-// moment infinite): a gate from the gradient alone, with no norm and no exchange (PipeDream's
-// stages without vertical sync, trainer/step/pipedream_updates.h). For float and bf16.
-template <typename T>
-void set_adamw_gate_on_finite_gradient(AdamWGate* gate, const T* gradients, size_t n, cudaStream_t stream);
-
 // One region of a stage's parameters for adamw_update_regions: elements [offset, offset + count)
 // of the stage's arrays, the first one's index in the whole model (for the rounding bits), and
 // whether the weight decay applies to it. A tensor-parallel rank's slice of a layer's matrix is

@@ -23,8 +23,8 @@
 // trainer/step/optimizer.h (every (tensor, layer) slot's fp32 squared sum, the slots added in
 // order): clipped by settings.grad_clip as the synchronous step clips, and not applied at all
 // (weights, master weights and moments as they were) when the norm is not finite. Without it each
-// stage's update v is applied only when its own gradient of v is finite, element by element (the
-// elements of the stages that skip it stay as they were), wte's as stage 0's.
+// stage's update v is applied only when the fp32 sum of squares of its own gradient of v is finite
+// (the elements of the stages that skip it stay as they were), wte's as stage 0's.
 //
 // Lengths (issue 34's microbatches of different lengths): step t's microbatches at its cap
 // (caps[t]), packed sequences cut to it, or with documents each at its own T_k up to it, with
@@ -259,15 +259,19 @@ Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const Pi
                                                  grads.data(), settings.grad_clip, update_norm, stream)
                                  : AdamWGate{1.0, 1};
       // Without vertical sync each stage gates its own update by its own gradient: applied when
-      // every element's fp32 square is finite (kernels/adamw.cuh's set_adamw_gate_on_finite_gradient).
-      std::vector<bool> stage_applies(size_t(p), true);
-      bool wte_finite = true;
+      // the fp32 sum of its elements' squares is finite (the synchronous guard's rule on one stage).
+      // Summed here in index order, the device in its own: the two differ only within a rounding
+      // of FLT_MAX, where no test goes (a NaN or an infinity makes either sum non-finite).
+      std::vector<float> stage_sums(size_t(p), 0.0f);
+      float wte_sum = 0.0f;
       for (size_t i = 0; i < n && !rule.vertical_sync; ++i) {
-        const float g = float(to_compute(summed[i])), square = g * g;
-        if (std::isfinite(square)) continue;
-        stage_applies[size_t(stage[i])] = false;
-        wte_finite = wte_finite && i >= sizes[0];
+        const float g = float(to_compute(summed[i]));
+        stage_sums[size_t(stage[i])] += g * g;
+        if (i < sizes[0]) wte_sum += g * g;
       }
+      std::vector<bool> stage_applies(size_t(p), true);
+      for (int s = 0; s < p; ++s) stage_applies[size_t(s)] = std::isfinite(stage_sums[size_t(s)]);
+      const bool wte_finite = std::isfinite(wte_sum);
       // The head's copy of wte takes stage 0's update by wte's gradient alone: the one wte here
       // cannot follow it when stage 0 skips for another tensor.
       if (p > 1 && !stage_applies[0] && wte_finite)

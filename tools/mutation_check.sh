@@ -1421,7 +1421,7 @@ fault pipedream-dp-replicas-read-the-same-data trainer/step/pipedream_step.cpp \
 # The loss scaled by 1 / (B T K), not 1 / (B T K dp): an update's real targets counted in one replica
 # only, the replicas' sum dp times the mean's gradient.
 fault pipedream-dp-loss-scale-without-replicas trainer/step/pipedream_step.cpp \
-  's/^      for (int r = 0; r < dp; ++r) {$/      for (int r = 0; r < 1; ++r) {/' \
+  's/^      for (int r = 0; r < dp; ++r) update_real\[size_t(u)\] += /      for (int r = 0; r < 1; ++r) update_real[size_t(u)] += /' \
   'mpi4 PipelineLayouts.PipeDreamReplicas*'
 
 # h33g: issue 33 item 6 and Checks (PyTorch at tp 2, tp 2 x pp 4 layouts at -np 8, the fixed-tp
@@ -1653,7 +1653,7 @@ fault summary-names-the-last-step-as-saved trainer/program/run.cpp \
 # The stage's own check not made: its gate keeps the decision it started with ({1, 1}), so the
 # last stage applies update 5's NaN.
 fault pipedream-gate-ignores-the-stages-check trainer/step/pipedream_updates.cpp \
-  's/^    set_adamw_gate_on_finite_gradient(gates_ + slot(version), gradients, layout_.size, stream);$/    if (false) \0/' \
+  's/^    gate_on_own_sum(gates_ + slot(version), norms_ + slot(version), gradients + tied_count_,$/    if (false) \0/' \
   'mpi4 PipelineLayouts.PipeDreamNonFiniteUpdateWithoutVerticalSync*'
 # The head's copy of wte gated by its stage's own decision, not by the wte gradient it takes: the
 # copy skips update 5 with the last stage while stage 0's wte applies it.
@@ -1665,6 +1665,14 @@ fault pipedream-tied-copy-follows-its-stage-gate trainer/step/pipedream_updates.
 fault pipedream-stop-on-the-skipping-stage-only trainer/step/pipedream_step.cpp \
   's/^  if (first_stage >= 0) {$/  if (first_stage >= 0 \&\& first_stage == mesh.pp_rank) {/' \
   'py:train_stop_test NonFiniteGuard.PipeDreamWithoutVerticalSyncStopsAtANonFiniteUpdate'
+# h38a: issue 37's review item 1 (pipedream's own gate without vertical sync: the synchronous guard's
+# fp32 sum of squares, on the stage's gradient alone).
+# The stage's gate sums the tied copy's gradient region (what the copy's own gate sums, zero here)
+# instead of its own tensors': the last stage's sum is 0 and it applies update 5's NaN.
+fault pipedream-own-gate-sums-the-tied-copy-region trainer/step/pipedream_updates.cpp \
+  's/^    gate_on_own_sum(gates_ + slot(version), norms_ + slot(version), gradients + tied_count_,$/    gate_on_own_sum(gates_ + slot(version), norms_ + slot(version), gradients, tied_count_, stream);/' \
+  '/^    gate_on_own_sum(gates_ + slot(version), norms_ + slot(version), gradients, tied_count_, stream);$/{n;d}' \
+  'mpi4 PipelineLayouts.PipeDreamNonFiniteUpdateWithoutVerticalSync*'
 # h37h: issue 37 item 2 (PipeDream's drains at any step: --save-every saving drained, a stop signal
 # draining at the next step the work run allows, then saving).
 # The drain forgets its cool-down's last update (the part's last) in the lists: the stages warm up
@@ -1759,7 +1767,14 @@ fault pipedream-microbatch-at-maxT trainer/step/pipedream_step.cpp \
   'mpi4 PipelineLayouts.PipeDreamWithDocuments*'
 # An update's loss scale from the real targets of its first microbatch alone (K = 2 catches it).
 fault pipedream-update-scale-of-its-first-microbatch trainer/step/pipedream_step.cpp \
-  's/^    for (int k = first; k < first + K; ++k)$/    for (int k = first; k < first + 1; ++k)/' \
+  's/^    for (int k = u \* K; k < u \* K + K; ++k)$/    for (int k = u * K; k < u * K + 1; ++k)/' \
+  'mpi4 PipelineLayouts.PipeDreamWithDocuments*'
+# h38a: issue 37's review item 3 (pipedream's real targets counted once per update: the updates read
+# ahead kept for the next step).
+# The kept counts carried one update short: each step's first update takes the scale of the step
+# before's last own update (at K = 1, p = 4, its microbatch 3's real targets for its microbatch 0).
+fault pipedream-kept-counts-carried-one-short trainer/step/pipedream_step.cpp \
+  's/^    std::copy(update_real.begin() + own, update_real.end(), update_real.begin());$/    std::copy(update_real.begin() + own - 1, update_real.end() - 1, update_real.begin());/' \
   'mpi4 PipelineLayouts.PipeDreamWithDocuments*'
 # ---- running ----
 

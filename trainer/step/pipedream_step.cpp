@@ -1,6 +1,7 @@
 // --schedule pipedream's step (trainer/step/trainer.h's pipedream_step): the step's microbatches and
 // those stage 0 reads ahead, the executor's part of the run with its updates, the step's loss; and
 // the trainer's set-up for it.
+#include <algorithm>
 #include <csignal>
 #include <string>
 #include <type_traits>
@@ -20,6 +21,9 @@ void enable_pipedream_updates(Trainer<Element>& trainer, const PipeDreamLayout& 
   enable_pipedream(trainer.executor, layout.rule, trainer.microbatches, layout.steps, trainer.parameter_layout,
                    trainer.parameter_memory, trainer.gradient_memory, std::shared_ptr<PipeDreamUpdates<Element>>(trainer.pipedream),
                    layout.drains);
+  trainer.pipedream_sums.resize(3 + size_t(trainer.groups.mesh.pp));
+  const int read = trainer.microbatches + trainer.groups.mesh.pp - 1, K = layout.rule.update_every;
+  trainer.pipedream_update_real.resize(size_t((read + K - 1) / K));
 }
 
 namespace {
@@ -68,20 +72,29 @@ StepResult pipedream_step(Trainer<Element>& trainer, Reader& reader, const AdamW
   const auto cap_of = [&](int k) { return pipedream_cap(trainer, uint64_t(t - 1 + k / m)); };
   // Every rank counts each update's real targets, its K microbatches of every replica, from the
   // data alone: the same loss scale on every stage and replica, no exchange. An update's gradient,
-  // summed over the replicas, is then that of the mean loss over its real targets.
+  // summed over the replicas, is then that of the mean loss over its real targets. The updates of
+  // the microbatches read ahead were counted by the step before when this step follows it.
+  std::vector<double>& update_real = trainer.pipedream_update_real;
+  const int updates = int(update_real.size()), own = m / K;
+  int counted = 0;
+  if (trainer.pipedream_counted_t == t && trainer.pipedream_counted_start == step_start) {
+    counted = updates - own;
+    std::copy(update_real.begin() + own, update_real.end(), update_real.begin());
+  }
+  for (int u = counted; u < updates; ++u) {
+    update_real[size_t(u)] = 0;
+    for (int k = u * K; k < u * K + K; ++k)
+      for (int r = 0; r < dp; ++r) update_real[size_t(u)] += real_targets(reader, index_of(k, r), cap_of(k));
+  }
+  trainer.pipedream_counted_t = t + 1;
+  trainer.pipedream_counted_start = step_start + uint64_t(m) * dp;
   trainer.shape.lengths.resize(size_t(m + ahead));
   trainer.shape.loss_scales.resize(size_t(m + ahead));
+  for (int k = 0; k < m + ahead; ++k) trainer.shape.loss_scales[size_t(k)] = 1.0 / update_real[size_t(k / K)];
   double step_real = 0, step_positions = 0;
-  for (int first = 0; first < m + ahead; first += K) {
-    double update_real = 0;
-    for (int k = first; k < first + K; ++k)
-      for (int r = 0; r < dp; ++r) {
-        update_real += real_targets(reader, index_of(k, r), cap_of(k));
-        if (k < m) step_positions += positions_of(reader, index_of(k, r), cap_of(k));
-      }
-    for (int k = first; k < first + K && k < m + ahead; ++k) trainer.shape.loss_scales[size_t(k)] = 1.0 / update_real;
-    if (first < m) step_real += update_real;
-  }
+  for (int u = 0; u < own; ++u) step_real += update_real[size_t(u)];
+  for (int k = 0; k < m; ++k)
+    for (int r = 0; r < dp; ++r) step_positions += positions_of(reader, index_of(k, r), cap_of(k));
   for (int k = 0; k < m + ahead; ++k)
     trainer.shape.lengths[size_t(k)] = int(read_at(reader, index_of(k, mesh.dp_rank), cap_of(k),
                                                    trainer.host_tokens + k * BT, trainer.host_targets + k * BT));
@@ -105,7 +118,8 @@ StepResult pipedream_step(Trainer<Element>& trainer, Reader& reader, const AdamW
   // same sum alike).
   const int stop_signal = received_stop_signal();
   const bool vertical_sync = trainer.pipedream->vertical_sync();
-  std::vector<double> sums(3 + size_t(mesh.pp), 0.0);
+  std::vector<double>& sums = trainer.pipedream_sums;
+  std::fill(sums.begin(), sums.end(), 0.0);
   sums[0] = figures.loss_sum;
   sums[1] = stop_signal == SIGTERM ? 1.0 : 0.0;
   sums[2] = stop_signal == SIGINT ? 1.0 : 0.0;

@@ -9,6 +9,7 @@
 #include "kernels/adamw.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/device_memory.cuh"
+#include "kernels/global_norm.cuh"
 #include "kernels/stochastic_rounding.cuh"
 #include "model/gpt.cuh"
 #include "trainer/safety/failure_injection.h"
@@ -158,10 +159,20 @@ void TrainerPipeDreamUpdates<Element>::decide(int version, const Element* gradie
 }
 
 template <typename Element>
+void TrainerPipeDreamUpdates<Element>::gate_on_own_sum(AdamWGate* gate, double* norm, const Element* gradients,
+                                                       size_t count, cudaStream_t stream) {
+  // The optimizer's norm buffers are free here: without vertical sync no update queues a norm.
+  global_norm_squared<Element>(optimizer_.squared_norm, nullptr, optimizer_.norm_workspace, &gradients, &count, 1,
+                               stream);
+  set_adamw_gate(gate, norm, optimizer_.squared_norm, optimizer_.nonfinite_ranks, 0.0, stream);
+}
+
+template <typename Element>
 void TrainerPipeDreamUpdates<Element>::update(int version, Element* gradients, cudaStream_t stream) {
-  if (!rule_.vertical_sync) {  // the stage's own gate: no norm, no exchange, no wait
+  if (!rule_.vertical_sync) {  // the stage's own gate: no exchange, no wait
     decided_.push_back(version);
-    set_adamw_gate_on_finite_gradient(gates_ + slot(version), gradients, layout_.size, stream);
+    gate_on_own_sum(gates_ + slot(version), norms_ + slot(version), gradients + tied_count_,
+                    layout_.size - tied_count_, stream);
   }
   adamw(version, false, gradients, gates_ + slot(version), stream);
   CUDA_CHECK(cudaMemsetAsync(gradients, 0, layout_.size * sizeof(Element), stream));
@@ -195,12 +206,13 @@ void TrainerPipeDreamUpdates<Element>::bring_tied_embedding_to(int version, cuda
     Element* share = share_of_update(tied_version_);  // the two shares' sum (exchange_tied_gradient)
     // The tied copy's gradient region is zero here: only this function writes it.
     sum_tied_embedding_gradient(config_, wte_gradient(gradients_), share, stream);
-    // Without vertical sync the copy takes stage 0's wte update only with a finite gradient, the
-    // one stage 0's own gate reads among its others; the optimizer's gate is free here (no
-    // synchronous step uses it), and read at once.
+    // Without vertical sync the copy takes stage 0's wte update only when the sum of squares of
+    // the wte gradient it takes is finite (stage 0's own gate sums the same values among its
+    // others); the optimizer's gate and norm are free here (no synchronous step uses them), and
+    // read at once.
     const AdamWGate* gate = gates_ + slot(tied_version_);
     if (!rule_.vertical_sync) {
-      set_adamw_gate_on_finite_gradient(optimizer_.gate, wte_gradient(gradients_), wte_count, stream);
+      gate_on_own_sum(optimizer_.gate, optimizer_.norm, wte_gradient(gradients_), wte_count, stream);
       gate = optimizer_.gate;
     }
     adamw(tied_version_, true, gradients_, gate, stream);

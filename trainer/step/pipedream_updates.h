@@ -20,11 +20,12 @@
 // trainer/step/optimizer.h, queued in the step of the update when its gradient is complete on the
 // stage) decides its AdamW as the synchronous step's does: clipped by --grad-clip, and not applied
 // at all on any stage when the norm is not finite (the non-finite guard). Without vertical sync
-// there is no norm (clipping is refused there: the options' check), and a stage applies update v
+// there is no global norm (clipping is refused there: the options' check), and a stage applies update v
 // before the stages below it have their gradients of v, so no skip can be agreed: each stage gates
-// its own update v by its own gradient of v (set_adamw_gate_on_finite_gradient, on the device, no
-// wait), the tied copy its update by the wte gradient it takes, so that no non-finite gradient is
-// ever applied, and the step's end stops the run (trainer/step/pipedream_step.cpp).
+// its own update v by its own gradient of v, the tied copy its update by the wte gradient it takes,
+// with the synchronous guard's rule on this rank alone: applied when the fp32 sum of squares is
+// finite (no sum over ranks, no clipping; on the device, no wait), so that no non-finite gradient
+// is ever applied, and the step's end stops the run (trainer/step/pipedream_step.cpp).
 // TRAIN_TEST_NAN (trainer/safety/failure_injection.h) names an update by its number as `step`.
 #pragma once
 #include <cuda_runtime.h>
@@ -59,12 +60,16 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
   // The updates decided since the last call (in order), and their decisions (norm, applied) copied
   // to the host on stream (read after the step's wait): update `version`'s, among the last
   // pipedream_decisions_kept. Without vertical sync: the stage's updates applied or skipped by
-  // its own gate since the last call (no norm).
+  // its own gate since the last call (the norm its gate read, not reported).
   std::vector<int> queue_decisions_download(cudaStream_t stream);
   double norm(int version) const { return host_norms_[slot(version)]; }
   bool applied(int version) const { return host_gates_[slot(version)].apply != 0; }
 
  private:
+  // Without vertical sync: *gate (=) applied when the fp32 sum of squares of gradients' count
+  // elements (this rank's alone, the global norm's reduction) is finite, never clipped; *norm (=)
+  // its root (not reported).
+  void gate_on_own_sum(AdamWGate* gate, double* norm, const Element* gradients, size_t count, cudaStream_t stream);
   // AdamW step `version` over the stage's regions that are (tied) or are not (!tied) wte's copy,
   // with `gradients` (the stage's allocation), as gate (device) says.
   void adamw(int version, bool tied, const Element* gradients, const AdamWGate* gate, cudaStream_t stream);
