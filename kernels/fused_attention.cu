@@ -47,9 +47,17 @@ __device__ __host__ inline int smaller(int a, int b) { return a < b ? a : b; }
 template <typename Element, typename Real>
 __device__ void load_rows(Real* tile, const Element* src, size_t row_stride, int first, int rows, int T, int HS) {
   const int count = smaller(rows, T - first) * HS;
+  // Element i = r HS + d, stepped by blockDim.x as (row, channel) steps: no division per element.
+  const int row_step = blockDim.x / HS, channel_step = blockDim.x % HS;
+  int r = threadIdx.x / HS, d = threadIdx.x % HS;
   for (int i = threadIdx.x; i < count; i += blockDim.x) {
-    const int r = i / HS, d = i - r * HS;
     tile[r * (HS + 1) + d] = to_compute(src[size_t(first + r) * row_stride + d]);
+    r += row_step;
+    d += channel_step;
+    if (d >= HS) {
+      d -= HS;
+      ++r;
+    }
   }
 }
 
@@ -59,6 +67,31 @@ __device__ inline Real dot(const Real* a, const Real* b, int HS) {
   Real sum = 0;
   for (int d = 0; d < HS; ++d) sum += a[d] * b[d];
   return sum;
+}
+
+// Calls use(j, dot(a, rows + j stride, HS)) for j = first, first + step, ... below end, in that
+// order. Four rows' sums are run side by side, each over d in order (the bits of one at a time):
+// a CPU then overlaps four chains of dependent additions where one chain leaves it waiting.
+template <typename Real, typename Use>
+__device__ inline void dots_with_rows(const Real* a, const Real* rows, int stride, int first, int step, int end,
+                                      int HS, Use use) {
+  int j = first;
+  for (; j + 3 * step < end; j += 4 * step) {
+    const Real* b0 = rows + j * stride;
+    const Real *b1 = b0 + step * stride, *b2 = b1 + step * stride, *b3 = b2 + step * stride;
+    Real s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int d = 0; d < HS; ++d) {
+      s0 += a[d] * b0[d];
+      s1 += a[d] * b1[d];
+      s2 += a[d] * b2[d];
+      s3 += a[d] * b3[d];
+    }
+    use(j, s0);
+    use(j + step, s1);
+    use(j + 2 * step, s2);
+    use(j + 3 * step, s3);
+  }
+  for (; j < end; j += step) use(j, dot(a, rows + j * stride, HS));
 }
 
 // One block per (query tile x, head y = b NH + h), Tiles::queries x G threads: thread (r, g),
@@ -94,7 +127,7 @@ __global__ void fused_attention_forward_kernel(Element* out, Compute<Element>* l
     __syncthreads();
     // Row t sees keys k0 ... min(t, k0 + Bc - 1) of this tile: `keys` of them, none past T.
     const int keys = t < T ? smaller(t - k0 + 1, Bc) : 0;
-    for (int j = g; j < keys; j += G) s_row[j] = scale * dot(q + r * stride, k + j * stride, HS);
+    dots_with_rows(q + r * stride, k, stride, g, G, keys, HS, [&](int j, Real sum) { s_row[j] = scale * sum; });
     __syncthreads();
     Real tile_max = running_max;
     for (int j = 0; j < keys; ++j) tile_max = s_row[j] > tile_max ? s_row[j] : tile_max;
@@ -178,12 +211,14 @@ __global__ void fused_attention_key_gradient_kernel(Element* dinp, const Element
     __syncthreads();
     // Key j is seen by queries max(j, q0) ... min(q0 + Bq, T) - 1 of this tile.
     const int first = j < T ? (j > q0 ? j - q0 : 0) : Bq, end = smaller(Bq, T - q0);
-    for (int i = first + g; i < end; i += G) {
-      const Real prob = exponential(scale * dot(q + i * stride, k + r * stride, HS) - tile_lse[i]);
-      const Real dprob = dot(dO + i * stride, v + r * stride, HS);
+    // The scores q_i . k_j first (kept in p), then the probabilities and ds with dout_i . v_j.
+    dots_with_rows(k + r * stride, q, stride, first + g, G, end, HS,
+                   [&](int i, Real score) { p[i * (Bk + 1) + r] = score; });
+    dots_with_rows(v + r * stride, dO, stride, first + g, G, end, HS, [&](int i, Real dprob) {
+      const Real prob = exponential(scale * p[i * (Bk + 1) + r] - tile_lse[i]);
       p[i * (Bk + 1) + r] = prob;
       ds[i * (Bk + 1) + r] = prob * (dprob - tile_dots[i]);
-    }
+    });
     __syncthreads();
     for (int i = first; i < end; ++i) {
       const Real prob = p[i * (Bk + 1) + r], dscore = ds[i * (Bk + 1) + r];
@@ -240,10 +275,12 @@ __global__ void fused_attention_query_gradient_kernel(Element* dinp, const Eleme
     load_rows(v, qkv + 2 * C, 3 * size_t(C), k0, Bk, T, HS);
     __syncthreads();
     const int keys = i < T ? smaller(i - k0 + 1, Bk) : 0;
-    for (int j = g; j < keys; j += G) {
-      const Real prob = exponential(scale * dot(q + r * stride, k + j * stride, HS) - row_lse);
-      ds_row[j] = prob * (dot(dO + r * stride, v + j * stride, HS) - row_dot);
-    }
+    // The scores q_i . k_j first (kept in ds), then ds with dout_i . v_j.
+    dots_with_rows(q + r * stride, k, stride, g, G, keys, HS, [&](int j, Real score) { ds_row[j] = score; });
+    dots_with_rows(dO + r * stride, v, stride, g, G, keys, HS, [&](int j, Real dprob) {
+      const Real prob = exponential(scale * ds_row[j] - row_lse);
+      ds_row[j] = prob * (dprob - row_dot);
+    });
     __syncthreads();
     for (int j = 0; j < keys; ++j) {
       const Real* k_row = k + j * stride + g * kChannels;

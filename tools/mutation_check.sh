@@ -973,8 +973,17 @@ fault fused-attention-d-without-output kernels/fused_attention.cu \
 # Item 1: the forward's barrier between the scores and the row maximum taken out: a row's
 # threads read one another's scores before they are written (NaN in the reversed order).
 fault fused-attention-scores-without-barrier kernels/fused_attention.cu \
-  '/s_row\[j\] = scale \* dot(q + r \* stride, k + j \* stride, HS);$/{n;d}' \
+  '/{ s_row\[j\] = scale \* sum; });$/{n;d}' \
   'CUDA_CPU_THREAD_ORDER=reverse unit FusedAttention.*'
+# Issue 36: the four dot products run side by side, the fourth taking the third's row.
+fault fused-attention-side-by-side-dots-mix-rows kernels/fused_attention.cu \
+  's/      s3 += a\[d\] \* b3\[d\];/      s3 += a[d] * b2[d];/' \
+  'unit FusedAttention.*'
+# Issue 36: a tile's load stepping (row, channel) without the carry into the next row (double's
+# backward, whose blocks have fewer threads than a row has channels, takes it).
+fault fused-attention-load-drops-the-carried-row kernels/fused_attention.cu \
+  's/^      ++r;$//' \
+  'unit FusedAttention.*'
 # h35b: issue 35 item 2 (the fused attention in the model, --attention fused).
 # Item 2: the fused path's activations not shrunk: each block's log-sum-exp sized as the
 # materialised attention's saved state.
