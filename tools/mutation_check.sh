@@ -1769,13 +1769,6 @@ fault pipedream-microbatch-at-maxT trainer/step/pipedream_step.cpp \
 fault pipedream-update-scale-of-its-first-microbatch trainer/step/pipedream_step.cpp \
   's/^    for (int k = u \* K; k < u \* K + K; ++k)$/    for (int k = u * K; k < u * K + 1; ++k)/' \
   'mpi4 PipelineLayouts.PipeDreamWithDocuments*'
-# h38a: issue 37's review item 3 (pipedream's real targets counted once per update: the updates read
-# ahead kept for the next step).
-# The kept counts carried one update short: each step's first update takes the scale of the step
-# before's last own update (at K = 1, p = 4, its microbatch 3's real targets for its microbatch 0).
-fault pipedream-kept-counts-carried-one-short trainer/step/pipedream_step.cpp \
-  's/^    std::copy(update_real.begin() + own, update_real.end(), update_real.begin());$/    std::copy(update_real.begin() + own - 1, update_real.end() - 1, update_real.begin());/' \
-  'mpi4 PipelineLayouts.PipeDreamWithDocuments*'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
