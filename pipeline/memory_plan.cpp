@@ -150,6 +150,13 @@ StageMemoryPlan plan_stage(const MemoryPlanInput& in, int stage) {
     const int decisions = pipedream_decisions_kept(*in.pipedream, in.schedule.placement.p, in.microbatches);
     b.device("PipeDream's update decisions", decisions, sizeof(AdamWGate));
     b.device("PipeDream's update norms", decisions, sizeof(double));
+    // Without vertical sync each stage's own gates sum in scratch of their own (gate_on_own_sum).
+    if (!in.pipedream->vertical_sync) {
+      b.device("PipeDream's own gate: sum of squares", 1, sizeof(float));
+      b.device("PipeDream's own gate: norm workspace", 1, global_norm_workspace_size(1) * sizeof(float));
+      b.device("PipeDream's own gate: zero non-finite flag, tied copy's norm", 2, sizeof(double));
+      b.device("PipeDream's own gate: tied copy's gate", 1, sizeof(AdamWGate));
+    }
   }
   const int p = in.schedule.placement.p;
   const Mesh mesh = make_mesh(in.dp, in.tp, p, in.dp * in.tp * p, 0);

@@ -1682,6 +1682,12 @@ fault pipedream-own-gate-sums-the-tied-copy-region trainer/step/pipedream_update
   's/^    gate_on_own_sum(gates_ + slot(version), norms_ + slot(version), gradients + tied_count_,$/    gate_on_own_sum(gates_ + slot(version), norms_ + slot(version), gradients, tied_count_, stream);/' \
   '/^    gate_on_own_sum(gates_ + slot(version), norms_ + slot(version), gradients, tied_count_, stream);$/{n;d}' \
   'mpi4 PipelineLayouts.PipeDreamNonFiniteUpdateWithoutVerticalSync*'
+# h39a: review of h38a (the own gates' scratch apart from the optimizer's norm buffers).
+# The own gates' scratch left out of the memory plan: each stage without vertical sync allocates
+# more than its plan, which create_trainer refuses.
+fault pipedream-own-gate-scratch-not-planned pipeline/memory_plan.cpp \
+  's/^    if (!in.pipedream->vertical_sync) {$/    if (false) {/' \
+  'mpi4 PipelineLayouts.PipeDreamWithStashingGivesTheReference'
 # h37h: issue 37 item 2 (PipeDream's drains at any step: --save-every saving drained, a stop signal
 # draining at the next step the work run allows, then saving).
 # The drain forgets its cool-down's last update (the part's last) in the lists: the stages warm up
@@ -1777,13 +1783,6 @@ fault pipedream-microbatch-at-maxT trainer/step/pipedream_step.cpp \
 # An update's loss scale from the real targets of its first microbatch alone (K = 2 catches it).
 fault pipedream-update-scale-of-its-first-microbatch trainer/step/pipedream_step.cpp \
   's/^    for (int k = u \* K; k < u \* K + K; ++k)$/    for (int k = u * K; k < u * K + 1; ++k)/' \
-  'mpi4 PipelineLayouts.PipeDreamWithDocuments*'
-# h38a: issue 37's review item 3 (pipedream's real targets counted once per update: the updates read
-# ahead kept for the next step).
-# The kept counts carried one update short: each step's first update takes the scale of the step
-# before's last own update (at K = 1, p = 4, its microbatch 3's real targets for its microbatch 0).
-fault pipedream-kept-counts-carried-one-short trainer/step/pipedream_step.cpp \
-  's/^    std::copy(update_real.begin() + own, update_real.end(), update_real.begin());$/    std::copy(update_real.begin() + own - 1, update_real.end() - 1, update_real.begin());/' \
   'mpi4 PipelineLayouts.PipeDreamWithDocuments*'
 # ---- running ----
 

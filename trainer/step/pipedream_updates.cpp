@@ -68,6 +68,14 @@ TrainerPipeDreamUpdates<Element>::TrainerPipeDreamUpdates(const GPTConfig& confi
   CUDA_CHECK(cudaMemset(norms_, 0, kept * sizeof(double)));
   // The guard here counts the norm alone (no loss is summed per update): no rank flags a loss.
   CUDA_CHECK(cudaMemset(optimizer_.nonfinite_ranks, 0, sizeof(double)));
+  if (!rule.vertical_sync) {
+    own_sum_ = device_alloc<float>(1);
+    own_workspace_ = device_alloc<float>(global_norm_workspace_size(1));
+    own_nonfinite_ = device_alloc<double>(1);
+    tied_gate_ = device_alloc<AdamWGate>(1);
+    tied_norm_ = device_alloc<double>(1);
+    CUDA_CHECK(cudaMemset(own_nonfinite_, 0, sizeof(double)));
+  }
 }
 
 template <typename Element>
@@ -77,6 +85,11 @@ TrainerPipeDreamUpdates<Element>::~TrainerPipeDreamUpdates() {
   device_free(regions_);
   device_free(gates_);
   device_free(norms_);
+  device_free(own_sum_);  // each nullptr with vertical sync: device_free does nothing
+  device_free(own_workspace_);
+  device_free(own_nonfinite_);
+  device_free(tied_gate_);
+  device_free(tied_norm_);
 }
 
 template <typename Element>
@@ -161,10 +174,8 @@ void TrainerPipeDreamUpdates<Element>::decide(int version, const Element* gradie
 template <typename Element>
 void TrainerPipeDreamUpdates<Element>::gate_on_own_sum(AdamWGate* gate, double* norm, const Element* gradients,
                                                        size_t count, cudaStream_t stream) {
-  // The optimizer's norm buffers are free here: without vertical sync no update queues a norm.
-  global_norm_squared<Element>(optimizer_.squared_norm, nullptr, optimizer_.norm_workspace, &gradients, &count, 1,
-                               stream);
-  set_adamw_gate(gate, norm, optimizer_.squared_norm, optimizer_.nonfinite_ranks, 0.0, stream);
+  global_norm_squared<Element>(own_sum_, nullptr, own_workspace_, &gradients, &count, 1, stream);
+  set_adamw_gate(gate, norm, own_sum_, own_nonfinite_, 0.0, stream);
 }
 
 template <typename Element>
@@ -208,12 +219,11 @@ void TrainerPipeDreamUpdates<Element>::bring_tied_embedding_to(int version, cuda
     sum_tied_embedding_gradient(config_, wte_gradient(gradients_), share, stream);
     // Without vertical sync the copy takes stage 0's wte update only when the sum of squares of
     // the wte gradient it takes is finite (stage 0's own gate sums the same values among its
-    // others); the optimizer's gate and norm are free here (no synchronous step uses them), and
-    // read at once.
+    // others).
     const AdamWGate* gate = gates_ + slot(tied_version_);
     if (!rule_.vertical_sync) {
-      gate_on_own_sum(optimizer_.gate, optimizer_.norm, wte_gradient(gradients_), wte_count, stream);
-      gate = optimizer_.gate;
+      gate_on_own_sum(tied_gate_, tied_norm_, wte_gradient(gradients_), wte_count, stream);
+      gate = tied_gate_;
     }
     adamw(tied_version_, true, gradients_, gate, stream);
     CUDA_CHECK(cudaMemsetAsync(wte_gradient(gradients_), 0, wte_count * sizeof(Element), stream));

@@ -68,7 +68,7 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
  private:
   // Without vertical sync: *gate (=) applied when the fp32 sum of squares of gradients' count
   // elements (this rank's alone, the global norm's reduction) is finite, never clipped; *norm (=)
-  // its root (not reported).
+  // its root (not reported). Sums into own_sum_ with own_workspace_.
   void gate_on_own_sum(AdamWGate* gate, double* norm, const Element* gradients, size_t count, cudaStream_t stream);
   // AdamW step `version` over the stage's regions that are (tied) or are not (!tied) wte's copy,
   // with `gradients` (the stage's allocation), as gate (device) says.
@@ -100,6 +100,13 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
   int other_regions_, tied_regions_;
   AdamWGate* gates_;  // (pipedream_decisions_kept) update v's decision at v % size
   double* norms_;     // (the same) its norm
+  // Without vertical sync, the own gates' scratch (else nullptr), apart from the optimizer's norm
+  // buffers so that no norm queued elsewhere can overwrite a sum before its gate reads it.
+  float* own_sum_ = nullptr;             // (1) the sum of squares
+  float* own_workspace_ = nullptr;       // (global_norm_workspace_size(1))
+  double* own_nonfinite_ = nullptr;      // (1) zero: the own gate flags no loss
+  AdamWGate* tied_gate_ = nullptr;       // (1) the tied copy's update's gate, read at once
+  double* tied_norm_ = nullptr;          // (1) its norm (not reported)
   std::vector<AdamWGate> host_gates_;
   std::vector<double> host_norms_;
   std::vector<int> decided_;  // since queue_decisions_download

@@ -112,12 +112,8 @@ struct Trainer {
   std::shared_ptr<TrainerPipeDreamUpdates<Element>> pipedream;  // --schedule pipedream's updates; else null
   std::vector<double> pipedream_sums;  // (3 + pp) what pipedream_step sums over the world, sized once
   // pipedream_step's real targets of each update of a step's microbatches and those read ahead, over
-  // every replica ((m + pp - 1) / K rounded up, sized once). The updates past the step's own m / K
-  // are the next step's first: kept for it, the step at t = pipedream_counted_t (0: none kept) whose
-  // first microbatch is data index pipedream_counted_start (a count depends on these alone).
+  // every replica ((m + pp - 1) / K rounded up, sized once).
   std::vector<double> pipedream_update_real;
-  uint64_t pipedream_counted_start = 0;
-  int pipedream_counted_t = 0;
   // The run's sequence-length warm-up (max 0: none, every step at T): pipedream reads microbatches
   // of the next steps ahead, each at its own step's cap (pipedream_cap).
   SeqLenWarmup warmup = {0, 0, 0, 1};
