@@ -13,8 +13,6 @@
 
 namespace {
 
-constexpr int kAdamWThreads = 512;
-
 __device__ inline float square_root(float x) { return sqrtf(x); }
 __device__ inline double square_root(double x) { return sqrt(x); }
 
@@ -63,31 +61,20 @@ __global__ void __launch_bounds__(kAdamWThreads)
                 bias_correction2, eps, weight_decay, grad_scale, rounding, i);
 }
 
-// The first region whose end is past i (regions sorted by offset, covering the range).
-__device__ inline const AdamWRegion& region_of(const AdamWRegion* regions, int num_regions, size_t i) {
-  int low = 0, high = num_regions - 1;
-  while (low < high) {
-    const int middle = (low + high) / 2;
-    if (regions[middle].offset + regions[middle].count <= i) {
-      low = middle + 1;
-    } else {
-      high = middle;
-    }
-  }
-  return regions[low];
-}
-
-// adamw_element over a table of regions: each element with its region's decay and rounding index.
+// adamw_element over a table of regions: each element with its region's decay and rounding index,
+// the region found from the block's entry of block_regions (usually 0 or 1 steps forward).
 template <typename T>
 __global__ void __launch_bounds__(kAdamWThreads)
     adamw_regions_kernel(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v,
-                         size_t n, const AdamWRegion* regions, int num_regions, Compute<T> learning_rate,
+                         size_t n, const AdamWRegion* regions, const int* block_regions, Compute<T> learning_rate,
                          Compute<T> beta1, Compute<T> beta2, Compute<T> bias_correction1,
                          Compute<T> bias_correction2, Compute<T> eps, Compute<T> decay, const AdamWGate* gate,
                          uint64_t rounding_key) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n || !gate->apply) return;  // no barriers or shuffles in this kernel
-  const AdamWRegion& region = region_of(regions, num_regions, i);
+  int r = block_regions[blockIdx.x];
+  while (regions[r].offset + regions[r].count <= i) ++r;
+  const AdamWRegion& region = regions[r];
   adamw_element(params, master_params, grads, m, v, i, learning_rate, beta1, beta2, bias_correction1,
                 bias_correction2, eps, region.decays ? decay : Compute<T>(0), Compute<T>(gate->grad_scale),
                 {rounding_key, full_model_index(region, i - region.offset)}, 0);
@@ -146,26 +133,36 @@ void flag_nonfinite(double* nonfinite, const double* value, cudaStream_t stream)
   launch(flag_nonfinite_kernel, dim3(1), dim3(1), 0, stream, nonfinite, value);
 }
 
+std::vector<int> adamw_block_regions(const std::vector<AdamWRegion>& regions, size_t n) {
+  std::vector<int> table;
+  int r = 0;
+  for (size_t block = 0; block < adamw_region_blocks(n); ++block) {
+    const size_t first = block * kAdamWThreads;
+    while (regions[r].offset + regions[r].count <= first) ++r;
+    table.push_back(r);
+  }
+  return table;
+}
+
 template <typename T>
 void adamw_update_regions(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v,
-                          size_t n, const AdamWRegion* regions, int num_regions, double learning_rate, double beta1,
-                          double beta2, double eps, double weight_decay, const AdamWGate* gate, int t,
+                          size_t n, const AdamWRegion* regions, const int* block_regions, double learning_rate,
+                          double beta1, double beta2, double eps, double weight_decay, const AdamWGate* gate, int t,
                           uint64_t rounding_key, cudaStream_t stream) {
   const BiasCorrections corrections = bias_corrections("adamw_update_regions", beta1, beta2, t);
   if (n == 0) return;
   using C = Compute<T>;
-  const size_t blocks = (n + kAdamWThreads - 1) / kAdamWThreads;
-  launch(adamw_regions_kernel<T>, dim3(unsigned(blocks)), dim3(kAdamWThreads), 0, stream, params, master_params,
-         grads, m, v, n, regions, num_regions, C(learning_rate), C(beta1), C(beta2), C(corrections.first),
-         C(corrections.second), C(eps), C(weight_decay), gate, rounding_key);
+  launch(adamw_regions_kernel<T>, dim3(unsigned(adamw_region_blocks(n))), dim3(kAdamWThreads), 0, stream, params,
+         master_params, grads, m, v, n, regions, block_regions, C(learning_rate), C(beta1), C(beta2),
+         C(corrections.first), C(corrections.second), C(eps), C(weight_decay), gate, rounding_key);
 }
 
 template void adamw_update_regions<float>(float*, float*, const float*, float*, float*, size_t, const AdamWRegion*,
-                                          int, double, double, double, double, double, const AdamWGate*, int,
+                                          const int*, double, double, double, double, double, const AdamWGate*, int,
                                           uint64_t, cudaStream_t);
 template void adamw_update_regions<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, float*, float*,
-                                                  size_t, const AdamWRegion*, int, double, double, double, double,
-                                                  double, const AdamWGate*, int, uint64_t, cudaStream_t);
+                                                  size_t, const AdamWRegion*, const int*, double, double, double,
+                                                  double, double, const AdamWGate*, int, uint64_t, cudaStream_t);
 template void adamw_update<double>(double*, double*, const double*, double*, double*, size_t, double, double,
                                    double, double, double, double, int, StochasticRounding, cudaStream_t);
 template void adamw_update<float>(float*, float*, const float*, float*, float*, size_t, double, double, double,

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "kernels/element.cuh"
 
@@ -75,15 +76,28 @@ __host__ __device__ inline size_t full_model_index(const AdamWRegion& region, si
   return region.full_offset + j / region.run_length * region.run_stride + j % region.run_length;
 }
 
+// The AdamW kernels' threads a block, one element each.
+constexpr int kAdamWThreads = 512;
+
+// The blocks of adamw_update_regions's launch over n elements.
+inline size_t adamw_region_blocks(size_t n) { return (n + kAdamWThreads - 1) / kAdamWThreads; }
+
+// adamw_update_regions's block table, made once on the host: for each of its adamw_region_blocks(n)
+// blocks, the index of the region holding the block's first element (regions sorted by offset,
+// covering [0, n) exactly once; empty ones allowed, never an entry). A thread starts from its
+// block's entry and steps forward to its own element's region, instead of a binary search per
+// element; regions smaller than a block are why it must step at all.
+std::vector<int> adamw_block_regions(const std::vector<AdamWRegion>& regions, size_t n);
+
 // adamw_update over n elements in one launch, with weight_decay on the regions that decay (0 on
-// the others) and each element's rounding index from its region: regions (device, num_regions,
-// sorted by offset) cover [0, n) exactly once.
+// the others) and each element's rounding index from its region: regions (device, sorted by
+// offset) cover [0, n) exactly once; block_regions (device) is adamw_block_regions(regions, n).
 // grad_scale and whether to update at all come from *gate (device): a skipped step changes
 // nothing. Element i of region r is updated bitwise as adamw_update of that region alone updates
 // its element i - r.offset with rounding {key, r.full_offset} (for one run; else each run alone,
 // from its own first index). For float and bf16.
 template <typename T>
 void adamw_update_regions(T* params, Compute<T>* master_params, const T* grads, Compute<T>* m, Compute<T>* v,
-                          size_t n, const AdamWRegion* regions, int num_regions, double learning_rate, double beta1,
-                          double beta2, double eps, double weight_decay, const AdamWGate* gate, int t,
+                          size_t n, const AdamWRegion* regions, const int* block_regions, double learning_rate,
+                          double beta1, double beta2, double eps, double weight_decay, const AdamWGate* gate, int t,
                           uint64_t rounding_key, cudaStream_t stream);

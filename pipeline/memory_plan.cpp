@@ -140,6 +140,7 @@ StageMemoryPlan plan_stage(const MemoryPlanInput& in, int stage) {
   b.device("non-finite ranks, norm", 2, sizeof(double));
   b.device("AdamW gate", 1, sizeof(AdamWGate));
   b.device("AdamW region table", 1, layout.regions.size() * sizeof(AdamWRegion));
+  b.device("AdamW block table", 1, adamw_region_blocks(state) * sizeof(int));
   // PipeDream's head sums its shares of wte's gradient per update (trainer/step/pipedream_updates.h).
   if (in.pipedream && has_part(chunks, &LayerRange::has_head) && !has_part(chunks, &LayerRange::has_embedding))
     b.device("head's wte gradient ring", pipedream_head_ring_size(*in.pipedream, in.schedule.placement.p),
@@ -147,6 +148,10 @@ StageMemoryPlan plan_stage(const MemoryPlanInput& in, int stage) {
   // Its updates' AdamW tables (the tied copy's apart) and decisions (trainer/step/pipedream_updates.h).
   if (in.pipedream) {
     b.device("PipeDream's AdamW region tables", 1, layout.regions.size() * sizeof(AdamWRegion));
+    uint64_t tied = 0;  // the tied copy of wte, updated apart
+    for (const ParameterRegion& r : layout.regions) tied += r.tied_copy ? r.count : 0;
+    b.device("PipeDream's AdamW block tables", 1,
+             (adamw_region_blocks(n - tied) + adamw_region_blocks(tied)) * sizeof(int));
     const int decisions = pipedream_decisions_kept(*in.pipedream, in.schedule.placement.p, in.microbatches);
     b.device("PipeDream's update decisions", decisions, sizeof(AdamWGate));
     b.device("PipeDream's update norms", decisions, sizeof(double));

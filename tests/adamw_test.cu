@@ -3,12 +3,14 @@
 // scale, for double, float, and bf16 parameters with and without an fp32 master copy; one
 // step with values chosen so that where eps goes shows plainly; and the bf16 parameters'
 // stochastic rounding: its bits are those of the element's index, however the tensor is cut
-// into calls, and it is unbiased. The comparisons measure errors against the tensor's scale:
+// into calls, and it is unbiased; a stage's regions in one launch, and the table that names each
+// block's first region. The comparisons measure errors against the tensor's scale:
 // moments pass near zero when the gradients change sign, so an element's own magnitude is no
 // measure.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "kernels/adamw.cuh"
@@ -246,14 +248,22 @@ TEST(AdamW, Bf16StochasticRoundingIsUnbiased) {
 
 }  // namespace
 
-// The stage's one launch (adamw_update_regions): three regions of one allocation, the middle one
-// without decay, each with its own place in the whole model, updated in one call are bitwise each
-// region updated alone by adamw_update with its decay, the gate's scale and its rounding start.
+// The stage's one launch (adamw_update_regions): regions of one allocation, with and without
+// decay, each with its own place in the whole model, updated in one call are bitwise each region
+// updated alone by adamw_update with its decay, the gate's scale and its rounding start.
 namespace {
 
+// Three regions, the middle one without decay; each block's elements in one or two of them.
+const std::vector<AdamWRegion> kThreeRegions = {{0, 300, 5000, 1}, {300, 400, 100, 0}, {700, kCount - 700, 20000, 1}};
+// Regions smaller than a block, and empty ones, decays alternating: a thread steps over several
+// regions from its block's entry (block 1's first element is in the region at 5).
+const std::vector<AdamWRegion> kSmallRegions = {
+    {0, 1, 900, 1},     {1, 0, 0, 0},        {1, 3, 7000, 0},    {4, 1, 40, 1},    {5, 520, 3000, 0},
+    {525, 0, 0, 1},     {525, 7, 12000, 1},  {532, 2, 800, 0},   {534, 100, 60, 1}, {634, 1, 9000, 0},
+    {635, kCount - 635, 30000, 1}};
+
 template <typename T>
-void expect_regions_match_separate_calls(bool with_master) {
-  const std::vector<AdamWRegion> regions = {{0, 300, 5000, 1}, {300, 400, 100, 0}, {700, kCount - 700, 20000, 1}};
+void expect_regions_match_separate_calls(const std::vector<AdamWRegion>& regions, bool with_master) {
   const std::vector<double> initial = to_double(convert<T>(random_values(kCount, 7)));
   const double weight_decay = 0.1, lr = 1e-2, grad_scale = 0.5;
   DeviceBuffer<T> one_params(convert<T>(initial)), separate_params(convert<T>(initial)), grads(kCount);
@@ -261,13 +271,14 @@ void expect_regions_match_separate_calls(bool with_master) {
   const std::vector<Compute<T>> zeros(kCount, 0);
   DeviceBuffer<Compute<T>> one_m(zeros), one_v(zeros), separate_m(zeros), separate_v(zeros);
   DeviceBuffer<AdamWRegion> table(regions);
+  DeviceBuffer<int> blocks(adamw_block_regions(regions, kCount));
   DeviceBuffer<AdamWGate> gate(std::vector<AdamWGate>{{grad_scale, 1}});
   for (int t = 1; t <= 2; ++t) {
     grads.upload(convert<T>(step_grads<T>(t)));
     const uint64_t key = rounding_key(99, t);
     adamw_update_regions<T>(one_params.data(), with_master ? one_master.data() : nullptr, grads.data(), one_m.data(),
-                            one_v.data(), kCount, table.data(), int(regions.size()), lr, 0.9, 0.95, 1e-8,
-                            weight_decay, gate.data(), t, key, nullptr);
+                            one_v.data(), kCount, table.data(), blocks.data(), lr, 0.9, 0.95, 1e-8, weight_decay,
+                            gate.data(), t, key, nullptr);
     for (const AdamWRegion& r : regions)
       adamw_update<T>(separate_params.data() + r.offset, with_master ? separate_master.data() + r.offset : nullptr,
                       grads.data() + r.offset, separate_m.data() + r.offset, separate_v.data() + r.offset, r.count,
@@ -282,10 +293,63 @@ void expect_regions_match_separate_calls(bool with_master) {
 
 }  // namespace
 
-TEST(AdamW, FloatRegionsInOneLaunchAreEachRegionsOwnUpdate) { expect_regions_match_separate_calls<float>(false); }
+TEST(AdamW, FloatRegionsInOneLaunchAreEachRegionsOwnUpdate) {
+  expect_regions_match_separate_calls<float>(kThreeRegions, false);
+}
 TEST(AdamW, Bf16RegionsInOneLaunchAreEachRegionsOwnUpdate) {
-  expect_regions_match_separate_calls<__nv_bfloat16>(true);
-  expect_regions_match_separate_calls<__nv_bfloat16>(false);
+  expect_regions_match_separate_calls<__nv_bfloat16>(kThreeRegions, true);
+  expect_regions_match_separate_calls<__nv_bfloat16>(kThreeRegions, false);
+}
+TEST(AdamW, RegionsSmallerThanABlockInOneLaunchAreEachRegionsOwnUpdate) {
+  expect_regions_match_separate_calls<float>(kSmallRegions, false);
+  expect_regions_match_separate_calls<__nv_bfloat16>(kSmallRegions, true);
+}
+
+// The block table (adamw_block_regions) against a search of every region for the one holding each
+// block's first element: one region, three, small and empty ones, regions ending on a block's
+// boundary, and random layouts of many.
+namespace {
+
+// The layout of regions of these sizes, in order from 0.
+std::vector<AdamWRegion> regions_of_sizes(const std::vector<size_t>& sizes) {
+  std::vector<AdamWRegion> regions;
+  size_t offset = 0;
+  for (size_t count : sizes) {
+    regions.push_back({offset, count, 0, 1});
+    offset += count;
+  }
+  return regions;
+}
+
+int region_holding(const std::vector<AdamWRegion>& regions, size_t i) {
+  for (size_t r = 0; r < regions.size(); ++r)
+    if (regions[r].offset <= i && i < regions[r].offset + regions[r].count) return int(r);
+  return -1;
+}
+
+}  // namespace
+
+TEST(AdamW, BlockTableNamesTheRegionHoldingEachBlocksFirstElement) {
+  std::vector<std::vector<AdamWRegion>> layouts = {regions_of_sizes({kCount}), kThreeRegions, kSmallRegions,
+                                                   regions_of_sizes({512, 512, 0, 1024, 3, 509, 512})};
+  std::mt19937 random(3);
+  for (int layout = 0; layout < 20; ++layout) {
+    std::vector<size_t> sizes;
+    for (int r = 0; r < 60; ++r) {
+      const unsigned kind = random() % 4;  // empty, smaller than a block, about a block, several blocks
+      sizes.push_back(kind == 0 ? 0 : kind == 1 ? 1 + random() % 40 : kind == 2 ? 480 + random() % 64
+                                                                                 : 1000 + random() % 3000);
+    }
+    sizes.push_back(1);  // the layout ends in a non-empty region
+    layouts.push_back(regions_of_sizes(sizes));
+  }
+  for (const std::vector<AdamWRegion>& regions : layouts) {
+    const size_t n = regions.back().offset + regions.back().count;
+    const std::vector<int> table = adamw_block_regions(regions, n);
+    ASSERT_EQ(table.size(), (n + kAdamWThreads - 1) / kAdamWThreads);
+    for (size_t block = 0; block < table.size(); ++block)
+      ASSERT_EQ(table[block], region_holding(regions, block * kAdamWThreads)) << "block " << block << " of " << n;
+  }
 }
 
 // A gate that says not to apply the step (a non-finite loss or norm) leaves parameters, master
@@ -296,10 +360,13 @@ TEST(AdamW, ClosedGateChangesNothing) {
   DeviceBuffer<__nv_bfloat16> params(convert<__nv_bfloat16>(initial)),
       grads(convert<__nv_bfloat16>(step_grads<float>(1)));
   DeviceBuffer<float> master(convert<float>(initial)), m(moments), v(moments);
-  DeviceBuffer<AdamWRegion> table(std::vector<AdamWRegion>{{0, kCount, 0, 1}});
+  const std::vector<AdamWRegion> regions = {{0, kCount, 0, 1}};
+  DeviceBuffer<AdamWRegion> table(regions);
+  DeviceBuffer<int> blocks(adamw_block_regions(regions, kCount));
   DeviceBuffer<AdamWGate> gate(std::vector<AdamWGate>{{1.0, 0}});
   adamw_update_regions<__nv_bfloat16>(params.data(), master.data(), grads.data(), m.data(), v.data(), kCount,
-                                      table.data(), 1, 1e-2, 0.9, 0.95, 1e-8, 0.1, gate.data(), 1, 7, nullptr);
+                                      table.data(), blocks.data(), 1e-2, 0.9, 0.95, 1e-8, 0.1, gate.data(), 1, 7,
+                                      nullptr);
   EXPECT_EQ(to_double(params.to_host()), to_double(convert<__nv_bfloat16>(initial)));
   EXPECT_EQ(to_double(master.to_host()), to_double(convert<float>(initial)));
   EXPECT_EQ(m.to_host(), moments);

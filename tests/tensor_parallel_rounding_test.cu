@@ -50,9 +50,10 @@ std::vector<float> bf16_step(const ParameterLayout& layout, const std::vector<fl
   DeviceBuffer<__nv_bfloat16> params(n), grads(stage_gradients);
   DeviceBuffer<float> master_weights(stage_master), m(std::vector<float>(n, 0.0f)), v(std::vector<float>(n, 0.0f));
   DeviceBuffer<AdamWRegion> regions(table);
+  DeviceBuffer<int> blocks(adamw_block_regions(table, n));
   DeviceBuffer<AdamWGate> gate(std::vector<AdamWGate>{{1.0, 1}});
   adamw_update_regions<__nv_bfloat16>(params.data(), master_weights.data(), grads.data(), m.data(), v.data(), n,
-                                      regions.data(), int(table.size()), 1e-3, 0.9, 0.95, 1e-8, 0.1, gate.data(), 1,
+                                      regions.data(), blocks.data(), 1e-3, 0.9, 0.95, 1e-8, 0.1, gate.data(), 1,
                                       rounding_key(5, 1), nullptr);
   std::vector<float> stage;
   for (__nv_bfloat16 p : params.to_host()) stage.push_back(__bfloat162float(p));

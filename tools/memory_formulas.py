@@ -51,7 +51,7 @@ UNITS = {"B": 1, "KiB": 1024, "MiB": MIB, "GiB": 1024 * MIB, "TiB": 1024 ** 4, "
 NAME_WIDTH, COLUMN_WIDTH = 30, 13  # memory_table's columns (trainer/program/memory_report.cpp)
 WEIGHTS = {"parameters", "gradients", "head's wte gradient", "AdamW moments", "master weights", "norm workspace",
            "norm partials", "squared norm", "norm table", "non-finite ranks, norm", "AdamW gate",
-           "AdamW region table"}
+           "AdamW region table", "AdamW block table"}
 ACTIVATIONS = {"slot activations", "slot inputs", "backward scratch", "recompute working set",
                "weight-gradient inputs", "targets", "loss sum", "cuBLAS workspace"}
 TRANSFERS = {"send buffers", "output gradients", "input gradients", "set-up's transient"}

@@ -114,7 +114,7 @@ TEST(Pipeline, APoolThatWouldGrowAfterSetUpThrowsNamingItself) {
 // layout in Element), AdamW's two moments and, for bf16, the master weights (fp32 arrays of the
 // layout), the head's share of wte's gradient on the last stage, the norm's buffers and table, the step's
 // decision on the device (the count of non-finite losses, the norm, the gate) and AdamW's region
-// table, the executor's slots, weight buffers and transfer buffers (its accounting), each chunk's
+// and block tables, the executor's slots, weight buffers and transfer buffers (its accounting), each chunk's
 // backward scratch, the targets and the loss sum, and cuBLAS's workspace (kernels/gemm.cuh). The step's stage records (the log's "dev") carry it; the project's allocator counts
 // it, the same on a GPU.
 template <typename Element>
@@ -135,6 +135,7 @@ void expect_stage_device_bytes(ScheduleKind kind, bool recompute) {
                      norm_slot_count(kConfig.num_layers) + 1) * sizeof(float) +
                     trainer.optimizer.norm_tensors * sizeof(NormTensor) + 2 * sizeof(double) + sizeof(AdamWGate) +
                     trainer.optimizer.regions.size() * sizeof(AdamWRegion) +
+                    adamw_region_blocks(trainer.parameter_layout.size) * sizeof(int) +
                     a.activation_bytes + a.transfer_bytes + size_t(kB) * kT * sizeof(int) + sizeof(double) +
                     cublas_workspace_bytes();
   for (const LayerRange& range : trainer.chunks) expected += backward_scratch_bytes<Element>(kConfig, kB, kT, range);

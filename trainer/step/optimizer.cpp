@@ -83,6 +83,12 @@ Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layou
   optimizer.adamw_regions = device_alloc<AdamWRegion>(layout.regions.size());
   CUDA_CHECK(cudaMemcpy(optimizer.adamw_regions, table.data(), table.size() * sizeof(AdamWRegion),
                         cudaMemcpyHostToDevice));
+  size_t updated = 0;  // queue_adamw_update's n
+  for (const ParameterRegion& r : optimizer.regions) updated += r.count;
+  const std::vector<int> blocks = adamw_block_regions(table, updated);
+  optimizer.adamw_block_regions = device_alloc<int>(adamw_region_blocks(n));
+  CUDA_CHECK(cudaMemcpy(optimizer.adamw_block_regions, blocks.data(), blocks.size() * sizeof(int),
+                        cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemset(optimizer.m, 0, n * sizeof(float)));
   CUDA_CHECK(cudaMemset(optimizer.v, 0, n * sizeof(float)));
   return optimizer;
@@ -100,6 +106,7 @@ void destroy_optimizer(Optimizer& optimizer) {
   device_free(optimizer.norm);
   device_free(optimizer.gate);
   device_free(optimizer.adamw_regions);
+  device_free(optimizer.adamw_block_regions);
   optimizer = Optimizer{};
 }
 
@@ -139,7 +146,7 @@ void queue_adamw_update(Optimizer& optimizer, Element* parameters, const Element
   for (const ParameterRegion& r : optimizer.regions) n += r.count;
   const size_t first = optimizer.shard.begin;
   adamw_update_regions<Element>(parameters + first, optimizer.master, gradients + first, optimizer.m, optimizer.v, n,
-                                optimizer.adamw_regions, int(optimizer.regions.size()), learning_rate, settings.beta1,
+                                optimizer.adamw_regions, optimizer.adamw_block_regions, learning_rate, settings.beta1,
                                 settings.beta2, settings.eps, settings.weight_decay, optimizer.gate, t,
                                 rounding_key(optimizer.rounding_seed, uint64_t(t)), stream);
 }

@@ -58,12 +58,13 @@ struct Optimizer {
   NormTensor* norm_table;  // (norm_tensors) the regions with a slot (not the tied copy) and their slots
   int norm_tensors;
   unsigned norm_blocks;   // the table's blocks
-  // The step's figures and decision on the device (queue_step_gate), and the table of regions
+  // The step's figures and decision on the device (queue_step_gate), and the tables of regions
   // the one AdamW launch reads.
   double* nonfinite_ranks;      // (1) the world's ranks whose loss sum is not finite
   double* norm;                 // (1) the global gradient norm
   AdamWGate* gate;              // (1)
   AdamWRegion* adamw_regions;   // (regions.size()) the regions sorted by offset, with their decay
+  int* adamw_block_regions;     // (adamw_region_blocks(shard.capacity)) each block's first region
 };
 
 // Moments start at zero; the master weights (with_master_weights) are allocated, uninitialised:

@@ -54,9 +54,14 @@ TrainerPipeDreamUpdates<Element>::TrainerPipeDreamUpdates(const GPTConfig& confi
   std::vector<AdamWRegion> table = adamw_region_table(others, tied_count_);
   other_regions_ = int(table.size());
   for (const AdamWRegion& r : adamw_region_table(tied, 0)) table.push_back(r);
-  tied_regions_ = int(table.size()) - other_regions_;
   regions_ = device_alloc<AdamWRegion>(table.size());
   CUDA_CHECK(cudaMemcpy(regions_, table.data(), table.size() * sizeof(AdamWRegion), cudaMemcpyHostToDevice));
+  std::vector<int> blocks =
+      adamw_block_regions({table.begin(), table.begin() + other_regions_}, layout.size - tied_count_);
+  other_blocks_ = blocks.size();
+  for (int r : adamw_block_regions({table.begin() + other_regions_, table.end()}, tied_count_)) blocks.push_back(r);
+  block_regions_ = device_alloc<int>(blocks.size());
+  CUDA_CHECK(cudaMemcpy(block_regions_, blocks.data(), blocks.size() * sizeof(int), cudaMemcpyHostToDevice));
   // Every update applied unclipped until a norm (with vertical sync) or the stage's own check
   // (without) decides otherwise.
   const int kept = pipedream_decisions_kept(rule, p, m);
@@ -83,6 +88,7 @@ TrainerPipeDreamUpdates<Element>::~TrainerPipeDreamUpdates() {
   if (owns_ring_)
     for (Element* share : ring_) device_free(share);
   device_free(regions_);
+  device_free(block_regions_);
   device_free(gates_);
   device_free(norms_);
   device_free(own_sum_);  // each nullptr with vertical sync: device_free does nothing
@@ -125,10 +131,10 @@ void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, const Eleme
   const uint64_t key = rounding_key(optimizer_.rounding_seed, uint64_t(count));
   const size_t first = tied ? 0 : tied_count_, n = tied ? tied_count_ : layout_.size - tied_count_;
   const AdamWRegion* table = regions_ + (tied ? other_regions_ : 0);
-  const int regions = tied ? tied_regions_ : other_regions_;
+  const int* blocks = block_regions_ + (tied ? other_blocks_ : 0);
   float* master = optimizer_.master == nullptr ? nullptr : optimizer_.master + first;
   adamw_update_regions<Element>(parameters_ + first, master, gradients + first, optimizer_.m + first,
-                                optimizer_.v + first, n, table, regions, learning_rate, settings_.beta1,
+                                optimizer_.v + first, n, table, blocks, learning_rate, settings_.beta1,
                                 settings_.beta2, settings_.eps, settings_.weight_decay, gate, count,
                                 key, stream);
 }
