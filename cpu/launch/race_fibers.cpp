@@ -27,8 +27,8 @@ namespace {
 // models launch up to 51,200 threads at once: the norm of a whole 8-layer model, one block of
 // 512 per tensor (global_norm_squared_of_table). At 16,384 kept, PipeDream's vertical-sync test
 // (whose reference takes that norm at each update) spent 84% of its time ending fibers and took
-// 2.3 times the CPU (docs/testing.md). A kept fiber costs about 21 KB (TSan's thread state and
-// trace, the touched pages of its stack): 0.75 GB more per rank there.
+// 2.3 times the CPU (docs/testing.md). A kept fiber costs about 22 KB (TSan's thread state and
+// trace, the touched pages of its stack): 0.9 GB more per rank in PipeDream's layouts.
 constexpr size_t kKeptFibers = 65536;
 
 // Stacks are cut from slabs of this many, without guard pages: a guard page splits the mapping,
