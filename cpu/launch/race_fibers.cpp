@@ -21,15 +21,9 @@
 namespace cpu {
 namespace {
 
-// At most this many fibers wait for reuse, and as many retire to one launch; a larger launch
-// makes fibers for the rest and ends each with its block, which costs ThreadSanitizer a mapping
-// and an unmapping and the stack a mapping anew (mostly the kernel's page work). The tests'
-// models launch up to 51,200 threads at once: the norm of a whole 8-layer model, one block of
-// 512 per tensor (global_norm_squared_of_table). At 16,384 kept, PipeDream's vertical-sync test
-// (whose reference takes that norm at each update) spent 84% of its time ending fibers and took
-// 2.3 times the CPU (docs/testing.md). A kept fiber costs about 22 KB (TSan's thread state and
-// trace, the touched pages of its stack): 0.9 GB more per rank in PipeDream's layouts.
-constexpr size_t kKeptFibers = 65536;
+// At most this many fibers wait for reuse, and as many retire to one launch (LayerNorm's tests
+// launch up to 38 blocks of 256 threads); a larger launch makes fibers for the rest.
+constexpr size_t kKeptFibers = 16384;
 
 // Stacks are cut from slabs of this many, without guard pages: a guard page splits the mapping,
 // and the process may have only 65530 mappings (vm.max_map_count). Racecheck's stacks are twice
