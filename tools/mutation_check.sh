@@ -1776,6 +1776,11 @@ fault pipedream-update-scale-of-its-first-microbatch trainer/step/pipedream_step
 fault pipedream-kept-counts-carried-one-short trainer/step/pipedream_step.cpp \
   's/^    std::copy(update_real.begin() + own, update_real.end(), update_real.begin());$/    std::copy(update_real.begin() + own - 1, update_real.end() - 1, update_real.begin());/' \
   'mpi4 PipelineLayouts.PipeDreamWithDocuments*'
+# h39c: PipeDream's reference takes each update's norm layer by layer (one launch per layer, for
+# the race detector's fibers): a layer's launch left out, its tensors missing from the norm.
+fault pipedream-reference-norm-without-the-last-layer tests/pipedream_reference.h \
+  's/^  for (size_t l = 0; l < tables.size(); ++l)$/  for (size_t l = 0; l + 1 < tables.size(); ++l)/' \
+  'mpi4 PipelineLayouts.PipeDreamWithVerticalSyncGivesTheReference'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.
