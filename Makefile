@@ -318,8 +318,8 @@ RACECHECK_UNIT_FILTER ?= $(RACECHECK_KERNEL_FAMILIES):Atomics.*:BlockSync.*:Warp
 # replicas, the non-finite skip, bf16 (with or without the clip) and the resumes (the same walk,
 # drained at the run's end) are the same calls: left out. Since 2026-11-28 vertical sync runs without
 # the clip instead (the clipped run took 82 s of the run's 578, its one more all-reduce is the kind
-# the tp runs make); recompute (38 s with stashing, 73 s with vertical sync: vertical sync's waits
-# are slow under the race detector), --documents (22 s: host-side loss scales over the same walk),
+# the tp runs make); recompute (38 s with stashing, 73 s with vertical sync before its
+# reference took the norm layer by layer: docs/testing.md), --documents (22 s: host-side loss scales over the same walk),
 # the uneven split (38 s: 1F1B and interleaved layouts Pipeline.* runs on 4 stages) and the fused
 # attention's layouts (21-34 s: its kernels run under it in FusedAttention.* and
 # GPTFusedAttention.*, the pipeline around them is every other layout's) are left out.

@@ -79,27 +79,48 @@ struct Run {
   std::vector<bool> applied;      // per update from 1: not skipped for a non-finite norm
 };
 
-// The norm table (global_norm_squared_of_table's) of llm.c's layout: each (tensor, layer) with its
-// slot (model/norm_slots.h), as every stage's table holds them in its own layout; total_blocks (=).
-inline std::vector<NormTensor> norm_table_of_model(const GPTConfig& config, unsigned& total_blocks) {
-  std::vector<size_t> offsets, counts, slots;
+// The norm tables (global_norm_squared_of_table's) of llm.c's layout, one per layer: each (tensor,
+// layer) with its slot (model/norm_slots.h), as every stage's table holds them in its own layout;
+// the embeddings and the final LayerNorm with layer 0 (their ParameterRegion's layer). A launch
+// per layer gives each tensor's slot the same sum, bitwise, as one launch of the whole model
+// would, from its own blocks; that one would be 100 blocks of 512 threads, whose fibers under
+// `make racecheck` outnumber those it keeps for reuse (cpu/launch/race_fibers.cpp): making and
+// ending the rest took most of PipeDream's vertical-sync test there (docs/testing.md).
+// A layer's table is tensors [first, first + count) of the concatenated tables.
+struct LayerNormTable {
+  size_t first = 0, count = 0;
+  unsigned total_blocks = 0;
+};
+inline std::vector<LayerNormTable> norm_tables_of_layers(const GPTConfig& config, std::vector<NormTensor>& tensors) {
+  std::vector<std::vector<size_t>> offsets(config.num_layers), counts(config.num_layers), slots(config.num_layers);
   for (const ParameterRegion& r : parameter_layout(config, {whole_model(config)}).regions) {
-    offsets.push_back(r.full_offset);
-    counts.push_back(r.count);
-    slots.push_back(norm_slot(r.tensor, r.layer, config.num_layers));
+    offsets[size_t(r.layer)].push_back(r.full_offset);
+    counts[size_t(r.layer)].push_back(r.count);
+    slots[size_t(r.layer)].push_back(norm_slot(r.tensor, r.layer, config.num_layers));
   }
-  return norm_tensor_table(offsets, counts, slots, total_blocks);
+  std::vector<LayerNormTable> tables(size_t(config.num_layers));
+  tensors.clear();
+  for (size_t l = 0; l < tables.size(); ++l) {
+    const std::vector<NormTensor> layer = norm_tensor_table(offsets[l], counts[l], slots[l], tables[l].total_blocks);
+    tables[l].first = tensors.size();
+    tables[l].count = layer.size();
+    tensors.insert(tensors.end(), layer.begin(), layer.end());
+  }
+  return tables;
 }
 
 // An update's gate (kernels/adamw.cuh) and norm (=) from the whole model's gradients (llm.c's
-// layout, table norm_table_of_model's), with optimizer's buffers: the trainer's arithmetic.
+// layout), with optimizer's buffers: the trainer's arithmetic. tables are norm_tables_of_layers',
+// tensors (device) the concatenated tables they index.
 template <typename Element>
-AdamWGate decide_update(Optimizer& optimizer, const NormTensor* table, int tensors, unsigned blocks,
+AdamWGate decide_update(Optimizer& optimizer, const std::vector<LayerNormTable>& tables, const NormTensor* tensors,
                         const Element* gradients, double grad_clip, double& norm, cudaStream_t stream) {
   const size_t num_slots = norm_slot_count(optimizer.config.num_layers);
   CUDA_CHECK(cudaMemsetAsync(optimizer.norm_partials, 0, num_slots * sizeof(float), stream));
-  global_norm_squared_of_table<Element>(optimizer.norm_partials, optimizer.norm_workspace, gradients, table, tensors,
-                                      blocks, stream);
+  for (size_t l = 0; l < tables.size(); ++l)
+    global_norm_squared_of_table<Element>(optimizer.norm_partials, optimizer.norm_workspace, gradients,
+                                          tensors + tables[l].first, int(tables[l].count), tables[l].total_blocks,
+                                          stream);
   sum_rows_in_fixed_order(optimizer.squared_norm, optimizer.norm_partials, 1, num_slots, stream);
   CUDA_CHECK(cudaMemsetAsync(optimizer.nonfinite_ranks, 0, sizeof(double), stream));
   set_adamw_gate(optimizer.gate, optimizer.norm, optimizer.squared_norm, optimizer.nonfinite_ranks, grad_clip, stream);
@@ -189,9 +210,9 @@ Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const Pi
   const cudaStream_t stream = nullptr;
   Optimizer norm = create_optimizer(config, parameter_layout(config, {whole}), false, 0,
                                     whole_stage(parameter_layout(config, {whole})));
-  unsigned norm_blocks = 0;
-  const std::vector<NormTensor> host_table = norm_table_of_model(config, norm_blocks);
-  DeviceBuffer<NormTensor> norm_table(host_table);
+  std::vector<NormTensor> host_norm_tensors;
+  const std::vector<LayerNormTable> norm_tables = norm_tables_of_layers(config, host_norm_tensors);
+  DeviceBuffer<NormTensor> norm_tensors(host_norm_tensors);
   const uint64_t start = reader.next_microbatch;
   Run result;
   for (int t = 0; t < steps; ++t) {
@@ -255,8 +276,8 @@ Run run(const GPTConfig& config, int B, int T, int p, int m, int steps, const Pi
       params.upload(to_elements(versions.back()));
       double update_norm = 0;
       const AdamWGate gate = rule.vertical_sync
-                                 ? decide_update(norm, norm_table.data(), int(host_table.size()), norm_blocks,
-                                                 grads.data(), settings.grad_clip, update_norm, stream)
+                                 ? decide_update(norm, norm_tables, norm_tensors.data(), grads.data(), settings.grad_clip,
+                                                 update_norm, stream)
                                  : AdamWGate{1.0, 1};
       // Without vertical sync each stage gates its own update by its own gradient: applied when
       // the fp32 sum of its elements' squares is finite (the synchronous guard's rule on one stage).
