@@ -76,6 +76,12 @@ ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<Laye
   return layout;
 }
 
+size_t tied_copy_count(const ParameterLayout& layout) {
+  size_t count = 0;
+  for (const ParameterRegion& r : layout.regions) count += r.tied_copy ? r.count : 0;
+  return count;
+}
+
 template <typename Value>
 std::vector<Value> to_stage_layout(const ParameterLayout& layout, const std::vector<Value>& full) {
   if (full.size() != layout.full_size)

@@ -60,6 +60,11 @@ inline constexpr size_t kNotHeld = ~size_t(0);
 ParameterLayout parameter_layout(const GPTConfig& config, const std::vector<LayerRange>& chunks,
                                  TensorParallelRank shard = {});
 
+// The elements of the stage's tied copy of wte (its region with tied_copy, first in the
+// allocation): Vp C, or the tp rank's rows of it, on a stage with the head but not the embedding;
+// 0 elsewhere.
+size_t tied_copy_count(const ParameterLayout& layout);
+
 // Chunk c's views into a stage allocation (memory: layout.size elements): the model's
 // ParameterTensors with first_layer = the chunk's first layer and the stage's layer_stride,
 // nullptr for tensors not used.

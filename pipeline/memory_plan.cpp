@@ -148,8 +148,7 @@ StageMemoryPlan plan_stage(const MemoryPlanInput& in, int stage) {
   // Its updates' AdamW tables (the tied copy's apart) and decisions (trainer/step/pipedream_updates.h).
   if (in.pipedream) {
     b.device("PipeDream's AdamW region tables", 1, layout.regions.size() * sizeof(AdamWRegion));
-    uint64_t tied = 0;  // the tied copy of wte, updated apart
-    for (const ParameterRegion& r : layout.regions) tied += r.tied_copy ? r.count : 0;
+    const uint64_t tied = tied_copy_count(layout);  // the tied copy of wte, updated apart
     b.device("PipeDream's AdamW block tables", 1,
              (adamw_region_blocks(n - tied) + adamw_region_blocks(tied)) * sizeof(int));
     const int decisions = pipedream_decisions_kept(*in.pipedream, in.schedule.placement.p, in.microbatches);

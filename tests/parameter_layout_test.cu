@@ -177,6 +177,18 @@ TEST(ParameterLayout, FourStagesHoldOnlyTheirTensors) {
   for (const ParameterRegion& r : stages[3].regions) EXPECT_EQ(r.tied_copy, r.tensor == kWte);
 }
 
+// The tied copy's elements (tied_copy_count) are wte's, Vp C, on a stage with the head but not the
+// embedding, and a tp rank's Vp / tp rows there; the embedding's stage, a middle one and a stage
+// with both hold none.
+TEST(ParameterLayout, TiedCopyCountIsWteOnTheHeadsStageOnly) {
+  const size_t wte = size_t(kConfig.padded_vocab_size) * kConfig.channels;
+  EXPECT_EQ(tied_copy_count(parameter_layout(kConfig, {{3, 4, false, true}})), wte);
+  EXPECT_EQ(tied_copy_count(parameter_layout(kConfig, {{3, 4, false, true}}, {2, 1})), wte / 2);
+  EXPECT_EQ(tied_copy_count(parameter_layout(kConfig, {{0, 1, true, false}})), 0u);
+  EXPECT_EQ(tied_copy_count(parameter_layout(kConfig, {{1, 2, false, false}})), 0u);
+  EXPECT_EQ(tied_copy_count(parameter_layout(kConfig, {{0, 2, true, false}, {2, 4, false, true}})), 0u);
+}
+
 // One stage with both uses (interleaved chunks on a single stage): wte once, not a tied copy,
 // and each chunk holds its own layers only, one after the other.
 TEST(ParameterLayout, ChunksOfOneStageShareWteAndSliceTheirLayers) {

@@ -1798,6 +1798,11 @@ fault pipedream-update-scale-of-its-first-microbatch trainer/step/pipedream_step
 fault pipedream-reference-norm-without-the-last-layer tests/pipedream_reference.h \
   's/^  for (size_t l = 0; l < tables.size(); ++l)$/  for (size_t l = 0; l + 1 < tables.size(); ++l)/' \
   'mpi4 PipelineLayouts.PipeDreamWithVerticalSyncGivesTheReference'
+# h40a: the tied copy's count (model/parameter_layout.h), which PipeDream's updates and the memory
+# plan both take: every wte counted, stage 0's too, not the head stage's copy alone.
+fault tied-copy-count-counts-every-wte model/parameter_layout.cpp \
+  's/^  for (const ParameterRegion\& r : layout.regions) count += r.tied_copy ? r.count : 0;$/  for (const ParameterRegion\& r : layout.regions) count += r.tensor == kWte ? r.count : 0;/' \
+  'unit ParameterLayout.TiedCopyCountIsWteOnTheHeadsStageOnly'
 # ---- running ----
 
 # target_of BINARY: the make target a run of BINARY needs.

@@ -45,12 +45,11 @@ TrainerPipeDreamUpdates<Element>::TrainerPipeDreamUpdates(const GPTConfig& confi
   }
   // AdamW's tables: the tied copy (updated apart, bring_tied_embedding_to) is first in the layout
   // (model/parameter_layout.cpp), so the other regions are one range after it.
+  tied_count_ = tied_copy_count(layout);
   std::vector<ParameterRegion> others, tied;
   for (const ParameterRegion& r : layout.regions) (r.tied_copy ? tied : others).push_back(r);
-  for (const ParameterRegion& r : tied) {
+  for (const ParameterRegion& r : tied)
     if (r.offset != 0) throw std::logic_error("pipedream: the tied copy of wte is not first in the stage's layout");
-    tied_count_ = r.count;
-  }
   std::vector<AdamWRegion> table = adamw_region_table(others, tied_count_);
   other_regions_ = int(table.size());
   for (const AdamWRegion& r : adamw_region_table(tied, 0)) table.push_back(r);
@@ -141,18 +140,11 @@ void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, const Eleme
 
 template <typename Element>
 void TrainerPipeDreamUpdates<Element>::sum_over_replicas(Element* gradients, cudaStream_t stream) {
-  // The whole allocation at once but the tied copy's gradient (zero here, summed with the head's
-  // share in exchange_tied_gradient instead). Elementwise in rank order, as the synchronous
-  // schedules' buckets: the cut into ranges cannot change a bit.
-  size_t first = 0;
-  for (const ParameterRegion& r : layout_.regions)
-    if (r.tied_copy) {
-      if (r.offset > 0)
-        allreduce_data_parallel_gradients(groups_, gradients, r.offset, nccl_data_type<Element>(), stream);
-      first = r.offset + r.count;
-    }
-  allreduce_data_parallel_gradients(groups_, gradients + first, layout_.size - first, nccl_data_type<Element>(),
-                                    stream);
+  // The whole allocation at once but the tied copy's gradient, first in it (zero here, summed with
+  // the head's share in exchange_tied_gradient instead). Elementwise in rank order, as the
+  // synchronous schedules' buckets: the cut into ranges cannot change a bit.
+  allreduce_data_parallel_gradients(groups_, gradients + tied_count_, layout_.size - tied_count_,
+                                    nccl_data_type<Element>(), stream);
 }
 
 template <typename Element>

@@ -95,7 +95,7 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
   bool embedding_, head_;
   std::vector<Element*> ring_;  // the head's shares: update u's at u % size (grad_wte_head with the embedding)
   bool owns_ring_;
-  size_t tied_count_ = 0;  // the tied copy's elements, first in the layout (0 on other stages)
+  size_t tied_count_ = 0;  // tied_copy_count: the tied copy's elements, first in the layout (0 on other stages)
   AdamWRegion* regions_;  // AdamW's tables: other_regions_ from tied_count_, then the tied copy's
   int other_regions_;
   int* block_regions_;  // their block tables (adamw_block_regions): other_blocks_, then the tied copy's
