@@ -139,13 +139,17 @@ StageMemoryPlan plan_stage(const MemoryPlanInput& in, int stage) {
   b.device("norm table", 1, norm_tensors * sizeof(NormTensor));
   b.device("non-finite ranks, norm", 2, sizeof(double));
   b.device("AdamW gate", 1, sizeof(AdamWGate));
+  // AdamW's tables of one launch (trainer/step/adamw_tables.h): room for the stage's regions and
+  // for adamw_region_blocks of the shard's capacity.
   b.device("AdamW region table", 1, layout.regions.size() * sizeof(AdamWRegion));
   b.device("AdamW block table", 1, adamw_region_blocks(state) * sizeof(int));
   // PipeDream's head sums its shares of wte's gradient per update (trainer/step/pipedream_updates.h).
   if (in.pipedream && has_part(chunks, &LayerRange::has_head) && !has_part(chunks, &LayerRange::has_embedding))
     b.device("head's wte gradient ring", pipedream_head_ring_size(*in.pipedream, in.schedule.placement.p),
              uint64_t(config.padded_vocab_size / in.tp) * config.channels * sizeof(Element));
-  // Its updates' AdamW tables (the tied copy's apart) and decisions (trainer/step/pipedream_updates.h).
+  // Its updates' AdamW tables, of two launches (the other regions, then the tied copy's: each one's
+  // regions and adamw_region_blocks of its elements, trainer/step/adamw_tables.h), and decisions
+  // (trainer/step/pipedream_updates.h).
   if (in.pipedream) {
     b.device("PipeDream's AdamW region tables", 1, layout.regions.size() * sizeof(AdamWRegion));
     const uint64_t tied = tied_copy_count(layout);  // the tied copy of wte, updated apart

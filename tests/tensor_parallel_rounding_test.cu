@@ -1,6 +1,6 @@
 // bf16's stochastic-rounding key at tp > 1 (issue 33): the rounding bits of a parameter hash its
 // index in the whole model (kernels/stochastic_rounding.cuh), and a tp rank's slice of a layer's
-// matrix is not one run of those indices. adamw_region_table (trainer/step/optimizer.h) gives each
+// matrix is not one run of those indices. adamw_region_table (trainer/step/adamw_tables.h) gives each
 // sliced element its full-model index, so that a bf16 run at any tp rounds every element as the
 // tp 1 run does from the same fp32 master value. Checked: each element's key against the index
 // to_stage_layout puts there (numbering the whole model), at tp 2 and 4 on every rank; and one
@@ -17,7 +17,7 @@
 #include "model/config.h"
 #include "model/parameter_layout.h"
 #include "tests/device_buffer.h"
-#include "trainer/step/optimizer.h"
+#include "trainer/step/adamw_tables.h"
 
 namespace {
 

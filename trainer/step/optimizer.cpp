@@ -1,7 +1,6 @@
 // AdamW over a stage's regions, the layout-independent global norm and clipping (trainer/step/optimizer.h).
 #include "trainer/step/optimizer.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include "comm/collectives.h"
@@ -20,22 +19,6 @@ namespace {
 size_t slot_of(const ParameterRegion& r, int num_layers) { return norm_slot(r.tensor, r.layer, num_layers); }
 
 }  // namespace
-
-std::vector<AdamWRegion> adamw_region_table(const std::vector<ParameterRegion>& regions, size_t first) {
-  std::vector<AdamWRegion> table;
-  for (const ParameterRegion& r : regions) {
-    AdamWRegion entry{r.offset - first, r.count, r.full_offset, parameter_tensor_has_weight_decay(r.tensor) ? 1 : 0};
-    if (r.cut) {
-      const SliceRuns runs = slice_runs(*r.cut);
-      entry.full_offset += runs.first;
-      entry.run_length = runs.length;
-      entry.run_stride = runs.stride;
-    }
-    table.push_back(entry);
-  }
-  std::sort(table.begin(), table.end(), [](const AdamWRegion& a, const AdamWRegion& b) { return a.offset < b.offset; });
-  return table;
-}
 
 OptimizerShard whole_stage(const ParameterLayout& layout) { return {0, layout.size, layout.size, false}; }
 
@@ -79,16 +62,7 @@ Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layou
   optimizer.nonfinite_ranks = device_alloc<double>(1);
   optimizer.norm = device_alloc<double>(1);
   optimizer.gate = device_alloc<AdamWGate>(1);
-  const std::vector<AdamWRegion> table = adamw_region_table(optimizer.regions, shard.begin);
-  optimizer.adamw_regions = device_alloc<AdamWRegion>(layout.regions.size());
-  CUDA_CHECK(cudaMemcpy(optimizer.adamw_regions, table.data(), table.size() * sizeof(AdamWRegion),
-                        cudaMemcpyHostToDevice));
-  size_t updated = 0;  // queue_adamw_update's n
-  for (const ParameterRegion& r : optimizer.regions) updated += r.count;
-  const std::vector<int> blocks = adamw_block_regions(table, updated);
-  optimizer.adamw_block_regions = device_alloc<int>(adamw_region_blocks(n));
-  CUDA_CHECK(cudaMemcpy(optimizer.adamw_block_regions, blocks.data(), blocks.size() * sizeof(int),
-                        cudaMemcpyHostToDevice));
+  optimizer.adamw_tables = upload_adamw_tables({{optimizer.regions, shard.begin, layout.regions.size(), n}});
   CUDA_CHECK(cudaMemset(optimizer.m, 0, n * sizeof(float)));
   CUDA_CHECK(cudaMemset(optimizer.v, 0, n * sizeof(float)));
   return optimizer;
@@ -105,8 +79,7 @@ void destroy_optimizer(Optimizer& optimizer) {
   device_free(optimizer.nonfinite_ranks);
   device_free(optimizer.norm);
   device_free(optimizer.gate);
-  device_free(optimizer.adamw_regions);
-  device_free(optimizer.adamw_block_regions);
+  free_adamw_tables(optimizer.adamw_tables);
   optimizer = Optimizer{};
 }
 
@@ -146,8 +119,8 @@ void queue_adamw_update(Optimizer& optimizer, Element* parameters, const Element
   for (const ParameterRegion& r : optimizer.regions) n += r.count;
   const size_t first = optimizer.shard.begin;
   adamw_update_regions<Element>(parameters + first, optimizer.master, gradients + first, optimizer.m, optimizer.v, n,
-                                optimizer.adamw_regions, optimizer.adamw_block_regions, learning_rate, settings.beta1,
-                                settings.beta2, settings.eps, settings.weight_decay, optimizer.gate, t,
+                                optimizer.adamw_tables.regions, optimizer.adamw_tables.block_regions, learning_rate,
+                                settings.beta1, settings.beta2, settings.eps, settings.weight_decay, optimizer.gate, t,
                                 rounding_key(optimizer.rounding_seed, uint64_t(t)), stream);
 }
 

@@ -19,6 +19,7 @@
 #include "model/config.h"
 #include "model/norm_slots.h"
 #include "model/parameter_layout.h"
+#include "trainer/step/adamw_tables.h"
 
 struct AdamWSettings {
   double beta1;
@@ -63,8 +64,7 @@ struct Optimizer {
   double* nonfinite_ranks;      // (1) the world's ranks whose loss sum is not finite
   double* norm;                 // (1) the global gradient norm
   AdamWGate* gate;              // (1)
-  AdamWRegion* adamw_regions;   // (regions.size()) the regions sorted by offset, with their decay
-  int* adamw_block_regions;     // (adamw_region_blocks(shard.capacity)) each block's first region
+  AdamWTables adamw_tables;     // one launch's: the regions (room for the stage's), blocks of shard.capacity
 };
 
 // Moments start at zero; the master weights (with_master_weights) are allocated, uninitialised:
@@ -73,12 +73,6 @@ Optimizer create_optimizer(const GPTConfig& config, const ParameterLayout& layou
                            uint64_t rounding_seed, const OptimizerShard& shard);
 // The whole stage: no shards.
 OptimizerShard whole_stage(const ParameterLayout& layout);
-// The regions as AdamW's one launch reads them: sorted by offset, each with its decay (GPT-2's:
-// the matrices and embeddings) and its elements' indices in the whole model, the rounding key (a
-// tp rank's slice as runs of the full layer, model/tensor_parallel_linear.h's slice_runs). The
-// tied copy of wte on the last stage has wte's full_offset: both copies round alike and stay
-// equal. Offsets count from first, the shard's first element.
-std::vector<AdamWRegion> adamw_region_table(const std::vector<ParameterRegion>& regions, size_t first);
 void destroy_optimizer(Optimizer& optimizer);
 
 // Queues the global gradient norm's square: this stage's slots (fp32 sums of squares, two

@@ -43,24 +43,15 @@ TrainerPipeDreamUpdates<Element>::TrainerPipeDreamUpdates(const GPTConfig& confi
       CUDA_CHECK(cudaMemset(ring_.back(), 0, wte_count * sizeof(Element)));
     }
   }
-  // AdamW's tables: the tied copy (updated apart, bring_tied_embedding_to) is first in the layout
-  // (model/parameter_layout.cpp), so the other regions are one range after it.
+  // AdamW's two launches: the tied copy (updated apart, bring_tied_embedding_to) is first in the
+  // layout (model/parameter_layout.cpp), so the other regions are one range after it.
   tied_count_ = tied_copy_count(layout);
   std::vector<ParameterRegion> others, tied;
   for (const ParameterRegion& r : layout.regions) (r.tied_copy ? tied : others).push_back(r);
   for (const ParameterRegion& r : tied)
     if (r.offset != 0) throw std::logic_error("pipedream: the tied copy of wte is not first in the stage's layout");
-  std::vector<AdamWRegion> table = adamw_region_table(others, tied_count_);
-  other_regions_ = int(table.size());
-  for (const AdamWRegion& r : adamw_region_table(tied, 0)) table.push_back(r);
-  regions_ = device_alloc<AdamWRegion>(table.size());
-  CUDA_CHECK(cudaMemcpy(regions_, table.data(), table.size() * sizeof(AdamWRegion), cudaMemcpyHostToDevice));
-  std::vector<int> blocks =
-      adamw_block_regions({table.begin(), table.begin() + other_regions_}, layout.size - tied_count_);
-  other_blocks_ = blocks.size();
-  for (int r : adamw_block_regions({table.begin() + other_regions_, table.end()}, tied_count_)) blocks.push_back(r);
-  block_regions_ = device_alloc<int>(blocks.size());
-  CUDA_CHECK(cudaMemcpy(block_regions_, blocks.data(), blocks.size() * sizeof(int), cudaMemcpyHostToDevice));
+  adamw_tables_ = upload_adamw_tables({{others, tied_count_, others.size(), layout.size - tied_count_},
+                                       {tied, 0, tied.size(), tied_count_}});
   // Every update applied unclipped until a norm (with vertical sync) or the stage's own check
   // (without) decides otherwise.
   const int kept = pipedream_decisions_kept(rule, p, m);
@@ -86,8 +77,7 @@ template <typename Element>
 TrainerPipeDreamUpdates<Element>::~TrainerPipeDreamUpdates() {
   if (owns_ring_)
     for (Element* share : ring_) device_free(share);
-  device_free(regions_);
-  device_free(block_regions_);
+  free_adamw_tables(adamw_tables_);
   device_free(gates_);
   device_free(norms_);
   device_free(own_sum_);  // each nullptr with vertical sync: device_free does nothing
@@ -129,12 +119,11 @@ void TrainerPipeDreamUpdates<Element>::adamw(int version, bool tied, const Eleme
   // tied copy (wte's full offset, stage 0's count) as stage 0's wte.
   const uint64_t key = rounding_key(optimizer_.rounding_seed, uint64_t(count));
   const size_t first = tied ? 0 : tied_count_, n = tied ? tied_count_ : layout_.size - tied_count_;
-  const AdamWRegion* table = regions_ + (tied ? other_regions_ : 0);
-  const int* blocks = block_regions_ + (tied ? other_blocks_ : 0);
+  const AdamWLaunchTables& tables = adamw_tables_.launches[tied ? kTiedLaunch : kOthersLaunch];
   float* master = optimizer_.master == nullptr ? nullptr : optimizer_.master + first;
   adamw_update_regions<Element>(parameters_ + first, master, gradients + first, optimizer_.m + first,
-                                optimizer_.v + first, n, table, blocks, learning_rate, settings_.beta1,
-                                settings_.beta2, settings_.eps, settings_.weight_decay, gate, count,
+                                optimizer_.v + first, n, tables.regions, tables.block_regions, learning_rate,
+                                settings_.beta1, settings_.beta2, settings_.eps, settings_.weight_decay, gate, count,
                                 key, stream);
 }
 

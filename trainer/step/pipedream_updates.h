@@ -96,10 +96,9 @@ class TrainerPipeDreamUpdates : public PipeDreamUpdates<Element> {
   std::vector<Element*> ring_;  // the head's shares: update u's at u % size (grad_wte_head with the embedding)
   bool owns_ring_;
   size_t tied_count_ = 0;  // tied_copy_count: the tied copy's elements, first in the layout (0 on other stages)
-  AdamWRegion* regions_;  // AdamW's tables: other_regions_ from tied_count_, then the tied copy's
-  int other_regions_;
-  int* block_regions_;  // their block tables (adamw_block_regions): other_blocks_, then the tied copy's
-  size_t other_blocks_;
+  // AdamW's tables of its two launches: the other regions from tied_count_, then the tied copy's.
+  static constexpr int kOthersLaunch = 0, kTiedLaunch = 1;
+  AdamWTables adamw_tables_;
   AdamWGate* gates_;  // (pipedream_decisions_kept) update v's decision at v % size
   double* norms_;     // (the same) its norm
   // Without vertical sync, the own gates' scratch (else nullptr), apart from the optimizer's norm
