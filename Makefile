@@ -52,7 +52,15 @@ WARNINGS := -Wall -Wextra -Wno-unused-parameter
 # (-g1: enough for backtraces and sanitizer reports), which took 3.9 s instead of 5.4 s for
 # tests/schedule_test.cu (.ci/run).
 CPU_DEBUG ?= -g
-CPU_FLAGS := -std=c++20 -O2 $(CPU_DEBUG) -fno-strict-aliasing $(WARNINGS) -MMD -MP \
+# The CPU build's instruction set: AVX2 and FMA (x86-64-v3: Intel since 2013, AMD since 2015), for
+# vectorised elementwise kernels and the fused multiply-adds of their expf
+# (cpu/include/kernels/exponential.cuh); the program checks for them as it starts. `make CPU_ARCH=`
+# builds for any x86-64, with the same bits, slower. fp-contract=off: a*b+c stays two roundings
+# (only explicit fmas fuse), so these flags change no bits. no-trapping-math: the kernels' ?:
+# on floats may then become selects, which a vectorised loop needs (no value changes).
+CPU_ARCH ?= -mavx2 -mfma
+CPU_FLAGS := -std=c++20 -O2 $(CPU_DEBUG) $(CPU_ARCH) -ffp-contract=off -fno-trapping-math -fno-strict-aliasing \
+             $(WARNINGS) -MMD -MP \
              -Icpu/include -I. -isystem $(CUDA)/include $(MPI_INCLUDE)
 CPU_LIBS := -rdynamic -lboost_context $(MPI_LIBS) -lpthread -ldl
 GPU_ARCH := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90

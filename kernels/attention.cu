@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "kernels/element.cuh"
+#include "kernels/exponential.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/warp_reduce.cuh"
@@ -24,9 +25,6 @@ constexpr int kMaxGridY = 65535;
 constexpr int kWarpSize = 32;
 constexpr int kSoftmaxThreads = 256;  // 8 warps, one row each
 constexpr int kSoftmaxRowsPerBlock = kSoftmaxThreads / kWarpSize;
-
-__device__ inline float exponential(float x) { return expf(x); }
-__device__ inline double exponential(double x) { return exp(x); }
 
 // out (parts, B, NH, T, HS) from inp (B, T, parts, NH, HS): splits rows of parts * C
 // channels into per-head matrices. Block (x, b, p) moves part p of rows (b, t) for the

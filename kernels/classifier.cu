@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "kernels/exponential.cuh"
 #include "kernels/launch.cuh"
 
 namespace {
@@ -18,8 +19,6 @@ namespace cg = cooperative_groups;
 
 constexpr int kClassifierThreads = 512;  // a multiple of 32; ~100 columns per thread at Vp = 50304
 
-__device__ inline float exponential(float x) { return expf(x); }
-__device__ inline double exponential(double x) { return exp(x); }
 __device__ inline float logarithm(float x) { return logf(x); }
 __device__ inline double logarithm(double x) { return log(x); }
 

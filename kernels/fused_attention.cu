@@ -17,6 +17,7 @@
 #include <string>
 
 #include "kernels/element.cuh"
+#include "kernels/exponential.cuh"
 #include "kernels/launch.cuh"
 
 namespace {
@@ -33,8 +34,6 @@ template <typename Real> struct Tiles;
 template <> struct Tiles<float> { static constexpr int queries = 32, keys = 16, backward = 16; };
 template <> struct Tiles<double> { static constexpr int queries = 16, keys = 8, backward = 8; };
 
-__device__ inline float exponential(float x) { return expf(x); }
-__device__ inline double exponential(double x) { return exp(x); }
 __device__ inline float logarithm(float x) { return logf(x); }
 __device__ inline double logarithm(double x) { return log(x); }
 

@@ -1,16 +1,12 @@
-// GELU, tanh approximation (see kernels/gelu.cuh): elementwise forward and backward
-// kernels, one thread per element, then the launchers.
+// GELU, tanh approximation (see kernels/gelu.cuh): the forward and backward bodies, one element
+// each (kernels/elementwise.cuh), then the launchers.
 #include "kernels/gelu.cuh"
 
 #include "kernels/element.cuh"
-#include "kernels/launch.cuh"
+#include "kernels/elementwise.cuh"
+#include "kernels/exponential.cuh"
 
 namespace {
-
-constexpr int kThreads = 256;
-
-__device__ inline float exponential(float x) { return expf(x); }
-__device__ inline double exponential(double x) { return exp(x); }
 
 // The logistic function at 2 u and at -2 u, from one exponential that cannot overflow.
 // (1 + tanh u) / 2 = sigmoid(2 u), so gelu(x) = x sigmoid(2 u): the same function as GPT-2's,
@@ -34,30 +30,31 @@ __device__ Real gelu_argument(Real x) {
 }
 
 template <typename Element>
-__global__ void gelu_forward_kernel(Element* out, const Element* inp, size_t N) {
-  using Real = Compute<Element>;
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < N) {
+struct GeluForward {
+  Element* out;
+  const Element* inp;
+  __device__ void operator()(size_t i) const {
+    using Real = Compute<Element>;
     const Real x = to_compute(inp[i]);
     out[i] = from_compute<Element>(x * sigmoids_of_2u(gelu_argument(x)).at_2u);
   }
-}
+};
 
 // d gelu / dx = sigmoid(2u) + x 2 sigmoid(2u) sigmoid(-2u) du/dx, du/dx = sqrt(2 / pi) (1 + 3 0.044715 x^2).
 template <typename Element>
-__global__ void gelu_backward_kernel(Element* dinp, const Element* inp, const Element* dout, size_t N) {
-  using Real = Compute<Element>;
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < N) {
+struct GeluBackward {
+  Element* dinp;
+  const Element* inp;
+  const Element* dout;
+  __device__ void operator()(size_t i) const {
+    using Real = Compute<Element>;
     const Real x = to_compute(inp[i]);
     const Sigmoids<Real> s = sigmoids_of_2u(gelu_argument(x));
     const Real du_dx = Real(0.7978845608028654) * (1 + 3 * Real(0.044715) * x * x);
     const Real derivative = s.at_2u + 2 * x * s.at_2u * s.at_minus_2u * du_dx;
     dinp[i] = from_compute<Element>(derivative * to_compute(dout[i]));
   }
-}
-
-unsigned blocks_for(size_t count) { return unsigned((count + kThreads - 1) / kThreads); }
+};
 
 }  // namespace
 
@@ -65,12 +62,12 @@ unsigned blocks_for(size_t count) { return unsigned((count + kThreads - 1) / kTh
 
 template <typename Element>
 void gelu_forward(Element* out, const Element* inp, size_t N, cudaStream_t stream) {
-  launch(gelu_forward_kernel<Element>, dim3(blocks_for(N)), dim3(kThreads), 0, stream, out, inp, N);
+  launch_elementwise(GeluForward<Element>{out, inp}, N, stream);
 }
 
 template <typename Element>
 void gelu_backward(Element* dinp, const Element* inp, const Element* dout, size_t N, cudaStream_t stream) {
-  launch(gelu_backward_kernel<Element>, dim3(blocks_for(N)), dim3(kThreads), 0, stream, dinp, inp, dout, N);
+  launch_elementwise(GeluBackward<Element>{dinp, inp, dout}, N, stream);
 }
 
 #define INSTANTIATE_GELU(Element)                                                          \

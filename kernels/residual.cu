@@ -1,27 +1,28 @@
 // The residual connection (see kernels/residual.cuh): elementwise add and gradient
-// accumulation, one thread per element, then the launchers.
+// accumulation, one element per body (kernels/elementwise.cuh), then the launchers.
 #include "kernels/residual.cuh"
 
 #include "kernels/element.cuh"
-#include "kernels/launch.cuh"
+#include "kernels/elementwise.cuh"
 
 namespace {
 
-constexpr int kThreads = 256;
+template <typename Element>
+struct ResidualForward {
+  Element* out;
+  const Element* a;
+  const Element* b;
+  __device__ void operator()(size_t i) const { out[i] = from_compute<Element>(to_compute(a[i]) + to_compute(b[i])); }
+};
 
 template <typename Element>
-__global__ void residual_forward_kernel(Element* out, const Element* a, const Element* b, size_t N) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < N) out[i] = from_compute<Element>(to_compute(a[i]) + to_compute(b[i]));
-}
-
-template <typename Element>
-__global__ void residual_backward_kernel(Element* dinp, const Element* dout, size_t N) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < N) dinp[i] = from_compute<Element>(to_compute(dinp[i]) + to_compute(dout[i]));
-}
-
-unsigned blocks_for(size_t count) { return unsigned((count + kThreads - 1) / kThreads); }
+struct ResidualBackward {
+  Element* dinp;
+  const Element* dout;
+  __device__ void operator()(size_t i) const {
+    dinp[i] = from_compute<Element>(to_compute(dinp[i]) + to_compute(dout[i]));
+  }
+};
 
 }  // namespace
 
@@ -29,12 +30,12 @@ unsigned blocks_for(size_t count) { return unsigned((count + kThreads - 1) / kTh
 
 template <typename Element>
 void residual_forward(Element* out, const Element* a, const Element* b, size_t N, cudaStream_t stream) {
-  launch(residual_forward_kernel<Element>, dim3(blocks_for(N)), dim3(kThreads), 0, stream, out, a, b, N);
+  launch_elementwise(ResidualForward<Element>{out, a, b}, N, stream);
 }
 
 template <typename Element>
 void residual_backward(Element* dinp, const Element* dout, size_t N, cudaStream_t stream) {
-  launch(residual_backward_kernel<Element>, dim3(blocks_for(N)), dim3(kThreads), 0, stream, dinp, dout, N);
+  launch_elementwise(ResidualBackward<Element>{dinp, dout}, N, stream);
 }
 
 #define INSTANTIATE_RESIDUAL(Element)                                                                    \

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "kernels/exponential.cuh"
 #include "kernels/launch.cuh"
 #include "kernels/warp_reduce.cuh"
 
@@ -15,8 +16,6 @@ namespace {
 
 constexpr int kThreads = 512;  // a multiple of 32; as the fused classifier's rows
 
-__device__ inline float exponential(float x) { return expf(x); }
-__device__ inline double exponential(double x) { return exp(x); }
 __device__ inline float logarithm(float x) { return logf(x); }
 __device__ inline double logarithm(double x) { return log(x); }
 

@@ -63,7 +63,7 @@ class Parser {
       return group;
     }
     if (c == '*') fail(at, "'*' repeats nothing (write X*N after a symbol or a group)");
-    fail(at, std::string("unknown symbol '") + c + "' (E, t, L, |, (, ), * and digits)");
+    fail(at, "unknown symbol '" + std::string(1, c) + "' (E, t, L, |, (, ), * and digits)");
   }
 
   long parse_count(int star) {

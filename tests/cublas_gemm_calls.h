@@ -40,8 +40,9 @@ inline const std::pair<cublasOperation_t, cublasOperation_t> kTransposePairs[] =
     {CUBLAS_OP_N, CUBLAS_OP_N}, {CUBLAS_OP_N, CUBLAS_OP_T}, {CUBLAS_OP_T, CUBLAS_OP_N}, {CUBLAS_OP_T, CUBLAS_OP_T}};
 
 inline std::string describe(const Gemm& g, int batch) {
-  return std::string("transa ") + (g.transa == CUBLAS_OP_N ? "N" : "T") + ", transb " +
-         (g.transb == CUBLAS_OP_N ? "N" : "T") + ", batch " + std::to_string(batch);
+  const char* transa = g.transa == CUBLAS_OP_N ? "N" : "T";
+  const char* transb = g.transb == CUBLAS_OP_N ? "N" : "T";
+  return "transa " + std::string(transa) + ", transb " + transb + ", batch " + std::to_string(batch);
 }
 
 // The status of each GEMM call on g (batch_count for the strided batches), with buffers

@@ -4,7 +4,10 @@
 //   2. a warp-per-row layernorm-style kernel over 4096 x 768 floats against a plain
 //      C++ loop doing the same arithmetic, its row sums as xor butterflies of shuffles
 //      and as cooperative_groups::reduce;
-//   3. an elementwise kernel without synchronisation against a plain loop.
+//   3. elementwise kernels without synchronisation against plain loops: as kernels of one thread
+//      per element, and as bodies of launch_elementwise (kernels/elementwise.cuh), which the CPU
+//      build runs as vectorised loops; and the model's GELU forward (kernels/gelu.cuh), against its
+//      formula as a plain loop calling libm's expf.
 // Ratios are measured in one run, in CPU time (the best of several runs); a kernel's includes its
 // stream's worker (launches are asynchronous), so run with CUDA_CPU_BLOCK_THREADS=1 to compare
 // with the one-threaded plain loops. Usage: CUDA_CPU_BLOCK_THREADS=1 build/cpu/tools/fiber_bench
@@ -20,6 +23,8 @@
 #include <vector>
 
 #include "cpu/launch/fiber_switch.h"
+#include "kernels/elementwise.cuh"
+#include "kernels/gelu.cuh"
 #include "kernels/launch.cuh"
 
 namespace fc = boost::context::detail;
@@ -135,6 +140,22 @@ void gelu_loop(float* out, const float* in, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = gelu(in[i]);
 }
 
+struct ScaleShift {
+  float* out;
+  const float* in;
+  __device__ void operator()(size_t i) const { out[i] = in[i] * 1.5f + 0.25f; }
+};
+
+// kernels/gelu.cu's forward, x sigmoid(2u), written as a plain loop with libm's expf.
+void model_gelu_loop(float* out, const float* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float x = in[i];
+    const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    const float e = expf(-2 * (u < 0 ? -u : u));
+    out[i] = x * (u >= 0 ? 1 / (1 + e) : e / (1 + e));
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -188,5 +209,18 @@ int main() {
   const double loop3 = best_of(5, [&] { gelu_loop(out_loop.data(), host.data(), n); });
   std::printf("elementwise GELU, no synchronisation, %zu floats: kernel %.2f ms, plain loop %.2f ms, ratio %.2fx\n", n,
               kernel3 * 1e3, loop3 * 1e3, kernel3 / loop3);
+  const double body2 = best_of(5, [&] {
+    launch_elementwise(ScaleShift{d_out, d_in}, n, nullptr);
+    CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  });
+  std::printf("x*1.5+0.25 as a launch_elementwise body, %zu floats: %.2f ms, plain loop %.2f ms, ratio %.2fx\n", n,
+              body2 * 1e3, loop2 * 1e3, body2 / loop2);
+  const double model_gelu = best_of(5, [&] {
+    gelu_forward(d_out, d_in, n, nullptr);
+    CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  });
+  const double model_loop = best_of(5, [&] { model_gelu_loop(out_loop.data(), host.data(), n); });
+  std::printf("the model's GELU forward (launch_elementwise), %zu floats: %.2f ms, plain loop with libm's expf %.2f ms, "
+              "ratio %.2fx\n", n, model_gelu * 1e3, model_loop * 1e3, model_gelu / model_loop);
   return 0;
 }

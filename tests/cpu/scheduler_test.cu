@@ -96,7 +96,7 @@ TEST_F(Scheduler, DynamicSharedMemoryIsPoisonedWhenTheOrderIsNotNatural) {
 }
 
 // "tests/cpu/scheduler_test.cu:LINE", as synccheck names a call site.
-std::string site(unsigned line) { return std::string(__FILE__) + ":" + std::to_string(line); }
+std::string site(unsigned line) { return __FILE__ ":" + std::to_string(line); }
 
 constexpr unsigned kBarrierAfterReturnLine = __LINE__ + 3;
 __global__ void half_the_block_leaves_before_the_barrier(int* out) {
