@@ -7,15 +7,8 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "kernels/elementwise_kernel.cuh"
 #include "kernels/launch.cuh"
-
-constexpr int kElementThreads = 256;
-
-template <typename Body>
-__global__ void elementwise_kernel(Body body, size_t n) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) body(i);
-}
 
 // Calls body(i) for every i in [0, n) on stream; n > 0.
 template <typename Body>

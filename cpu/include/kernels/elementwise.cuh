@@ -1,7 +1,7 @@
-// Elementwise kernels, CPU build: shadows kernels/elementwise.cuh (same kElementThreads,
-// elementwise_kernel and launch_elementwise). In the natural thread order a block runs as one loop
-// over its elements, which g++ vectorises: no fiber, no threadIdx stored per thread, the body's
-// tensors in registers. In the other orders, and under racecheck, each CUDA thread runs the body
+// Elementwise kernels, CPU build: shadows kernels/elementwise.cuh with its own launch_elementwise
+// of the same kernel (kernels/elementwise_kernel.cuh). In the natural thread order a block runs as
+// one loop over its elements, which g++ vectorises: no fiber, no threadIdx stored per thread, the
+// body's tensors in registers. In the other orders, and under racecheck, each CUDA thread runs the body
 // as elementwise_kernel on its own, as any kernel's thread does, so that those modes still
 // permute the threads and see each one's accesses.
 //
@@ -16,14 +16,7 @@
 
 #include "cpu/launch/launch_kernel.h"
 #include "kernels/cuda_check.cuh"
-
-constexpr int kElementThreads = 256;
-
-template <typename Body>
-__global__ void elementwise_kernel(Body body, size_t n) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) body(i);
-}
+#include "kernels/elementwise_kernel.cuh"
 
 namespace cpu {
 

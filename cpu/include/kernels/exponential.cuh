@@ -1,7 +1,7 @@
 // e^x for the kernels, CPU build: shadows kernels/exponential.cuh. exp(double) is libm's. expf is
 // glibc's algorithm written out here, so that a loop of them vectorises (a call to libm's does
 // not), with the bits of the libm that glibc 2.28 and later pick on a CPU with FMA and AVX2
-// (__expf_fma): equal on all 2^32 floats (tools/exponential_check.cpp; docs/cpu-build.md).
+// (__expf_fma): equal on all 2^32 floats (tools/exponential_bench.cu; docs/cpu-build.md).
 //
 // The algorithm (glibc's sysdeps/ieee754/flt-32/e_expf.c, 2017): in double, with N = 32,
 // x N / ln 2 = k + r, |r| <= 1/2; e^x = 2^(k/N) 2^(r/N), with 2^(k/N) from a table of 2^(i/N) by
